@@ -1,0 +1,183 @@
+"""`jzk`: validate a request, render its sbatch script, list cluster profiles.
+
+An edge module: it reads files and argv, prints, and exits. Errors a user can cause
+are printed as one clear message (no traceback) with exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from jeanzay_kit.config.compose import DEFAULT_CONFIG_DIR, compose_config
+from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.slurm.sbatch import RenderError, render_sbatch
+from jeanzay_kit.slurm.timefmt import format_time
+
+OVERRIDES_HELP = (
+    "Hydra overrides, e.g. cluster=jeanzay_h100 cluster.account=abc@h100 "
+    "resources.nodes=2 resources.gpus_per_node=4 resources.time=10:00:00"
+)
+
+
+def _add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-dir",
+        default=None,
+        help=f"the config tree to compose (default: {DEFAULT_CONFIG_DIR})",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help=OVERRIDES_HELP)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jzk",
+        description="jeanzay_kit: validate a training job against a cluster profile, "
+        "render its sbatch script, list the profiles.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    validate = sub.add_parser(
+        "validate",
+        help="check a request against the cluster profile and show what it resolves to",
+        description="Compose the config with the overrides, check it against the cluster "
+        "profile and print the resolved request, or the problems (exit code 2).",
+    )
+    _add_config_args(validate)
+
+    render = sub.add_parser(
+        "render",
+        help="print the sbatch script of a request (or write it with -o DIR)",
+        description="Validate the request, then print a standalone sbatch script for it. "
+        "With -o DIR, write DIR/<job.name>.sbatch instead.",
+    )
+    render.add_argument("-o", "--output-dir", default=None, help="write DIR/<job.name>.sbatch")
+    render.add_argument("--array", default=None, help='make a job array, e.g. "0-9%%4"')
+    _add_config_args(render)
+
+    clusters = sub.add_parser(
+        "clusters",
+        help="list the cluster profiles with their partitions and limits",
+        description="List the cluster profiles of the config tree (conf/cluster/*.yaml).",
+    )
+    clusters.add_argument("--config-dir", default=None, help="the config tree to read")
+    return parser
+
+
+def describe_spec(spec: JobSpec) -> str:
+    """The resolved request as a two-column table."""
+    lay = spec.layout
+    part = spec.partition
+    select = (f"selected with -C {spec.constraint}" if part.select == "constraint"
+              else f"constraint {spec.constraint}" if spec.constraint else "")
+    launch = ("local worker processes" if not spec.cluster.is_slurm
+              else "torchrun, one task per node" if lay.launcher == "torchrun"
+              else "one process driving every GPU" if lay.mode == "dataparallel"
+              else "srun, one task per GPU")
+    qos = spec.qos or "(site default)"
+    if spec.cluster.qos and spec.config.get("resources", {}).get("qos") in (None, "auto"):
+        qos += f"  (auto: shortest QoS that fits {spec.time})"
+    rows = [
+        ("cluster", f"{spec.cluster.name}  ({spec.cluster.description})"),
+        ("account", spec.account or "-"),
+        ("partition", f"{part.name}  {select}".rstrip() if spec.cluster.is_slurm else "-"),
+        ("qos", qos if spec.cluster.is_slurm else "-"),
+        ("nodes", str(spec.nodes)),
+        ("gpus per node", f"{spec.gpus_per_node}  ({spec.total_gpus} in all)"),
+        ("tasks per node", f"{spec.ntasks_per_node}  ({launch})"),
+        ("cpus per task", f"{spec.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})"),
+        ("time", spec.time if spec.cluster.is_slurm else format_time(spec.time_minutes)),
+        ("parallel", f"{lay.mode}: world size {lay.world_size} = {lay.dp_size} data-parallel "
+                     f"x {lay.pp_size} pipeline"
+                     + (f", {lay.microbatches} micro-batches, {lay.schedule}"
+                        if lay.pipeline_enabled else "")),
+        ("batch", f"global {spec.global_batch_size} = {lay.dp_size} replica(s) x micro "
+                  f"{spec.micro_batch_size} x {spec.grad_accum_steps} accumulation step(s)"),
+        ("precision", spec.precision + ("  (decided by the hardware at run time)"
+                                        if spec.precision == "auto" else "")),
+        ("preemption", f"SIG{spec.signal} {spec.signal_lead_seconds} s before the time limit, "
+                       + ("requeue" if spec.requeue else "no requeue")),
+        ("job name", spec.job_name),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    spec = build_job_spec(compose_config(args.overrides, args.config_dir))
+    print(describe_spec(spec))
+    print("\nOK: the request fits the profile.")
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    spec = build_job_spec(compose_config(args.overrides, args.config_dir))
+    try:
+        script = render_sbatch(spec, array=args.array, rendered_by=args.overrides)
+    except RenderError as err:
+        raise JzkError(str(err)) from err
+    if args.output_dir is None:
+        sys.stdout.write(script)
+        return 0
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{spec.job_name}.sbatch"
+    path.write_text(script)
+    print(f"wrote {path}\nsubmit it with: mkdir -p {spec.log_dir} && sbatch {path}",
+          file=sys.stderr)
+    return 0
+
+
+def _cmd_clusters(args: argparse.Namespace) -> int:
+    from jeanzay_kit.config.clusters import profile_from_dict
+
+    directory = Path(args.config_dir or DEFAULT_CONFIG_DIR) / "cluster"
+    names = sorted(p.stem for p in directory.glob("*.yaml"))
+    if not names:
+        raise JzkError(f"no cluster profiles in {directory}")
+    for name in names:
+        cfg = compose_config([f"cluster={name}"], args.config_dir)
+        prof = profile_from_dict(cfg["cluster"])
+        account = (f"required, <project>{prof.account_suffix or ''}" if prof.account_required
+                   else "optional")
+        print(f"{prof.name}: {prof.description}")
+        print(f"  scheduler {prof.scheduler}, device {prof.device}, bf16 "
+              f"{'yes' if prof.bf16 else 'no'}, account {account}")
+        if prof.modules:
+            print(f"  modules: {' '.join(prof.modules)}")
+        for part in prof.partitions.values():
+            gpus = part.gpus_per_node if part.gpus_per_node is not None else "any"
+            cpus = part.cpus_per_node if part.cpus_per_node is not None else "any"
+            limit = format_time(part.max_minutes) if part.max_minutes else "none"
+            how = (f"-C {part.default_constraint}" if part.select == "constraint"
+                   else "--partition")
+            extra = f", constraints {'|'.join(part.constraints)}" if part.constraints else ""
+            default = " (default)" if part.name == prof.default_partition else ""
+            pre = ", preemptible" if part.preemptible else ""
+            print(f"  partition {part.name}{default}: {gpus} GPUs, {cpus} CPUs per node, "
+                  f"max {limit}, via {how}{extra}{pre}")
+        for q in prof.qos_by_time():
+            gpus = f", max {q.max_gpus_per_job} GPUs/job" if q.max_gpus_per_job else ""
+            default = " (default)" if q.name == prof.default_qos else ""
+            print(f"  qos {q.name}{default}: max {format_time(q.max_minutes)}{gpus}")
+        print()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler = {"validate": _cmd_validate, "render": _cmd_render, "clusters": _cmd_clusters}
+    try:
+        return handler[args.command](args)
+    except JzkError as err:
+        print(f"jzk {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `jzk render | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

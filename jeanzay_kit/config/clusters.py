@@ -1,0 +1,134 @@
+"""Cluster profiles as values: partitions, constraints, QoS limits, accounts, modules.
+
+The facts live in conf/cluster/*.yaml (data, with their sources in docs/clusters.md);
+this module only gives them a type. Pure: built from plain mappings, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from jeanzay_kit.errors import Problem, SpecError
+from jeanzay_kit.slurm.timefmt import TimeFormatError, parse_time
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One kind of node a job can land on, and how sbatch asks for it."""
+
+    name: str
+    gpus_per_node: int | None  # None: not limited by the profile (cluster=local)
+    cpus_per_node: int | None
+    max_minutes: int | None  # None: no limit known to the profile
+    select: str = "partition"  # "partition": render --partition; "constraint": -C only
+    constraints: tuple[str, ...] = ()  # values allowed for resources.constraint
+    default_constraint: str | None = None
+    preemptible: bool = False
+
+    @property
+    def cpus_per_gpu(self) -> int | None:
+        if self.cpus_per_node is None or not self.gpus_per_node:
+            return None
+        return self.cpus_per_node // self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Qos:
+    name: str
+    max_minutes: int
+    max_gpus_per_job: int | None = None
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    name: str
+    scheduler: str  # "slurm" | "local"
+    device: str  # "cuda" | "cpu" | "auto" (auto: decided on the machine at run time)
+    partitions: Mapping[str, Partition]
+    default_partition: str
+    qos: Mapping[str, Qos] = field(default_factory=dict)  # empty: the site's QoS are not checked
+    default_qos: str | None = None  # what Slurm applies when no --qos is given
+    account: str | None = None
+    account_required: bool = False
+    account_suffix: str | None = None  # e.g. "@h100": Jean Zay accounts are <project>@<arch>
+    bf16: bool = True
+    hint: str | None = None  # e.g. "nomultithread"
+    gpu_request: str = "gres"  # "gres" -> --gres=gpu:N, "gpus" -> --gpus-per-node=N
+    modules: tuple[str, ...] = ()
+    module_purge: bool = False
+    env: Mapping[str, str] = field(default_factory=dict)
+    max_array_size: int = 1001  # Slurm's default MaxArraySize
+    description: str = ""
+
+    @property
+    def is_slurm(self) -> bool:
+        return self.scheduler == "slurm"
+
+    def qos_by_time(self) -> list[Qos]:
+        return sorted(self.qos.values(), key=lambda q: q.max_minutes)
+
+
+def _minutes(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_time(value)
+    except TimeFormatError as err:
+        raise SpecError(Problem(key, value, f"is not a time ({err})")) from err
+
+
+def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
+    """Build a profile from the `cluster` node of the composed config."""
+    name = str(data.get("name") or "?")
+    partitions = {}
+    for pname, p in (data.get("partitions") or {}).items():
+        key = f"cluster.partitions.{pname}"
+        partitions[pname] = Partition(
+            name=pname,
+            gpus_per_node=p.get("gpus_per_node"),
+            cpus_per_node=p.get("cpus_per_node"),
+            max_minutes=_minutes(f"{key}.max_time", p.get("max_time")),
+            select=p.get("select", "partition"),
+            constraints=tuple(p.get("constraints") or ()),
+            default_constraint=p.get("default_constraint"),
+            preemptible=bool(p.get("preemptible", False)),
+        )
+    if not partitions:
+        raise SpecError(
+            Problem("cluster.partitions", None, f"is empty in profile {name}",
+                    "describe at least one partition in conf/cluster/<profile>.yaml")
+        )
+    qos = {}
+    for qname, q in (data.get("qos") or {}).items():
+        minutes = _minutes(f"cluster.qos.{qname}.max_time", q.get("max_time"))
+        if minutes is None:
+            raise SpecError(Problem(f"cluster.qos.{qname}.max_time", None, "is required"))
+        qos[qname] = Qos(qname, minutes, q.get("max_gpus_per_job"))
+    default_partition = data.get("default_partition") or next(iter(partitions))
+    if default_partition not in partitions:
+        raise SpecError(
+            Problem("cluster.default_partition", default_partition,
+                    f"is not one of the partitions of {name} ({', '.join(partitions)})")
+        )
+    return ClusterProfile(
+        name=name,
+        scheduler=data.get("scheduler", "slurm"),
+        device=data.get("device", "cuda"),
+        partitions=partitions,
+        default_partition=default_partition,
+        qos=qos,
+        default_qos=data.get("default_qos"),
+        account=data.get("account") or None,
+        account_required=bool(data.get("account_required", False)),
+        account_suffix=data.get("account_suffix"),
+        bf16=bool(data.get("bf16", True)),
+        hint=data.get("hint"),
+        gpu_request=data.get("gpu_request", "gres"),
+        modules=tuple(data.get("modules") or ()),
+        module_purge=bool(data.get("module_purge", False)),
+        env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+        max_array_size=int(data.get("max_array_size", 1001)),
+        description=str(data.get("description", "")),
+    )

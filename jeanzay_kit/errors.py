@@ -1,0 +1,65 @@
+"""One exception family for everything a user can get wrong.
+
+Every message names what was given, what the limit is and what to change, so the
+user can fix the request without reading a traceback. The CLI prints `str(err)`
+and exits with `err.exit_code`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class JzkError(Exception):
+    """Base class of the errors jeanzay_kit raises on purpose."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a request: the key, its value, why, and how to fix it."""
+
+    key: str
+    value: object
+    reason: str
+    hint: str = ""
+
+    def __str__(self) -> str:
+        text = f"{self.key}={_show(self.value)} {self.reason}"
+        if self.hint:
+            text += f". HINT: {self.hint}"
+        return text
+
+
+def _show(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        return value if value and value.strip() == value and " " not in value else repr(value)
+    return str(value)
+
+
+class SpecError(JzkError):
+    """The requested job cannot run as asked; raised before anything is submitted."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem] | Problem):
+        self.problems = [problems] if isinstance(problems, Problem) else list(problems)
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        if len(self.problems) == 1:
+            return str(self.problems[0])
+        lines = [f"{len(self.problems)} problems with this request:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+class HostlistError(JzkError, ValueError):
+    """A Slurm hostlist expression that cannot be parsed."""
+
+
+class RankEnvError(JzkError):
+    """Launcher variables (SLURM_*, torchrun) that contradict each other."""

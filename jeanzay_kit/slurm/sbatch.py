@@ -1,0 +1,215 @@
+"""Render a JobSpec as a standalone sbatch script a user can read, keep and `sbatch`. Pure.
+
+Two kinds of quoting, because two different parsers read the script:
+
+* `#SBATCH` lines are parsed by sbatch itself, never by a shell. sbatch understands
+  double quotes and backslash escapes, and treats an unquoted `#` as a comment
+  (src/sbatch/opt.c, _get_argument). Every value is written in double quotes with `"`
+  and `\\` escaped. A newline would end the directive and start a shell line, so
+  values with control characters are refused.
+* The script body is bash: every value goes through `shlex.quote`, so spaces, quotes,
+  `$(...)`, backticks and `;` stay data.
+
+The resolved config is embedded in a quoted here-document (no expansion inside) and
+written next to the logs when the job starts, so the job runs exactly the config that
+was validated, whatever happens to conf/ afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.dist.ranks import PORT_BASE, PORT_SPAN
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Values made only of these characters read the same to sbatch with or without quotes.
+_SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:@%/+=,-]+$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class RenderError(ValueError):
+    """A value that cannot be written into a script safely."""
+
+
+def sbatch_quote(value: object) -> str:
+    """Quote a value for an #SBATCH line, the way sbatch parses it."""
+    text = str(value)
+    if _CONTROL.search(text):
+        raise RenderError(f"refusing to write {text!r} into an #SBATCH line: control character")
+    if _SBATCH_SAFE.match(text):
+        return text
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def shell_word(value: object) -> str:
+    """One bash word that means exactly `value`, even with control characters in it.
+
+    shlex.quote keeps a newline inside single quotes, which is safe in a command but
+    not in a comment (the newline would end the comment); ANSI-C quoting ($'...') spells
+    control characters as escapes, so the word always stays on one line.
+    """
+    text = str(value)
+    if not _CONTROL.search(text):
+        return shlex.quote(text)
+    escaped = "".join(
+        f"\\x{ord(ch):02x}" if _CONTROL.match(ch) or ch in "\\'" else ch for ch in text
+    )
+    return f"$'{escaped}'"
+
+
+def _slurm_pattern_literal(path: str) -> str:
+    """Escape `%` so Slurm's filename patterns (%j, %x...) leave the user's path alone."""
+    return path.replace("%", "%%")
+
+
+def _directive(flag: str, value: object | None = None) -> str:
+    return f"#SBATCH --{flag}" if value is None else f"#SBATCH --{flag}={sbatch_quote(value)}"
+
+
+def frozen_config_yaml(config: Mapping[str, Any]) -> str:
+    """The resolved config as YAML that OmegaConf reads back to the same values."""
+    return yaml.safe_dump(_escape_interpolations(config), sort_keys=False,
+                          default_flow_style=False, allow_unicode=True)
+
+
+def _escape_interpolations(value: Any) -> Any:
+    # The config is already resolved; a literal "${" left in a string must not be
+    # resolved a second time when the job loads the file.
+    if isinstance(value, Mapping):
+        return {str(k): _escape_interpolations(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escape_interpolations(v) for v in value]
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    return value
+
+
+def _heredoc_delimiter(body: str) -> str:
+    tag = "JZK_CONFIG_" + hashlib.sha256(body.encode()).hexdigest()[:12].upper()
+    if tag in body.splitlines():  # cannot happen for a hash of the body, but be certain
+        raise RenderError("the config contains its own here-document delimiter")
+    return tag
+
+
+def render_sbatch(
+    spec: JobSpec,
+    command: Sequence[str] | None = None,
+    *,
+    array: str | None = None,
+    rendered_by: Sequence[str] = (),
+) -> str:
+    """The whole sbatch script for `spec`.
+
+    command: what each task runs after the Python interpreter, e.g. ["train.py"] or
+    ["-m", "mypkg.train"]; default: job.entry. The frozen config is passed to it as
+    Hydra's --config-dir/--config-name.
+    array: a Slurm array range such as "0-9%4"; logs then use %A_%a.
+    rendered_by: the overrides that produced the spec, recorded in the header so the
+    script can be rendered again.
+    """
+    argv = list(command) if command is not None else shlex.split(spec.entry)
+    lay = spec.layout
+    lines = ["#!/bin/bash"]
+    lines.append(f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>")
+    lines.append("# Re-render: jzk render " + " ".join(shell_word(o) for o in rendered_by))
+    lines.append(
+        f"# {spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
+        f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "
+        f"global batch {spec.global_batch_size} = {lay.dp_size} x {spec.micro_batch_size} "
+        f"x {spec.grad_accum_steps} accumulation step(s)"
+    )
+    lines.append(f"# Slurm does not create log folders: mkdir -p {shell_word(spec.log_dir)}")
+    lines.append(_directive("job-name", spec.job_name))
+    if spec.account:
+        lines.append(_directive("account", spec.account))
+    if spec.cluster.is_slurm and spec.partition.select == "partition":
+        lines.append(_directive("partition", spec.partition.name))
+    if spec.constraint:
+        lines.append(_directive("constraint", spec.constraint))
+    if spec.qos:
+        lines.append(_directive("qos", spec.qos))
+    lines.append(_directive("nodes", spec.nodes))
+    lines.append(_directive("ntasks-per-node", spec.ntasks_per_node))
+    if spec.cluster.gpu_request == "gpus":
+        lines.append(_directive("gpus-per-node", spec.gpus_per_node))
+    else:
+        lines.append(_directive("gres", f"gpu:{spec.gpus_per_node}"))
+    lines.append(_directive("cpus-per-task", spec.cpus_per_task))
+    if spec.mem:
+        lines.append(_directive("mem", spec.mem))
+    if spec.cluster.hint:
+        lines.append(_directive("hint", spec.cluster.hint))
+    lines.append(_directive("time", spec.time))
+    if array:
+        lines.append(_directive("array", array))
+    log_pattern = "%x-%A_%a" if array else "%x-%j"
+    log_dir = _slurm_pattern_literal(spec.log_dir.rstrip("/") or "/")
+    lines.append(_directive("output", f"{log_dir}/{log_pattern}.out"))
+    lines.append(_directive("error", f"{log_dir}/{log_pattern}.err"))
+    # No "B:" prefix: the signal goes to every task of every step (the training
+    # processes), not to this batch shell.
+    lines.append(_directive("signal", f"{spec.signal}@{spec.signal_lead_seconds}"))
+    lines.append(_directive("requeue") if spec.requeue else _directive("no-requeue"))
+    # Requeued runs append to the same log instead of truncating it.
+    lines.append(_directive("open-mode", "append"))
+    lines.append("")
+    lines.append("set -eo pipefail")
+    lines.append("")
+
+    if spec.cluster.module_purge or spec.cluster.modules:
+        lines.append("# Modules from the cluster profile")
+        if spec.cluster.module_purge:
+            lines.append("module purge")
+        for module in spec.cluster.modules:
+            lines.append(f"module load {shell_word(module)}")
+        lines.append("")
+
+    lines.append("# CPU threads of each training process: its share of the task's CPUs")
+    lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
+    lines.append("# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch")
+    lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
+    for name, value in spec.cluster.env.items():
+        if not _ENV_NAME.match(name):
+            raise RenderError(f"cluster.env key {name!r} is not a shell variable name")
+        lines.append(f"export {name}={shell_word(value)}")
+    lines.append("")
+
+    body = frozen_config_yaml(spec.config)
+    tag = _heredoc_delimiter(body)
+    lines.append("# The config validated at render time, frozen into this script.")
+    lines.append(f"JZK_CONFIG_DIR={shell_word(spec.log_dir)}")
+    lines.append('JZK_CONFIG_NAME="jzk-config-${SLURM_JOB_ID}"')
+    lines.append('mkdir -p -- "$JZK_CONFIG_DIR"')
+    lines.append(f"cat > \"$JZK_CONFIG_DIR/$JZK_CONFIG_NAME.yaml\" <<'{tag}'")
+    lines.append(body.rstrip("\n"))
+    lines.append(tag)
+    lines.append("")
+
+    program = [shell_word(spec.python)]
+    if lay.launcher == "torchrun":
+        lines.append("# torchrun starts one worker per GPU on each node; rendezvous on the first node")
+        lines.append(
+            'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+        )
+        lines.append(f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))")
+        program += [
+            "-m", "torch.distributed.run",
+            '--nnodes="$SLURM_NNODES"',
+            f"--nproc-per-node={spec.gpus_per_node}",
+            "--rdzv-backend=c10d",
+            '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
+            '--rdzv-id="$SLURM_JOB_ID"',
+        ]
+    program += [shell_word(a) for a in argv]
+    program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
+    lines.append("# --kill-on-bad-exit: one failed task ends the step instead of leaving the")
+    lines.append("# others blocked in a collective until the time limit")
+    lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
+    return "\n".join(lines) + "\n"
