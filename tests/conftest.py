@@ -1,0 +1,33 @@
+"""Shared fixtures: a throwaway slurm.conf so client commands answer without a cluster."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def scontrol_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Environment for `scontrol show hostnames|hostlist`.
+
+    Those two subcommands compute locally, but scontrol refuses to start without a
+    configuration source, so point SLURM_CONF at a minimal slurm.conf.
+    """
+    if shutil.which("scontrol") is None:
+        pytest.skip(
+            "scontrol not found: install Debian's slurm-client (scripts/setup.sh does, as root)"
+        )
+    conf_dir = tmp_path_factory.mktemp("slurmconf")
+    conf = conf_dir / "slurm.conf"
+    conf.write_text(
+        "ClusterName=jzk-test\nSlurmctldHost=localhost\n"
+        "NodeName=n1 CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=n1 Default=YES\n"
+    )
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(conf)
+    return env

@@ -1,0 +1,211 @@
+"""sbatch rendering: golden files, hostile strings run through bash, the frozen config."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.slurm.sbatch import RenderError, render_sbatch, sbatch_quote, shell_word
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+UPDATE = os.environ.get("JZK_UPDATE_GOLDEN") == "1"
+
+GOLDEN_CASES = {
+    "h100_ddp_2x4": ["cluster=jeanzay_h100", "cluster.account=abc@h100", "resources.nodes=2",
+                     "resources.gpus_per_node=4", "resources.time=10:00:00",
+                     "train.global_batch_size=64", "job.name=h100_ddp"],
+    "h100_torchrun_2x4": ["cluster=jeanzay_h100", "cluster.account=abc@h100",
+                          "resources.nodes=2", "resources.gpus_per_node=4",
+                          "parallel.launcher=torchrun", "train.global_batch_size=64"],
+    "v100_32g_fp16_array": ["cluster=jeanzay_v100", "cluster.account=abc@v100",
+                            "resources.constraint=v100-32g", "resources.time=30:00:00"],
+    "a100_pipeline": ["cluster=jeanzay_a100", "cluster.account=abc@a100", "parallel=pipeline",
+                      "resources.gpus_per_node=4", "parallel.pipeline_stages=4",
+                      "parallel.microbatches=8", "resources.time=01:30:00"],
+    "slurm_local_low": ["cluster=slurm_local", "resources.partition=low", "resources.nodes=2",
+                        "resources.gpus_per_node=2", "resources.time=00:10:00"],
+    "generic_gpus_env": ["cluster=generic_slurm", "resources.qos=normal", "resources.mem=64G",
+                         "+cluster.env.NCCL_SOCKET_IFNAME=ib0"],
+}
+
+
+def _spec(overrides: list[str]) -> JobSpec:
+    return build_job_spec(compose_config(overrides))
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_CASES))
+def test_rendered_script_matches_golden_file(name: str) -> None:
+    overrides = GOLDEN_CASES[name]
+    array = "0-9%2" if "array" in name else None
+    script = render_sbatch(_spec(overrides), array=array, rendered_by=overrides)
+    path = GOLDEN / f"{name}.sbatch"
+    if UPDATE or not path.exists():
+        path.write_text(script)
+        if not UPDATE:
+            pytest.fail(f"created missing golden file {path}; check it and commit it")
+    assert script == path.read_text(), (
+        f"{path.name} differs from what render_sbatch produces now. If the change is "
+        "intended, accept it with: JZK_UPDATE_GOLDEN=1 .venv/bin/python -m pytest "
+        "tests/unit/test_sbatch.py, then review `git diff tests/golden`"
+    )
+
+
+def _sbatch_directives(script: str) -> dict[str, str]:
+    """Read #SBATCH lines the way sbatch does: double quotes group, backslash escapes."""
+    out: dict[str, str] = {}
+    for line in script.splitlines():
+        if not line.startswith("#SBATCH "):
+            continue
+        arg, quoted, escape = [], False, False
+        for ch in line[len("#SBATCH "):]:
+            if escape:
+                arg.append(ch)
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                quoted = not quoted
+            elif ch == "#" and not quoted:
+                break
+            elif ch.isspace() and not quoted:
+                break
+            else:
+                arg.append(ch)
+        flag, _, value = "".join(arg).partition("=")
+        out[flag.removeprefix("--")] = value
+    return out
+
+
+def test_directives_carry_every_resource() -> None:
+    d = _sbatch_directives(render_sbatch(_spec(GOLDEN_CASES["h100_ddp_2x4"])))
+    assert d == {
+        "job-name": "h100_ddp", "account": "abc@h100", "constraint": "h100",
+        "qos": "qos_gpu_h100-t3", "nodes": "2", "ntasks-per-node": "4", "gres": "gpu:4",
+        "cpus-per-task": "24", "hint": "nomultithread", "time": "10:00:00",
+        "output": "logs/%x-%j.out", "error": "logs/%x-%j.err", "signal": "USR1@120",
+        "requeue": "", "open-mode": "append",
+    }
+
+
+def test_partition_profiles_render_partition_and_arrays_use_array_ids() -> None:
+    s = _spec(["cluster=jeanzay_v100_8gpu", "cluster.account=abc@v100",
+               "resources.partition=gpu_p2l"])
+    d = _sbatch_directives(render_sbatch(s, array="0-2"))
+    assert d["partition"] == "gpu_p2l" and "constraint" not in d
+    assert d["array"] == "0-2" and d["output"] == "logs/%x-%A_%a.out"
+
+
+HOSTILE = [
+    'x"; touch PWNED; echo "',
+    "$(touch PWNED)",
+    "`touch PWNED`",
+    "a'b; touch PWNED #",
+    "semi;colon && touch PWNED",
+    "back\\slash $HOME",
+]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_sbatch_quote_round_trips_through_sbatch_parsing(hostile: str) -> None:
+    script = f"#SBATCH --job-name={sbatch_quote(hostile)}\n"
+    assert _sbatch_directives(script)["job-name"] == hostile
+
+
+@pytest.mark.parametrize("bad", ["a\nb", "a\rb", "a\x00b"])
+def test_control_characters_never_reach_an_sbatch_line(bad: str) -> None:
+    with pytest.raises(RenderError, match="control character"):
+        sbatch_quote(bad)
+
+
+def _stub_bin(tmp: Path) -> Path:
+    """srun/module/scontrol stand-ins that record what the script asked for."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(
+        '#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$JZK_TEST_RECORD"\n'
+    )
+    (bin_dir / "module").write_text('#!/bin/bash\nprintf "%s\\n" "$*" >> "$JZK_TEST_MODULES"\n')
+    (bin_dir / "scontrol").write_text("#!/bin/bash\necho n1\necho n2\n")
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    return bin_dir
+
+
+def _run_script(script: str, tmp: Path) -> tuple[list[str], str]:
+    bin_dir = _stub_bin(tmp)
+    work = tmp / "work"
+    work.mkdir()
+    (work / "job.sbatch").write_text(script)
+    env = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "n[1-2]", "JZK_TEST_RECORD": str(tmp / "srun.argv"),
+        "JZK_TEST_MODULES": str(tmp / "modules.txt"), "HOME": str(tmp),
+    }
+    subprocess.run(["bash", "job.sbatch"], cwd=work, env=env, check=True, timeout=30)
+    argv = (tmp / "srun.argv").read_text().split("\0")[:-1]
+    modules = (tmp / "modules.txt").read_text() if (tmp / "modules.txt").exists() else ""
+    return argv, modules
+
+
+def _no_pwned(tmp: Path) -> None:
+    assert not list(tmp.rglob("PWNED")), "a hostile string ran as a command"
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: Path) -> None:
+    cfg = compose_config(["cluster=generic_slurm"])
+    cfg["job"]["name"] = hostile
+    cfg["job"]["log_dir"] = f"logs {hostile}"
+    cfg["job"]["entry"] = "-m " + shlex.quote(f"pkg.{hostile}")
+    cfg["cluster"]["env"] = {"JZK_HOSTILE": hostile}
+    cfg["cluster"]["modules"] = [hostile]
+    cfg["model"]["name"] = hostile + "\n${oc.env:HOME}\nJZK_CONFIG_0"
+    spec = build_job_spec(cfg)
+    script = render_sbatch(spec, rendered_by=[f"job.name={hostile}", "x=1\ntouch PWNED"])
+    argv, modules = _run_script(script, tmp_path)
+    _no_pwned(tmp_path)
+
+    assert _sbatch_directives(script)["job-name"] == hostile
+    log_dir = f"logs {hostile}"
+    assert argv == ["--kill-on-bad-exit=1", "python", "-m", f"pkg.{hostile}",
+                    f"--config-dir={log_dir}", "--config-name=jzk-config-42"]
+    assert modules.splitlines() == ["purge", f"load {hostile}"] if spec.cluster.module_purge \
+        else modules.splitlines() == [f"load {hostile}"]
+    # The frozen config reads back to exactly the validated values, "${" left alone.
+    frozen = OmegaConf.load(tmp_path / "work" / log_dir / "jzk-config-42.yaml")
+    assert OmegaConf.to_container(frozen, resolve=True) == spec.config
+
+
+def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:
+    overrides = GOLDEN_CASES["h100_torchrun_2x4"]
+    argv, modules = _run_script(render_sbatch(_spec(overrides)), tmp_path)
+    assert modules.splitlines() == ["purge", "load arch/h100"]
+    port = 10000 + 42 % 22768
+    assert argv[:9] == ["--kill-on-bad-exit=1", "python", "-m", "torch.distributed.run",
+                        "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+                        f"--rdzv-endpoint=n1:{port}", "--rdzv-id=42"]
+    assert argv[9:] == ["train.py", "--config-dir=logs", "--config-name=jzk-config-42"]
+
+
+@pytest.mark.parametrize(
+    "value", ["plain", "a b", "it's", "new\nline", "tab\tand\\back", "$(id) `id` ;"]
+)
+def test_shell_word_is_one_word_meaning_exactly_the_value(value: str) -> None:
+    word = shell_word(value)
+    assert "\n" not in word
+    out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, text=True,
+                         check=True, timeout=10).stdout
+    assert out == value
+
+
+def test_rendered_scripts_are_valid_bash() -> None:
+    for overrides in GOLDEN_CASES.values():
+        script = render_sbatch(_spec(overrides), rendered_by=overrides)
+        subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=10)
