@@ -71,12 +71,22 @@ def describe_spec(spec: JobSpec) -> str:
     """The resolved request as a two-column table."""
     lay = spec.layout
     part = spec.partition
-    select = (f"selected with -C {spec.constraint}" if part.select == "constraint"
-              else f"constraint {spec.constraint}" if spec.constraint else "")
-    launch = ("local worker processes" if not spec.cluster.is_slurm
-              else "torchrun, one task per node" if lay.launcher == "torchrun"
-              else "one process driving every GPU" if lay.mode == "dataparallel"
-              else "srun, one task per GPU")
+    select = (
+        f"selected with -C {spec.constraint}"
+        if part.select == "constraint"
+        else f"constraint {spec.constraint}"
+        if spec.constraint
+        else ""
+    )
+    launch = (
+        "local worker processes"
+        if not spec.cluster.is_slurm
+        else "torchrun, one task per node"
+        if lay.launcher == "torchrun"
+        else "one process driving every GPU"
+        if lay.mode == "dataparallel"
+        else "srun, one task per GPU"
+    )
     qos = spec.qos or "(site default)"
     if spec.cluster.qos and spec.config.get("resources", {}).get("qos") in (None, "auto"):
         qos += f"  (auto: shortest QoS that fits {spec.time})"
@@ -90,16 +100,31 @@ def describe_spec(spec: JobSpec) -> str:
         ("tasks per node", f"{spec.ntasks_per_node}  ({launch})"),
         ("cpus per task", f"{spec.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})"),
         ("time", spec.time if spec.cluster.is_slurm else format_time(spec.time_minutes)),
-        ("parallel", f"{lay.mode}: world size {lay.world_size} = {lay.dp_size} data-parallel "
-                     f"x {lay.pp_size} pipeline"
-                     + (f", {lay.microbatches} micro-batches, {lay.schedule}"
-                        if lay.pipeline_enabled else "")),
-        ("batch", f"global {spec.global_batch_size} = {lay.dp_size} replica(s) x micro "
-                  f"{spec.micro_batch_size} x {spec.grad_accum_steps} accumulation step(s)"),
-        ("precision", spec.precision + ("  (decided by the hardware at run time)"
-                                        if spec.precision == "auto" else "")),
-        ("preemption", f"SIG{spec.signal} {spec.signal_lead_seconds} s before the time limit, "
-                       + ("requeue" if spec.requeue else "no requeue")),
+        (
+            "parallel",
+            f"{lay.mode}: world size {lay.world_size} = {lay.dp_size} data-parallel "
+            f"x {lay.pp_size} pipeline"
+            + (
+                f", {lay.microbatches} micro-batches, {lay.schedule}"
+                if lay.pipeline_enabled
+                else ""
+            ),
+        ),
+        (
+            "batch",
+            f"global {spec.global_batch_size} = {lay.dp_size} replica(s) x micro "
+            f"{spec.micro_batch_size} x {spec.grad_accum_steps} accumulation step(s)",
+        ),
+        (
+            "precision",
+            spec.precision
+            + ("  (decided by the hardware at run time)" if spec.precision == "auto" else ""),
+        ),
+        (
+            "preemption",
+            f"SIG{spec.signal} {spec.signal_lead_seconds} s before the time limit, "
+            + ("requeue" if spec.requeue else "no requeue"),
+        ),
         ("job name", spec.job_name),
     ]
     width = max(len(k) for k, _ in rows)
@@ -126,8 +151,9 @@ def _cmd_render(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{spec.job_name}.sbatch"
     path.write_text(script)
-    print(f"wrote {path}\nsubmit it with: mkdir -p {spec.log_dir} && sbatch {path}",
-          file=sys.stderr)
+    print(
+        f"wrote {path}\nsubmit it with: mkdir -p {spec.log_dir} && sbatch {path}", file=sys.stderr
+    )
     return 0
 
 
@@ -141,24 +167,30 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
     for name in names:
         cfg = compose_config([f"cluster={name}"], args.config_dir)
         prof = profile_from_dict(cfg["cluster"])
-        account = (f"required, <project>{prof.account_suffix or ''}" if prof.account_required
-                   else "optional")
+        account = (
+            f"required, <project>{prof.account_suffix or ''}"
+            if prof.account_required
+            else "optional"
+        )
         print(f"{prof.name}: {prof.description}")
-        print(f"  scheduler {prof.scheduler}, device {prof.device}, bf16 "
-              f"{'yes' if prof.bf16 else 'no'}, account {account}")
+        print(
+            f"  scheduler {prof.scheduler}, device {prof.device}, bf16 "
+            f"{'yes' if prof.bf16 else 'no'}, account {account}"
+        )
         if prof.modules:
             print(f"  modules: {' '.join(prof.modules)}")
         for part in prof.partitions.values():
             gpus = part.gpus_per_node if part.gpus_per_node is not None else "any"
             cpus = part.cpus_per_node if part.cpus_per_node is not None else "any"
             limit = format_time(part.max_minutes) if part.max_minutes else "none"
-            how = (f"-C {part.default_constraint}" if part.select == "constraint"
-                   else "--partition")
+            how = f"-C {part.default_constraint}" if part.select == "constraint" else "--partition"
             extra = f", constraints {'|'.join(part.constraints)}" if part.constraints else ""
             default = " (default)" if part.name == prof.default_partition else ""
             pre = ", preemptible" if part.preemptible else ""
-            print(f"  partition {part.name}{default}: {gpus} GPUs, {cpus} CPUs per node, "
-                  f"max {limit}, via {how}{extra}{pre}")
+            print(
+                f"  partition {part.name}{default}: {gpus} GPUs, {cpus} CPUs per node, "
+                f"max {limit}, via {how}{extra}{pre}"
+            )
         for q in prof.qos_by_time():
             gpus = f", max {q.max_gpus_per_job} GPUs/job" if q.max_gpus_per_job else ""
             default = " (default)" if q.name == prof.default_qos else ""

@@ -4,5 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check jeanzay_kit tests train.py 2>/dev/null || .venv/bin/ruff check jeanzay_kit tests
+# Lint and format first: they take a second and catch what a reviewer would.
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
 exec .venv/bin/python -m pytest "$@"

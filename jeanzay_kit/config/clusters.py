@@ -97,8 +97,12 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
         )
     if not partitions:
         raise SpecError(
-            Problem("cluster.partitions", None, f"is empty in profile {name}",
-                    "describe at least one partition in conf/cluster/<profile>.yaml")
+            Problem(
+                "cluster.partitions",
+                None,
+                f"is empty in profile {name}",
+                "describe at least one partition in conf/cluster/<profile>.yaml",
+            )
         )
     qos = {}
     for qname, q in (data.get("qos") or {}).items():
@@ -109,8 +113,11 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
     default_partition = data.get("default_partition") or next(iter(partitions))
     if default_partition not in partitions:
         raise SpecError(
-            Problem("cluster.default_partition", default_partition,
-                    f"is not one of the partitions of {name} ({', '.join(partitions)})")
+            Problem(
+                "cluster.default_partition",
+                default_partition,
+                f"is not one of the partitions of {name} ({', '.join(partitions)})",
+            )
         )
     return ClusterProfile(
         name=name,

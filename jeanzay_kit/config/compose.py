@@ -47,7 +47,8 @@ def compose_config(
         # Hydra appends its search path to some messages; the user needs the first part.
         message = " ".join(str(err).split("Config search path")[0].split())
         raise ConfigError(
-            "cannot apply the overrides: " + message
+            "cannot apply the overrides: "
+            + message
             + ". HINT: overrides use Hydra's syntax, key=value (`jzk validate --help`)"
         ) from err
     assert isinstance(container, dict)

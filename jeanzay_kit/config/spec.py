@@ -119,8 +119,7 @@ class _Collector:
 
     def choice(self, key: str, value: object, choices: tuple[str, ...]) -> str | None:
         if value not in choices:
-            self.add(key, value, f"is not one of {', '.join(choices)}",
-                     f"use {key}={choices[0]}")
+            self.add(key, value, f"is not one of {', '.join(choices)}", f"use {key}={choices[0]}")
             return None
         return str(value)
 
@@ -132,8 +131,14 @@ class _Collector:
 def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     node = cfg.get(name)
     if not isinstance(node, Mapping):
-        raise SpecError(Problem(name, node, "is missing from the config",
-                                f"the root config must have a `{name}` section"))
+        raise SpecError(
+            Problem(
+                name,
+                node,
+                "is missing from the config",
+                f"the root config must have a `{name}` section",
+            )
+        )
     return node
 
 
@@ -152,8 +157,12 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     if not isinstance(job_name, str) or not job_name.strip():
         c.add("job.name", job_name, "must be a non-empty name", "use e.g. job.name=my_run")
     elif _CONTROL.search(job_name) or "/" in job_name:
-        c.add("job.name", job_name, "contains a control character or '/'",
-              "use letters, digits, '-', '_' or '.'")
+        c.add(
+            "job.name",
+            job_name,
+            "contains a control character or '/'",
+            "use letters, digits, '-', '_' or '.'",
+        )
     for key in ("log_dir", "python", "entry"):
         value = job.get(key)
         if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
@@ -164,8 +173,12 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     try:
         minutes = parse_time(res.get("time"))
     except TimeFormatError as err:
-        c.add("resources.time", res.get("time"), f"is not a Slurm time: {err}",
-              'use HH:MM:SS, e.g. resources.time="10:00:00", or D-HH:MM:SS')
+        c.add(
+            "resources.time",
+            res.get("time"),
+            f"is not a Slurm time: {err}",
+            'use HH:MM:SS, e.g. resources.time="10:00:00", or D-HH:MM:SS',
+        )
     mem = res.get("mem")
     if mem is not None and not re.fullmatch(r"\d+[KMGT]?", str(mem)):
         c.add("resources.mem", mem, "is not a Slurm memory size", "use e.g. resources.mem=64G")
@@ -179,8 +192,9 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     gbs = c.positive_int("train.global_batch_size", train.get("global_batch_size"))
     mbs = c.positive_int("train.micro_batch_size", train.get("micro_batch_size"))
     precision = c.choice("train.precision", train.get("precision", "auto"), PRECISIONS)
-    signal = c.choice("preemption.signal",
-                      str(pre.get("signal", "USR1")).upper().removeprefix("SIG"), SIGNALS)
+    signal = c.choice(
+        "preemption.signal", str(pre.get("signal", "USR1")).upper().removeprefix("SIG"), SIGNALS
+    )
     lead = c.positive_int("preemption.lead_seconds", pre.get("lead_seconds", 120), minimum=0)
     c.raise_if_any()  # the checks below need the values above
     assert nodes and gpn and minutes and mode and launcher and schedule  # for the type checker
@@ -190,40 +204,58 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     # ---- where the job runs -------------------------------------------------------------
     cname = cluster.name
     if not cluster.is_slurm and nodes > 1:
-        c.add("resources.nodes", nodes, f"but cluster={cname} runs on this machine only (1 node)",
-              "use a Slurm profile, e.g. cluster=jeanzay_h100, or resources.nodes=1")
+        c.add(
+            "resources.nodes",
+            nodes,
+            f"but cluster={cname} runs on this machine only (1 node)",
+            "use a Slurm profile, e.g. cluster=jeanzay_h100, or resources.nodes=1",
+        )
 
     partition_name = res.get("partition") or cluster.default_partition
     partition = cluster.partitions.get(partition_name)
     if partition is None:
-        c.add("resources.partition", partition_name,
-              f"is not a partition of {cname} ({', '.join(cluster.partitions)})",
-              f"use resources.partition={cluster.default_partition} or leave it null")
+        c.add(
+            "resources.partition",
+            partition_name,
+            f"is not a partition of {cname} ({', '.join(cluster.partitions)})",
+            f"use resources.partition={cluster.default_partition} or leave it null",
+        )
         c.raise_if_any()
     assert partition is not None
 
     requested_constraint = res.get("constraint")
     constraint = requested_constraint or partition.default_constraint
     if requested_constraint and not cluster.is_slurm:
-        c.add("resources.constraint", requested_constraint, f"means nothing on cluster={cname}",
-              "leave resources.constraint=null")
-    elif requested_constraint and partition.constraints and (
-        requested_constraint not in partition.constraints
+        c.add(
+            "resources.constraint",
+            requested_constraint,
+            f"means nothing on cluster={cname}",
+            "leave resources.constraint=null",
+        )
+    elif (
+        requested_constraint
+        and partition.constraints
+        and (requested_constraint not in partition.constraints)
     ):
-        c.add("resources.constraint", requested_constraint,
-              f"is not a constraint of {cname} partition {partition.name} "
-              f"({', '.join(partition.constraints)})",
-              f"use resources.constraint={partition.constraints[0]} or leave it null")
+        c.add(
+            "resources.constraint",
+            requested_constraint,
+            f"is not a constraint of {cname} partition {partition.name} "
+            f"({', '.join(partition.constraints)})",
+            f"use resources.constraint={partition.constraints[0]} or leave it null",
+        )
     elif requested_constraint and _CONTROL.search(str(requested_constraint)):
         c.add("resources.constraint", requested_constraint, "contains control characters")
 
     too_many_gpus = partition.gpus_per_node is not None and gpn > partition.gpus_per_node
     if too_many_gpus:
         want_nodes = math.ceil(nodes * gpn / partition.gpus_per_node)
-        c.add("resources.gpus_per_node", gpn,
-              f"but {cname} nodes have {partition.gpus_per_node} GPUs",
-              f"use resources.nodes={want_nodes} "
-              f"resources.gpus_per_node={partition.gpus_per_node}")
+        c.add(
+            "resources.gpus_per_node",
+            gpn,
+            f"but {cname} nodes have {partition.gpus_per_node} GPUs",
+            f"use resources.nodes={want_nodes} resources.gpus_per_node={partition.gpus_per_node}",
+        )
 
     # ---- tasks and CPUs -----------------------------------------------------------------
     one_task_per_node = launcher == "torchrun" or mode == "dataparallel"
@@ -237,11 +269,14 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     else:
         cpus = c.positive_int("resources.cpus_per_task", raw_cpus)
         if cpus is not None and share is not None and cpus > share:
-            c.add("resources.cpus_per_task", cpus,
-                  f"is above the node's share for {gpus_per_task} GPU(s) per task on {cname} "
-                  f"({partition.cpus_per_gpu} CPUs per GPU, so at most {share}); "
-                  "extra cores are charged as GPU hours and can leave GPUs unallocatable",
-                  f"use resources.cpus_per_task={share} or resources.cpus_per_task=auto")
+            c.add(
+                "resources.cpus_per_task",
+                cpus,
+                f"is above the node's share for {gpus_per_task} GPU(s) per task on {cname} "
+                f"({partition.cpus_per_gpu} CPUs per GPU, so at most {share}); "
+                "extra cores are charged as GPU hours and can leave GPUs unallocatable",
+                f"use resources.cpus_per_task={share} or resources.cpus_per_task=auto",
+            )
     if (
         cpus is not None
         and not too_many_gpus  # the GPU problem above already says what to change
@@ -249,35 +284,48 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
         and cpus * ntasks_per_node > partition.cpus_per_node
         and (share is None or cpus <= share)
     ):
-        c.add("resources.cpus_per_task", cpus,
-              f"x {ntasks_per_node} tasks per node is above the {partition.cpus_per_node} "
-              f"CPUs of a {cname} node",
-              f"use resources.cpus_per_task={partition.cpus_per_node // ntasks_per_node}")
+        c.add(
+            "resources.cpus_per_task",
+            cpus,
+            f"x {ntasks_per_node} tasks per node is above the {partition.cpus_per_node} "
+            f"CPUs of a {cname} node",
+            f"use resources.cpus_per_task={partition.cpus_per_node // ntasks_per_node}",
+        )
 
     # ---- account ------------------------------------------------------------------------
     account = cluster.account
     if cluster.account_required and not account:
         example = f"<project>{cluster.account_suffix or ''}"
-        c.add("cluster.account", account, f"is not set, but {cname} charges every job to a project",
-              f"use cluster.account={example} (`idracct` on Jean Zay lists your projects)")
+        c.add(
+            "cluster.account",
+            account,
+            f"is not set, but {cname} charges every job to a project",
+            f"use cluster.account={example} (`idracct` on Jean Zay lists your projects)",
+        )
     elif account and (_CONTROL.search(account) or " " in account):
         c.add("cluster.account", account, "contains blanks or control characters")
     elif account and cluster.account_suffix and not account.endswith(cluster.account_suffix):
         project = account.split("@")[0]
-        c.add("cluster.account", account,
-              f"does not end with {cluster.account_suffix}: {cname} hours are charged "
-              f"to <project>{cluster.account_suffix}",
-              f"use cluster.account={project}{cluster.account_suffix}")
+        c.add(
+            "cluster.account",
+            account,
+            f"does not end with {cluster.account_suffix}: {cname} hours are charged "
+            f"to <project>{cluster.account_suffix}",
+            f"use cluster.account={project}{cluster.account_suffix}",
+        )
 
     # ---- time and QoS -------------------------------------------------------------------
     total_gpus = nodes * gpn
     over_partition = partition.max_minutes is not None and minutes > partition.max_minutes
     if over_partition:
-        c.add("resources.time", format_time(minutes),
-              f"is above the {format_time(partition.max_minutes)} limit of {cname} "
-              f"partition {partition.name}",
-              f"use resources.time={format_time(partition.max_minutes)} or less, and resume "
-              "from a checkpoint in a follow-up job")
+        c.add(
+            "resources.time",
+            format_time(minutes),
+            f"is above the {format_time(partition.max_minutes)} limit of {cname} "
+            f"partition {partition.name}",
+            f"use resources.time={format_time(partition.max_minutes)} or less, and resume "
+            "from a checkpoint in a follow-up job",
+        )
     qos = None
     if not over_partition:
         qos = _pick_qos(c, cluster, res.get("qos", "auto"), minutes, total_gpus)
@@ -287,74 +335,119 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     pp = stages if mode in PIPELINE_MODES else 1
     if mode == "dataparallel":
         if nodes > 1:
-            c.add("resources.nodes", nodes, "but parallel.mode=dataparallel runs in one process "
-                  "on one node", "use parallel.mode=ddp for several nodes")
+            c.add(
+                "resources.nodes",
+                nodes,
+                "but parallel.mode=dataparallel runs in one process on one node",
+                "use parallel.mode=ddp for several nodes",
+            )
         if launcher == "torchrun":
-            c.add("parallel.launcher", launcher, "but parallel.mode=dataparallel is one process "
-                  "driving every GPU", "use parallel.launcher=srun")
+            c.add(
+                "parallel.launcher",
+                launcher,
+                "but parallel.mode=dataparallel is one process driving every GPU",
+                "use parallel.launcher=srun",
+            )
         if mbs % gpn:
-            c.add("train.micro_batch_size", mbs,
-                  f"is not divisible by the {gpn} GPUs nn.DataParallel splits it over",
-                  f"use train.micro_batch_size={max(gpn, mbs - mbs % gpn)}")
+            c.add(
+                "train.micro_batch_size",
+                mbs,
+                f"is not divisible by the {gpn} GPUs nn.DataParallel splits it over",
+                f"use train.micro_batch_size={max(gpn, mbs - mbs % gpn)}",
+            )
         dp = 1
     elif mode in PIPELINE_MODES:
         dp = world // stages if world % stages == 0 else 0
         if stages < 2:
-            c.add("parallel.pipeline_stages", stages, f"but parallel.mode={mode} needs at least 2",
-                  "use parallel.pipeline_stages=2, or parallel.mode=ddp")
+            c.add(
+                "parallel.pipeline_stages",
+                stages,
+                f"but parallel.mode={mode} needs at least 2",
+                "use parallel.pipeline_stages=2, or parallel.mode=ddp",
+            )
         elif mode == "pipeline" and stages != world:
-            c.add("parallel.pipeline_stages", stages,
-                  f"but resources.nodes x resources.gpus_per_node = {world} ranks; "
-                  "parallel.mode=pipeline puts one stage on each rank",
-                  f"use parallel.pipeline_stages={world}, or parallel.mode=pipeline_ddp "
-                  "for replicas of the pipeline")
+            c.add(
+                "parallel.pipeline_stages",
+                stages,
+                f"but resources.nodes x resources.gpus_per_node = {world} ranks; "
+                "parallel.mode=pipeline puts one stage on each rank",
+                f"use parallel.pipeline_stages={world}, or parallel.mode=pipeline_ddp "
+                "for replicas of the pipeline",
+            )
         elif world % stages:
-            c.add("parallel.pipeline_stages", stages,
-                  f"does not divide the world size {world} "
-                  f"(resources.nodes={nodes} x resources.gpus_per_node={gpn})",
-                  "use a divisor of the world size, e.g. "
-                  f"parallel.pipeline_stages={_divisor_near(world, stages)}")
+            c.add(
+                "parallel.pipeline_stages",
+                stages,
+                f"does not divide the world size {world} "
+                f"(resources.nodes={nodes} x resources.gpus_per_node={gpn})",
+                "use a divisor of the world size, e.g. "
+                f"parallel.pipeline_stages={_divisor_near(world, stages)}",
+            )
         if schedule == "1f1b" and microbatches < stages:
-            c.add("parallel.microbatches", microbatches,
-                  f"is below parallel.pipeline_stages={stages}; the 1F1B schedule needs at "
-                  "least one micro-batch per stage",
-                  f"use parallel.microbatches={stages}")
+            c.add(
+                "parallel.microbatches",
+                microbatches,
+                f"is below parallel.pipeline_stages={stages}; the 1F1B schedule needs at "
+                "least one micro-batch per stage",
+                f"use parallel.microbatches={stages}",
+            )
         if schedule == "interleaved_1f1b":
             rounds = max(1, microbatches // stages)
             if microbatches % rounds:
-                c.add("parallel.microbatches", microbatches,
-                      f"is not a multiple of the {rounds} rounds interleaved 1F1B makes of "
-                      f"{stages} stages",
-                      f"use a multiple of parallel.pipeline_stages, e.g. "
-                      f"parallel.microbatches={stages * rounds}")
+                c.add(
+                    "parallel.microbatches",
+                    microbatches,
+                    f"is not a multiple of the {rounds} rounds interleaved 1F1B makes of "
+                    f"{stages} stages",
+                    f"use a multiple of parallel.pipeline_stages, e.g. "
+                    f"parallel.microbatches={stages * rounds}",
+                )
         if mbs % microbatches:
-            c.add("train.micro_batch_size", mbs,
-                  f"is not divisible by parallel.microbatches={microbatches} "
-                  "(each pipeline micro-batch must have the same size)",
-                  f"use train.micro_batch_size={microbatches * max(1, mbs // microbatches)}")
+            c.add(
+                "train.micro_batch_size",
+                mbs,
+                f"is not divisible by parallel.microbatches={microbatches} "
+                "(each pipeline micro-batch must have the same size)",
+                f"use train.micro_batch_size={microbatches * max(1, mbs // microbatches)}",
+            )
     else:
         dp = world
     if mode == "pipeline_ddp" and dp == 1 and world % stages == 0 and stages >= 2:
-        c.add("parallel.mode", mode, f"but {world} ranks / {stages} stages leaves one replica",
-              "use parallel.mode=pipeline, or more GPUs for several replicas")
+        c.add(
+            "parallel.mode",
+            mode,
+            f"but {world} ranks / {stages} stages leaves one replica",
+            "use parallel.mode=pipeline, or more GPUs for several replicas",
+        )
 
     grad_accum = 0
     if dp and gbs % (dp * mbs):
-        c.add("train.global_batch_size", gbs,
-              f"is not divisible by data-parallel size {dp} x train.micro_batch_size={mbs} "
-              f"(= {dp * mbs})",
-              f"use train.global_batch_size={_multiple_near(gbs, dp * mbs)}")
+        c.add(
+            "train.global_batch_size",
+            gbs,
+            f"is not divisible by data-parallel size {dp} x train.micro_batch_size={mbs} "
+            f"(= {dp * mbs})",
+            f"use train.global_batch_size={_multiple_near(gbs, dp * mbs)}",
+        )
     elif dp:
         grad_accum = gbs // (dp * mbs)
 
     # ---- precision ----------------------------------------------------------------------
     resolved_precision = precision
     if precision == "bf16" and not cluster.bf16:
-        c.add("train.precision", precision, f"but {cname} GPUs have no bfloat16 support",
-              "use train.precision=fp16 (with loss scaling) or train.precision=auto")
+        c.add(
+            "train.precision",
+            precision,
+            f"but {cname} GPUs have no bfloat16 support",
+            "use train.precision=fp16 (with loss scaling) or train.precision=auto",
+        )
     if precision == "fp16" and cluster.device == "cpu":
-        c.add("train.precision", precision, f"but {cname} trains on the CPU, where fp16 is slow "
-              "and unsupported by many kernels", "use train.precision=fp32 or bf16")
+        c.add(
+            "train.precision",
+            precision,
+            f"but {cname} trains on the CPU, where fp16 is slow and unsupported by many kernels",
+            "use train.precision=fp32 or bf16",
+        )
     if precision == "auto":
         if cluster.device == "cuda":
             resolved_precision = "bf16" if cluster.bf16 else "fp16"
@@ -362,8 +455,16 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
             resolved_precision = "fp32"
 
     c.raise_if_any()
-    layout = ParallelLayout(mode, launcher, world if mode != "dataparallel" else 1, pp, dp,
-                            microbatches, schedule, stages_per_rank)
+    layout = ParallelLayout(
+        mode,
+        launcher,
+        world if mode != "dataparallel" else 1,
+        pp,
+        dp,
+        microbatches,
+        schedule,
+        stages_per_rank,
+    )
     return JobSpec(
         cluster=cluster,
         job_name=job_name,
@@ -392,8 +493,9 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
     )
 
 
-def _pick_qos(c: _Collector, cluster: ClusterProfile, requested: object, minutes: int,
-              total_gpus: int) -> str | None:
+def _pick_qos(
+    c: _Collector, cluster: ClusterProfile, requested: object, minutes: int, total_gpus: int
+) -> str | None:
     """Check a named QoS, or pick the shortest one that fits for qos=auto."""
     if not cluster.qos:  # the profile does not know the site's QoS: pass the name through
         if requested in (None, "auto"):
@@ -407,34 +509,50 @@ def _pick_qos(c: _Collector, cluster: ClusterProfile, requested: object, minutes
         if fitting:
             return fitting[0].name
         longest = cluster.qos_by_time()[-1]
-        c.add("resources.time", format_time(minutes),
-              f"with {total_gpus} GPUs fits no QoS of {cluster.name} "
-              f"({_qos_table(cluster)})",
-              f"use resources.time={format_time(longest.max_minutes)} or less, "
-              "or fewer GPUs")
+        c.add(
+            "resources.time",
+            format_time(minutes),
+            f"with {total_gpus} GPUs fits no QoS of {cluster.name} ({_qos_table(cluster)})",
+            f"use resources.time={format_time(longest.max_minutes)} or less, or fewer GPUs",
+        )
         return None
     qos = cluster.qos.get(str(requested))
     if qos is None:
-        c.add("resources.qos", requested, f"is not a QoS of {cluster.name} ({_qos_table(cluster)})",
-              "use resources.qos=auto to pick the shortest QoS that fits")
+        c.add(
+            "resources.qos",
+            requested,
+            f"is not a QoS of {cluster.name} ({_qos_table(cluster)})",
+            "use resources.qos=auto to pick the shortest QoS that fits",
+        )
         return None
     if minutes > qos.max_minutes:
         longer = [q for q in cluster.qos_by_time() if _qos_fits(q, minutes, total_gpus)]
-        hint = (f"use resources.qos={longer[0].name}" if longer
-                else f"use resources.time={format_time(qos.max_minutes)} or less")
-        c.add("resources.time", format_time(minutes),
-              f"is above the {format_time(qos.max_minutes)} limit of QoS {qos.name}", hint)
+        hint = (
+            f"use resources.qos={longer[0].name}"
+            if longer
+            else f"use resources.time={format_time(qos.max_minutes)} or less"
+        )
+        c.add(
+            "resources.time",
+            format_time(minutes),
+            f"is above the {format_time(qos.max_minutes)} limit of QoS {qos.name}",
+            hint,
+        )
     if qos.max_gpus_per_job is not None and total_gpus > qos.max_gpus_per_job:
-        c.add("resources.qos", qos.name,
-              f"allows {qos.max_gpus_per_job} GPUs per job but resources.nodes x "
-              f"resources.gpus_per_node = {total_gpus}",
-              f"use at most {qos.max_gpus_per_job} GPUs, or resources.qos=auto")
+        c.add(
+            "resources.qos",
+            qos.name,
+            f"allows {qos.max_gpus_per_job} GPUs per job but resources.nodes x "
+            f"resources.gpus_per_node = {total_gpus}",
+            f"use at most {qos.max_gpus_per_job} GPUs, or resources.qos=auto",
+        )
     return qos.name
 
 
 def _qos_fits(qos: Qos, minutes: int, gpus: int) -> bool:
-    return minutes <= qos.max_minutes and (qos.max_gpus_per_job is None
-                                           or gpus <= qos.max_gpus_per_job)
+    return minutes <= qos.max_minutes and (
+        qos.max_gpus_per_job is None or gpus <= qos.max_gpus_per_job
+    )
 
 
 def _qos_table(cluster: ClusterProfile) -> str:

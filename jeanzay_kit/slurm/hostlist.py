@@ -135,7 +135,9 @@ class _Range:
         return f"{n:0{self.width}d}" if self.width else str(n)
 
     def text(self) -> str:
-        return self.fmt(self.lo) if self.lo == self.hi else f"{self.fmt(self.lo)}-{self.fmt(self.hi)}"
+        return (
+            self.fmt(self.lo) if self.lo == self.hi else f"{self.fmt(self.lo)}-{self.fmt(self.hi)}"
+        )
 
 
 def _fits(rng: _Range, digits: str) -> bool:

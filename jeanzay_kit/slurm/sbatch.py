@@ -75,8 +75,12 @@ def _directive(flag: str, value: object | None = None) -> str:
 
 def frozen_config_yaml(config: Mapping[str, Any]) -> str:
     """The resolved config as YAML that OmegaConf reads back to the same values."""
-    return yaml.safe_dump(_escape_interpolations(config), sort_keys=False,
-                          default_flow_style=False, allow_unicode=True)
+    return yaml.safe_dump(
+        _escape_interpolations(config),
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+    )
 
 
 def _escape_interpolations(value: Any) -> Any:
@@ -117,7 +121,9 @@ def render_sbatch(
     argv = list(command) if command is not None else shlex.split(spec.entry)
     lay = spec.layout
     lines = ["#!/bin/bash"]
-    lines.append(f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>")
+    lines.append(
+        f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>"
+    )
     lines.append("# Re-render: jzk render " + " ".join(shell_word(o) for o in rendered_by))
     lines.append(
         f"# {spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
@@ -194,13 +200,14 @@ def render_sbatch(
 
     program = [shell_word(spec.python)]
     if lay.launcher == "torchrun":
-        lines.append("# torchrun starts one worker per GPU on each node; rendezvous on the first node")
         lines.append(
-            'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"'
+            "# torchrun starts one worker per GPU on each node; rendezvous on the first node"
         )
+        lines.append('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"')
         lines.append(f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))")
         program += [
-            "-m", "torch.distributed.run",
+            "-m",
+            "torch.distributed.run",
             '--nnodes="$SLURM_NNODES"',
             f"--nproc-per-node={spec.gpus_per_node}",
             "--rdzv-backend=c10d",

@@ -136,7 +136,11 @@ def _random_expression(rng: random.Random) -> str:
 
 def _scontrol(env: dict[str, str], *args: str) -> str:
     return subprocess.run(
-        ["scontrol", "show", *args], env=env, capture_output=True, text=True, check=True,
+        ["scontrol", "show", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
         timeout=30,
     ).stdout
 
@@ -164,7 +168,9 @@ def test_expand_matches_scontrol_show_hostnames(scontrol_env: dict[str, str]) ->
 
 
 @pytest.mark.slurm
-@pytest.mark.parametrize(("expr", "hosts"), [c for c in EXPAND_CASES if ".ib0" not in c[0] and c[0]])
+@pytest.mark.parametrize(
+    ("expr", "hosts"), [c for c in EXPAND_CASES if ".ib0" not in c[0] and c[0]]
+)
 def test_expand_table_agrees_with_scontrol(
     scontrol_env: dict[str, str], expr: str, hosts: list[str]
 ) -> None:

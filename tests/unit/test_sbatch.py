@@ -18,21 +18,51 @@ GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("JZK_UPDATE_GOLDEN") == "1"
 
 GOLDEN_CASES = {
-    "h100_ddp_2x4": ["cluster=jeanzay_h100", "cluster.account=abc@h100", "resources.nodes=2",
-                     "resources.gpus_per_node=4", "resources.time=10:00:00",
-                     "train.global_batch_size=64", "job.name=h100_ddp"],
-    "h100_torchrun_2x4": ["cluster=jeanzay_h100", "cluster.account=abc@h100",
-                          "resources.nodes=2", "resources.gpus_per_node=4",
-                          "parallel.launcher=torchrun", "train.global_batch_size=64"],
-    "v100_32g_fp16_array": ["cluster=jeanzay_v100", "cluster.account=abc@v100",
-                            "resources.constraint=v100-32g", "resources.time=30:00:00"],
-    "a100_pipeline": ["cluster=jeanzay_a100", "cluster.account=abc@a100", "parallel=pipeline",
-                      "resources.gpus_per_node=4", "parallel.pipeline_stages=4",
-                      "parallel.microbatches=8", "resources.time=01:30:00"],
-    "slurm_local_low": ["cluster=slurm_local", "resources.partition=low", "resources.nodes=2",
-                        "resources.gpus_per_node=2", "resources.time=00:10:00"],
-    "generic_gpus_env": ["cluster=generic_slurm", "resources.qos=normal", "resources.mem=64G",
-                         "+cluster.env.NCCL_SOCKET_IFNAME=ib0"],
+    "h100_ddp_2x4": [
+        "cluster=jeanzay_h100",
+        "cluster.account=abc@h100",
+        "resources.nodes=2",
+        "resources.gpus_per_node=4",
+        "resources.time=10:00:00",
+        "train.global_batch_size=64",
+        "job.name=h100_ddp",
+    ],
+    "h100_torchrun_2x4": [
+        "cluster=jeanzay_h100",
+        "cluster.account=abc@h100",
+        "resources.nodes=2",
+        "resources.gpus_per_node=4",
+        "parallel.launcher=torchrun",
+        "train.global_batch_size=64",
+    ],
+    "v100_32g_fp16_array": [
+        "cluster=jeanzay_v100",
+        "cluster.account=abc@v100",
+        "resources.constraint=v100-32g",
+        "resources.time=30:00:00",
+    ],
+    "a100_pipeline": [
+        "cluster=jeanzay_a100",
+        "cluster.account=abc@a100",
+        "parallel=pipeline",
+        "resources.gpus_per_node=4",
+        "parallel.pipeline_stages=4",
+        "parallel.microbatches=8",
+        "resources.time=01:30:00",
+    ],
+    "slurm_local_low": [
+        "cluster=slurm_local",
+        "resources.partition=low",
+        "resources.nodes=2",
+        "resources.gpus_per_node=2",
+        "resources.time=00:10:00",
+    ],
+    "generic_gpus_env": [
+        "cluster=generic_slurm",
+        "resources.qos=normal",
+        "resources.mem=64G",
+        "+cluster.env.NCCL_SOCKET_IFNAME=ib0",
+    ],
 }
 
 
@@ -64,7 +94,7 @@ def _sbatch_directives(script: str) -> dict[str, str]:
         if not line.startswith("#SBATCH "):
             continue
         arg, quoted, escape = [], False, False
-        for ch in line[len("#SBATCH "):]:
+        for ch in line[len("#SBATCH ") :]:
             if escape:
                 arg.append(ch)
                 escape = False
@@ -72,9 +102,7 @@ def _sbatch_directives(script: str) -> dict[str, str]:
                 escape = True
             elif ch == '"':
                 quoted = not quoted
-            elif ch == "#" and not quoted:
-                break
-            elif ch.isspace() and not quoted:
+            elif ch == "#" and not quoted or ch.isspace() and not quoted:
                 break
             else:
                 arg.append(ch)
@@ -86,17 +114,28 @@ def _sbatch_directives(script: str) -> dict[str, str]:
 def test_directives_carry_every_resource() -> None:
     d = _sbatch_directives(render_sbatch(_spec(GOLDEN_CASES["h100_ddp_2x4"])))
     assert d == {
-        "job-name": "h100_ddp", "account": "abc@h100", "constraint": "h100",
-        "qos": "qos_gpu_h100-t3", "nodes": "2", "ntasks-per-node": "4", "gres": "gpu:4",
-        "cpus-per-task": "24", "hint": "nomultithread", "time": "10:00:00",
-        "output": "logs/%x-%j.out", "error": "logs/%x-%j.err", "signal": "USR1@120",
-        "requeue": "", "open-mode": "append",
+        "job-name": "h100_ddp",
+        "account": "abc@h100",
+        "constraint": "h100",
+        "qos": "qos_gpu_h100-t3",
+        "nodes": "2",
+        "ntasks-per-node": "4",
+        "gres": "gpu:4",
+        "cpus-per-task": "24",
+        "hint": "nomultithread",
+        "time": "10:00:00",
+        "output": "logs/%x-%j.out",
+        "error": "logs/%x-%j.err",
+        "signal": "USR1@120",
+        "requeue": "",
+        "open-mode": "append",
     }
 
 
 def test_partition_profiles_render_partition_and_arrays_use_array_ids() -> None:
-    s = _spec(["cluster=jeanzay_v100_8gpu", "cluster.account=abc@v100",
-               "resources.partition=gpu_p2l"])
+    s = _spec(
+        ["cluster=jeanzay_v100_8gpu", "cluster.account=abc@v100", "resources.partition=gpu_p2l"]
+    )
     d = _sbatch_directives(render_sbatch(s, array="0-2"))
     assert d["partition"] == "gpu_p2l" and "constraint" not in d
     assert d["array"] == "0-2" and d["output"] == "logs/%x-%A_%a.out"
@@ -144,9 +183,13 @@ def _run_script(script: str, tmp: Path) -> tuple[list[str], str]:
     work.mkdir()
     (work / "job.sbatch").write_text(script)
     env = {
-        "PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "42", "SLURM_NNODES": "2",
-        "SLURM_JOB_NODELIST": "n[1-2]", "JZK_TEST_RECORD": str(tmp / "srun.argv"),
-        "JZK_TEST_MODULES": str(tmp / "modules.txt"), "HOME": str(tmp),
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "SLURM_JOB_ID": "42",
+        "SLURM_NNODES": "2",
+        "SLURM_JOB_NODELIST": "n[1-2]",
+        "JZK_TEST_RECORD": str(tmp / "srun.argv"),
+        "JZK_TEST_MODULES": str(tmp / "modules.txt"),
+        "HOME": str(tmp),
     }
     subprocess.run(["bash", "job.sbatch"], cwd=work, env=env, check=True, timeout=30)
     argv = (tmp / "srun.argv").read_text().split("\0")[:-1]
@@ -174,10 +217,19 @@ def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: P
 
     assert _sbatch_directives(script)["job-name"] == hostile
     log_dir = f"logs {hostile}"
-    assert argv == ["--kill-on-bad-exit=1", "python", "-m", f"pkg.{hostile}",
-                    f"--config-dir={log_dir}", "--config-name=jzk-config-42"]
-    assert modules.splitlines() == ["purge", f"load {hostile}"] if spec.cluster.module_purge \
+    assert argv == [
+        "--kill-on-bad-exit=1",
+        "python",
+        "-m",
+        f"pkg.{hostile}",
+        f"--config-dir={log_dir}",
+        "--config-name=jzk-config-42",
+    ]
+    assert (
+        modules.splitlines() == ["purge", f"load {hostile}"]
+        if spec.cluster.module_purge
         else modules.splitlines() == [f"load {hostile}"]
+    )
     # The frozen config reads back to exactly the validated values, "${" left alone.
     frozen = OmegaConf.load(tmp_path / "work" / log_dir / "jzk-config-42.yaml")
     assert OmegaConf.to_container(frozen, resolve=True) == spec.config
@@ -188,9 +240,17 @@ def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:
     argv, modules = _run_script(render_sbatch(_spec(overrides)), tmp_path)
     assert modules.splitlines() == ["purge", "load arch/h100"]
     port = 10000 + 42 % 22768
-    assert argv[:9] == ["--kill-on-bad-exit=1", "python", "-m", "torch.distributed.run",
-                        "--nnodes=2", "--nproc-per-node=4", "--rdzv-backend=c10d",
-                        f"--rdzv-endpoint=n1:{port}", "--rdzv-id=42"]
+    assert argv[:9] == [
+        "--kill-on-bad-exit=1",
+        "python",
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=4",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=n1:{port}",
+        "--rdzv-id=42",
+    ]
     assert argv[9:] == ["train.py", "--config-dir=logs", "--config-name=jzk-config-42"]
 
 
@@ -200,8 +260,9 @@ def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:
 def test_shell_word_is_one_word_meaning_exactly_the_value(value: str) -> None:
     word = shell_word(value)
     assert "\n" not in word
-    out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, text=True,
-                         check=True, timeout=10).stdout
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {word}"], capture_output=True, text=True, check=True, timeout=10
+    ).stdout
     assert out == value
 
 

@@ -1,0 +1,60 @@
+"""Pure modules import neither torch nor submitit, read no environment, run no process."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
+PURE = [
+    "errors.py",
+    "config/clusters.py",
+    "config/spec.py",
+    "slurm/hostlist.py",
+    "slurm/timefmt.py",
+    "slurm/sbatch.py",
+    "dist/ranks.py",
+]
+FORBIDDEN_MODULES = {
+    "torch",
+    "submitit",
+    "subprocess",
+    "os",
+    "hydra",
+    "omegaconf",
+    "socket",
+    "shutil",
+    "pathlib",
+}
+FORBIDDEN_CALLS = {"open", "exec", "eval", "input"}
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("relpath", PURE)
+def test_pure_module_stays_pure(relpath: str) -> None:
+    tree = ast.parse((PACKAGE / relpath).read_text())
+    bad_imports = _imports(tree) & FORBIDDEN_MODULES
+    assert not bad_imports, f"{relpath} imports {sorted(bad_imports)}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in {"environ", "getenv", "system"}:
+            pytest.fail(f"{relpath}:{node.lineno} touches {node.attr}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            assert node.func.id not in FORBIDDEN_CALLS, (
+                f"{relpath}:{node.lineno} calls {node.func.id}"
+            )
+
+
+def test_the_checker_would_catch_an_impure_module(tmp_path: Path) -> None:
+    tree = ast.parse("import os\nfrom torch import nn\nx = os.environ['A']\n")
+    assert _imports(tree) & FORBIDDEN_MODULES == {"os", "torch"}
