@@ -142,8 +142,18 @@ def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return node
 
 
-def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
-    """Validate the resolved config (plain dicts) and return the frozen JobSpec."""
+# CPU worker processes a local run starts when there is no GPU: two, so that even a
+# laptop run exercises the real distributed path (gloo, all-reduce, sharding).
+LOCAL_CPU_WORKERS = 2
+
+
+def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> JobSpec:
+    """Validate the resolved config (plain dicts) and return the frozen JobSpec.
+
+    local_gpus: GPUs visible on this machine, for resources.gpus_per_node=auto on
+    cluster=local (one worker per GPU, or LOCAL_CPU_WORKERS without a GPU). The caller
+    detects them; this function stays pure.
+    """
     cluster = profile_from_dict(_section(cfg, "cluster"))
     res = _section(cfg, "resources")
     par = _section(cfg, "parallel")
@@ -168,7 +178,12 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
         if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
             c.add(f"job.{key}", value, "must be a non-empty single-line string")
     nodes = c.positive_int("resources.nodes", res.get("nodes"))
-    gpn = c.positive_int("resources.gpus_per_node", res.get("gpus_per_node"))
+    raw_gpn = res.get("gpus_per_node", "auto")
+    if raw_gpn in (None, "auto"):
+        # On a cluster, one GPU: the smallest request, scaled up explicitly. On this
+        # machine, every visible GPU, or LOCAL_CPU_WORKERS processes without one.
+        raw_gpn = 1 if cluster.is_slurm else (local_gpus or LOCAL_CPU_WORKERS)
+    gpn = c.positive_int("resources.gpus_per_node", raw_gpn)
     minutes: int | None = None
     try:
         minutes = parse_time(res.get("time"))
@@ -289,7 +304,10 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
             cpus,
             f"x {ntasks_per_node} tasks per node is above the {partition.cpus_per_node} "
             f"CPUs of a {cname} node",
-            f"use resources.cpus_per_task={partition.cpus_per_node // ntasks_per_node}",
+            f"use resources.cpus_per_task={partition.cpus_per_node // ntasks_per_node}"
+            if partition.cpus_per_node >= ntasks_per_node
+            else f"use at most {partition.cpus_per_node} tasks per node, e.g. "
+            f"resources.gpus_per_node={partition.cpus_per_node}",
         )
 
     # ---- account ------------------------------------------------------------------------
@@ -383,24 +401,27 @@ def build_job_spec(cfg: Mapping[str, Any]) -> JobSpec:
                 "use a divisor of the world size, e.g. "
                 f"parallel.pipeline_stages={_divisor_near(world, stages)}",
             )
-        if schedule == "1f1b" and microbatches < stages:
+        # One schedule step runs microbatches x accumulation pipeline micro-batches.
+        accum_guess = gbs // (dp * mbs) if dp and gbs % (dp * mbs) == 0 else 1
+        total_mb = microbatches * accum_guess
+        if schedule == "1f1b" and total_mb < stages:
             c.add(
                 "parallel.microbatches",
                 microbatches,
-                f"is below parallel.pipeline_stages={stages}; the 1F1B schedule needs at "
-                "least one micro-batch per stage",
-                f"use parallel.microbatches={stages}",
+                f"x {accum_guess} accumulation step(s) is below parallel.pipeline_stages="
+                f"{stages}; the 1F1B schedule needs at least one micro-batch per stage",
+                f"use parallel.microbatches={-(-stages // accum_guess)}",
             )
         if schedule == "interleaved_1f1b":
-            rounds = max(1, microbatches // stages)
-            if microbatches % rounds:
+            rounds = max(1, total_mb // stages)
+            if total_mb % rounds:
                 c.add(
                     "parallel.microbatches",
                     microbatches,
-                    f"is not a multiple of the {rounds} rounds interleaved 1F1B makes of "
-                    f"{stages} stages",
-                    f"use a multiple of parallel.pipeline_stages, e.g. "
-                    f"parallel.microbatches={stages * rounds}",
+                    f"x {accum_guess} accumulation step(s) = {total_mb} micro-batches is not a "
+                    f"multiple of the {rounds} rounds interleaved 1F1B makes of {stages} stages",
+                    "use a multiple of parallel.pipeline_stages, e.g. "
+                    f"parallel.microbatches={stages}",
                 )
         if mbs % microbatches:
             c.add(

@@ -195,9 +195,10 @@ RULES = [
             "parallel.pipeline_stages=4",
             "parallel.microbatches=2",
             "train.micro_batch_size=8",
+            "train.global_batch_size=8",
         ],
         [
-            "parallel.microbatches=2 is below parallel.pipeline_stages=4",
+            "parallel.microbatches=2 x 1 accumulation step(s) is below parallel.pipeline_stages=4",
             "HINT: use parallel.microbatches=4",
         ],
         id="1f1b needs microbatches >= stages",
@@ -210,12 +211,13 @@ RULES = [
             "parallel.schedule=interleaved_1f1b",
             "parallel.microbatches=9",
             "train.micro_batch_size=9",
-            "train.global_batch_size=36",
+            "train.global_batch_size=9",
         ],
         # torch 2.13: rounds = max(1, 9 // 4) = 2, and 9 % 2 != 0
         [
-            "parallel.microbatches=9 is not a multiple of the 2 rounds",
-            "HINT: use a multiple of parallel.pipeline_stages, e.g. parallel.microbatches=8",
+            "parallel.microbatches=9 x 1 accumulation step(s) = 9 micro-batches is not a "
+            "multiple of the 2 rounds",
+            "HINT: use a multiple of parallel.pipeline_stages, e.g. parallel.microbatches=4",
         ],
         id="interleaved microbatches",
     ),
@@ -434,6 +436,26 @@ def test_torchrun_runs_one_task_per_node_with_threads_shared() -> None:
 )
 def test_precision_auto_follows_the_hardware(overrides: list[str], precision: str) -> None:
     assert spec(*overrides).precision == precision
+
+
+def test_pipeline_accumulation_counts_toward_the_schedule_microbatches() -> None:
+    # 2 microbatches x 4 accumulation steps = 8 pipeline micro-batches >= 4 stages.
+    s = spec(
+        "parallel=pipeline",
+        "resources.gpus_per_node=4",
+        "parallel.pipeline_stages=4",
+        "parallel.microbatches=2",
+        "train.micro_batch_size=8",
+        "train.global_batch_size=32",
+    )
+    assert s.grad_accum_steps == 4
+
+
+def test_local_auto_workers_follow_the_machine() -> None:
+    cfg = compose_config([])
+    assert build_job_spec(cfg).gpus_per_node == 2  # no GPU: two CPU workers
+    assert build_job_spec(cfg, local_gpus=4).gpus_per_node == 4
+    assert spec("cluster=slurm_local").gpus_per_node == 1
 
 
 def test_pipeline_ddp_layout() -> None:

@@ -1,0 +1,118 @@
+"""Start and stop the process group from a RankInfo. An edge module: it calls torch.distributed.
+
+Everything is passed explicitly (init_method, rank, world size): nothing is written into
+os.environ, so two groups in one test process or a library caller cannot be surprised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+
+from jeanzay_kit.config.spec import ParallelLayout
+from jeanzay_kit.dist.ranks import RankInfo
+from jeanzay_kit.errors import JzkError
+
+
+class DistSetupError(JzkError):
+    """The job's tasks do not match the requested layout, or no device fits."""
+
+
+@dataclass
+class DistContext:
+    """What a strategy needs to know about the process group it runs in."""
+
+    info: RankInfo
+    device: torch.device
+    backend: str
+    mesh: DeviceMesh  # ("dp",) or ("pp", "dp"), pp outermost
+    pp_rank: int
+    dp_rank: int
+    layout: ParallelLayout
+
+    @property
+    def dp_group(self) -> dist.ProcessGroup:
+        return self.mesh.get_group("dp")
+
+    @property
+    def pp_group(self) -> dist.ProcessGroup | None:
+        return self.mesh.get_group("pp") if "pp" in (self.mesh.mesh_dim_names or ()) else None
+
+    @property
+    def is_main(self) -> bool:
+        return self.info.rank == 0
+
+
+def pick_device(info: RankInfo, want: str, visible_devices: str | None) -> torch.device:
+    """cuda:<local rank> when a GPU is visible (and wanted), else the CPU.
+
+    srun usually shows every GPU of the node to every task (index by local rank); with
+    --gpus-per-task or gpu binding each task sees one GPU (index 0).
+    """
+    if want == "cpu" or not torch.cuda.is_available():
+        if want == "cuda":
+            raise DistSetupError(
+                "the cluster profile says device=cuda but no GPU is visible "
+                f"(CUDA_VISIBLE_DEVICES={visible_devices!r}). HINT: request GPUs with "
+                "--gres/--gpus-per-node, or use a CPU profile"
+            )
+        return torch.device("cpu")
+    count = torch.cuda.device_count()
+    if count == 1:
+        index = 0
+    elif info.local_rank < count:
+        index = info.local_rank
+    else:
+        raise DistSetupError(
+            f"local rank {info.local_rank} but only {count} GPUs are visible "
+            f"(CUDA_VISIBLE_DEVICES={visible_devices!r}). HINT: one task per GPU: "
+            "--ntasks-per-node equal to the GPUs per node"
+        )
+    torch.cuda.set_device(index)
+    return torch.device("cuda", index)
+
+
+def init_distributed(
+    info: RankInfo,
+    layout: ParallelLayout,
+    device: torch.device,
+    backend: str = "auto",
+    timeout_minutes: float = 10.0,
+) -> DistContext:
+    """Join the job's process group and build its device mesh."""
+    if info.world_size != layout.world_size:
+        raise DistSetupError(
+            f"this job has {info.world_size} tasks ({info.launcher}) but the config asks for "
+            f"world size {layout.world_size} (resources.nodes x resources.gpus_per_node). "
+            "HINT: submit with the script `jzk render` writes, or make --nodes and "
+            "--ntasks-per-node match the config"
+        )
+    if backend == "auto":
+        backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(
+            backend=backend,
+            init_method=info.init_method,
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timedelta(minutes=timeout_minutes),
+            device_id=device if device.type == "cuda" else None,
+        )
+    if layout.pp_size > 1:
+        mesh = init_device_mesh(
+            device.type, (layout.pp_size, layout.dp_size), mesh_dim_names=("pp", "dp")
+        )
+        pp_rank, dp_rank = mesh.get_coordinate() or (0, 0)
+    else:
+        mesh = init_device_mesh(device.type, (layout.world_size,), mesh_dim_names=("dp",))
+        pp_rank, dp_rank = 0, info.rank
+    return DistContext(info, device, backend, mesh, pp_rank, dp_rank, layout)
+
+
+def shutdown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,88 @@
+"""cluster=local: start the worker processes on this machine, as srun would on a node.
+
+One process per visible GPU (NCCL), or `resources.gpus_per_node` CPU processes (gloo).
+torch.multiprocessing watches them: when one fails, the others are terminated and its
+traceback is shown, so a failure never leaves the rest blocked in a collective.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import torch.multiprocessing as mp
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.dist.ranks import RankInfo
+
+
+def free_port() -> int:
+    """A port the OS says is free now (another process could take it before we bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def local_rank_infos(world: int, port: int) -> list[RankInfo]:
+    return [
+        RankInfo(
+            rank=r,
+            local_rank=r,
+            world_size=world,
+            local_world_size=world,
+            node_rank=0,
+            num_nodes=1,
+            master_addr="127.0.0.1",
+            master_port=port,
+            job_id=None,
+            launcher="local",
+        )
+        for r in range(world)
+    ]
+
+
+def _worker(
+    index: int,
+    spec: JobSpec,
+    infos: list[RankInfo],
+    run_dir: Path,
+    threads: int,
+    visible: str | None,
+) -> None:
+    from jeanzay_kit.run import run_worker
+
+    run_worker(spec, infos[index], run_dir, visible, threads)
+
+
+def launch_local(
+    spec: JobSpec, run_dir: Path, cpu_count: int = 1, visible_devices: str | None = None
+) -> int:
+    world = spec.layout.world_size
+    infos = local_rank_infos(world, free_port())
+    # Share the cores: N CPU workers each with all cores would fight over them.
+    threads = max(1, cpu_count // world)
+    if world == 1:
+        from jeanzay_kit.run import run_worker
+
+        run_worker(spec, infos[0], run_dir, visible_devices, threads)
+        return 0
+    try:
+        mp.start_processes(
+            _worker,
+            args=(spec, infos, run_dir, threads, visible_devices),
+            nprocs=world,
+            join=True,
+            start_method="spawn",
+        )
+    except mp.ProcessRaisedException as err:
+        print(f"train.py: a worker failed; the others were stopped.\n{err}", file=sys.stderr)
+        return 1
+    except mp.ProcessExitedException as err:
+        print(
+            f"train.py: worker {err.error_index} exited with code {err.exit_code}; "
+            "the others were stopped.",
+            file=sys.stderr,
+        )
+        return 1
+    return 0

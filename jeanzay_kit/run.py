@@ -1,0 +1,86 @@
+"""The node entry point: wires the rooms together. train.py calls `main`.
+
+Reads the environment once (passed in as a mapping), derives the RankInfo, validates the
+config into a JobSpec, then either trains in this process (a Slurm/torchrun task, or a
+single local worker) or starts the local worker processes (cluster=local).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.dist.ranks import RankInfo, rank_info_from_env
+from jeanzay_kit.errors import JzkError
+
+
+def local_gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def is_launched_task(env: Mapping[str, str]) -> bool:
+    """Started by srun (a task of a step) or by torchrun, rather than by a user's shell."""
+    return (
+        "SLURM_PROCID" in env
+        and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
+        or ("TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "LOCAL_RANK" in env))
+    )
+
+
+def main(cfg: dict[str, Any], env: Mapping[str, str], run_dir: Path, cpu_count: int = 1) -> int:
+    """Validate, then train here or start local workers. Returns the process exit code."""
+    try:
+        spec = build_job_spec(cfg, local_gpus=local_gpu_count())
+        if spec.cluster.is_slurm or is_launched_task(env):
+            info = rank_info_from_env(env)
+            run_worker(spec, info, run_dir, env.get("CUDA_VISIBLE_DEVICES"), threads=0)
+            return 0
+        from jeanzay_kit.launch.local import launch_local
+
+        return launch_local(spec, run_dir, cpu_count=cpu_count)
+    except JzkError as err:
+        print(f"train.py: error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_worker(
+    spec: JobSpec, info: RankInfo, run_dir: Path, visible_devices: str | None, threads: int
+) -> None:
+    """One training process: join the group, train, leave the group."""
+    import torch
+
+    from jeanzay_kit.dist.process_group import init_distributed, pick_device, shutdown
+    from jeanzay_kit.train.loop import train
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
+    device = pick_device(info, want, visible_devices)
+    par = spec.config["parallel"]
+    ctx = init_distributed(
+        info,
+        spec.layout,
+        device,
+        backend=par.get("backend", "auto"),
+        timeout_minutes=float(par.get("timeout_minutes", 10)),
+    )
+    try:
+        result = train(spec, spec.config, ctx, run_dir)
+        if ctx.is_main:
+            print(
+                f"done: {result.steps} steps, final loss {result.final_loss:.4f}, "
+                f"model digest {result.digest}, run dir {run_dir}",
+                flush=True,
+            )
+    except Exception:
+        # Show which rank failed before the launcher tears the others down.
+        print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        shutdown()

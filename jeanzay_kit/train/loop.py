@@ -1,0 +1,243 @@
+"""The training loop: read top to bottom, one optimizer step per iteration.
+
+Receives values (the JobSpec, the config, the process-group context); reads no
+environment. The global batch is the same whatever the world size: each step, every
+data-parallel rank runs `grad_accum_steps` micro-batches of `micro_batch_size` samples
+(see train/sampler.py), and the strategy averages gradients across ranks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from hydra.utils import instantiate
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.dist.process_group import DistContext
+from jeanzay_kit.train.digest import state_digest
+from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
+from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.train.strategies.base import Strategy
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    final_loss: float | None
+    digest: str | None  # of the full model, on rank 0
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
+    """Linear warmup to the peak, then cosine decay to min_ratio x peak."""
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def make_autocast(precision: str, device: torch.device) -> Callable[[], Any]:
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+    return contextlib.nullcontext
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """precision=auto on the local profile: bf16 on a GPU that has it, fp16 on older GPUs,
+    fp32 on the CPU (CPU autocast is rarely faster for these models)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+def build_strategy(
+    spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, model: torch.nn.Module, precision: str
+) -> Strategy:
+    loss_fn = model.loss  # type: ignore[attr-defined]
+    autocast = make_autocast(precision, ctx.device)
+    scaler = (
+        torch.amp.GradScaler("cuda") if precision == "fp16" and ctx.device.type == "cuda" else None
+    )
+    common = dict(ctx=ctx, loss_fn=loss_fn, autocast=autocast, scaler=scaler)
+    mode = spec.layout.mode
+    compile_model = bool(cfg["train"].get("compile", False))
+    if mode == "ddp":
+        from jeanzay_kit.train.strategies.ddp import DDPStrategy
+
+        return DDPStrategy(
+            model,
+            bucket_cap_mb=float(cfg["parallel"].get("bucket_cap_mb", 25)),
+            compile_model=compile_model,
+            **common,
+        )
+    if mode == "fsdp":
+        from jeanzay_kit.train.strategies.fsdp import FSDPStrategy
+
+        return FSDPStrategy(model, compile_model=compile_model, **common)
+    if mode == "dataparallel":
+        from jeanzay_kit.train.strategies.dataparallel import DataParallelStrategy
+
+        return DataParallelStrategy(model, **common)
+    from jeanzay_kit.train.strategies.pipeline import PipelineStrategy
+
+    n_micro = spec.layout.microbatches * spec.grad_accum_steps
+    return PipelineStrategy(model, n_microbatches=n_micro, **common)
+
+
+def train(spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, run_dir: Path) -> TrainResult:
+    tcfg, ocfg = cfg["train"], cfg["optim"]
+    seed = int(tcfg.get("seed", 0))
+    steps = int(tcfg["steps"])
+
+    # Same seed on every rank: every rank builds the same initial model, whatever the
+    # mode, before it is wrapped, sharded or split.
+    seed_everything(seed)
+    dataset = instantiate(cfg["data"])
+    model = instantiate(cfg["model"])
+    model.activation_checkpointing = bool(tcfg.get("activation_checkpointing", False))
+    precision = resolve_precision(spec.precision, ctx.device)
+    strategy = build_strategy(spec, cfg, ctx, model, precision)
+
+    optimizer = torch.optim.AdamW(
+        strategy.parameters(),
+        lr=float(ocfg["lr"]),
+        betas=tuple(ocfg.get("betas", (0.9, 0.95))),
+        weight_decay=float(ocfg.get("weight_decay", 0.0)),
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lr_lambda(
+            int(ocfg.get("warmup_steps", 0)) or 1, steps, float(ocfg.get("min_lr_ratio", 0.1))
+        ),
+    )
+
+    # Hold out the end of the dataset for evaluation; train on the rest.
+    eval_count = int(len(dataset) * float(tcfg.get("eval_fraction", 0.05)))
+    plan = GlobalBatchPlan(
+        dataset_size=len(dataset) - eval_count,
+        global_batch=spec.global_batch_size,
+        micro_batch=spec.micro_batch_size,
+        dp_size=spec.layout.dp_size,
+        dp_rank=ctx.dp_rank,
+        seed=seed,
+    )
+    eval_rounds = _eval_rounds(
+        dataset, plan, eval_count, spec, ctx, int(tcfg.get("eval_batches", 2))
+    )
+    grad_clip = float(ocfg.get("grad_clip", 0.0) or 0.0)
+    log_every = max(1, int(tcfg.get("log_every", 10)))
+    eval_every = int(tcfg.get("eval_every", 0) or 0)
+    flops = getattr(model, "flops_per_sample", lambda: 0.0)()
+    peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.device.type == "cuda" else None
+    metrics = MetricsWriter(run_dir, ctx.is_main, steps)
+
+    def to_device(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return batch[0].to(ctx.device, non_blocking=True), batch[1].to(
+            ctx.device, non_blocking=True
+        )
+
+    loss_value: float | None = None
+    strategy.train(True)
+    window_start, window_steps = time.perf_counter(), 0
+    for step in range(steps):
+        batches = [to_device(dataset.batch(idx)) for idx in plan.step_indices(step)]
+        local_loss = strategy.train_step(batches)
+        if strategy.scaler is not None:
+            strategy.scaler.unscale_(optimizer)
+        if grad_clip > 0:
+            strategy.clip_grad_norm(grad_clip)
+        if strategy.scaler is not None:
+            strategy.scaler.step(optimizer)
+            strategy.scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        window_steps += 1
+
+        done = step + 1
+        if done % log_every == 0 or done == steps:
+            # One all-reduce of the loss per logged step, not per step.
+            loss_value = strategy.global_mean(local_loss)
+            if ctx.device.type == "cuda":
+                torch.cuda.synchronize(ctx.device)
+            elapsed = (time.perf_counter() - window_start) / window_steps
+            record: dict[str, Any] = {
+                "step": done,
+                "loss": loss_value,
+                "lr": scheduler.get_last_lr()[0],
+                "step_time_s": elapsed,
+                "samples_per_s": spec.global_batch_size / elapsed,
+            }
+            tokens = getattr(dataset, "tokens_per_sample", 0)
+            if tokens:
+                record["tokens_per_s"] = spec.global_batch_size * tokens / elapsed
+            if peak and flops:
+                record["mfu"] = (
+                    flops * spec.global_batch_size / elapsed / (peak * spec.layout.world_size)
+                )
+            if eval_every and (done % eval_every == 0 or done == steps):
+                strategy.train(False)
+                losses = [strategy.eval_loss(batches) for batches in eval_rounds]
+                strategy.train(True)
+                if eval_rounds:
+                    local = torch.stack(
+                        [
+                            loss if loss is not None else torch.zeros((), device=ctx.device)
+                            for loss in losses
+                        ]
+                    )
+                    record["eval_loss"] = strategy.global_mean(local.mean())
+            metrics.log(record)
+            window_start, window_steps = time.perf_counter(), 0
+
+    state = strategy.full_state_dict()
+    digest = None
+    if ctx.is_main and state is not None:
+        digest = state_digest(state)
+        torch.save(state, run_dir / "model_final.pt")
+        (run_dir / "model_final.sha256").write_text(digest + "\n")
+    metrics.close()
+    return TrainResult(steps, loss_value, digest)
+
+
+def _eval_rounds(
+    dataset, plan: GlobalBatchPlan, eval_count: int, spec: JobSpec, ctx: DistContext, rounds: int
+) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Held-out global batches, each split across ranks exactly like a training step.
+
+    The eval set is the first `rounds` global batches after the training samples, so it
+    is the same whatever the world size, and a pipeline evaluates it step by step.
+    """
+    g, m, dp = spec.global_batch_size, spec.micro_batch_size, spec.layout.dp_size
+    out = []
+    for r in range(min(rounds, eval_count // g)):
+        first = plan.dataset_size + r * g
+        micro = []
+        for a in range(spec.grad_accum_steps):
+            start = first + a * dp * m + ctx.dp_rank * m
+            x, y = dataset.batch(np.arange(start, start + m))
+            micro.append((x.to(ctx.device), y.to(ctx.device)))
+        out.append(micro)
+    return out

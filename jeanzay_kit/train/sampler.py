@@ -1,0 +1,73 @@
+"""Which samples each rank trains on, keyed by the global sample index. Pure (numpy only).
+
+The run is one stream of sample indices: epoch e is a permutation of the dataset seeded
+by (seed, e), and the epochs follow each other. Optimizer step s consumes stream
+positions [s*G, (s+1)*G) with G the global batch. Inside a step, sample j of the global
+batch belongs to accumulation micro-step j // (dp*m) and data-parallel rank
+(j % (dp*m)) // m, m being the micro batch. So:
+
+* the samples of a step do not depend on the world size: 1 process x 8 accumulation
+  steps and 8 processes x 1 step see the same 8m samples;
+* the position to resume from is one integer, the global sample index (step x G),
+  valid mid-epoch and across a change of world size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GlobalBatchPlan:
+    dataset_size: int
+    global_batch: int
+    micro_batch: int
+    dp_size: int
+    dp_rank: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        if self.dataset_size <= 0:
+            raise ValueError("the dataset is empty")
+        if self.global_batch % (self.dp_size * self.micro_batch):
+            raise ValueError(
+                f"global batch {self.global_batch} is not divisible by data-parallel size "
+                f"{self.dp_size} x micro batch {self.micro_batch}"
+            )
+        if not 0 <= self.dp_rank < self.dp_size:
+            raise ValueError(f"dp_rank {self.dp_rank} outside [0, {self.dp_size})")
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.global_batch // (self.dp_size * self.micro_batch)
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(self.dataset_size)
+
+    def stream(self, start: int, count: int) -> np.ndarray:
+        """Dataset indices at global sample positions [start, start + count)."""
+        out = np.empty(count, dtype=np.int64)
+        pos = start
+        filled = 0
+        while filled < count:
+            epoch, offset = divmod(pos, self.dataset_size)
+            take = min(count - filled, self.dataset_size - offset)
+            out[filled : filled + take] = self.epoch_order(epoch)[offset : offset + take]
+            filled += take
+            pos += take
+        return out
+
+    def step_indices(self, step: int) -> list[np.ndarray]:
+        """This rank's micro-batches for optimizer step `step`, in accumulation order."""
+        batch = self.stream(step * self.global_batch, self.global_batch)
+        per_round = self.dp_size * self.micro_batch
+        return [
+            batch[a * per_round + self.dp_rank * self.micro_batch :][: self.micro_batch]
+            for a in range(self.accumulation_steps)
+        ]
+
+    def sample_position(self, step: int) -> int:
+        """The global sample index where step `step` starts: what a checkpoint stores."""
+        return step * self.global_batch

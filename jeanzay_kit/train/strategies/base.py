@@ -1,0 +1,81 @@
+"""The one interface the training loop talks to, whatever the parallel mode."""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from jeanzay_kit.dist.process_group import DistContext
+
+Batch = tuple[torch.Tensor, torch.Tensor]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class Strategy(ABC):
+    """Owns the (wrapped, sharded or split) model for one parallel mode.
+
+    train_step runs forward and backward over one optimizer step's micro-batches and
+    leaves the averaged gradients in the parameters; the loop then clips and steps.
+    """
+
+    name = "?"
+
+    def __init__(
+        self,
+        ctx: DistContext,
+        loss_fn: LossFn,
+        autocast: Callable[[], contextlib.AbstractContextManager],
+        scaler: torch.amp.GradScaler | None,
+    ):
+        self.ctx = ctx
+        self.loss_fn = loss_fn
+        self.autocast = autocast
+        self.scaler = scaler
+
+    @abstractmethod
+    def parameters(self) -> list[nn.Parameter]:
+        """The parameters this rank's optimizer updates."""
+
+    @abstractmethod
+    def train_step(self, batches: list[Batch]) -> torch.Tensor:
+        """Forward/backward over this rank's micro-batches; returns its mean loss (detached)."""
+
+    @abstractmethod
+    def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
+        """Mean loss on this rank's share of the eval batches (None where not computed)."""
+
+    @abstractmethod
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The whole model's parameters on rank 0 (a collective: every rank calls it)."""
+
+    def clip_grad_norm(self, max_norm: float) -> float:
+        norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def train(self, mode: bool = True) -> None:  # noqa: FBT001
+        for module in self.modules():
+            module.train(mode)
+
+    @abstractmethod
+    def modules(self) -> Iterator[nn.Module]: ...
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def global_mean(
+        self, local: torch.Tensor, count_group: dist.ProcessGroup | None = None
+    ) -> float:
+        """Average a per-rank scalar over the ranks that computed it."""
+        value = local.detach().float().reshape(1).to(self.ctx.device)
+        dist.all_reduce(value, group=count_group)
+        size = dist.get_world_size(count_group)
+        return float(value.item()) / size
+
+
+def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}

@@ -1,0 +1,62 @@
+"""parallel.mode=fsdp: FSDP2 (fully_shard), parameters, gradients and optimizer state sharded."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+from torch.distributed.fsdp import fully_shard
+
+from jeanzay_kit.train.strategies.base import Batch, Strategy
+
+
+class FSDPStrategy(Strategy):
+    name = "fsdp"
+
+    def __init__(self, model: nn.Module, *args, compile_model: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        model = model.to(self.ctx.device)
+        mesh = self.ctx.mesh["dp"]
+        # Shard block by block, then the root: each block's parameters are gathered just
+        # before it runs and freed after, so peak memory holds one block unsharded.
+        blocks = getattr(model, "blocks", None)
+        if isinstance(blocks, nn.ModuleDict):
+            for block in blocks.values():
+                fully_shard(block, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        self.model = torch.compile(model) if compile_model else model
+        self.sharded = model
+
+    def parameters(self) -> list[nn.Parameter]:
+        return list(self.sharded.parameters())
+
+    def modules(self) -> Iterator[nn.Module]:
+        yield self.sharded
+
+    def train_step(self, batches: list[Batch]) -> torch.Tensor:
+        total = torch.zeros((), device=self.ctx.device)
+        n = len(batches)
+        for i, (x, y) in enumerate(batches):
+            # Reduce-scatter gradients only after the last micro-batch of the step.
+            self.sharded.set_requires_gradient_sync(i == n - 1)  # type: ignore[operator]
+            with self.autocast():
+                loss = self.loss_fn(self.model(x), y)
+            self.backward(loss / n)
+            total += loss.detach()
+        return total / n
+
+    @torch.no_grad()
+    def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
+        losses = []
+        for x, y in batches:
+            with self.autocast():
+                losses.append(self.loss_fn(self.model(x), y).float())
+        return torch.stack(losses).mean() if losses else None
+
+    def full_state_dict(self) -> dict[str, torch.Tensor] | None:
+        state = get_model_state_dict(
+            self.sharded, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        return dict(state) if self.ctx.is_main else None
