@@ -510,8 +510,29 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         signal=signal,
         signal_lead_seconds=lead,
         requeue=bool(pre.get("requeue", True)),
-        config=cfg,
+        config=_resolved_config(cfg, gpn, cpus or 1, partition.name, constraint, qos),
     )
+
+
+def _resolved_config(
+    cfg: Mapping[str, Any],
+    gpus: int,
+    cpus: int,
+    partition: str,
+    constraint: str | None,
+    qos: str | None,
+) -> dict[str, Any]:
+    """The config with the automatic choices written in, so the job re-validates to the
+    same request on the nodes whatever machine it lands on."""
+    out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in cfg.items()}
+    res = out["resources"]
+    res["gpus_per_node"] = gpus
+    res["cpus_per_task"] = cpus
+    res["partition"] = partition
+    res["constraint"] = constraint
+    if qos is not None:
+        res["qos"] = qos
+    return out
 
 
 def _pick_qos(

@@ -497,3 +497,14 @@ def test_spec_is_frozen() -> None:
     s = spec()
     with pytest.raises(AttributeError):
         s.nodes = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [[], [*H100, "resources.time=10:00:00"], ["cluster=slurm_local"], [*V100, "parallel=fsdp"]],
+)
+def test_resolved_config_validates_to_the_same_request(overrides: list[str]) -> None:
+    first = spec(*overrides)
+    again = build_job_spec(first.config, local_gpus=0)
+    assert again == first
+    assert first.config["resources"]["gpus_per_node"] == first.gpus_per_node
