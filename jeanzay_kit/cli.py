@@ -88,7 +88,7 @@ def describe_spec(spec: JobSpec) -> str:
         else "srun, one task per GPU"
     )
     qos = spec.qos or "(site default)"
-    if spec.cluster.qos and spec.config.get("resources", {}).get("qos") in (None, "auto"):
+    if spec.cluster.qos and "resources.qos" in spec.auto_keys:
         qos += f"  (auto: shortest QoS that fits {spec.time})"
     rows = [
         ("cluster", f"{spec.cluster.name}  ({spec.cluster.description})"),

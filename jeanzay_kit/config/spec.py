@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile, Partition, Qos, profile_from_dict
@@ -80,6 +80,8 @@ class JobSpec:
     signal_lead_seconds: int
     requeue: bool
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
+    # Keys whose value was chosen automatically ("resources.qos", ...), for display only.
+    auto_keys: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def time(self) -> str:
@@ -511,6 +513,11 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         signal_lead_seconds=lead,
         requeue=bool(pre.get("requeue", True)),
         config=_resolved_config(cfg, gpn, cpus or 1, partition.name, constraint, qos),
+        auto_keys=tuple(
+            f"resources.{k}"
+            for k in ("gpus_per_node", "cpus_per_task", "qos")
+            if res.get(k, "auto") in (None, "auto")
+        ),
     )
 
 
