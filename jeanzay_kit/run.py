@@ -72,15 +72,17 @@ def run_worker(
     )
     try:
         result = train(spec, spec.config, ctx, run_dir)
-        if ctx.is_main:
-            print(
-                f"done: {result.steps} steps, final loss {result.final_loss:.4f}, "
-                f"model digest {result.digest}, run dir {run_dir}",
-                flush=True,
-            )
-    except Exception:
-        # Show which rank failed before the launcher tears the others down.
+    except BaseException:
+        # Show which rank failed before the launcher tears the others down, and leave
+        # without waiting for peers that may be stuck in a collective.
         print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        shutdown(clean=False)
         raise
-    finally:
-        shutdown()
+    shutdown(clean=True)
+    if info.rank == 0:
+        loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
+        print(
+            f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "
+            f"run dir {run_dir}",
+            flush=True,
+        )

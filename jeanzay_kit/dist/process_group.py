@@ -113,6 +113,11 @@ def init_distributed(
     return DistContext(info, device, backend, mesh, pp_rank, dp_rank, layout)
 
 
-def shutdown() -> None:
+def shutdown(clean: bool = True) -> None:
+    """Leave the group. After a clean run the ranks leave together: one that tears its
+    connections down while a peer still talks to it (a late pipeline send) makes the
+    peer abort. After a failure there is no waiting for peers that may be stuck."""
     if dist.is_initialized():
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()

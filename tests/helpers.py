@@ -1,0 +1,16 @@
+"""Test-only pieces that training processes import by `_target_` (they run from the repo root)."""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+
+from jeanzay_kit.train.data import SyntheticRegression
+
+
+class FailOnRank(SyntheticRegression):
+    """A dataset whose construction fails on one rank only, to test failure handling."""
+
+    def __init__(self, fail_rank: int, **kwargs):
+        if dist.is_initialized() and dist.get_rank() == fail_rank:
+            raise RuntimeError(f"injected failure on rank {fail_rank}")
+        super().__init__(**kwargs)
