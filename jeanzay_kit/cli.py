@@ -131,15 +131,28 @@ def describe_spec(spec: JobSpec) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _build_spec(args: argparse.Namespace) -> JobSpec:
+    cfg = compose_config(args.overrides, args.config_dir)
+    local_gpus = None
+    if cfg["cluster"].get("scheduler") == "local" and cfg["resources"].get(
+        "gpus_per_node", "auto"
+    ) in (None, "auto"):
+        # Only here is torch imported: the worker count of a local run follows the GPUs.
+        from jeanzay_kit.run import local_gpu_count
+
+        local_gpus = local_gpu_count()
+    return build_job_spec(cfg, local_gpus=local_gpus)
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
-    spec = build_job_spec(compose_config(args.overrides, args.config_dir))
+    spec = _build_spec(args)
     print(describe_spec(spec))
     print("\nOK: the request fits the profile.")
     return 0
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    spec = build_job_spec(compose_config(args.overrides, args.config_dir))
+    spec = _build_spec(args)
     try:
         script = render_sbatch(spec, array=args.array, rendered_by=args.overrides)
     except RenderError as err:

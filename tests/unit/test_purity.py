@@ -16,6 +16,7 @@ PURE = [
     "slurm/timefmt.py",
     "slurm/sbatch.py",
     "dist/ranks.py",
+    "train/sampler.py",
 ]
 FORBIDDEN_MODULES = {
     "torch",

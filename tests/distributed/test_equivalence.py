@@ -12,25 +12,49 @@ import torch
 
 # 4 steps of global batch 32 (micro 8): 1 process accumulates 4 micro-batches per step,
 # 2 data-parallel ranks accumulate 2, 4 ranks accumulate 1.
-COMMON = ("train.steps=4", "train.log_every=1", "train.eval_every=0", "train.global_batch_size=32",
-          "train.micro_batch_size=8")
+COMMON = (
+    "train.steps=4",
+    "train.log_every=1",
+    "train.eval_every=0",
+    "train.global_batch_size=32",
+    "train.micro_batch_size=8",
+)
 
 CASES = [
     pytest.param(("parallel=ddp", "resources.gpus_per_node=2"), id="ddp-2"),
     pytest.param(("parallel=ddp", "resources.gpus_per_node=4"), id="ddp-4"),
     pytest.param(("parallel=fsdp", "resources.gpus_per_node=2"), id="fsdp-2"),
     pytest.param(("parallel=fsdp", "resources.gpus_per_node=4"), id="fsdp-4"),
-    pytest.param(("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=gpipe"),
-                 id="pipeline-2-gpipe"),
-    pytest.param(("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=1f1b"),
-                 id="pipeline-2-1f1b"),
-    pytest.param(("parallel=pipeline", "resources.gpus_per_node=4", "parallel.pipeline_stages=4",
-                  "parallel.schedule=1f1b"), id="pipeline-4-1f1b"),
-    pytest.param(("parallel=pipeline", "resources.gpus_per_node=2",
-                  "parallel.schedule=interleaved_1f1b", "parallel.stages_per_rank=2"),
-                 id="pipeline-2-interleaved"),
-    pytest.param(("parallel=pipeline_ddp", "resources.gpus_per_node=4",
-                  "parallel.pipeline_stages=2"), id="pipeline_ddp-2x2"),
+    pytest.param(
+        ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=gpipe"),
+        id="pipeline-2-gpipe",
+    ),
+    pytest.param(
+        ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=1f1b"),
+        id="pipeline-2-1f1b",
+    ),
+    pytest.param(
+        (
+            "parallel=pipeline",
+            "resources.gpus_per_node=4",
+            "parallel.pipeline_stages=4",
+            "parallel.schedule=1f1b",
+        ),
+        id="pipeline-4-1f1b",
+    ),
+    pytest.param(
+        (
+            "parallel=pipeline",
+            "resources.gpus_per_node=2",
+            "parallel.schedule=interleaved_1f1b",
+            "parallel.stages_per_rank=2",
+        ),
+        id="pipeline-2-interleaved",
+    ),
+    pytest.param(
+        ("parallel=pipeline_ddp", "resources.gpus_per_node=4", "parallel.pipeline_stages=2"),
+        id="pipeline_ddp-2x2",
+    ),
     pytest.param(("parallel=dataparallel", "resources.gpus_per_node=1"), id="dataparallel"),
 ]
 
@@ -47,16 +71,26 @@ def reference(tmp_path_factory):
     import subprocess
     import sys
 
-    from tests.dist.conftest import REPO
+    from tests.distributed.conftest import REPO
 
     out = {}
     for model in ("mlp", "gpt"):
         run_dir = tmp_path_factory.mktemp(f"ref-{model}")
-        extra = ("model=gpt", "data=stdlib_text", "data.max_bytes=200000") if model == "gpt" \
-            else ()
-        subprocess.run([sys.executable, "train.py", *COMMON, *extra, "resources.gpus_per_node=1",
-                        f"hydra.run.dir={run_dir}"], cwd=REPO, check=True, capture_output=True,
-                       timeout=240)
+        extra = ("model=gpt", "data=stdlib_text", "data.max_bytes=200000") if model == "gpt" else ()
+        subprocess.run(
+            [
+                sys.executable,
+                "train.py",
+                *COMMON,
+                *extra,
+                "resources.gpus_per_node=1",
+                f"hydra.run.dir={run_dir}",
+            ],
+            cwd=REPO,
+            check=True,
+            capture_output=True,
+            timeout=240,
+        )
         out[model] = torch.load(run_dir / "model_final.pt", weights_only=True)
     return out
 
@@ -71,13 +105,16 @@ def test_mode_matches_single_process(train_run, reference, overrides) -> None:
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "overrides",
-    [("parallel=ddp", "resources.gpus_per_node=2"),
-     ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.microbatches=2")],
+    [
+        ("parallel=ddp", "resources.gpus_per_node=2"),
+        ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.microbatches=2"),
+    ],
     ids=["gpt-ddp-2", "gpt-pipeline-2"],
 )
 def test_gpt_matches_single_process(train_run, reference, overrides) -> None:
-    run = train_run("gpt", *COMMON, "model=gpt", "data=stdlib_text", "data.max_bytes=200000",
-                    *overrides)
+    run = train_run(
+        "gpt", *COMMON, "model=gpt", "data=stdlib_text", "data.max_bytes=200000", *overrides
+    )
     assert_same_model(run.state, reference["gpt"])
 
 

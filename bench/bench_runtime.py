@@ -1,0 +1,212 @@
+"""Toolkit overhead, measured against hand-written PyTorch in the same run.
+
+    .venv/bin/python bench/bench_runtime.py [--steps 30] [--rounds 3] [--workers 2]
+
+Two ratios, each the median over rounds that alternate which side runs first, so that
+machine noise and warm caches hit both sides alike:
+
+* ddp:      jeanzay_kit's loop (`train()` with parallel.mode=ddp) step time
+            / a hand-written DDP loop (no_sync accumulation, AdamW, same model, data, batch)
+* pipeline: jeanzay_kit's pipeline strategy (1F1B) step time
+            / raw torch.distributed.pipelining (PipelineStage + Schedule1F1B) on the same split
+
+Target <= 1.02 each. CPU workers with gloo unless --device cuda. Results are printed and
+written to bench/results/runtime.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from jeanzay_kit.config.compose import compose_config  # noqa: E402
+from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
+from jeanzay_kit.dist.process_group import init_distributed, shutdown  # noqa: E402
+from jeanzay_kit.launch.local import free_port, local_rank_infos  # noqa: E402
+from jeanzay_kit.train.data import StdlibText  # noqa: E402
+from jeanzay_kit.train.loop import seed_everything, train  # noqa: E402
+from jeanzay_kit.train.models import TinyGPT  # noqa: E402
+from jeanzay_kit.train.sampler import GlobalBatchPlan  # noqa: E402
+
+MODEL = dict(vocab_size=256, block_size=64, n_layer=4, n_embd=128, n_head=4)
+
+
+def overrides(mode: str, workers: int, steps: int) -> list[str]:
+    extra = ["parallel.pipeline_stages=2", "parallel.microbatches=4"] if mode == "pipeline" else []
+    return [
+        f"parallel={mode}",
+        f"resources.gpus_per_node={workers}",
+        "model=gpt",
+        "data=stdlib_text",
+        "data.max_bytes=400000",
+        f"train.steps={steps}",
+        f"train.log_every={steps}",
+        "train.eval_every=0",
+        "train.global_batch_size=32",
+        "train.micro_batch_size=8",
+        "optim.grad_clip=0",
+        *extra,
+    ]
+
+
+def toolkit_step_time(spec, ctx, run_dir: Path, steps: int, warmup: int) -> float:
+    """Mean step time of jeanzay_kit's own loop, after warmup steps."""
+    cfg = dict(spec.config)
+    cfg["train"] = {**cfg["train"], "steps": warmup + steps, "log_every": warmup}
+    train(spec, cfg, ctx, run_dir)
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # The first window holds the warmup steps; the next one(s) the measured steps.
+    measured = [r for r in records if r["step"] > warmup]
+    total = sum(
+        r["step_time_s"] * (r["step"] - prev)
+        for r, prev in zip(measured, [warmup] + [m["step"] for m in measured[:-1]], strict=True)
+    )
+    return total / steps
+
+
+def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> float:
+    """The loop a user would write by hand with DDP."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    seed_everything(0)
+    data = StdlibText(block_size=64, max_bytes=400000)
+    model = DDP(TinyGPT(**MODEL), process_group=ctx.dp_group)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    plan = GlobalBatchPlan(len(data), 32, 8, spec.layout.dp_size, ctx.dp_rank, 0)
+    t0 = 0.0
+    for step in range(warmup + steps):
+        if step == warmup:
+            t0 = time.perf_counter()
+        micro = [data.batch(i) for i in plan.step_indices(step)]
+        for k, (x, y) in enumerate(micro):
+            if k < len(micro) - 1:
+                with model.no_sync():
+                    (TinyGPT.loss(model(x), y) / len(micro)).backward()
+            else:
+                (TinyGPT.loss(model(x), y) / len(micro)).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return (time.perf_counter() - t0) / steps
+
+
+def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> float:
+    """torch.distributed.pipelining used directly: two stages, 1F1B, 4 x accum micro-batches."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    seed_everything(0)
+    data = StdlibText(block_size=64, max_bytes=400000)
+    full = TinyGPT(**MODEL)
+    rank, n = ctx.pp_rank, spec.layout.pp_size
+    chunk = full.pipeline_chunk(rank, n)
+    stage = PipelineStage(chunk, rank, n, ctx.device, group=ctx.pp_group)
+    accum = spec.grad_accum_steps
+    schedule = Schedule1F1B(stage, spec.layout.microbatches * accum, loss_fn=TinyGPT.loss)
+    opt = torch.optim.AdamW(chunk.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
+    plan = GlobalBatchPlan(len(data), 32, 8, 1, 0, 0)
+    t0 = 0.0
+    for step in range(warmup + steps):
+        if step == warmup:
+            t0 = time.perf_counter()
+        micro = [data.batch(i) for i in plan.step_indices(step)]
+        x = torch.cat([m[0] for m in micro])
+        y = torch.cat([m[1] for m in micro])
+        if rank == 0:
+            schedule.step(x)
+        else:
+            schedule.step(target=y, losses=[])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return (time.perf_counter() - t0) / steps
+
+
+def worker(index: int, args, port: int, out_dir: Path) -> None:
+    torch.set_num_threads(max(1, args.threads))
+    results: dict[str, dict[str, list[float]]] = {}
+    for mode in ("ddp", "pipeline"):
+        spec = build_job_spec(compose_config(overrides(mode, args.workers, args.steps)))
+        info = local_rank_infos(args.workers, port)[index]
+        ctx = init_distributed(info, spec.layout, torch.device("cpu"))
+        ours, theirs = [], []
+        for r in range(args.rounds):
+            run_dir = out_dir / f"{mode}-{r}"
+            if ctx.is_main:
+                run_dir.mkdir(parents=True, exist_ok=True)
+            # Alternate which side goes first, so warm caches or a busy neighbour do not
+            # always favour the same side.
+            order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
+            for side in order:
+                dist.barrier()
+                if side == "ours":
+                    ours.append(toolkit_step_time(spec, ctx, run_dir, args.steps, args.warmup))
+                elif mode == "ddp":
+                    theirs.append(hand_ddp_step_time(spec, ctx, args.steps, args.warmup))
+                else:
+                    theirs.append(raw_pipeline_step_time(spec, ctx, args.steps, args.warmup))
+            dist.barrier()
+        results[mode] = {"toolkit_s": ours, "baseline_s": theirs}
+        shutdown()
+        port += 1
+    if index == 0:
+        report = {}
+        for mode, r in results.items():
+            ratios = [a / b for a, b in zip(r["toolkit_s"], r["baseline_s"], strict=True)]
+            report[mode] = {
+                "toolkit_step_s": statistics.median(r["toolkit_s"]),
+                "baseline_step_s": statistics.median(r["baseline_s"]),
+                "ratio_median": statistics.median(ratios),
+                "ratios": ratios,
+            }
+        report["setup"] = {
+            "workers": args.workers,
+            "threads_per_worker": args.threads,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
+            "device": "cpu/gloo",
+            "model": MODEL,
+            "torch": torch.__version__,
+        }
+        path = REPO / "bench" / "results" / "runtime.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        for mode in ("ddp", "pipeline"):
+            m = report[mode]
+            print(
+                f"{mode:9s} toolkit {m['toolkit_step_s'] * 1e3:7.1f} ms/step   baseline "
+                f"{m['baseline_step_s'] * 1e3:7.1f} ms/step   ratio {m['ratio_median']:.3f} "
+                f"(target <= 1.02; rounds {', '.join(f'{x:.3f}' for x in m['ratios'])})"
+            )
+        print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(
+            worker, args=(args, free_port(), Path(tmp)), nprocs=args.workers, start_method="spawn"
+        )
+
+
+if __name__ == "__main__":
+    main()
