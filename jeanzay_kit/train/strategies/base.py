@@ -79,3 +79,37 @@ class Strategy(ABC):
 
 def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+
+
+class ReplicatedStrategy(Strategy):
+    """Modes where each rank runs the whole model on its micro-batches (ddp, fsdp,
+    dataparallel): they differ only in how gradients are synchronised."""
+
+    model: nn.Module  # what the forward pass calls
+
+    def sync_gradients(self, last: bool) -> contextlib.AbstractContextManager:
+        """Context for one micro-batch's backward; `last` is the step's final one."""
+        return contextlib.nullcontext()
+
+    def eval_module(self) -> nn.Module:
+        return self.model
+
+    def train_step(self, batches: list[Batch]) -> torch.Tensor:
+        total = torch.zeros((), device=self.ctx.device)
+        n = len(batches)
+        for i, (x, y) in enumerate(batches):
+            with self.sync_gradients(last=i == n - 1):
+                with self.autocast():
+                    loss = self.loss_fn(self.model(x), y)
+                # Each micro-batch weighs 1/n: the step's gradient is the mean over it.
+                self.backward(loss / n)
+            total += loss.detach()
+        return total / n
+
+    @torch.no_grad()
+    def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
+        losses = []
+        for x, y in batches:
+            with self.autocast():
+                losses.append(self.loss_fn(self.eval_module()(x), y).float())
+        return torch.stack(losses).mean() if losses else None

@@ -12,10 +12,10 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-from jeanzay_kit.train.strategies.base import Batch, Strategy, cpu_state
+from jeanzay_kit.train.strategies.base import ReplicatedStrategy, cpu_state
 
 
-class DataParallelStrategy(Strategy):
+class DataParallelStrategy(ReplicatedStrategy):
     name = "dataparallel"
 
     def __init__(self, model: nn.Module, *args, **kwargs):
@@ -34,23 +34,6 @@ class DataParallelStrategy(Strategy):
 
     def modules(self) -> Iterator[nn.Module]:
         yield self.model
-
-    def train_step(self, batches: list[Batch]) -> torch.Tensor:
-        total = torch.zeros((), device=self.ctx.device)
-        for x, y in batches:
-            with self.autocast():
-                loss = self.loss_fn(self.model(x), y)
-            self.backward(loss / len(batches))
-            total += loss.detach()
-        return total / len(batches)
-
-    @torch.no_grad()
-    def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
-        losses = []
-        for x, y in batches:
-            with self.autocast():
-                losses.append(self.loss_fn(self.model(x), y).float())
-        return torch.stack(losses).mean() if losses else None
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         return cpu_state(self.raw)

@@ -9,10 +9,10 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from jeanzay_kit.train.strategies.base import Batch, Strategy, cpu_state
+from jeanzay_kit.train.strategies.base import ReplicatedStrategy, cpu_state
 
 
-class DDPStrategy(Strategy):
+class DDPStrategy(ReplicatedStrategy):
     name = "ddp"
 
     def __init__(
@@ -42,27 +42,13 @@ class DDPStrategy(Strategy):
     def modules(self) -> Iterator[nn.Module]:
         yield self.model
 
-    def train_step(self, batches: list[Batch]) -> torch.Tensor:
-        total = torch.zeros((), device=self.ctx.device)
-        n = len(batches)
-        for i, (x, y) in enumerate(batches):
-            # Gradients are all-reduced only on the last micro-batch of the step; the
-            # others accumulate locally (no_sync), which is what makes accumulation cheap.
-            sync = contextlib.nullcontext() if i == n - 1 else self.model.no_sync()
-            with sync:
-                with self.autocast():
-                    loss = self.loss_fn(self.model(x), y)
-                self.backward(loss / n)
-            total += loss.detach()
-        return total / n
+    def sync_gradients(self, last: bool) -> contextlib.AbstractContextManager:
+        # Gradients are all-reduced only on the last micro-batch of the step; the others
+        # accumulate locally (no_sync), which is what makes accumulation cheap.
+        return contextlib.nullcontext() if last else self.model.no_sync()
 
-    @torch.no_grad()
-    def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
-        losses = []
-        for x, y in batches:
-            with self.autocast():
-                losses.append(self.loss_fn(self.model.module(x), y).float())
-        return torch.stack(losses).mean() if losses else None
+    def eval_module(self) -> nn.Module:
+        return self.model.module
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         # Every replica holds the same parameters; rank 0's copy is the model.

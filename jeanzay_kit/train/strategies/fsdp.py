@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 
 import torch
@@ -9,10 +10,10 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 from torch.distributed.fsdp import fully_shard
 
-from jeanzay_kit.train.strategies.base import Batch, Strategy
+from jeanzay_kit.train.strategies.base import ReplicatedStrategy
 
 
-class FSDPStrategy(Strategy):
+class FSDPStrategy(ReplicatedStrategy):
     name = "fsdp"
 
     def __init__(self, model: nn.Module, *args, compile_model: bool = False, **kwargs):
@@ -35,25 +36,10 @@ class FSDPStrategy(Strategy):
     def modules(self) -> Iterator[nn.Module]:
         yield self.sharded
 
-    def train_step(self, batches: list[Batch]) -> torch.Tensor:
-        total = torch.zeros((), device=self.ctx.device)
-        n = len(batches)
-        for i, (x, y) in enumerate(batches):
-            # Reduce-scatter gradients only after the last micro-batch of the step.
-            self.sharded.set_requires_gradient_sync(i == n - 1)  # type: ignore[operator]
-            with self.autocast():
-                loss = self.loss_fn(self.model(x), y)
-            self.backward(loss / n)
-            total += loss.detach()
-        return total / n
-
-    @torch.no_grad()
-    def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
-        losses = []
-        for x, y in batches:
-            with self.autocast():
-                losses.append(self.loss_fn(self.model(x), y).float())
-        return torch.stack(losses).mean() if losses else None
+    def sync_gradients(self, last: bool) -> contextlib.AbstractContextManager:
+        # Reduce-scatter gradients only after the last micro-batch of the step.
+        self.sharded.set_requires_gradient_sync(last)  # type: ignore[operator]
+        return contextlib.nullcontext()
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         state = get_model_state_dict(
