@@ -7,6 +7,8 @@ only in where the arithmetic happens, never in what is computed.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -134,3 +136,29 @@ def test_another_seed_gives_another_model(train_run) -> None:
     a = train_run("a", *COMMON, "resources.gpus_per_node=2", "train.seed=0")
     b = train_run("b", *COMMON, "resources.gpus_per_node=2", "train.seed=1")
     assert a.digest != b.digest
+
+
+@pytest.mark.timeout(300)
+def test_activation_checkpointing_changes_memory_not_results(train_run, reference) -> None:
+    run = train_run(
+        "ac", *COMMON, "resources.gpus_per_node=2", "train.activation_checkpointing=true"
+    )
+    assert_same_model(run.state, reference["mlp"])
+
+
+@pytest.mark.timeout(300)
+def test_bf16_autocast_trains(train_run) -> None:
+    run = train_run(
+        "bf16",
+        "resources.gpus_per_node=2",
+        "train.precision=bf16",
+        "train.steps=60",
+        "train.log_every=10",
+        "train.eval_every=0",
+    )
+    losses = [
+        json.loads(line)["loss"]
+        for line in (run.run_dir / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert len(losses) == 6
+    assert losses[-1] < 0.5 * losses[0]
