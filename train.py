@@ -11,6 +11,10 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from jeanzay_kit.train.preemption import StopRequest
+
+STOP: StopRequest | None = None
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:
@@ -19,10 +23,12 @@ def main(cfg: DictConfig) -> None:
     config = OmegaConf.to_container(cfg, resolve=True)
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     # The environment is read here, once; everything below receives values.
-    code = run_main(config, dict(os.environ), run_dir, cpu_count=os.cpu_count() or 1)
+    code = run_main(config, dict(os.environ), run_dir, cpu_count=os.cpu_count() or 1, stop=STOP)
     if code:
         sys.exit(code)
 
 
 if __name__ == "__main__":
+    # Note Slurm's signals (SIGUSR1 before the time limit, SIGTERM) from the very start.
+    STOP = StopRequest()
     main()

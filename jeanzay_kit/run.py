@@ -16,6 +16,7 @@ from typing import Any
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.dist.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.train.preemption import StopRequest
 
 
 def local_gpu_count() -> int:
@@ -33,27 +34,44 @@ def is_launched_task(env: Mapping[str, str]) -> bool:
     )
 
 
-def main(cfg: dict[str, Any], env: Mapping[str, str], run_dir: Path, cpu_count: int = 1) -> int:
+def main(
+    cfg: dict[str, Any],
+    env: Mapping[str, str],
+    run_dir: Path,
+    cpu_count: int = 1,
+    stop: StopRequest | None = None,
+) -> int:
     """Validate, then train here or start local workers. Returns the process exit code."""
+    # From here on SIGUSR1/USR2/TERM are noted, not fatal (docs/preemption.md); train.py
+    # installs the handler even earlier, before Hydra composes the config.
+    stop = stop or StopRequest()
     try:
         spec = build_job_spec(cfg, local_gpus=local_gpu_count())
         if spec.cluster.is_slurm or is_launched_task(env):
             info = rank_info_from_env(env)
-            run_worker(spec, info, run_dir, env.get("CUDA_VISIBLE_DEVICES"), threads=0)
+            run_worker(spec, info, run_dir, env.get("CUDA_VISIBLE_DEVICES"), threads=0, stop=stop)
             return 0
         from jeanzay_kit.launch.local import launch_local
 
-        return launch_local(spec, run_dir, cpu_count=cpu_count)
+        return launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
     except JzkError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
         return 2
 
 
 def run_worker(
-    spec: JobSpec, info: RankInfo, run_dir: Path, visible_devices: str | None, threads: int
+    spec: JobSpec,
+    info: RankInfo,
+    run_dir: Path,
+    visible_devices: str | None,
+    threads: int,
+    stop: StopRequest | None = None,
 ) -> None:
     """One training process: join the group, train, leave the group."""
     import torch
+
+    # First thing: from here on a signal is noted, not fatal, even during start-up.
+    stop = stop or StopRequest()
 
     from jeanzay_kit.dist.process_group import init_distributed, pick_device, shutdown
     from jeanzay_kit.train.loop import train
@@ -71,7 +89,7 @@ def run_worker(
         timeout_minutes=float(par.get("timeout_minutes", 10)),
     )
     try:
-        result = train(spec, spec.config, ctx, run_dir)
+        result = train(spec, spec.config, ctx, run_dir, stop=stop)
     except BaseException:
         # Show which rank failed before the launcher tears the others down, and leave
         # without waiting for peers that may be stuck in a collective.
@@ -79,6 +97,9 @@ def run_worker(
         shutdown(clean=False)
         raise
     shutdown(clean=True)
+    stop.restore()
+    if result.stopped_by:
+        stop_after_signal(spec, info, result)
     if info.rank == 0:
         loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
         print(
@@ -86,3 +107,42 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def stop_after_signal(spec: JobSpec, info: RankInfo, result) -> None:
+    """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit."""
+    from jeanzay_kit.slurm.commands import SlurmCommandError, requeue
+    from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+
+    # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
+    # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
+    wants_requeue = (
+        spec.requeue
+        and result.stopped_by == f"SIG{spec.signal}"
+        and spec.signal != "TERM"
+        and info.requeue_id is not None
+    )
+    if info.rank == 0:
+        if wants_requeue:
+            try:
+                requeue(info.requeue_id)
+                print(
+                    f"requeued job {info.requeue_id}; it resumes from step-{result.steps}",
+                    flush=True,
+                )
+            except SlurmCommandError as err:
+                print(
+                    f"train.py: error: could not requeue job {info.requeue_id}: {err}. The "
+                    f"checkpoint step-{result.steps} is complete: resubmit the job to "
+                    "resume.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise SystemExit(1) from err
+        else:
+            print(
+                f"stopped by {result.stopped_by} after saving step-{result.steps}; run the "
+                "same command again to resume",
+                flush=True,
+            )
+    raise SystemExit(EXIT_PREEMPTED)

@@ -7,6 +7,8 @@ traceback is shown, so a failure never leaves the rest blocked in a collective.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -15,6 +17,11 @@ import torch.multiprocessing as mp
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.dist.ranks import RankInfo
+from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
+
+FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+# After one worker fails: how long the others get to exit before SIGTERM, then SIGKILL.
+GRACE_S = 5.0
 
 
 def free_port() -> int:
@@ -55,8 +62,19 @@ def _worker(
     run_worker(spec, infos[index], run_dir, visible, threads)
 
 
+def _send(context: mp.ProcessContext, signals: set[int]) -> None:
+    for proc in context.processes:
+        for signum in signals:
+            if proc.is_alive() and proc.pid:
+                os.kill(proc.pid, signum)
+
+
 def launch_local(
-    spec: JobSpec, run_dir: Path, cpu_count: int = 1, visible_devices: str | None = None
+    spec: JobSpec,
+    run_dir: Path,
+    cpu_count: int = 1,
+    visible_devices: str | None = None,
+    stop: StopRequest | None = None,
 ) -> int:
     world = spec.layout.world_size
     infos = local_rank_infos(world, free_port())
@@ -65,24 +83,45 @@ def launch_local(
     if world == 1:
         from jeanzay_kit.run import run_worker
 
-        run_worker(spec, infos[0], run_dir, visible_devices, threads)
+        run_worker(spec, infos[0], run_dir, visible_devices, threads, stop=stop)
         return 0
+    # Workers start with these signals ignored (an ignored disposition survives exec), so
+    # one arriving while a worker imports torch cannot kill it; each worker installs its
+    # own handler first thing. Signals are re-sent until the workers are done, so one
+    # that arrived too early is delivered once they listen.
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in FORWARDED}
+    context = mp.start_processes(
+        _worker,
+        args=(spec, infos, run_dir, threads, visible_devices),
+        nprocs=world,
+        join=False,
+        start_method="spawn",
+    )
+    # A signal noted before the workers existed is delivered to them too.
+    pending: set[int] = {stop.signum} if stop is not None and stop.signum else set()
+
+    def forward(signum: int, _frame: object) -> None:
+        pending.add(signum)
+        _send(context, pending)
+
+    for sig in FORWARDED:
+        signal.signal(sig, forward)
     try:
-        mp.start_processes(
-            _worker,
-            args=(spec, infos, run_dir, threads, visible_devices),
-            nprocs=world,
-            join=True,
-            start_method="spawn",
-        )
+        while not context.join(timeout=0.5, grace_period=GRACE_S):
+            _send(context, pending)
     except mp.ProcessRaisedException as err:
         print(f"train.py: a worker failed; the others were stopped.\n{err}", file=sys.stderr)
         return 1
     except mp.ProcessExitedException as err:
+        if err.exit_code == EXIT_PREEMPTED:
+            return EXIT_PREEMPTED  # every worker saved; the checkpoint is sealed
         print(
             f"train.py: worker {err.error_index} exited with code {err.exit_code}; "
             "the others were stopped.",
             file=sys.stderr,
         )
         return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     return 0

@@ -56,12 +56,26 @@ def shell_word(value: object) -> str:
     control characters as escapes, so the word always stays on one line.
     """
     text = str(value)
+    if "'" in text and not _CONTROL.search(text) and not re.search(r'[$`"\\!]', text):
+        return f'"{text}"'  # readable: nothing in it is special inside double quotes
     if not _CONTROL.search(text):
         return shlex.quote(text)
     escaped = "".join(
         f"\\x{ord(ch):02x}" if _CONTROL.match(ch) or ch in "\\'" else ch for ch in text
     )
     return f"$'{escaped}'"
+
+
+def hydra_override(key: str, value: str) -> str:
+    """key='value' in Hydra's override grammar, reading back as exactly `value`.
+
+    Inside quotes Hydra treats backslashes as escapes only before a quote or at the end,
+    so those runs are doubled; quotes are escaped; `${` is escaped so that neither Hydra
+    nor OmegaConf resolves it.
+    """
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, str(value))
+    text = text.replace("'", "\\'").replace("${", "\\${")
+    return f"{key}='{text}'"
 
 
 def _slurm_pattern_literal(path: str) -> str:
@@ -216,6 +230,11 @@ def render_sbatch(
         ]
     program += [shell_word(a) for a in argv]
     program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
+    # The run directory comes from the job's identity (job.run_dir), so a requeued job
+    # finds its checkpoints; the frozen config has no `hydra` section to carry it.
+    run_dir = spec.config.get("job", {}).get("run_dir")
+    if run_dir:
+        program.append(shell_word(hydra_override("hydra.run.dir", run_dir)))
     lines.append("# --kill-on-bad-exit: one failed task ends the step instead of leaving the")
     lines.append("# others blocked in a collective until the time limit")
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))

@@ -21,19 +21,22 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
+from jeanzay_kit.ckpt.checkpointer import Checkpointer, TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.dist.process_group import DistContext
 from jeanzay_kit.train.digest import state_digest
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
+from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
 from jeanzay_kit.train.sampler import GlobalBatchPlan
 from jeanzay_kit.train.strategies.base import Strategy
 
 
 @dataclass
 class TrainResult:
-    steps: int
+    steps: int  # the last step saved
     final_loss: float | None
-    digest: str | None  # of the full model, on rank 0
+    digest: str | None  # of the full model, on rank 0, when training finished
+    stopped_by: str = ""  # the signal that stopped training early ("" if it finished)
 
 
 def seed_everything(seed: int) -> None:
@@ -105,8 +108,14 @@ def build_strategy(
     return PipelineStrategy(model, n_microbatches=n_micro, **common)
 
 
-def train(spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, run_dir: Path) -> TrainResult:
-    tcfg, ocfg = cfg["train"], cfg["optim"]
+def train(
+    spec: JobSpec,
+    cfg: Mapping[str, Any],
+    ctx: DistContext,
+    run_dir: Path,
+    stop: StopRequest | None = None,
+) -> TrainResult:
+    tcfg, ocfg, ccfg = cfg["train"], cfg["optim"], cfg.get("checkpoint") or {}
     seed = int(tcfg.get("seed", 0))
     steps = int(tcfg["steps"])
 
@@ -132,13 +141,45 @@ def train(spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, run_dir: Path
         ),
     )
 
+    # ---- resume: the newest complete checkpoint of this run directory -------------------
+    lay = spec.layout
+    world = {
+        "mode": lay.mode,
+        "world_size": lay.world_size,
+        "pp_size": lay.pp_size,
+        "dp_size": lay.dp_size,
+        "stages_per_rank": lay.stages_per_rank if lay.schedule == "interleaved_1f1b" else 1,
+    }
+    ckpt = Checkpointer(
+        run_dir,
+        strategy.state_module(),
+        optimizer,
+        ctx.info.rank,
+        world,
+        cfg,
+        ctx.device,
+        keep_last=int(ccfg.get("keep_last", 3)),
+        use_async=bool(ccfg.get("async", False)),
+    )
+    start_step, loss_value = 0, None
+    folder = ckpt.find(str(cfg.get("resume", "auto")))
+    if folder is not None:
+        ckpt.check_compatible(folder, bool(ccfg.get("allow_config_change", False)))
+        state = ckpt.load(folder)
+        scheduler.load_state_dict(state.scheduler)
+        if strategy.scaler is not None and state.scaler:
+            strategy.scaler.load_state_dict(state.scaler)
+        start_step, loss_value = state.step, state.last_loss
+        if ctx.is_main:
+            print(f"resumed from {folder} (step {start_step})", flush=True)
+
     # Hold out the end of the dataset for evaluation; train on the rest.
     eval_count = int(len(dataset) * float(tcfg.get("eval_fraction", 0.05)))
     plan = GlobalBatchPlan(
         dataset_size=len(dataset) - eval_count,
         global_batch=spec.global_batch_size,
         micro_batch=spec.micro_batch_size,
-        dp_size=spec.layout.dp_size,
+        dp_size=lay.dp_size,
         dp_rank=ctx.dp_rank,
         seed=seed,
     )
@@ -148,19 +189,37 @@ def train(spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, run_dir: Path
     grad_clip = float(ocfg.get("grad_clip", 0.0) or 0.0)
     log_every = max(1, int(tcfg.get("log_every", 10)))
     eval_every = int(tcfg.get("eval_every", 0) or 0)
+    every_steps = int(ccfg.get("every_steps") or 0)
+    every_seconds = float(ccfg.get("every_minutes") or 0) * 60
     flops = getattr(model, "flops_per_sample", lambda: 0.0)()
     peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.device.type == "cuda" else None
-    metrics = MetricsWriter(run_dir, ctx.is_main, steps)
+    metrics = MetricsWriter(run_dir, ctx.is_main, steps, resume_step=start_step)
+    own_stop = stop is None
+    stop = stop or StopRequest()
 
     def to_device(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         return batch[0].to(ctx.device, non_blocking=True), batch[1].to(
             ctx.device, non_blocking=True
         )
 
-    loss_value: float | None = None
+    def save(done: int, force_sync: bool = False) -> None:
+        ckpt.save(
+            done,
+            TrainerState(
+                done,
+                plan.sample_position(done),
+                scheduler.state_dict(),
+                strategy.scaler.state_dict() if strategy.scaler else None,
+                loss_value,
+            ),
+            force_sync=force_sync,
+        )
+
     strategy.train(True)
     window_start, window_steps = time.perf_counter(), 0
-    for step in range(steps):
+    last_save_time, saved_at = time.monotonic(), start_step
+    stopped_by = ""
+    for step in range(start_step, steps):
         batches = [to_device(dataset.batch(idx)) for idx in plan.step_indices(step)]
         local_loss = strategy.train_step(batches)
         if strategy.scaler is not None:
@@ -194,9 +253,7 @@ def train(spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, run_dir: Path
             if tokens:
                 record["tokens_per_s"] = spec.global_batch_size * tokens / elapsed
             if peak and flops:
-                record["mfu"] = (
-                    flops * spec.global_batch_size / elapsed / (peak * spec.layout.world_size)
-                )
+                record["mfu"] = flops * spec.global_batch_size / elapsed / (peak * lay.world_size)
             if eval_every and (done % eval_every == 0 or done == steps):
                 strategy.train(False)
                 losses = [strategy.eval_loss(batches) for batches in eval_rounds]
@@ -212,14 +269,34 @@ def train(spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, run_dir: Path
             metrics.log(record)
             window_start, window_steps = time.perf_counter(), 0
 
-    state = strategy.full_state_dict()
+        # ---- step boundary: stop, save, or go on; every rank decides the same ----------
+        time_due = int(
+            ctx.is_main and every_seconds > 0 and time.monotonic() - last_save_time >= every_seconds
+        )
+        signum, time_due = agree([stop.signum, time_due], ctx.device)
+        if signum:
+            stopped_by = signal_name(signum)
+            save(done, force_sync=True)
+            saved_at = done
+            if ctx.is_main:
+                print(f"{stopped_by} received: saved step-{done} and stopping", flush=True)
+            break
+        if (every_steps and done % every_steps == 0) or time_due or done == steps:
+            save(done, force_sync=done == steps)
+            saved_at, last_save_time = done, time.monotonic()
+
+    ckpt.wait()
+    if own_stop:
+        stop.restore()
     digest = None
-    if ctx.is_main and state is not None:
-        digest = state_digest(state)
-        torch.save(state, run_dir / "model_final.pt")
-        (run_dir / "model_final.sha256").write_text(digest + "\n")
+    if not stopped_by:
+        state = strategy.full_state_dict()
+        if ctx.is_main and state is not None:
+            digest = state_digest(state)
+            torch.save(state, run_dir / "model_final.pt")
+            (run_dir / "model_final.sha256").write_text(digest + "\n")
     metrics.close()
-    return TrainResult(steps, loss_value, digest)
+    return TrainResult(saved_at, loss_value, digest, stopped_by)
 
 
 def _eval_rounds(

@@ -23,7 +23,12 @@ class MetricsWriter:
     """Writes one JSON object per logged step; only the main rank writes."""
 
     def __init__(
-        self, run_dir: Path, enabled: bool, total_steps: int, stream: TextIO | None = None
+        self,
+        run_dir: Path,
+        enabled: bool,
+        total_steps: int,
+        stream: TextIO | None = None,
+        resume_step: int = 0,
     ):
         self.enabled = enabled
         self.total_steps = total_steps
@@ -32,8 +37,18 @@ class MetricsWriter:
         self._file = None
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)
-            # A fresh run starts a fresh file (resuming appends: see the checkpoint issue).
+            # A fresh run starts a fresh file. A resumed one keeps the records up to the
+            # checkpoint and drops any logged after it (they will be logged again).
+            kept = []
+            if resume_step and self.path.exists():
+                for line in self.path.read_text().splitlines():
+                    try:
+                        if json.loads(line)["step"] <= resume_step:
+                            kept.append(line + "\n")
+                    except (ValueError, KeyError):
+                        continue
             self._file = self.path.open("w", buffering=1)
+            self._file.writelines(kept)
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled or self._file is None:

@@ -60,6 +60,22 @@ class _Splittable(nn.Module):
                 setattr(chunk, name, None)
         return chunk
 
+    def merge_chunks(self, chunks: list[nn.Module]) -> nn.Module:
+        """One module viewing several chunks of this model (interleaved pipelines hold
+        more than one), with the original parameter names; the parameters are shared."""
+        if len(chunks) == 1:
+            return chunks[0]
+        view = copy.copy(chunks[0])
+        view._modules = dict(chunks[0]._modules)  # a new dict: the chunk stays as it is
+        view.blocks = nn.ModuleDict({k: v for c in chunks for k, v in c.blocks.items()})
+        for name in self._first_stage_modules() + self._last_stage_modules():
+            setattr(
+                view,
+                name,
+                next((getattr(c, name) for c in chunks if getattr(c, name) is not None), None),
+            )
+        return view
+
     def _first_stage_modules(self) -> tuple[str, ...]:
         return ()
 

@@ -12,7 +12,13 @@ from omegaconf import OmegaConf
 
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
-from jeanzay_kit.slurm.sbatch import RenderError, render_sbatch, sbatch_quote, shell_word
+from jeanzay_kit.slurm.sbatch import (
+    RenderError,
+    hydra_override,
+    render_sbatch,
+    sbatch_quote,
+    shell_word,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("JZK_UPDATE_GOLDEN") == "1"
@@ -205,6 +211,7 @@ def _no_pwned(tmp: Path) -> None:
 def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: Path) -> None:
     cfg = compose_config(["cluster=generic_slurm"])
     cfg["job"]["name"] = hostile
+    cfg["job"]["run_dir"] = f"outputs/{hostile}"
     cfg["job"]["log_dir"] = f"logs {hostile}"
     cfg["job"]["entry"] = "-m " + shlex.quote(f"pkg.{hostile}")
     cfg["cluster"]["env"] = {"JZK_HOSTILE": hostile}
@@ -224,6 +231,7 @@ def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: P
         f"pkg.{hostile}",
         f"--config-dir={log_dir}",
         "--config-name=jzk-config-42",
+        hydra_override("hydra.run.dir", f"outputs/{hostile}"),
     ]
     assert (
         modules.splitlines() == ["purge", f"load {hostile}"]
@@ -251,11 +259,17 @@ def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:
         f"--rdzv-endpoint=n1:{port}",
         "--rdzv-id=42",
     ]
-    assert argv[9:] == ["train.py", "--config-dir=logs", "--config-name=jzk-config-42"]
+    assert argv[9:] == [
+        "train.py",
+        "--config-dir=logs",
+        "--config-name=jzk-config-42",
+        "hydra.run.dir='outputs/jzk'",
+    ]
 
 
 @pytest.mark.parametrize(
-    "value", ["plain", "a b", "it's", "new\nline", "tab\tand\\back", "$(id) `id` ;"]
+    "value",
+    ["plain", "a b", "it's", "new\nline", "tab\tand\\back", "$(id) `id` ;", "k='v' !x", "'$x'"],
 )
 def test_shell_word_is_one_word_meaning_exactly_the_value(value: str) -> None:
     word = shell_word(value)
@@ -270,3 +284,13 @@ def test_rendered_scripts_are_valid_bash() -> None:
     for overrides in GOLDEN_CASES.values():
         script = render_sbatch(_spec(overrides), rendered_by=overrides)
         subprocess.run(["bash", "-n"], input=script, text=True, check=True, timeout=10)
+
+
+@pytest.mark.parametrize("value", [*HOSTILE, "plain/path", "a\\'b", "${oc.env:HOME}", "x\\"])
+def test_hydra_override_reads_back_as_the_value(value: str) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    override = OverridesParser.create().parse_override(hydra_override("hydra.run.dir", value))
+    # What a job sees: the parsed value, stored in the config and resolved by OmegaConf.
+    resolved = OmegaConf.to_container(OmegaConf.create({"v": override.value()}), resolve=True)
+    assert resolved["v"] == value

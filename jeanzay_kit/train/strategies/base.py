@@ -50,6 +50,11 @@ class Strategy(ABC):
         """Mean loss on this rank's share of the eval batches (None where not computed)."""
 
     @abstractmethod
+    def state_module(self) -> nn.Module:
+        """The module whose parameters are the optimizer's, with the original names:
+        what checkpoints save and load."""
+
+    @abstractmethod
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The whole model's parameters on rank 0 (a collective: every rank calls it)."""
 

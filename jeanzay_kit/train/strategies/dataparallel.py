@@ -35,5 +35,8 @@ class DataParallelStrategy(ReplicatedStrategy):
     def modules(self) -> Iterator[nn.Module]:
         yield self.model
 
+    def state_module(self) -> nn.Module:
+        return self.raw
+
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         return cpu_state(self.raw)

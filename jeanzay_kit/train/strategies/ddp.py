@@ -50,6 +50,9 @@ class DDPStrategy(ReplicatedStrategy):
     def eval_module(self) -> nn.Module:
         return self.model.module
 
+    def state_module(self) -> nn.Module:
+        return self.raw
+
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         # Every replica holds the same parameters; rank 0's copy is the model.
         return cpu_state(self.raw) if self.ctx.is_main else None

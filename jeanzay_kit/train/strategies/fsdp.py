@@ -41,6 +41,9 @@ class FSDPStrategy(ReplicatedStrategy):
         self.sharded.set_requires_gradient_sync(last)  # type: ignore[operator]
         return contextlib.nullcontext()
 
+    def state_module(self) -> nn.Module:
+        return self.sharded
+
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         state = get_model_state_dict(
             self.sharded, options=StateDictOptions(full_state_dict=True, cpu_offload=True)

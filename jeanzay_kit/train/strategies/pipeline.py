@@ -63,6 +63,10 @@ class PipelineStrategy(Strategy):
             stages.append(
                 PipelineStage(submod, sid, self.num_stages, self.ctx.device, group=pp_group)
             )
+        merge = getattr(model, "merge_chunks", None)
+        if len(self.chunks) > 1 and merge is None:
+            raise ValueError(f"{type(model).__name__} needs merge_chunks() for interleaved 1F1B")
+        self.view = merge(self.chunks) if merge is not None else self.chunks[0]
         self.first = 0 in self.ids
         self.last = (self.num_stages - 1) in self.ids
         self.n_microbatches = n_microbatches
@@ -133,6 +137,9 @@ class PipelineStrategy(Strategy):
         for g in grads:
             g.mul_(coef.to(g.dtype))
         return float(total)
+
+    def state_module(self) -> nn.Module:
+        return self.view
 
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         # Chunks keep the original parameter names; gather one replica's chunks on rank 0.

@@ -1,0 +1,263 @@
+"""Save and load training state across all ranks with torch.distributed.checkpoint (DCP).
+
+Every mode goes through DCP: sharded FSDP parameters and pipeline stages are written by
+the ranks that hold them, replicated DDP state once. A save is a collective:
+
+1. every rank writes into `.tmp-step-N/`: DCP shards of model + optimizer (fsynced by
+   DCP's writer), and its own `rank-<r>.pt` (RNG states); rank 0 adds `trainer.pt`
+   (step, sample position, LR scheduler, grad scaler, metrics) and `config.json`;
+2. barrier; rank 0 checksums every file, renames the folder to `step-N`, writes
+   `manifest.json` last, applies retention; barrier.
+
+With checkpoint.async=true, step 1's DCP part runs in a background thread after the
+state is staged in CPU memory; the commit happens when it is done, at the latest before
+the next save, so training continues while the files are written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from jeanzay_kit import __version__
+from jeanzay_kit.ckpt.layout import config_differences, config_hash, parse_step_dir
+from jeanzay_kit.ckpt.store import CheckpointStore
+from jeanzay_kit.errors import JzkError
+
+# Keys that may change between a checkpoint and its resume without changing what is
+# computed: how long to train, how often to log or save, where and how long the job runs.
+RESUME_IGNORES = (
+    "train.steps",
+    "train.log_every",
+    "train.eval_every",
+    "checkpoint",
+    "preemption",
+    "resume",
+    "job",
+    "cluster",
+    "resources.time",
+    "resources.qos",
+    "resources.partition",
+    "resources.constraint",
+    "resources.mem",
+    "resources.cpus_per_task",
+    "parallel.backend",
+    "parallel.timeout_minutes",
+)
+
+
+class ResumeError(JzkError):
+    exit_code = 2
+
+
+@dataclass
+class TrainerState:
+    step: int
+    sample_position: int
+    scheduler: dict
+    scaler: dict | None
+    last_loss: float | None
+
+
+def rng_state(device: torch.device) -> dict[str, Any]:
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": random.getstate(),
+        # Plain lists, so the file loads with torch.load(weights_only=True).
+        "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "torch": torch.get_rng_state(),
+    }
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state["torch"])
+    if device.type == "cuda" and "cuda" in state:
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
+def _save_torch(obj: Any, path: Path) -> None:
+    with path.open("wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+class Checkpointer:
+    def __init__(
+        self,
+        run_dir: Path,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        rank: int,
+        world: Mapping[str, Any],
+        config: Mapping[str, Any],
+        device: torch.device,
+        keep_last: int = 3,
+        use_async: bool = False,
+        log: Callable[[str], None] = print,
+    ):
+        self.store = CheckpointStore(run_dir / "checkpoints")
+        self.module = module
+        self.optimizer = optimizer
+        self.rank = rank
+        self.world = dict(world)
+        self.config = config
+        self.device = device
+        self.keep_last = keep_last
+        self.use_async = use_async
+        self.log = log if rank == 0 else (lambda _msg: None)
+        self._pending: tuple[int, Any, dict] | None = None  # (step, future, manifest fields)
+        self.last_blocking_s = 0.0  # how long the last save blocked training
+
+    # ---- saving --------------------------------------------------------------------------
+
+    def save(self, step: int, trainer: TrainerState, force_sync: bool = False) -> None:
+        """Collective: every rank calls it at the same step."""
+        t0 = time.perf_counter()
+        self.wait()  # the next save waits for the previous one
+        tmp = self.store.tmp_dir(step)
+        if self.rank == 0:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir(parents=True)
+        dist.barrier()
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        _save_torch(rng_state(self.device), tmp / f"rank-{self.rank}.pt")
+        fields = {
+            "world": self.world,
+            "config_hash": config_hash(self.config, RESUME_IGNORES),
+            "code_version": __version__,
+            "sample_position": trainer.sample_position,
+        }
+        if self.rank == 0:
+            _save_torch(
+                {
+                    "step": trainer.step,
+                    "sample_position": trainer.sample_position,
+                    "scheduler": trainer.scheduler,
+                    "scaler": trainer.scaler,
+                    "last_loss": trainer.last_loss,
+                },
+                tmp / "trainer.pt",
+            )
+            (tmp / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
+        if self.use_async and not force_sync:
+            future = dcp.async_save(state, checkpoint_id=str(tmp / "dcp"))
+            self._pending = (step, future, fields)
+        else:
+            dcp.save(state, checkpoint_id=str(tmp / "dcp"))
+            self._commit(step, fields)
+        self.last_blocking_s = time.perf_counter() - t0
+
+    def wait(self) -> None:
+        """Finish an asynchronous save: wait for its writes, then commit it."""
+        if self._pending is None:
+            return
+        step, future, fields = self._pending
+        self._pending = None
+        result = future.result() if hasattr(future, "result") else future.upload_completion.result()
+        del result
+        self._commit(step, fields)
+
+    def _commit(self, step: int, fields: dict) -> None:
+        dist.barrier()  # every rank's files are written and fsynced
+        if self.rank == 0:
+            manifest = self.store.commit(step, fields)
+            removed = self.store.apply_retention(self.keep_last, newest_good=step)
+            note = f", removed {', '.join(removed)}" if removed else ""
+            self.log(f"checkpoint step-{step} saved ({manifest.total_bytes / 1e6:.1f} MB){note}")
+        dist.barrier()  # nobody goes on (or exits) before the checkpoint is sealed
+
+    # ---- loading -------------------------------------------------------------------------
+
+    def find(self, resume: str) -> Path | None:
+        """The checkpoint folder to resume from (rank 0 decides, everyone agrees)."""
+        choice: list[str | None] = [None]
+        if self.rank == 0:
+            choice[0] = self._choose(resume)
+        dist.broadcast_object_list(choice, src=0)
+        return Path(choice[0]) if choice[0] else None
+
+    def _choose(self, resume: str) -> str | None:
+        if resume == "never":
+            return None
+        if resume == "auto":
+            removed = self.store.remove_stale()
+            if removed:
+                self.log(f"removed unfinished saves: {', '.join(sorted(removed))}")
+            step = self.store.newest_good(report=self.log)
+            return str(self.store.step_dir(step)) if step is not None else None
+        path = Path(resume)
+        store = CheckpointStore(path.parent)
+        step = parse_step_dir(path.name)
+        if step is None or not path.is_dir():
+            raise ResumeError(
+                f"resume={resume} is not a checkpoint folder (<run_dir>/checkpoints/step-N)"
+            )
+        problems = store.problems(step)
+        if problems:
+            raise ResumeError(f"resume={resume} is damaged: " + "; ".join(problems))
+        return str(path)
+
+    def check_compatible(self, folder: Path, allow_change: bool) -> None:
+        manifest = CheckpointStore(folder.parent).manifest(parse_step_dir(folder.name) or 0)
+        if manifest.world != self.world:
+            raise ResumeError(
+                f"{folder} was saved with layout {manifest.world}, this run is {self.world}. "
+                "HINT: resume with the same parallel.mode, nodes and GPUs per node, or "
+                "resume=never to start over"
+            )
+        if manifest.config_hash != config_hash(self.config, RESUME_IGNORES):
+            old = json.loads((folder / "config.json").read_text())
+            diffs = config_differences(old, dict(self.config), RESUME_IGNORES)
+            if not allow_change:
+                raise ResumeError(
+                    f"the config changed since {folder} was saved: "
+                    + "; ".join(diffs[:10])
+                    + ". HINT: set checkpoint.allow_config_change=true to resume anyway, "
+                    "or resume=never to start over"
+                )
+            self.log("resuming with a changed config: " + "; ".join(diffs[:10]))
+
+    def load(self, folder: Path) -> TrainerState:
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer)
+        state = {"model": model_sd, "optim": optim_sd}
+        dcp.load(state, checkpoint_id=str(folder / "dcp"))
+        set_state_dict(
+            self.module,
+            self.optimizer,
+            model_state_dict=state["model"],
+            optim_state_dict=state["optim"],
+        )
+        rng_file = folder / f"rank-{self.rank}.pt"
+        set_rng_state(torch.load(rng_file, weights_only=True), self.device)
+        trainer = torch.load(folder / "trainer.pt", weights_only=True)
+        return TrainerState(
+            trainer["step"],
+            trainer["sample_position"],
+            trainer["scheduler"],
+            trainer["scaler"],
+            trainer["last_loss"],
+        )

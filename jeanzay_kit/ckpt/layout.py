@@ -1,0 +1,197 @@
+"""Checkpoint layout rules, as pure functions over names and plain values.
+
+    <run_dir>/checkpoints/
+        step-200/            a checkpoint: data files, then manifest.json written last
+        step-300/
+        .tmp-step-400/       being written (or left by a crash): never loaded
+
+A folder counts only when its manifest exists, parses, and every file it lists has the
+size and sha256 it records. The newest such folder wins; retention keeps the newest
+`keep_last` complete ones and never deletes the newest complete checkpoint. There is no
+"latest" link to go stale: the newest complete folder is found by listing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+TMP_PREFIX = ".tmp-step-"
+
+
+def step_dir_name(step: int) -> str:
+    return f"step-{step}"
+
+
+def tmp_dir_name(step: int) -> str:
+    return f"{TMP_PREFIX}{step}"
+
+
+def parse_step_dir(name: str) -> int | None:
+    match = _STEP_DIR.match(name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class FileRecord:
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    step: int
+    files: Mapping[str, FileRecord]
+    world: Mapping[str, Any] = field(default_factory=dict)
+    config_hash: str = ""
+    code_version: str = ""
+    sample_position: int = 0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return (
+            json.dumps(
+                {
+                    "format": FORMAT,
+                    "step": self.step,
+                    "sample_position": self.sample_position,
+                    "world": dict(self.world),
+                    "config_hash": self.config_hash,
+                    "code_version": self.code_version,
+                    "files": {
+                        k: {"size": v.size, "sha256": v.sha256}
+                        for k, v in sorted(self.files.items())
+                    },
+                    "extra": dict(self.extra),
+                },
+                indent=2,
+                sort_keys=False,
+            )
+            + "\n"
+        )
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files.values())
+
+
+class ManifestError(ValueError):
+    pass
+
+
+def parse_manifest(text: str) -> Manifest:
+    try:
+        data = json.loads(text)
+        if data.get("format") != FORMAT:
+            raise ManifestError(f"unknown manifest format {data.get('format')!r}")
+        files = {
+            str(k): FileRecord(int(v["size"]), str(v["sha256"])) for k, v in data["files"].items()
+        }
+        return Manifest(
+            step=int(data["step"]),
+            files=files,
+            world=data.get("world", {}),
+            config_hash=str(data.get("config_hash", "")),
+            code_version=str(data.get("code_version", "")),
+            sample_position=int(data.get("sample_position", 0)),
+            extra=data.get("extra", {}),
+        )
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        if isinstance(err, ManifestError):
+            raise
+        raise ManifestError(f"unreadable manifest: {err}") from err
+
+
+def compare_files(manifest: Manifest, found: Mapping[str, FileRecord | None]) -> list[str]:
+    """What is wrong with a checkpoint's files, given what is on disk (None: missing).
+
+    `found` maps each manifest file to its measured record; sizes are compared first so a
+    truncated file is reported as such.
+    """
+    problems = []
+    for name, want in sorted(manifest.files.items()):
+        got = found.get(name)
+        if got is None:
+            problems.append(f"{name}: missing")
+        elif got.size != want.size:
+            problems.append(f"{name}: {got.size} bytes, manifest says {want.size} (truncated?)")
+        elif got.sha256 != want.sha256:
+            problems.append(f"{name}: checksum differs from the manifest (corrupted)")
+    return problems
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One step folder as listed: complete (manifest present) or not."""
+
+    step: int
+    name: str
+    has_manifest: bool
+
+
+def newest_first(entries: Iterable[Entry]) -> list[Entry]:
+    return sorted(entries, key=lambda e: e.step, reverse=True)
+
+
+def to_delete(entries: Iterable[Entry], keep_last: int, good: Iterable[int]) -> list[Entry]:
+    """Folders retention removes: complete ones beyond the newest `keep_last` good ones.
+
+    `good` lists the steps known to be complete and intact. The newest good checkpoint is
+    always kept, even with keep_last=0 or when newer folders are damaged, so there is
+    always something to resume from. Incomplete folders are left to `stale_incomplete`.
+    """
+    good_steps = sorted(set(good), reverse=True)
+    keep = set(good_steps[: max(1, keep_last)])
+    newest_good = good_steps[0] if good_steps else None
+    out = []
+    for entry in newest_first(entries):
+        if not entry.has_manifest or entry.step in keep:
+            continue
+        if newest_good is not None and entry.step > newest_good:
+            continue  # newer than what we trust: leave it for a human to look at
+        out.append(entry)
+    return out
+
+
+def config_hash(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
+    """sha256 of the config with `ignore`d dotted keys removed (canonical JSON)."""
+    ignored = set(ignore)
+
+    def strip(node: Any, prefix: str) -> Any:
+        if isinstance(node, Mapping):
+            return {
+                k: strip(v, f"{prefix}{k}.")
+                for k, v in sorted(node.items())
+                if f"{prefix}{k}" not in ignored
+            }
+        if isinstance(node, (list, tuple)):
+            return [strip(v, prefix) for v in node]
+        return node
+
+    canonical = json.dumps(strip(config, ""), sort_keys=True, default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def config_differences(
+    old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str] = (), prefix: str = ""
+) -> list[str]:
+    """Dotted keys whose value differs between two configs, for the refusal message."""
+    ignored = set(ignore)
+    out = []
+    for key in sorted(set(old) | set(new)):
+        dotted = f"{prefix}{key}"
+        if dotted in ignored:
+            continue
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += config_differences(a, b, ignored, f"{dotted}.")
+        elif a != b:
+            out.append(f"{dotted}: {a!r} -> {b!r}")
+    return out

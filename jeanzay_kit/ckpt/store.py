@@ -1,0 +1,163 @@
+"""The checkpoint folder on disk: list, verify, commit atomically, apply retention.
+
+File I/O only (no torch.distributed): the rank that commits calls `commit`; anyone can
+list and verify, including `jzk ckpt`. The rules live in ckpt/layout.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from jeanzay_kit.ckpt.layout import (
+    MANIFEST,
+    TMP_PREFIX,
+    Entry,
+    FileRecord,
+    Manifest,
+    ManifestError,
+    compare_files,
+    newest_first,
+    parse_manifest,
+    parse_step_dir,
+    step_dir_name,
+    tmp_dir_name,
+    to_delete,
+)
+
+_CHUNK = 8 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_CHUNK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_file_durably(path: Path, data: bytes) -> None:
+    """Write aside, fsync, rename into place, fsync the folder."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+class CheckpointStore:
+    def __init__(self, root: Path):
+        self.root = Path(root)
+
+    def step_dir(self, step: int) -> Path:
+        return self.root / step_dir_name(step)
+
+    def tmp_dir(self, step: int) -> Path:
+        return self.root / tmp_dir_name(step)
+
+    def entries(self) -> list[Entry]:
+        if not self.root.is_dir():
+            return []
+        out = []
+        for child in self.root.iterdir():
+            step = parse_step_dir(child.name)
+            if step is not None and child.is_dir():
+                out.append(Entry(step, child.name, (child / MANIFEST).is_file()))
+        return newest_first(out)
+
+    def manifest(self, step: int) -> Manifest:
+        return parse_manifest((self.step_dir(step) / MANIFEST).read_text())
+
+    def measure(self, folder: Path, names: list[str]) -> dict[str, FileRecord | None]:
+        found: dict[str, FileRecord | None] = {}
+        for name in names:
+            path = folder / name
+            found[name] = (
+                FileRecord(path.stat().st_size, sha256_file(path)) if path.is_file() else None
+            )
+        return found
+
+    def problems(self, step: int) -> list[str]:
+        """Everything wrong with checkpoint `step` (empty: complete and intact)."""
+        folder = self.step_dir(step)
+        if not (folder / MANIFEST).is_file():
+            return ["no manifest: the save did not finish"]
+        try:
+            manifest = self.manifest(step)
+        except (OSError, ManifestError) as err:
+            return [f"{MANIFEST}: {err}"]
+        if manifest.step != step:
+            return [f"{MANIFEST} says step {manifest.step}, folder says {step}"]
+        return compare_files(manifest, self.measure(folder, list(manifest.files)))
+
+    def newest_good(self, report: Callable[[str], None] = print) -> int | None:
+        """The newest complete, intact checkpoint; damaged ones are reported and skipped."""
+        for entry in self.entries():
+            if not entry.has_manifest:
+                continue
+            problems = self.problems(entry.step)
+            if not problems:
+                return entry.step
+            report(f"checkpoint {entry.name} is damaged, skipping it: " + "; ".join(problems))
+        return None
+
+    def commit(self, step: int, manifest_fields: dict) -> Manifest:
+        """Seal the temporary folder of `step`: checksums, fsync, rename, manifest last."""
+        tmp = self.tmp_dir(step)
+        names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
+        for name in names:  # the writers fsynced their files; make sure of it
+            fd = os.open(tmp / name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        files = {name: rec for name, rec in self.measure(tmp, names).items() if rec is not None}
+        manifest = Manifest(step=step, files=files, **manifest_fields)
+        final = self.step_dir(step)
+        if final.exists():  # an older, unsealed attempt at the same step
+            shutil.rmtree(final)
+        for sub in [tmp, *[p for p in tmp.rglob("*") if p.is_dir()]]:
+            fsync_dir(sub)
+        os.replace(tmp, final)
+        fsync_dir(self.root)
+        write_file_durably(final / MANIFEST, manifest.to_json().encode())
+        return manifest
+
+    def remove_stale(self) -> list[str]:
+        """Delete leftovers of interrupted saves: temporary folders and unsealed step folders."""
+        removed = []
+        if not self.root.is_dir():
+            return removed
+        for child in self.root.iterdir():
+            unsealed = parse_step_dir(child.name) is not None and not (child / MANIFEST).exists()
+            if child.is_dir() and (child.name.startswith(TMP_PREFIX) or unsealed):
+                shutil.rmtree(child, ignore_errors=True)
+                removed.append(child.name)
+        return removed
+
+    def apply_retention(self, keep_last: int, newest_good: int | None) -> list[str]:
+        """Keep the newest `keep_last` complete checkpoints (and always the newest good one)."""
+        entries = self.entries()
+        good = [
+            e.step
+            for e in entries
+            if e.has_manifest and (newest_good is None or e.step <= newest_good)
+        ]
+        removed = []
+        for entry in to_delete(entries, keep_last, good):
+            shutil.rmtree(self.root / entry.name, ignore_errors=True)
+            removed.append(entry.name)
+        return removed

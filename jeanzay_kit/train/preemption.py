@@ -1,0 +1,46 @@
+"""Stop at a step boundary when Slurm (or a user) sends a signal.
+
+The handler only records the signal. At each step boundary the ranks agree with one
+all-reduce (any rank's signal stops all), then save together and exit; see
+docs/preemption.md. Saving or talking to other ranks inside a handler could deadlock:
+the handler interrupts the main thread anywhere, even inside a collective.
+"""
+
+from __future__ import annotations
+
+import signal
+
+SIGNALS = {"USR1": signal.SIGUSR1, "USR2": signal.SIGUSR2, "TERM": signal.SIGTERM}
+EXIT_PREEMPTED = 3  # "stopped early after a complete checkpoint: run again to resume"
+
+
+class StopRequest:
+    def __init__(self, names: tuple[str, ...] = ("USR1", "USR2", "TERM")):
+        self.signum = 0
+        self._previous = {}
+        for name in names:
+            sig = SIGNALS[name]
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        # SIGTERM (15) outranks USR1 (10) and USR2 (12): a cancel or a preemption wins
+        # over the time-limit warning.
+        self.signum = max(self.signum, signum)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+def agree(local: list[int], device) -> list[int]:
+    """Element-wise max over all ranks: one collective per step boundary."""
+    import torch  # here, so that installing the handlers does not wait for torch
+    import torch.distributed as dist
+
+    flags = torch.tensor(local, dtype=torch.int64, device=device)
+    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+    return [int(v) for v in flags.tolist()]
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name if signum else ""
