@@ -13,7 +13,7 @@ from dataclasses import dataclass
 class JzkError(Exception):
     """Base class of the errors jeanzay_kit raises on purpose."""
 
-    exit_code = 1
+    exit_code = 2
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,12 @@ def run_worker(
     )
     try:
         result = train(spec, spec.config, ctx, run_dir, stop=stop)
+    except JzkError as err:
+        # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
+        if info.rank == 0:
+            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
+        shutdown(clean=False)
+        raise SystemExit(err.exit_code) from err
     except BaseException:
         # Show which rank failed before the launcher tears the others down, and leave
         # without waiting for peers that may be stuck in a collective.

@@ -31,7 +31,11 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_state_dict,
+)
 
 from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.layout import config_differences, config_hash, parse_step_dir
@@ -58,6 +62,12 @@ RESUME_IGNORES = (
     "parallel.backend",
     "parallel.timeout_minutes",
 )
+
+
+# Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
+# pipeline stages hold different parameters, and a nested "param_groups" list would have
+# the same key on every rank, which DCP would save once as if it were replicated.
+OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 class ResumeError(JzkError):
@@ -142,7 +152,7 @@ class Checkpointer:
                 shutil.rmtree(tmp)
             tmp.mkdir(parents=True)
         dist.barrier()
-        model_sd, optim_sd = get_state_dict(self.module, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
         state = {"model": model_sd, "optim": optim_sd}
         _save_torch(rng_state(self.device), tmp / f"rank-{self.rank}.pt")
         fields = {
@@ -242,7 +252,7 @@ class Checkpointer:
             self.log("resuming with a changed config: " + "; ".join(diffs[:10]))
 
     def load(self, folder: Path) -> TrainerState:
-        model_sd, optim_sd = get_state_dict(self.module, self.optimizer)
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, checkpoint_id=str(folder / "dcp"))
         set_state_dict(
@@ -250,6 +260,7 @@ class Checkpointer:
             self.optimizer,
             model_state_dict=state["model"],
             optim_state_dict=state["optim"],
+            options=OPTIONS,
         )
         rng_file = folder / f"rank-{self.rank}.pt"
         set_rng_state(torch.load(rng_file, weights_only=True), self.device)

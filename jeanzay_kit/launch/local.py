@@ -115,6 +115,8 @@ def launch_local(
     except mp.ProcessExitedException as err:
         if err.exit_code == EXIT_PREEMPTED:
             return EXIT_PREEMPTED  # every worker saved; the checkpoint is sealed
+        if err.exit_code == 2:
+            return 2  # a refusal, already explained by rank 0
         print(
             f"train.py: worker {err.error_index} exited with code {err.exit_code}; "
             "the others were stopped.",

@@ -17,6 +17,7 @@ PURE = [
     "slurm/sbatch.py",
     "dist/ranks.py",
     "train/sampler.py",
+    "ckpt/layout.py",
 ]
 FORBIDDEN_MODULES = {
     "torch",

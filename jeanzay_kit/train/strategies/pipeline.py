@@ -2,9 +2,12 @@
 
 The model is cut into `pp_size` (x `stages_per_rank` for interleaved 1F1B) consecutive
 chunks with `model.pipeline_chunk`. Stage i lives on pipeline rank i mod pp_size (the
-looped placement interleaved schedules expect). With pipeline_ddp each stage chunk is
-also wrapped in DDP over its data-parallel group; torch's pipeline stages know DDP and
-only all-reduce on the last backward of a step.
+looped placement interleaved schedules expect). With pipeline_ddp the replicas of a
+stage average their gradients with one coalesced all-reduce over their data-parallel
+group after the schedule step. (Wrapping the stage in DDP, which torch's stages support,
+gave results that drifted by ~1e-8 after a restart: the DDP reducer's first iteration
+after construction sums differently, so a resumed run was not bit-identical to an
+uninterrupted one. Measured with tests/distributed/test_resume.py.)
 
 One optimizer step is one schedule.step over this replica's whole share of the global
 batch, cut into `parallel.microbatches x accumulation` pipeline micro-batches: gradient
@@ -24,7 +27,6 @@ from torch.distributed.pipelining import (
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
 )
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jeanzay_kit.train.strategies.base import Batch, Strategy, cpu_state
 
@@ -55,13 +57,9 @@ class PipelineStrategy(Strategy):
         for sid in self.ids:
             chunk = model.pipeline_chunk(sid, self.num_stages).to(self.ctx.device)
             self.chunks.append(chunk)
-            submod: nn.Module = chunk
-            if lay.dp_size > 1:
-                device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-                submod = DDP(chunk, device_ids=device_ids, process_group=self.ctx.dp_group)
-            self.wrapped.append(submod)
+            self.wrapped.append(chunk)
             stages.append(
-                PipelineStage(submod, sid, self.num_stages, self.ctx.device, group=pp_group)
+                PipelineStage(chunk, sid, self.num_stages, self.ctx.device, group=pp_group)
             )
         merge = getattr(model, "merge_chunks", None)
         if len(self.chunks) > 1 and merge is None:
@@ -108,7 +106,21 @@ class PipelineStrategy(Strategy):
     def train_step(self, batches: list[Batch]) -> torch.Tensor:
         x = torch.cat([b[0] for b in batches])
         y = torch.cat([b[1] for b in batches])
-        return self._run((x, y), evaluate=False)
+        loss = self._run((x, y), evaluate=False)
+        if self.ctx.layout.dp_size > 1:
+            self._average_gradients()
+        return loss
+
+    def _average_gradients(self) -> None:
+        """Replicas of a stage average their gradients: one coalesced all-reduce per step."""
+        grads = [p.grad for p in self.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.ctx.dp_group)
+        flat /= self.ctx.layout.dp_size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
 
     @torch.no_grad()
     def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:

@@ -1,0 +1,212 @@
+"""Preempted, killed or damaged: a resumed run ends exactly where an uninterrupted one does.
+
+Every run here is `python train.py` in a subprocess, as a user starts it. "Exactly" means
+the same sha256 over all parameters (the digest), not "close".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.conftest import REPO
+
+STEPS = 240
+BASE = (
+    f"train.steps={STEPS}",
+    "train.log_every=1",
+    "train.eval_every=0",
+    "checkpoint.every_steps=40",
+    "checkpoint.keep_last=2",
+)
+MODES = {
+    "ddp": ("parallel=ddp", "resources.gpus_per_node=2"),
+    "fsdp": ("parallel=fsdp", "resources.gpus_per_node=2"),
+    "pipeline": ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=1f1b"),
+    "pipeline_ddp": (
+        "parallel=pipeline_ddp",
+        "resources.gpus_per_node=4",
+        "parallel.pipeline_stages=2",
+    ),
+}
+
+
+def cmd(run_dir: Path, *overrides: str) -> list[str]:
+    return [sys.executable, "train.py", *BASE, *overrides, f"hydra.run.dir={run_dir}"]
+
+
+def last_step(run_dir: Path) -> int:
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        return json.loads(lines[-1])["step"] if lines else 0
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
+
+
+def run_and_signal(
+    run_dir: Path, overrides: tuple[str, ...], at_step: int, sig: int = signal.SIGUSR1
+) -> subprocess.CompletedProcess:
+    """Start the run, send `sig` to `python train.py` once it has logged `at_step`."""
+    proc = subprocess.Popen(
+        cmd(run_dir, *overrides),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 240
+    while proc.poll() is None and last_step(run_dir) < at_step and time.monotonic() < deadline:
+        time.sleep(0.01)
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    out, err = proc.communicate(timeout=240)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cmd(run_dir, *overrides), cwd=REPO, capture_output=True, text=True, timeout=240
+    )
+
+
+def digest(run_dir: Path) -> str:
+    return (run_dir / "model_final.sha256").read_text().strip()
+
+
+def jzk(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "jzk"), *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_signalled_and_resumed_twice_ends_like_an_uninterrupted_run(
+    tmp_path: Path, mode: str
+) -> None:
+    overrides = MODES[mode]
+    straight = tmp_path / "straight"
+    result = run(straight, *overrides)
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    rng = random.Random(f"{mode}-resume")
+    first, second = sorted(rng.sample(range(5, STEPS // 2), 2))
+    resumed = tmp_path / "resumed"
+    for at in (first, second):
+        stopped = run_and_signal(resumed, overrides, at)
+        assert stopped.returncode == 3, (at, stopped.stderr[-3000:])
+        assert "SIGUSR1 received: saved step-" in stopped.stdout
+    final = run(resumed, *overrides)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert "resumed from" in final.stdout
+    assert digest(resumed) == digest(straight), f"signals at steps {first} and {second}"
+    # The checkpoint digest matches too, whatever the sharding.
+    assert jzk("ckpt", "digest", str(resumed)).stdout.strip() == digest(straight)
+    # metrics.jsonl has each step once, in order.
+    steps = [json.loads(x)["step"] for x in (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, STEPS + 1))
+
+
+@pytest.mark.timeout(600)
+def test_sigkill_during_saves_never_leaves_a_loadable_partial_checkpoint(tmp_path: Path) -> None:
+    overrides = ("resources.gpus_per_node=2", "checkpoint.every_steps=1", "checkpoint.keep_last=3")
+    straight = tmp_path / "straight"
+    assert run(straight, *overrides).returncode == 0
+    killed = tmp_path / "killed"
+    rng = random.Random(1234)
+    for _ in range(4):
+        # New session: SIGKILL reaches train.py and every worker at once, as a node loss would.
+        proc = subprocess.Popen(
+            cmd(killed, *overrides),
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        start = last_step(killed)
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and last_step(killed) < start + 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(rng.uniform(0.0, 0.3))  # somewhere inside the next saves
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        verify = jzk("ckpt", "verify", str(killed))
+        assert verify.returncode == 0, verify.stdout  # complete means intact
+    final = run(killed, *overrides)
+    assert final.returncode == 0, final.stderr[-3000:]
+    assert digest(killed) == digest(straight)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
+def test_a_damaged_checkpoint_is_reported_and_the_previous_one_used(
+    tmp_path: Path, damage: str
+) -> None:
+    overrides = ("resources.gpus_per_node=2", f"train.steps={80}", "checkpoint.every_steps=40")
+    straight = tmp_path / "straight"
+    assert run(straight, *overrides).returncode == 0
+    # A run stopped at step 80 of 120 ... then its newest checkpoint gets damaged.
+    resumed = tmp_path / "resumed"
+    assert run(resumed, *overrides).returncode == 0  # saves step-40 and step-80
+    shard = sorted((resumed / "checkpoints" / "step-80" / "dcp").glob("*.distcp"))[0]
+    data = bytearray(shard.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x01
+        shard.write_bytes(data)
+    elif damage == "truncate":
+        shard.write_bytes(data[:-100])
+    else:
+        shard.unlink()
+    verify = jzk("ckpt", "verify", str(resumed))
+    assert verify.returncode == 1 and "step-80: DAMAGED" in verify.stdout
+    (resumed / "model_final.sha256").unlink()
+    again = run(resumed, *overrides)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "checkpoint step-80 is damaged, skipping it" in again.stdout
+    assert "resumed from" in again.stdout and "step-40" in again.stdout
+    assert digest(resumed) == digest(straight)
+
+
+@pytest.mark.timeout(300)
+def test_a_changed_config_refuses_to_resume_unless_allowed(tmp_path: Path) -> None:
+    overrides = ("resources.gpus_per_node=2", "train.steps=40", "checkpoint.every_steps=20")
+    stopped = run_and_signal(tmp_path / "r", overrides, 25)
+    assert stopped.returncode == 3
+    refused = run(tmp_path / "r", *overrides, "optim.lr=0.01")
+    assert refused.returncode == 2
+    assert (
+        "the config changed since" in refused.stderr and "optim.lr: 0.003 -> 0.01" in refused.stderr
+    )
+    allowed = run(
+        tmp_path / "r", *overrides, "optim.lr=0.01", "checkpoint.allow_config_change=true"
+    )
+    assert allowed.returncode == 0, allowed.stderr[-2000:]
+    # Training longer is not a change of config: train.steps is free to grow.
+    longer = run(
+        tmp_path / "r",
+        *overrides,
+        "optim.lr=0.01",
+        "train.steps=50",
+        "checkpoint.allow_config_change=true",
+    )
+    assert longer.returncode == 0 and "resumed from" in longer.stdout
+
+
+@pytest.mark.timeout(300)
+def test_resume_never_starts_over(tmp_path: Path) -> None:
+    overrides = ("resources.gpus_per_node=2", "train.steps=20", "checkpoint.every_steps=10")
+    first = run(tmp_path / "r", *overrides)
+    again = run(tmp_path / "r", *overrides, "resume=never")
+    assert first.returncode == again.returncode == 0
+    assert "resumed from" not in again.stdout

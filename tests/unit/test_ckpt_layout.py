@@ -1,0 +1,158 @@
+"""Checkpoint layout rules (pure) and the on-disk store, on plain files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.ckpt.layout import (
+    Entry,
+    FileRecord,
+    Manifest,
+    compare_files,
+    config_differences,
+    config_hash,
+    parse_manifest,
+    parse_step_dir,
+    to_delete,
+)
+from jeanzay_kit.ckpt.store import CheckpointStore
+
+
+@pytest.mark.parametrize(
+    ("name", "step"),
+    [("step-0", 0), ("step-120", 120), ("step-x", None), (".tmp-step-3", None), ("step-1a", None)],
+)
+def test_parse_step_dir(name: str, step: int | None) -> None:
+    assert parse_step_dir(name) == step
+
+
+def entries(*spec: tuple[int, bool]) -> list[Entry]:
+    return [Entry(s, f"step-{s}", complete) for s, complete in spec]
+
+
+def test_retention_keeps_the_newest_k() -> None:
+    es = entries((10, True), (20, True), (30, True), (40, True))
+    assert [e.step for e in to_delete(es, 2, [10, 20, 30, 40])] == [20, 10]
+
+
+def test_retention_never_deletes_the_newest_good_even_with_keep_zero() -> None:
+    es = entries((10, True), (20, True))
+    assert [e.step for e in to_delete(es, 0, [10, 20])] == [10]
+
+
+def test_retention_keeps_the_newest_good_when_newer_ones_are_damaged() -> None:
+    # step-30 has a manifest but failed verification: 20 is the newest good one.
+    es = entries((10, True), (20, True), (30, True))
+    removed = [e.step for e in to_delete(es, 1, [10, 20])]
+    assert 20 not in removed and 30 not in removed
+    assert removed == [10]
+
+
+def test_retention_ignores_incomplete_folders() -> None:
+    es = entries((10, True), (20, False), (30, True))
+    assert [e.step for e in to_delete(es, 1, [10, 30])] == [10]
+
+
+def manifest() -> Manifest:
+    return Manifest(
+        step=5,
+        files={"a": FileRecord(3, "x" * 64), "b/c": FileRecord(4, "y" * 64)},
+        world={"mode": "ddp"},
+        config_hash="h",
+        code_version="0",
+        sample_position=80,
+    )
+
+
+def test_manifest_round_trips() -> None:
+    assert parse_manifest(manifest().to_json()) == manifest()
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"format": 99}', '{"format": 1, "step": 1}'])
+def test_bad_manifests_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_manifest(text)
+
+
+@pytest.mark.parametrize(
+    ("found", "problem"),
+    [
+        ({"a": FileRecord(3, "x" * 64)}, "b/c: missing"),
+        ({"a": FileRecord(3, "x" * 64), "b/c": FileRecord(2, "y" * 64)}, "truncated"),
+        ({"a": FileRecord(3, "z" * 64), "b/c": FileRecord(4, "y" * 64)}, "a: checksum differs"),
+    ],
+)
+def test_compare_files_names_each_problem(found, problem: str) -> None:
+    problems = compare_files(manifest(), found)
+    assert len(problems) == 1 and problem in problems[0]
+
+
+def test_config_hash_ignores_what_does_not_change_the_computation() -> None:
+    a = {"train": {"steps": 10, "seed": 0}, "job": {"name": "x"}}
+    b = {"train": {"steps": 99, "seed": 0}, "job": {"name": "y"}}
+    c = {"train": {"steps": 10, "seed": 1}, "job": {"name": "x"}}
+    ignore = ("train.steps", "job")
+    assert config_hash(a, ignore) == config_hash(b, ignore)
+    assert config_hash(a, ignore) != config_hash(c, ignore)
+    assert config_differences(a, c, ignore) == ["train.seed: 0 -> 1"]
+
+
+# ---- the store on disk ----------------------------------------------------------------
+
+
+def fake_save(store: CheckpointStore, step: int, payload: bytes = b"weights") -> None:
+    tmp = store.tmp_dir(step)
+    (tmp / "dcp").mkdir(parents=True)
+    (tmp / "dcp" / "__0_0.distcp").write_bytes(payload)
+    (tmp / "trainer.pt").write_bytes(b"trainer")
+    store.commit(
+        step, {"world": {}, "config_hash": "h", "code_version": "0", "sample_position": step}
+    )
+
+
+def test_commit_seals_a_folder_with_its_manifest_last(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    fake_save(store, 10)
+    assert not store.tmp_dir(10).exists()
+    assert store.problems(10) == []
+    m = store.manifest(10)
+    assert set(m.files) == {"dcp/__0_0.distcp", "trainer.pt"} and m.sample_position == 10
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "delete", "manifest"])
+def test_newest_good_skips_damaged_checkpoints(tmp_path: Path, damage: str) -> None:
+    store = CheckpointStore(tmp_path)
+    fake_save(store, 10)
+    fake_save(store, 20)
+    target = store.step_dir(20) / "dcp" / "__0_0.distcp"
+    if damage == "flip":
+        target.write_bytes(b"weighTs")
+    elif damage == "truncate":
+        target.write_bytes(b"wei")
+    elif damage == "delete":
+        target.unlink()
+    else:
+        (store.step_dir(20) / "manifest.json").write_text("{ half a manifest")
+    reports: list[str] = []
+    assert store.newest_good(report=reports.append) == 10
+    assert len(reports) == 1 and "step-20" in reports[0]
+
+
+def test_unsealed_and_temporary_folders_are_never_chosen_and_are_cleaned(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    fake_save(store, 10)
+    store.tmp_dir(30).mkdir()  # a save killed while writing
+    (store.step_dir(40)).mkdir()  # renamed but killed before the manifest
+    assert store.newest_good() == 10
+    assert sorted(store.remove_stale()) == [".tmp-step-30", "step-40"]
+    assert [e.name for e in store.entries()] == ["step-10"]
+
+
+def test_retention_on_disk(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    for step in (10, 20, 30, 40):
+        fake_save(store, step)
+        store.apply_retention(2, newest_good=step)
+    assert [e.step for e in store.entries()] == [40, 30]
