@@ -115,8 +115,10 @@ def run_worker(
         )
 
 
-def stop_after_signal(spec: JobSpec, info: RankInfo, result) -> None:
-    """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit."""
+def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None) -> None:
+    """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit.
+
+    runner: the Slurm command runner (a stand-in in unit tests)."""
     from jeanzay_kit.slurm.commands import SlurmCommandError, requeue
     from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 
@@ -131,7 +133,7 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result) -> None:
     if info.rank == 0:
         if wants_requeue:
             try:
-                requeue(info.requeue_id)
+                requeue(info.requeue_id, runner)
                 print(
                     f"requeued job {info.requeue_id}; it resumes from step-{result.steps}",
                     flush=True,

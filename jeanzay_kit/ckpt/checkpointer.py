@@ -138,6 +138,9 @@ class Checkpointer:
         self.use_async = use_async
         self.log = log if rank == 0 else (lambda _msg: None)
         self._pending: tuple[int, Any, dict] | None = None  # (step, future, manifest fields)
+        # An asynchronous save runs its collectives in a background thread; on the training
+        # process group they would interleave with the training's own and deadlock.
+        self._async_group = dist.new_group(backend="gloo") if use_async else None
         self.last_blocking_s = 0.0  # how long the last save blocked training
 
     # ---- saving --------------------------------------------------------------------------
@@ -174,7 +177,9 @@ class Checkpointer:
             )
             (tmp / "config.json").write_text(json.dumps(self.config, indent=2, default=str))
         if self.use_async and not force_sync:
-            future = dcp.async_save(state, checkpoint_id=str(tmp / "dcp"))
+            future = dcp.async_save(
+                state, checkpoint_id=str(tmp / "dcp"), process_group=self._async_group
+            )
             self._pending = (step, future, fields)
         else:
             dcp.save(state, checkpoint_id=str(tmp / "dcp"))

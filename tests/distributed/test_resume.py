@@ -210,3 +210,35 @@ def test_resume_never_starts_over(tmp_path: Path) -> None:
     again = run(tmp_path / "r", *overrides, "resume=never")
     assert first.returncode == again.returncode == 0
     assert "resumed from" not in again.stdout
+
+
+@pytest.mark.timeout(300)
+def test_async_saves_commit_and_change_nothing(tmp_path: Path) -> None:
+    overrides = (
+        "resources.gpus_per_node=2",
+        "train.steps=60",
+        "checkpoint.every_steps=10",
+        "checkpoint.keep_last=10",
+    )
+    sync = run(tmp_path / "sync", *overrides)
+    asynchronous = run(tmp_path / "async", *overrides, "checkpoint.async=true")
+    assert sync.returncode == asynchronous.returncode == 0, asynchronous.stderr[-2000:]
+    assert digest(tmp_path / "async") == digest(tmp_path / "sync")
+    listing = jzk("ckpt", "list", str(tmp_path / "async")).stdout
+    assert listing.count("complete") == 6 and "INCOMPLETE" not in listing
+    assert jzk("ckpt", "verify", str(tmp_path / "async")).returncode == 0
+
+
+@pytest.mark.timeout(300)
+def test_time_based_cadence_saves_without_a_step_cadence(tmp_path: Path) -> None:
+    result = run(
+        tmp_path / "t",
+        "resources.gpus_per_node=2",
+        "train.steps=60",
+        "checkpoint.every_steps=0",
+        "checkpoint.every_minutes=0.0005",
+        "checkpoint.keep_last=100",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    steps = [int(p.name.split("-")[1]) for p in (tmp_path / "t" / "checkpoints").iterdir()]
+    assert 60 in steps and len(steps) > 2  # the end, and saves every 30 ms of training

@@ -1,0 +1,78 @@
+"""What happens after a signalled run saved: requeue or not, and the exit code."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, replace
+
+import pytest
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import build_job_spec
+from jeanzay_kit.dist.ranks import RankInfo
+from jeanzay_kit.run import stop_after_signal
+
+
+@dataclass
+class Result:
+    steps: int
+    stopped_by: str
+
+
+class FakeRunner:
+    """Same method as CommandRunner; records the commands instead of running them."""
+
+    def __init__(self, returncode: int = 0, stderr: str = ""):
+        self.calls: list[list[str]] = []
+        self.returncode, self.stderr = returncode, stderr
+
+    def run(self, argv, timeout: float = 60.0) -> subprocess.CompletedProcess:
+        self.calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, self.returncode, "", self.stderr)
+
+
+SPEC = build_job_spec(compose_config(["cluster=slurm_local"]))
+RANK0 = RankInfo(0, 0, 2, 2, 0, 1, "n1", 12345, "77", "70_7", "srun")
+
+
+def test_time_limit_signal_requeues_the_array_task_and_exits_3(capsys) -> None:
+    runner = FakeRunner()
+    with pytest.raises(SystemExit) as info:
+        stop_after_signal(SPEC, RANK0, Result(40, "SIGUSR1"), runner)
+    assert info.value.code == 3
+    assert runner.calls == [["scontrol", "requeue", "70_7"]]
+    assert "requeued job 70_7; it resumes from step-40" in capsys.readouterr().out
+
+
+def test_a_failed_requeue_is_said_clearly_and_exits_1(capsys) -> None:
+    runner = FakeRunner(returncode=1, stderr="Invalid job id specified")
+    with pytest.raises(SystemExit) as info:
+        stop_after_signal(SPEC, RANK0, Result(40, "SIGUSR1"), runner)
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert "could not requeue job 70_7" in err and "Invalid job id specified" in err
+    assert "step-40 is complete" in err
+
+
+@pytest.mark.parametrize(
+    ("signal", "info"),
+    [
+        ("SIGTERM", RANK0),  # scancel or preemption: Slurm decides, we do not requeue
+        ("SIGUSR1", replace(RANK0, job_id=None, array_job_id=None)),  # not under Slurm
+        ("SIGUSR1", replace(RANK0, rank=1)),  # only rank 0 asks
+    ],
+)
+def test_no_requeue_for_cancel_local_runs_or_other_ranks(signal: str, info: RankInfo) -> None:
+    runner = FakeRunner()
+    with pytest.raises(SystemExit) as exc:
+        stop_after_signal(SPEC, info, Result(40, signal), runner)
+    assert exc.value.code == 3
+    assert runner.calls == []
+
+
+def test_requeue_can_be_turned_off() -> None:
+    spec = build_job_spec(compose_config(["cluster=slurm_local", "preemption.requeue=false"]))
+    runner = FakeRunner()
+    with pytest.raises(SystemExit):
+        stop_after_signal(spec, RANK0, Result(40, "SIGUSR1"), runner)
+    assert runner.calls == []
