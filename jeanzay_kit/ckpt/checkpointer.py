@@ -20,6 +20,7 @@ import json
 import os
 import random
 import shutil
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -137,7 +138,8 @@ class Checkpointer:
         self.keep_last = keep_last
         self.use_async = use_async
         self.log = log if rank == 0 else (lambda _msg: None)
-        self._pending: tuple[int, Any, dict] | None = None  # (step, future, manifest fields)
+        self._pending: threading.Thread | None = None  # an asynchronous save in flight
+        self._async_error: BaseException | None = None
         # An asynchronous save runs its collectives in a background thread; on the training
         # process group they would interleave with the training's own and deadlock.
         self._async_group = dist.new_group(backend="gloo") if use_async else None
@@ -180,30 +182,42 @@ class Checkpointer:
             future = dcp.async_save(
                 state, checkpoint_id=str(tmp / "dcp"), process_group=self._async_group
             )
-            self._pending = (step, future, fields)
+            # Wait for the writes and seal the checkpoint off the training thread; only the
+            # staging of the state in CPU memory above blocked training.
+            self._pending = threading.Thread(
+                target=self._finish_async, args=(step, future, fields), daemon=True
+            )
+            self._pending.start()
         else:
             dcp.save(state, checkpoint_id=str(tmp / "dcp"))
             self._commit(step, fields)
         self.last_blocking_s = time.perf_counter() - t0
 
+    def _finish_async(self, step: int, future: Any, fields: dict) -> None:
+        try:
+            future.result() if hasattr(future, "result") else future.upload_completion.result()
+            self._commit(step, fields, group=self._async_group)
+        except BaseException as err:  # noqa: BLE001 - reported by wait() on the main thread
+            self._async_error = err
+
     def wait(self) -> None:
-        """Finish an asynchronous save: wait for its writes, then commit it."""
+        """Finish an asynchronous save (its writes and its commit); re-raise its error."""
         if self._pending is None:
             return
-        step, future, fields = self._pending
+        self._pending.join()
         self._pending = None
-        result = future.result() if hasattr(future, "result") else future.upload_completion.result()
-        del result
-        self._commit(step, fields)
+        if self._async_error is not None:
+            err, self._async_error = self._async_error, None
+            raise err
 
-    def _commit(self, step: int, fields: dict) -> None:
-        dist.barrier()  # every rank's files are written and fsynced
+    def _commit(self, step: int, fields: dict, group: Any = None) -> None:
+        dist.barrier(group=group)  # every rank's files are written and fsynced
         if self.rank == 0:
             manifest = self.store.commit(step, fields)
             removed = self.store.apply_retention(self.keep_last, newest_good=step)
             note = f", removed {', '.join(removed)}" if removed else ""
             self.log(f"checkpoint step-{step} saved ({manifest.total_bytes / 1e6:.1f} MB){note}")
-        dist.barrier()  # nobody goes on (or exits) before the checkpoint is sealed
+        dist.barrier(group=group)  # nobody goes on (or exits) before the checkpoint is sealed
 
     # ---- loading -------------------------------------------------------------------------
 
