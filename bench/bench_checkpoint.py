@@ -1,0 +1,237 @@
+"""Checkpoint costs, each as a ratio against a baseline measured in the same run.
+
+    .venv/bin/python bench/bench_checkpoint.py [--hidden 2048] [--depth 6] [--dir DIR]
+
+1. write throughput: bytes of a sealed checkpoint (DCP write, fsync, sha256 of every
+   file, rename, manifest) per second of Checkpointer.save / `dd oflag=direct` writing
+   the same number of bytes to the same filesystem.            target >= 0.8
+2. async blocking: time Checkpointer.save blocks training with checkpoint.async=true
+   / time of the same save with async off.                     target <= 0.10
+3. resume to first step: `python train.py` wall time until its first logged step when it
+   resumes from a checkpoint / the same for a fresh start.     target <= 1.10
+
+One process (gloo, world size 1), an MLP of depth x hidden^2 weights with AdamW state.
+Results are printed and written to bench/results/checkpoint.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+
+def dd_throughput(folder: Path, nbytes: int) -> float:
+    """Bytes/s of dd writing nbytes with O_DIRECT (page cache bypassed) and fsync."""
+    target = folder / "dd.bin"
+    block = 4 << 20
+    count = max(1, nbytes // block)
+    t0 = time.perf_counter()
+    subprocess.run(
+        [
+            "dd",
+            "if=/dev/zero",
+            f"of={target}",
+            f"bs={block}",
+            f"count={count}",
+            "oflag=direct",
+            "conv=fsync",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    elapsed = time.perf_counter() - t0
+    target.unlink()
+    return count * block / elapsed
+
+
+def save_timings(folder: Path, hidden: int, depth: int, rounds: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from jeanzay_kit.ckpt.checkpointer import Checkpointer, TrainerState
+    from jeanzay_kit.launch.local import free_port
+    from jeanzay_kit.train.models import MLP
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    model = MLP(in_dim=hidden, hidden=hidden, depth=depth, out_dim=hidden)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, hidden)).sum().backward()
+    opt.step()  # optimizer state exists: exp_avg and exp_avg_sq, twice the weights again
+    trainer = TrainerState(1, 0, {}, None, None)
+    out = {"sync_s": [], "async_block_s": [], "bytes": 0}
+    for use_async in (False, True):
+        run_dir = folder / ("async" if use_async else "sync")
+        ck = Checkpointer(
+            run_dir,
+            model,
+            opt,
+            0,
+            {"mode": "bench"},
+            {"bench": True},
+            torch.device("cpu"),
+            keep_last=1,
+            use_async=use_async,
+            log=lambda _m: None,
+        )
+        for r in range(rounds):
+            ck.save(r + 1, trainer)
+            if use_async:
+                out["async_block_s"].append(ck.last_blocking_s)
+                ck.wait()
+            else:
+                out["sync_s"].append(ck.last_blocking_s)
+        ck.wait()
+        manifest = ck.store.manifest(rounds)
+        out["bytes"] = manifest.total_bytes
+        shutil.rmtree(run_dir)
+    dist.destroy_process_group()
+    return out
+
+
+def first_step_time(run_dir: Path, overrides: list[str]) -> float:
+    """Seconds from starting train.py until metrics.jsonl holds its first new record."""
+    metrics = run_dir / "metrics.jsonl"
+    before = len(metrics.read_text().splitlines()) if metrics.exists() else 0
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(
+        [sys.executable, "train.py", *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    elapsed = None
+    while proc.poll() is None:
+        if metrics.exists():
+            lines = metrics.read_text().splitlines()
+            # A resumed run rewrites the file with the kept records, then appends.
+            if len(lines) > before or (
+                before
+                and lines
+                and json.loads(lines[-1])["step"] > json.loads(lines[before - 1])["step"]
+            ):
+                elapsed = time.perf_counter() - t0
+                break
+        time.sleep(0.005)
+    proc.terminate()
+    proc.wait()
+    if elapsed is None:
+        raise RuntimeError("train.py ended before logging a step")
+    return elapsed
+
+
+def resume_timings(folder: Path, hidden: int, depth: int, rounds: int) -> dict:
+    common = [
+        "resources.gpus_per_node=1",
+        f"model.hidden={hidden}",
+        f"model.depth={depth}",
+        "train.log_every=1",
+        "train.eval_every=0",
+        "train.steps=1000000",
+        "checkpoint.every_steps=0",
+    ]
+    seed_dir = folder / "seed"
+    # A run that saved one checkpoint at step 2 (train.steps=2 ends with a save).
+    subprocess.run(
+        [sys.executable, "train.py", *common[:-2], "train.steps=2", f"hydra.run.dir={seed_dir}"],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+    )
+    fresh, resumed = [], []
+    for r in range(rounds):
+        run_dir = folder / f"fresh-{r}"
+        fresh.append(first_step_time(run_dir, [*common, "resume=never"]))
+        shutil.rmtree(run_dir)
+        res_dir = folder / f"res-{r}"
+        shutil.copytree(seed_dir, res_dir)
+        (res_dir / "model_final.sha256").unlink(missing_ok=True)
+        resumed.append(first_step_time(res_dir, [*common, "checkpoint.allow_config_change=true"]))
+        shutil.rmtree(res_dir)
+    return {"fresh_s": fresh, "resumed_s": resumed}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--depth", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="a folder on the filesystem to measure")
+    args = parser.parse_args()
+    base = Path(args.dir) if args.dir else REPO / "bench" / "results"
+    base.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=base) as tmp:
+        folder = Path(tmp)
+        saves = save_timings(folder, args.hidden, args.depth, args.rounds)
+        dd = [dd_throughput(folder, saves["bytes"]) for _ in range(args.rounds)]
+        resume = resume_timings(folder, args.hidden // 4, args.depth, args.rounds)
+    sync_s = statistics.median(saves["sync_s"])
+    block_s = statistics.median(saves["async_block_s"])
+    ckpt_bps = saves["bytes"] / sync_s
+    dd_bps = statistics.median(dd)
+    fresh, resumed = statistics.median(resume["fresh_s"]), statistics.median(resume["resumed_s"])
+    report = {
+        "checkpoint_bytes": saves["bytes"],
+        "write": {
+            "checkpoint_MBps": ckpt_bps / 1e6,
+            "dd_direct_MBps": dd_bps / 1e6,
+            "ratio": ckpt_bps / dd_bps,
+            "target": ">= 0.8",
+        },
+        "async": {
+            "blocking_s": block_s,
+            "sync_save_s": sync_s,
+            "ratio": block_s / sync_s,
+            "target": "<= 0.10",
+        },
+        "resume": {
+            "resumed_first_step_s": resumed,
+            "fresh_first_step_s": fresh,
+            "ratio": resumed / fresh,
+            "target": "<= 1.10",
+        },
+        "raw": {**saves, "dd_Bps": dd, **resume},
+        "setup": {
+            "hidden": args.hidden,
+            "depth": args.depth,
+            "rounds": args.rounds,
+            "filesystem_dir": str(base),
+            "cpus": os.cpu_count(),
+        },
+    }
+    out = REPO / "bench" / "results" / "checkpoint.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2) + "\n")
+    w, a, r = report["write"], report["async"], report["resume"]
+    print(f"checkpoint of {saves['bytes'] / 1e6:.0f} MB")
+    print(
+        f"write     {w['checkpoint_MBps']:8.0f} MB/s vs dd O_DIRECT {w['dd_direct_MBps']:8.0f} "
+        f"MB/s  ratio {w['ratio']:.2f} (target >= 0.8)"
+    )
+    print(
+        f"async     blocks {a['blocking_s'] * 1e3:7.0f} ms vs sync save "
+        f"{a['sync_save_s'] * 1e3:7.0f} ms  ratio {a['ratio']:.3f} (target <= 0.10)"
+    )
+    print(
+        f"resume    first step after {r['resumed_first_step_s']:.2f} s vs fresh "
+        f"{r['fresh_first_step_s']:.2f} s  ratio {r['ratio']:.3f} (target <= 1.10)"
+    )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
