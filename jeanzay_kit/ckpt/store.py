@@ -117,12 +117,27 @@ class CheckpointStore:
             report(f"checkpoint {entry.name} is damaged, skipping it: " + "; ".join(problems))
         return None
 
-    def commit(self, step: int, manifest_fields: dict) -> Manifest:
-        """Seal the temporary folder of `step`: checksums, fsync, rename, manifest last."""
+    def commit(
+        self, step: int, manifest_fields: dict, known: dict[str, FileRecord] | None = None
+    ) -> Manifest:
+        """Seal the temporary folder of `step`: checksums, fsync, rename, manifest last.
+
+        known: checksums taken while the files were written (trusted when the size on
+        disk agrees); any other file is read back and hashed here.
+        """
         tmp = self.tmp_dir(step)
-        # The writers fsynced their files (DCP's writer and _save_torch both do).
+        known = known or {}
+        # The writers fsynced their files (DCP's writer and _save_bytes both do).
         names = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
-        files = {name: rec for name, rec in self.measure(tmp, names).items() if rec is not None}
+        files: dict[str, FileRecord] = {}
+        unknown = []
+        for name in names:
+            rec = known.get(name)
+            if rec is not None and (tmp / name).stat().st_size == rec.size:
+                files[name] = rec
+            else:
+                unknown.append(name)
+        files.update({n: r for n, r in self.measure(tmp, unknown).items() if r is not None})
         manifest = Manifest(step=step, files=files, **manifest_fields)
         final = self.step_dir(step)
         if final.exists():  # an older, unsealed attempt at the same step
