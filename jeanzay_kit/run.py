@@ -7,6 +7,7 @@ single local worker) or starts the local worker processes (cluster=local).
 
 from __future__ import annotations
 
+import socket
 import sys
 import traceback
 from collections.abc import Mapping
@@ -81,6 +82,14 @@ def run_worker(
     want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
     device = pick_device(info, want, visible_devices)
     par = spec.config["parallel"]
+    # One line per task: where it sits in the job (the Slurm tests read it back).
+    print(
+        f"jzk: rank {info.rank}/{info.world_size} local_rank {info.local_rank}/"
+        f"{info.local_world_size} node {info.node_rank}/{info.num_nodes} master "
+        f"{info.master_addr}:{info.master_port} launcher {info.launcher} "
+        f"host {socket.gethostname()}",
+        flush=True,
+    )
     ctx = init_distributed(
         info,
         spec.layout,
