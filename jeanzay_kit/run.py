@@ -28,11 +28,9 @@ def local_gpu_count() -> int:
 
 def is_launched_task(env: Mapping[str, str]) -> bool:
     """Started by srun (a task of a step) or by torchrun, rather than by a user's shell."""
-    return (
-        "SLURM_PROCID" in env
-        and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
-        or ("TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "LOCAL_RANK" in env))
-    )
+    srun_task = "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
+    torchrun_worker = "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "LOCAL_RANK" in env)
+    return srun_task or torchrun_worker
 
 
 def main(

@@ -201,15 +201,3 @@ class TinyGPT(_Splittable):
         n -= self.pos_emb.weight.numel() if self.pos_emb is not None else 0
         per_token = 6 * n + 12 * self._n_layer * self.block_size * self._n_embd
         return float(per_token * self.block_size)
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
-
-
-def human(n: float) -> str:
-    for unit in ("", "K", "M", "G", "T"):
-        if abs(n) < 1000:
-            return f"{n:.3g}{unit}"
-        n /= 1000
-    return f"{n:.3g}P"

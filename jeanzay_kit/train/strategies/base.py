@@ -72,14 +72,11 @@ class Strategy(ABC):
     def backward(self, loss: torch.Tensor) -> None:
         (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
 
-    def global_mean(
-        self, local: torch.Tensor, count_group: dist.ProcessGroup | None = None
-    ) -> float:
-        """Average a per-rank scalar over the ranks that computed it."""
+    def global_mean(self, local: torch.Tensor) -> float:
+        """Average a per-rank scalar over every rank (each computed one)."""
         value = local.detach().float().reshape(1).to(self.ctx.device)
-        dist.all_reduce(value, group=count_group)
-        size = dist.get_world_size(count_group)
-        return float(value.item()) / size
+        dist.all_reduce(value)
+        return float(value.item()) / dist.get_world_size()
 
 
 def cpu_state(module: nn.Module) -> dict[str, torch.Tensor]:

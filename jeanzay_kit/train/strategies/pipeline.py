@@ -52,12 +52,10 @@ class PipelineStrategy(Strategy):
         self.num_stages = lay.pp_size * per_rank
         self.ids = stage_ids(self.ctx.pp_rank, lay.pp_size, per_rank)
         self.chunks: list[nn.Module] = []
-        self.wrapped: list[nn.Module] = []
         stages = []
         for sid in self.ids:
             chunk = model.pipeline_chunk(sid, self.num_stages).to(self.ctx.device)
             self.chunks.append(chunk)
-            self.wrapped.append(chunk)
             stages.append(
                 PipelineStage(chunk, sid, self.num_stages, self.ctx.device, group=pp_group)
             )
@@ -84,7 +82,7 @@ class PipelineStrategy(Strategy):
         return [p for chunk in self.chunks for p in chunk.parameters()]
 
     def modules(self) -> Iterator[nn.Module]:
-        yield from self.wrapped
+        yield from self.chunks
 
     def _run(self, batch: Batch, evaluate: bool) -> torch.Tensor:
         x, y = batch
@@ -130,7 +128,7 @@ class PipelineStrategy(Strategy):
         y = torch.cat([b[1] for b in batches])
         return self._run((x, y), evaluate=True)
 
-    def global_mean(self, local: torch.Tensor, count_group=None) -> float:
+    def global_mean(self, local: torch.Tensor) -> float:
         # Only last-stage ranks computed a loss: sum over everyone, divide by their number.
         value = local.detach().float().reshape(1).to(self.ctx.device)
         dist.all_reduce(value)
