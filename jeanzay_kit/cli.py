@@ -1,4 +1,5 @@
-"""`jzk`: validate a request, render its sbatch script, list cluster profiles.
+"""`jzk`: validate a request, render or submit its sbatch script, show job states, list
+cluster profiles, inspect checkpoints.
 
 An edge module: it reads files and argv, prints, and exits. Errors a user can cause
 are printed as one clear message (no traceback) with exit code 2.
@@ -7,6 +8,8 @@ are printed as one clear message (no traceback) with exit code 2.
 from __future__ import annotations
 
 import argparse
+import datetime
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -57,6 +60,26 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("-o", "--output-dir", default=None, help="write DIR/<job.name>.sbatch")
     render.add_argument("--array", default=None, help='make a job array, e.g. "0-9%%4"')
     _add_config_args(render)
+
+    submit = sub.add_parser(
+        "submit",
+        help="render the sbatch script of a request and submit it with sbatch",
+        description="Validate the request, write its sbatch script to <job.run_dir>/job.sbatch, "
+        "submit it with sbatch from the current directory (the job's working directory) and "
+        "record the job in <job.run_dir>/manifest.jsonl. Submitting the same request again "
+        "resumes from the run directory's newest complete checkpoint.",
+    )
+    _add_config_args(submit)
+
+    status = sub.add_parser(
+        "status",
+        help="a table of the jobs of a sweep or run directory and their states",
+        description="Read DIR/manifest.jsonl (a sweep directory from `python train.py -m`, or "
+        "a run directory from `jzk submit`) and show each job's state (squeue, then sacct "
+        "for jobs squeue no longer shows) and newest complete checkpoint. Without DIR: every "
+        "manifest under multirun/ and outputs/ of the current directory.",
+    )
+    status.add_argument("dir", nargs="?", default=None, metavar="SWEEP_OR_RUN_DIR")
 
     clusters = sub.add_parser(
         "clusters",
@@ -198,6 +221,99 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_submit(args: argparse.Namespace) -> int:
+    from jeanzay_kit.launch.manifest import append_manifest
+    from jeanzay_kit.slurm.commands import sbatch
+
+    spec = _build_spec(args)
+    if not spec.cluster.is_slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: pick "
+            "a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
+        )
+    try:
+        script = render_sbatch(spec, rendered_by=args.overrides)
+    except RenderError as err:
+        raise JzkError(str(err)) from err
+    run_dir = Path(spec.config["job"]["run_dir"])
+    run_dir.mkdir(parents=True, exist_ok=True)
+    Path(spec.log_dir).mkdir(parents=True, exist_ok=True)  # Slurm does not create it
+    path = run_dir / "job.sbatch"
+    path.write_text(script)
+    job_id = sbatch(str(path.resolve()), cwd=os.getcwd())
+    log = Path(spec.log_dir) / f"{spec.job_name}-{job_id}.out"
+    append_manifest(
+        run_dir,
+        {
+            "job_id": job_id,
+            "overrides": list(args.overrides),
+            "run_dir": str(run_dir.resolve()),
+            "script": str(path.resolve()),
+            "log": str(log.resolve()),
+            "cluster": spec.cluster.name,
+            "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
+        },
+    )
+    print(
+        f"submitted job {job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), {spec.time})"
+    )
+    print(f"  script  {path}\n  log     {log}\n  run dir {run_dir}")
+    print(f"  status: jzk status {run_dir}")
+    return 0
+
+
+def _newest_complete_step(run_dir: str) -> int | None:
+    from jeanzay_kit.ckpt.store import CheckpointStore
+
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return None
+    steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
+    return max(steps) if steps else None
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+    from jeanzay_kit.slurm import status
+    from jeanzay_kit.slurm.commands import SlurmCommandError, sacct_text, squeue_text
+
+    if args.dir is not None:
+        paths = [Path(args.dir) / MANIFEST]
+        if not paths[0].is_file():
+            raise JzkError(
+                f"no {MANIFEST} in {args.dir}. HINT: give a sweep directory (multirun/<job.name>) "
+                "or a run directory submitted with `jzk submit`"
+            )
+    else:
+        paths = sorted(Path("multirun").glob(f"*/{MANIFEST}")) + sorted(
+            Path("outputs").glob(f"*/{MANIFEST}")
+        )
+        if not paths:
+            raise JzkError(
+                f"no {MANIFEST} under multirun/ or outputs/ here. HINT: pass the sweep or run "
+                "directory"
+            )
+    records = [dict(r) for p in paths for r in read_manifest(p)]
+    for rec in records:
+        rec["checkpoint"] = _newest_complete_step(rec.get("run_dir", ""))
+    ids = list(dict.fromkeys(str(r["job_id"]) for r in records))
+    states = status.parse_squeue(squeue_text())
+    gone = status.missing(ids, states)
+    note = ""
+    if gone:
+        try:
+            states = {**status.parse_sacct(sacct_text(gone)), **states}
+        except SlurmCommandError as err:
+            note = f"(sacct: {err})"
+    print(status.status_table(records, states))
+    print("\n" + status.summary(states[i].state if i in states else "UNKNOWN" for i in ids))
+    if note:
+        print(note, file=sys.stderr)
+    return 0
+
+
 def _cmd_clusters(args: argparse.Namespace) -> int:
     from jeanzay_kit.config.clusters import profile_from_dict
 
@@ -275,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler = {
         "validate": _cmd_validate,
         "render": _cmd_render,
+        "submit": _cmd_submit,
+        "status": _cmd_status,
         "clusters": _cmd_clusters,
         "ckpt": _cmd_ckpt,
     }

@@ -1,0 +1,1 @@
+"""Hydra launcher plugin: hydra/launcher=jeanzay (see jeanzay_launcher.py)."""

@@ -1,0 +1,180 @@
+"""`hydra/launcher=jeanzay`: a sweep becomes Slurm job arrays, submitted with submitit.
+
+    python train.py -m cluster=slurm_local optim.lr=0.1,0.01,0.001
+
+Every sweep point is composed and validated (JobSpec) before anything is submitted: one
+bad point means nothing is queued. Points with the same resource shape share one job
+array (chunked to the cluster's MaxArraySize). The launcher returns once everything is
+queued (hydra.launcher.wait=true waits for the end) and writes
+<sweep_dir>/manifest.jsonl: job id, array index, overrides and run dir of every run.
+
+Each run's config is resolved and frozen here, at submission, and its run directory is
+<sweep_dir>/<subdir>: the same on every requeue, so a requeued task resumes.
+"""
+
+# No `from __future__ import annotations`: Hydra loads plugin modules outside
+# sys.modules, where dataclasses cannot resolve string annotations.
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.utils import JobReturn, JobStatus, configure_log, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra.types import HydraContext, TaskFunction
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class JeanzayLauncherConf:
+    _target_: str = "hydra_plugins.jeanzay_launcher.jeanzay_launcher.JeanzayLauncher"
+    # Return as soon as the arrays are queued: a sweep may wait hours for nodes, and the
+    # manifest plus `jzk status <sweep_dir>` tell where it stands.
+    wait: bool = False
+    # With wait=true: seconds between two looks at the queue.
+    poll_seconds: float = 5.0
+    # At most this many tasks of one array run at once (sbatch --array=0-N%P).
+    array_parallelism: int = 256
+    # submitit's job files (pickled task, its stdout/stderr); %j is the job id.
+    submitit_folder: str = "${hydra.sweep.dir}/.submitit/%j"
+
+
+ConfigStore.instance().store(
+    group="hydra/launcher", name="jeanzay", node=JeanzayLauncherConf, provider="jeanzay_kit"
+)
+
+
+class JeanzayLauncher(Launcher):
+    def __init__(
+        self,
+        wait: bool = False,
+        poll_seconds: float = 5.0,
+        array_parallelism: int = 256,
+        submitit_folder: str = ".submitit/%j",
+    ) -> None:
+        self.wait = wait
+        self.poll_seconds = poll_seconds
+        self.array_parallelism = array_parallelism
+        self.submitit_folder = submitit_folder
+        self.config: DictConfig | None = None
+        self.hydra_context: HydraContext | None = None
+
+    def setup(
+        self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
+    ) -> None:
+        # The task function is not pickled: every task runs jeanzay_kit's trainer
+        # (jeanzay_kit.launch.task) on the frozen config, as train.py would.
+        self.config = config
+        self.hydra_context = hydra_context
+
+    def launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        from jeanzay_kit.launch.executor import LaunchError, plan_arrays
+        from jeanzay_kit.launch.sweep import submit_arrays, wait_for
+
+        assert self.config is not None and self.hydra_context is not None
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
+
+        points, configs = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
+        max_size = min(p.spec.cluster.max_array_size for p in points)
+        plans = plan_arrays(points, max_size, self.array_parallelism)
+        folder = str(Path(self.submitit_folder).absolute())
+        log.info(
+            f"jeanzay launcher: submitting {len(points)} run(s) as {len(plans)} job "
+            f"array(s) to cluster {points[0].spec.cluster.name}"
+        )
+        submitted = submit_arrays(plans, folder, sweep_dir)
+        for r, _ in submitted:
+            log.info(
+                f"  #{r['num']} job {r['job_id']}: {' '.join(r['overrides'])} -> {r['run_dir']}"
+            )
+        log.info(f"manifest: {sweep_dir / 'manifest.jsonl'} (`jzk status {sweep_dir}`)")
+
+        by_num = {r["num"]: (r, job) for r, job in submitted}
+        outcomes: dict[int, tuple[str, Any]] = {}
+        if self.wait:
+            results = wait_for([job for _, job in submitted], self.poll_seconds)
+            for (r, _), outcome in zip(submitted, results, strict=True):
+                outcomes[r["num"]] = outcome
+        returns = []
+        for point in points:
+            ret = JobReturn(
+                overrides=list(point.overrides),
+                cfg=configs[point.num],
+                hydra_cfg=self.config,
+                working_dir=point.run_dir,
+                task_name=str(self.config.hydra.job.name),
+            )
+            if point.num in outcomes:
+                state, value = outcomes[point.num]
+                ret.status = JobStatus.COMPLETED if state == "COMPLETED" else JobStatus.FAILED
+                ret.return_value = value if state == "COMPLETED" else RuntimeError(value)
+            else:
+                # Hydra's sweeper reads every return value: without wait, the launcher's
+                # job is done once the run is queued, and its value is the manifest line.
+                ret.status = JobStatus.COMPLETED
+                ret.return_value = by_num[point.num][0]
+            returns.append(ret)
+        failed = [by_num[n][0]["job_id"] for n, (s, _) in outcomes.items() if s != "COMPLETED"]
+        if failed:
+            raise LaunchError(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
+        return returns
+
+    def _validated_points(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path
+    ) -> tuple[list[Any], dict[int, DictConfig]]:
+        """Compose, resolve and validate every point; raise once, listing every problem."""
+        from jeanzay_kit.config.spec import build_job_spec
+        from jeanzay_kit.errors import SpecError
+        from jeanzay_kit.launch.executor import LaunchError, SweepPoint
+
+        assert self.config is not None and self.hydra_context is not None
+        points, configs, problems = [], {}, []
+        for idx, overrides in enumerate(job_overrides):
+            num = initial_job_idx + idx
+            sweep_config = self.hydra_context.config_loader.load_sweep_config(
+                self.config, list(overrides)
+            )
+            with open_dict(sweep_config):
+                sweep_config.hydra.job.id = f"jzk_{num}"
+                sweep_config.hydra.job.num = num
+            HydraConfig.instance().set_config(sweep_config)
+            run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
+            # Resolved once, here: the job runs exactly what was validated.
+            user = sweep_config.copy()
+            with open_dict(user):
+                del user["hydra"]
+            plain = OmegaConf.to_container(user, resolve=True)
+            assert isinstance(plain, dict)
+            plain.setdefault("job", {})["run_dir"] = run_dir
+            label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
+            try:
+                spec = build_job_spec(plain)
+            except SpecError as err:
+                problems.append(f"{label}: {err}")
+                continue
+            if not spec.cluster.is_slurm:
+                problems.append(
+                    f"{label}: cluster={spec.cluster.name} is not a Slurm cluster. HINT: the "
+                    "jeanzay launcher submits to Slurm; for local sweeps use "
+                    "hydra/launcher=basic"
+                )
+                continue
+            points.append(SweepPoint(num, tuple(overrides), run_dir, spec))
+            configs[num] = sweep_config
+        if problems:
+            raise LaunchError(
+                "nothing was submitted; fix these sweep points:\n" + "\n".join(problems)
+            )
+        if not points:
+            raise LaunchError("the sweep has no points")
+        return points, configs

@@ -1,0 +1,143 @@
+"""A validated JobSpec -> submitit's Slurm parameters, and a sweep -> job arrays. Pure.
+
+The Hydra launcher (hydra_plugins/jeanzay_launcher) composes one JobSpec per sweep point,
+then asks this module how to submit them: one job array per resource shape (points that
+differ only in training settings share an array), each array at most the cluster's
+MaxArraySize long. Nothing here imports submitit or runs a command.
+
+submitit writes its `#SBATCH` values with shlex quoting (single quotes), which sbatch
+does not understand (it reads double quotes only, src/sbatch/opt.c); values that would
+need quoting are refused here with a hint, instead of reaching Slurm misread.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.slurm.sbatch import shell_word
+
+# What both shlex.quote and sbatch leave alone.
+_PLAIN = re.compile(r"^[A-Za-z0-9_.:@%/+=,-]+$")
+
+
+class LaunchError(JzkError):
+    """A sweep that cannot be submitted as asked; nothing was submitted."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of a sweep: its Hydra job number, overrides, run directory and spec."""
+
+    num: int
+    overrides: tuple[str, ...]
+    run_dir: str
+    spec: JobSpec
+
+
+@dataclass(frozen=True)
+class ArrayPlan:
+    """One `sbatch --array` call: points with the same resource shape."""
+
+    parameters: dict[str, Any]
+    python: str
+    points: tuple[SweepPoint, ...]
+
+
+def _plain(key: str, value: object) -> str:
+    text = str(value)
+    if not _PLAIN.match(text):
+        raise LaunchError(
+            f"{key}={text!r} cannot go through submitit's #SBATCH quoting (sbatch would "
+            "misread it). HINT: use letters, digits and _.:@%/+=,- only, or submit with "
+            "`jzk submit`, which quotes any value the way sbatch reads it"
+        )
+    return text
+
+
+def setup_lines(spec: JobSpec) -> list[str]:
+    """The shell lines the job runs before srun: modules, threads, the profile's env."""
+    lines: list[str] = []
+    if spec.cluster.module_purge:
+        lines.append("module purge")
+    lines += [f"module load {shell_word(m)}" for m in spec.cluster.modules]
+    lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
+    # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
+    lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
+    for name, value in spec.cluster.env.items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise LaunchError(f"cluster.env key {name!r} is not a shell variable name")
+        lines.append(f"export {name}={shell_word(value)}")
+    return lines
+
+
+def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str, Any]:
+    """Keyword arguments for submitit.SlurmExecutor.update_parameters."""
+    if spec.layout.launcher != "srun":
+        raise LaunchError(
+            f"parallel.launcher={spec.layout.launcher!r}: the jeanzay launcher starts one "
+            "task per GPU with srun. HINT: use parallel.launcher=srun, or `jzk submit` for "
+            "torchrun"
+        )
+    extra: dict[str, Any] = {
+        # The time-limit warning goes to every task; our handler notes it and the ranks
+        # save at the next step boundary (docs/preemption.md).
+        "signal": f"{spec.signal}@{spec.signal_lead_seconds}",
+        "requeue" if spec.requeue else "no-requeue": True,
+    }
+    if spec.cluster.hint:
+        extra["hint"] = _plain("cluster.hint", spec.cluster.hint)
+    params: dict[str, Any] = {
+        "job_name": _plain("job.name", spec.job_name),
+        "nodes": spec.nodes,
+        "ntasks_per_node": spec.ntasks_per_node,
+        "cpus_per_task": spec.cpus_per_task,
+        "time": spec.time_minutes,
+        "signal_delay_s": spec.signal_lead_seconds,
+        "array_parallelism": array_parallelism,
+        "setup": setup_lines(spec),
+        # One failed task ends the step instead of leaving the others in a collective.
+        "srun_args": ["--kill-on-bad-exit=1"],
+        "additional_parameters": extra,
+    }
+    if spec.cluster.gpu_request == "gpus":
+        params["gpus_per_node"] = spec.gpus_per_node
+    else:
+        params["gres"] = f"gpu:{spec.gpus_per_node}"
+    if spec.partition.select == "partition":
+        params["partition"] = _plain("resources.partition", spec.partition.name)
+    if spec.account:
+        params["account"] = _plain("cluster.account", spec.account)
+    if spec.constraint:
+        params["constraint"] = _plain("resources.constraint", spec.constraint)
+    if spec.qos:
+        params["qos"] = _plain("resources.qos", spec.qos)
+    if spec.mem:
+        params["mem"] = _plain("resources.mem", spec.mem)
+    return params
+
+
+def plan_arrays(
+    points: Sequence[SweepPoint], max_array_size: int, array_parallelism: int = 256
+) -> list[ArrayPlan]:
+    """Group points by identical submission parameters, keep sweep order, chunk each
+    group to `max_array_size` tasks (Slurm's MaxArraySize: indices 0..size-1)."""
+    if max_array_size < 1:
+        raise LaunchError(f"cluster.max_array_size={max_array_size} must be at least 1")
+    groups: dict[str, tuple[dict[str, Any], str, list[SweepPoint]]] = {}
+    for point in points:
+        params = submitit_parameters(point.spec, array_parallelism)
+        key = repr(sorted(params.items())) + "\0" + point.spec.python
+        groups.setdefault(key, (params, point.spec.python, []))[2].append(point)
+    plans = []
+    for params, python, members in groups.values():
+        for start in range(0, len(members), max_array_size):
+            chunk = tuple(members[start : start + max_array_size])
+            plans.append(ArrayPlan(parameters=params, python=python, points=chunk))
+    return plans

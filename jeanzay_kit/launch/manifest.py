@@ -1,0 +1,53 @@
+"""`manifest.jsonl`: which Slurm job runs which sweep point, and where it writes.
+
+One JSON object per run, at least `job_id`, `overrides` and `run_dir`. The launcher
+writes `<sweep_dir>/manifest.jsonl`; `jzk submit` writes `<run_dir>/manifest.jsonl`;
+`jzk status` reads either. Written aside and renamed, so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.errors import JzkError
+
+MANIFEST = "manifest.jsonl"
+
+
+def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / MANIFEST
+    tmp = directory / f".{MANIFEST}.tmp"
+    with open(tmp, "w") as f:
+        for record in records:
+            f.write(json.dumps(dict(record), sort_keys=True) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def append_manifest(directory: Path, record: Mapping[str, Any]) -> Path:
+    """Add one run (a resubmission keeps the history of earlier job ids)."""
+    path = directory / MANIFEST
+    records = read_manifest(path) if path.exists() else []
+    return write_manifest(directory, [*records, record])
+
+
+def read_manifest(path: Path) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise JzkError(f"{path}:{number}: not JSON ({err})") from err
+        if not isinstance(record, dict) or "job_id" not in record:
+            raise JzkError(f"{path}:{number}: a manifest line needs a job_id")
+        records.append(record)
+    return records

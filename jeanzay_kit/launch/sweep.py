@@ -1,0 +1,82 @@
+"""Submit planned job arrays with submitit and write the sweep's manifest. An edge module.
+
+The Hydra launcher (hydra_plugins/jeanzay_launcher) builds the SweepPoints; the plan
+(which points share an array) comes from launch/executor.py.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.launch.executor import ArrayPlan, LaunchError
+from jeanzay_kit.launch.manifest import write_manifest
+from jeanzay_kit.launch.task import run_training
+
+
+def submit_arrays(
+    plans: Sequence[ArrayPlan], submitit_folder: str, sweep_dir: Path
+) -> list[tuple[dict[str, Any], Any]]:
+    """One sbatch call per plan. Returns (manifest record, submitit job) per run, in sweep
+    order."""
+    import submitit  # lazy: validating and planning a sweep does not need it
+
+    records: list[dict[str, Any]] = []
+    submitted_jobs: list[tuple[dict[str, Any], Any]] = []
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    for plan in plans:
+        executor = submitit.SlurmExecutor(folder=submitit_folder, python=plan.python)
+        executor.update_parameters(**plan.parameters)
+        try:
+            submitted = executor.map_array(
+                run_training,
+                [dict(p.spec.config) for p in plan.points],
+                [p.run_dir for p in plan.points],
+            )
+        except Exception as err:  # submitit raises plain exceptions with sbatch's stderr
+            # Record what is already queued before reporting the failure.
+            if records:
+                write_manifest(sweep_dir, sorted(records, key=lambda r: r["num"]))
+            done = ", ".join(r["job_id"] for r in records) or "none"
+            raise LaunchError(
+                f"sbatch refused the array of {len(plan.points)} run(s): {err}. Already "
+                f"submitted: {done} (see {sweep_dir / 'manifest.jsonl'})"
+            ) from err
+        for point, job in zip(plan.points, submitted, strict=True):
+            record = {
+                "job_id": job.job_id,
+                "array_job_id": job.job_id.split("_")[0],
+                "array_index": int(job.job_id.split("_")[1]) if "_" in job.job_id else None,
+                "num": point.num,
+                "overrides": list(point.overrides),
+                "run_dir": point.run_dir,
+                "log": str(job.paths.stdout),
+                "cluster": point.spec.cluster.name,
+                "submitted_at": now,
+            }
+            records.append(record)
+            submitted_jobs.append((record, job))
+    submitted_jobs.sort(key=lambda pair: pair[0]["num"])
+    write_manifest(sweep_dir, [record for record, _ in submitted_jobs])
+    return submitted_jobs
+
+
+def wait_for(jobs: Sequence[Any], poll_seconds: float) -> list[tuple[str, Any]]:
+    """Block until every job ends; ("COMPLETED", result) or (state, error text) per job.
+
+    A requeued job goes back to PENDING and is waited for again: it has not ended."""
+    while not all(job.done() for job in jobs):
+        time.sleep(poll_seconds)
+    outcomes = []
+    for job in jobs:
+        try:
+            # One result per task (rank); rank 0 speaks for the run.
+            outcomes.append(("COMPLETED", job.results()[0]))
+        except Exception as err:  # submitit re-raises the task's failure
+            print(f"job {job.job_id} failed: {err}", file=sys.stderr)
+            outcomes.append((job.state, str(err)))
+    return outcomes

@@ -1,0 +1,28 @@
+"""What each Slurm task of a launcher-submitted job runs (submitit unpickles and calls it).
+
+The config arrives resolved and frozen at submission; the run directory is fixed per
+sweep point, so a requeued job finds its checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.train.preemption import StopRequest
+
+
+def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
+    # First: submitit installed its own handlers; ours only note the signal, and the
+    # ranks stop together at a step boundary (docs/preemption.md).
+    stop = StopRequest()
+    from jeanzay_kit.run import main
+
+    # The environment is read here, once.
+    code = main(config, dict(os.environ), Path(run_dir), cpu_count=os.cpu_count() or 1, stop=stop)
+    if code:
+        raise JzkError(f"training refused to start (exit {code}); see the error above")
+    final = Path(run_dir) / "model_final.sha256"
+    return {"run_dir": run_dir, "digest": final.read_text().strip() if final.exists() else None}

@@ -1,0 +1,95 @@
+"""Job states from squeue and sacct output, and the `jzk status` table. Pure.
+
+squeue knows queued and running jobs (and finished ones for MinJobAge, 300 s by
+default); sacct knows the rest when the site has accounting. `jzk status` asks squeue
+first and sacct for the jobs squeue no longer shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+# The format strings the commands are run with (slurm/commands.py); the parsers below
+# read exactly these fields, separated by "|".
+SQUEUE_FORMAT = "%i|%T|%M|%l|%R"
+SACCT_FIELDS = "JobID,State,Elapsed,ExitCode,NodeList"
+
+
+@dataclass(frozen=True)
+class JobState:
+    job_id: str
+    state: str
+    elapsed: str
+    where: str  # nodes, or the reason a pending job waits
+    exit_code: str = ""
+    source: str = "squeue"
+
+
+def parse_squeue(text: str) -> dict[str, JobState]:
+    """Rows of `squeue -h -r -o SQUEUE_FORMAT` (one row per array task)."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5:
+            continue
+        job_id, state, elapsed, _limit, where = parts
+        states[job_id] = JobState(job_id, state, elapsed, where)
+    return states
+
+
+def parse_sacct(text: str) -> dict[str, JobState]:
+    """Rows of `sacct -X -n -P -o SACCT_FIELDS` (allocations only, newest record per job)."""
+    states = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 5:
+            continue
+        job_id, state, elapsed, exit_code, nodes = parts
+        # "CANCELLED by 0" -> "CANCELLED"
+        states[job_id] = JobState(
+            job_id, state.split()[0] if state else "", elapsed, nodes, exit_code, "sacct"
+        )
+    return states
+
+
+def missing(job_ids: Iterable[str], known: Mapping[str, JobState]) -> list[str]:
+    return [j for j in job_ids if j not in known]
+
+
+def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> str:
+    """One line per manifest record: job, state, elapsed, newest checkpoint, run, overrides.
+
+    records carry `job_id`, `run_dir`, `overrides` (manifest.jsonl) and optionally
+    `checkpoint` (newest complete step, filled in by the caller)."""
+    header = ("JOB", "STATE", "ELAPSED", "CKPT", "WHERE", "RUN DIR", "OVERRIDES")
+    rows = [header]
+    for rec in records:
+        st = states.get(str(rec["job_id"]))
+        state = st.state if st else "UNKNOWN"
+        if st and st.exit_code and st.exit_code != "0:0":
+            state += f" (exit {st.exit_code})"
+        ckpt = rec.get("checkpoint")
+        rows.append(
+            (
+                str(rec["job_id"]),
+                state,
+                st.elapsed if st else "-",
+                f"step-{ckpt}" if ckpt is not None else "-",
+                st.where if st and st.where else "-",
+                str(rec.get("run_dir", "-")),
+                " ".join(rec.get("overrides", [])) or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    )
+
+
+def summary(states: Iterable[str]) -> str:
+    counts: dict[str, int] = {}
+    for s in states:
+        counts[s] = counts.get(s, 0) + 1
+    return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
