@@ -3,17 +3,20 @@ every task of a Slurm job. See docs/parallelism.md."""
 
 from __future__ import annotations
 
-import os
-import sys
-from pathlib import Path
-
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-
 from jeanzay_kit.train.preemption import StopRequest
 
-STOP: StopRequest | None = None
+# Note Slurm's signals (SIGUSR1 before the time limit, SIGTERM at preemption) from the very
+# start, before the imports below (Hydra takes ~0.3 s): the default action of SIGUSR1 is
+# to kill the process.
+STOP: StopRequest | None = StopRequest() if __name__ == "__main__" else None
+
+import os  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
@@ -29,6 +32,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    # Note Slurm's signals (SIGUSR1 before the time limit, SIGTERM) from the very start.
-    STOP = StopRequest()
     main()

@@ -6,50 +6,14 @@ once for the session and stopped at the end.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "slurm-local"
-
-
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    if os.geteuid() != 0:
-        pytest.skip("the local Slurm cluster needs root (slurmd, /etc/hosts, mknod)")
-    state = tmp_path_factory.mktemp("slurm-local")
-    up = subprocess.run(
-        [str(SCRIPT), "up", str(state)], capture_output=True, text=True, timeout=180
-    )
-    if up.returncode != 0:
-        logs = "\n".join(p.read_text()[-1500:] for p in (state / "log").glob("*.log"))
-        pytest.skip(f"scripts/slurm-local up failed ({up.returncode}): {up.stderr}\n{logs}")
-    env = dict(os.environ, SLURM_CONF=str(state / "etc" / "slurm.conf"))
-    yield env
-    subprocess.run([str(SCRIPT), "down", str(state)], capture_output=True, timeout=60)
-
-
-def wait_for(job_id: str, env: dict[str, str], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        out = subprocess.run(
-            ["squeue", "-h", "-j", job_id, "-o", "%T"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout.strip()
-        if not out:
-            return
-        time.sleep(1)
-    subprocess.run(["scancel", job_id], env=env, timeout=30)
-    pytest.fail(f"job {job_id} still in the queue after {timeout} s")
+from tests.slurm.cluster import JZK, REPO, wait_for
 
 
 @pytest.mark.slurm
@@ -67,9 +31,8 @@ def test_rendered_script_runs_ddp_on_two_nodes(slurm, tmp_path: Path) -> None:
         f"job.python={sys.executable}",
         f"job.entry={REPO / 'train.py'}",
     ]
-    jzk = Path(sys.executable).parent / "jzk"
     subprocess.run(
-        [str(jzk), "render", "-o", str(tmp_path), *overrides],
+        [JZK, "render", "-o", str(tmp_path), *overrides],
         check=True,
         capture_output=True,
         timeout=120,

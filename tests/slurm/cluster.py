@@ -1,0 +1,79 @@
+"""Helpers of the Slurm tests: submit, wait, read states and metrics."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "slurm-local"
+PYTHON = sys.executable
+JZK = str(Path(sys.executable).parent / "jzk")
+
+
+def run(argv: list[str], env: dict[str, str], cwd: Path | None = None, timeout: float = 120):
+    return subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def sbatch(script: Path, env: dict[str, str], cwd: Path) -> str:
+    sub = run(["sbatch", "--parsable", str(script)], env, cwd)
+    assert sub.returncode == 0, sub.stderr
+    return sub.stdout.strip().split(";")[0]
+
+
+def in_queue(job_id: str, env: dict[str, str]) -> bool:
+    """Pending, running, requeued or completing (an array id covers its tasks)."""
+    out = run(["squeue", "-h", "-r", "-j", job_id, "-o", "%T"], env).stdout.split()
+    return any(s not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for s in out)
+
+
+def wait_for(job_id: str, env: dict[str, str], timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not in_queue(job_id, env):
+            return
+        time.sleep(1)
+    run(["scancel", job_id], env)
+    pytest.fail(f"job {job_id} still in the queue after {timeout} s")
+
+
+def sacct_states(job_id: str, env: dict[str, str], duplicates: bool = False) -> list[str]:
+    """Allocation states from sacct; with duplicates, every requeued run too (oldest first)."""
+    argv = ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State"]
+    if duplicates:
+        argv.insert(1, "-D")
+    out = run(argv, env).stdout
+    return [line.split("|")[1].split()[0] for line in out.splitlines() if "|" in line]
+
+
+def metric_steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    steps = []
+    for line in path.read_text().splitlines():
+        try:
+            steps.append(json.loads(line)["step"])
+        except (ValueError, KeyError):
+            continue  # a line being written
+    return steps
+
+
+def local_digest(overrides: list[str], run_dir: Path) -> str:
+    """The model digest of the same training run as local workers (no Slurm)."""
+    local = subprocess.run(
+        [PYTHON, "train.py", *overrides, f"hydra.run.dir={run_dir}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert local.returncode == 0, local.stderr[-2000:]
+    return (run_dir / "model_final.sha256").read_text().strip()

@@ -1,0 +1,113 @@
+"""`python train.py -m` with the jeanzay launcher, and `jzk submit` / `jzk status`, on the
+real local cluster."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import JZK, PYTHON, REPO, metric_steps, run, sacct_states, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+
+def test_three_point_sweep_is_one_array_job(slurm, tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    lrs = ["0.1", "0.01", "0.001"]
+    launched = run(
+        [
+            PYTHON,
+            "train.py",
+            "-m",
+            "cluster=slurm_local",
+            f"optim.lr={','.join(lrs)}",
+            "train.steps=20",
+            "train.log_every=5",
+            f"job.python={PYTHON}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        REPO,
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+
+    records = [json.loads(line) for line in (sweep_dir / "manifest.jsonl").read_text().splitlines()]
+    assert [r["num"] for r in records] == [0, 1, 2]
+    assert len({r["array_job_id"] for r in records}) == 1  # one sbatch call, one array
+    assert [r["array_index"] for r in records] == [0, 1, 2]
+    assert [r["job_id"] for r in records] == [f"{records[0]['array_job_id']}_{i}" for i in range(3)]
+    assert all(f"optim.lr={lr}" in r["overrides"] for r, lr in zip(records, lrs, strict=True))
+    assert [r["run_dir"] for r in records] == [str(sweep_dir / str(i)) for i in range(3)]
+
+    array_id = records[0]["array_job_id"]
+    wait_for(array_id, slurm)
+    assert sacct_states(array_id, slurm) == ["COMPLETED"] * 3
+
+    finals = set()
+    for rec, lr in zip(records, lrs, strict=True):
+        run_dir = Path(rec["run_dir"])
+        assert metric_steps(run_dir) == [5, 10, 15, 20], Path(rec["log"]).read_text()[-2000:]
+        assert (run_dir / "checkpoints" / "step-20" / "manifest.json").exists()
+        # The config each run trained with was frozen at submission, with its own lr.
+        frozen = json.loads((run_dir / "checkpoints" / "step-20" / "config.json").read_text())
+        assert frozen["optim"]["lr"] == float(lr)
+        assert frozen["job"]["run_dir"] == rec["run_dir"]
+        finals.add((run_dir / "model_final.sha256").read_text())
+    assert len(finals) == 3  # three different learning rates, three different models
+
+    # Finished jobs have left squeue (MinJobAge=5): the states come from sacct.
+    status = run([JZK, "status", str(sweep_dir)], slurm)
+    assert status.returncode == 0, status.stderr
+    lines = status.stdout.splitlines()
+    for rec in records:
+        row = next(line for line in lines if line.startswith(rec["job_id"] + " "))
+        assert "COMPLETED" in row and "step-20" in row and rec["run_dir"] in row
+    assert "3 COMPLETED" in status.stdout
+
+
+def test_a_bad_sweep_point_submits_nothing(slurm, tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    launched = run(
+        [
+            PYTHON,
+            "train.py",
+            "-m",
+            "cluster=slurm_local",
+            "resources.gpus_per_node=2,8",  # a slurm_local node has 4 GPUs
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        REPO,
+    )
+    assert launched.returncode != 0
+    assert "nothing was submitted" in launched.stderr
+    assert "resources.gpus_per_node=8" in launched.stderr
+    assert not (sweep_dir / "manifest.jsonl").exists()
+
+
+def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
+    overrides = [
+        "cluster=slurm_local",
+        "job.name=submitted",
+        "train.steps=10",
+        f"job.python={PYTHON}",
+        f"job.entry={REPO / 'train.py'}",
+    ]
+    sub = run([JZK, "submit", *overrides], slurm, tmp_path)
+    assert sub.returncode == 0, sub.stderr
+    run_dir = tmp_path / "outputs" / "submitted"
+    (record,) = [json.loads(x) for x in (run_dir / "manifest.jsonl").read_text().splitlines()]
+    assert record["overrides"] == overrides and record["run_dir"] == str(run_dir)
+    assert f"submitted job {record['job_id']}" in sub.stdout
+    assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash")
+    wait_for(record["job_id"], slurm)
+    out = Path(record["log"]).read_text()
+    assert "done: 10 steps" in out, Path(record["log"]).with_suffix(".err").read_text()[-2000:]
+
+    # `jzk status` without a directory finds outputs/*/manifest.jsonl from here.
+    status = run([JZK, "status"], slurm, tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert record["job_id"] in status.stdout and "COMPLETED" in status.stdout
+    assert "step-10" in status.stdout
