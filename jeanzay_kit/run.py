@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -122,10 +123,10 @@ def run_worker(
         )
 
 
-def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None) -> None:
+def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=time.sleep) -> None:
     """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit.
 
-    runner: the Slurm command runner (a stand-in in unit tests)."""
+    runner: the Slurm command runner, sleep: time.sleep (stand-ins in unit tests)."""
     from jeanzay_kit.slurm.commands import SlurmCommandError, requeue
     from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 
@@ -137,6 +138,8 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None) -> Non
         and spec.signal != "TERM"
         and info.requeue_id is not None
     )
+    # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
+    waits_for_slurm = result.stopped_by == "SIGTERM" and info.launcher == "srun"
     if info.rank == 0:
         if wants_requeue:
             try:
@@ -154,10 +157,22 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None) -> Non
                     flush=True,
                 )
                 raise SystemExit(1) from err
-        else:
+        elif not waits_for_slurm:
             print(
                 f"stopped by {result.stopped_by} after saving step-{result.steps}; run the "
                 "same command again to resume",
                 flush=True,
             )
+    if waits_for_slurm:
+        # Preemption sends SIGTERM, waits GraceTime, then kills and requeues the job. A job
+        # that ends by itself first is marked FAILED and never requeued, so every task
+        # stays until Slurm ends it (scancel ends it after KillWait the same way).
+        if info.rank == 0:
+            print(
+                f"SIGTERM: step-{result.steps} is complete; waiting up to "
+                f"{spec.term_wait_seconds} s for Slurm to end the job (a preempted job is "
+                "requeued and resumes from it)",
+                flush=True,
+            )
+        sleep(spec.term_wait_seconds)
     raise SystemExit(EXIT_PREEMPTED)

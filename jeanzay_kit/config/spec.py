@@ -78,6 +78,9 @@ class JobSpec:
     precision: str  # resolved: bf16 | fp16 | fp32, or "auto" on cluster=local (decided at run time)
     signal: str
     signal_lead_seconds: int
+    # After saving on SIGTERM in a Slurm job: how long to wait for Slurm to end the job
+    # (a preempted job is requeued by Slurm only if it has not ended by itself).
+    term_wait_seconds: int
     requeue: bool
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
     # Keys whose value was chosen automatically ("resources.qos", ...), for display only.
@@ -213,10 +216,13 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         "preemption.signal", str(pre.get("signal", "USR1")).upper().removeprefix("SIG"), SIGNALS
     )
     lead = c.positive_int("preemption.lead_seconds", pre.get("lead_seconds", 120), minimum=0)
+    term_wait = c.positive_int(
+        "preemption.term_wait_seconds", pre.get("term_wait_seconds", 300), minimum=0
+    )
     c.raise_if_any()  # the checks below need the values above
     assert nodes and gpn and minutes and mode and launcher and schedule  # for the type checker
     assert stages and microbatches and stages_per_rank and gbs and mbs and precision
-    assert signal and lead is not None
+    assert signal and lead is not None and term_wait is not None
 
     # ---- where the job runs -------------------------------------------------------------
     cname = cluster.name
@@ -511,6 +517,7 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         precision=resolved_precision,
         signal=signal,
         signal_lead_seconds=lead,
+        term_wait_seconds=term_wait,
         requeue=bool(pre.get("requeue", True)),
         config=_resolved_config(cfg, gpn, cpus or 1, partition.name, constraint, qos),
         auto_keys=tuple(

@@ -216,6 +216,9 @@ def train(
         )
 
     strategy.train(True)
+    if 0 < start_step < steps:
+        first = plan.step_indices(start_step)[0]
+        strategy.before_resumed_steps(to_device(dataset.batch(first)))
     window_start, window_steps = time.perf_counter(), 0
     last_save_time, saved_at = time.monotonic(), start_step
     stopped_by = ""

@@ -28,8 +28,10 @@ BASE = (
     "checkpoint.keep_last=2",
 )
 MODES = {
-    "ddp": ("parallel=ddp", "resources.gpus_per_node=2"),
-    "fsdp": ("parallel=fsdp", "resources.gpus_per_node=2"),
+    # 4 ranks: a ring all-reduce over 3+ ranks sums in an order that depends on the
+    # gradient bucket layout (2 ranks would hide a layout change after resume).
+    "ddp": ("parallel=ddp", "resources.gpus_per_node=4"),
+    "fsdp": ("parallel=fsdp", "resources.gpus_per_node=4"),
     "pipeline": ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=1f1b"),
     "pipeline_ddp": (
         "parallel=pipeline_ddp",

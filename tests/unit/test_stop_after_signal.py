@@ -65,9 +65,32 @@ def test_a_failed_requeue_is_said_clearly_and_exits_1(capsys) -> None:
 def test_no_requeue_for_cancel_local_runs_or_other_ranks(signal: str, info: RankInfo) -> None:
     runner = FakeRunner()
     with pytest.raises(SystemExit) as exc:
-        stop_after_signal(SPEC, info, Result(40, signal), runner)
+        stop_after_signal(SPEC, info, Result(40, signal), runner, sleep=lambda s: None)
     assert exc.value.code == 3
     assert runner.calls == []
+
+
+@pytest.mark.parametrize(
+    ("signal", "launcher", "waits"),
+    [
+        ("SIGTERM", "srun", 300),  # preemption: Slurm requeues only a job it ends itself
+        ("SIGTERM", "local", None),  # cluster=local: exit at once, rerun to resume
+        ("SIGTERM", "torchrun", None),
+        ("SIGUSR1", "srun", None),  # time limit: we requeue, then exit at once
+    ],
+)
+def test_sigterm_in_a_slurm_task_waits_for_slurm_to_end_the_job(
+    signal: str, launcher: str, waits: int | None, capsys
+) -> None:
+    slept: list[float] = []
+    with pytest.raises(SystemExit) as exc:
+        stop_after_signal(
+            SPEC, replace(RANK0, launcher=launcher), Result(40, signal), FakeRunner(), slept.append
+        )
+    assert exc.value.code == 3
+    assert slept == ([waits] if waits else [])
+    if waits:
+        assert "step-40 is complete; waiting up to 300 s" in capsys.readouterr().out
 
 
 def test_requeue_can_be_turned_off() -> None:

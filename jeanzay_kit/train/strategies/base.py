@@ -58,6 +58,9 @@ class Strategy(ABC):
     def full_state_dict(self) -> dict[str, torch.Tensor] | None:
         """The whole model's parameters on rank 0 (a collective: every rank calls it)."""
 
+    def before_resumed_steps(self, batch: Batch) -> None:  # noqa: B027 (optional hook)
+        """Called once before the first step of a resumed run (nothing to do by default)."""
+
     def clip_grad_norm(self, max_norm: float) -> float:
         norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from jeanzay_kit.train.strategies.base import ReplicatedStrategy, cpu_state
+from jeanzay_kit.train.strategies.base import Batch, ReplicatedStrategy, cpu_state
 
 
 class DDPStrategy(ReplicatedStrategy):
@@ -38,6 +38,27 @@ class DDPStrategy(ReplicatedStrategy):
 
     def parameters(self) -> list[nn.Parameter]:
         return list(self.model.parameters())
+
+    def before_resumed_steps(self, batch: Batch) -> None:
+        """Put a resumed run on the bucket layout the uninterrupted run has, so it stays
+        bit-identical.
+
+        DDP's first synchronised backward puts every gradient in one bucket; the next
+        forward rebuilds the buckets in the order gradients became ready. The layout sets
+        where each gradient sits in the all-reduced buffer, and a ring all-reduce over 3+
+        ranks sums each position in a different rank order: a run resumed at step N would
+        sum step N's gradients differently from the uninterrupted run (which rebuilt
+        after its step 1), 1e-8 apart and growing. One throw-away backward, with the RNG
+        and the gradients restored, triggers the same rebuild.
+        """
+        devices = [self.ctx.device] if self.ctx.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            x, y = batch
+            with self.autocast():
+                loss = self.loss_fn(self.model(x), y)
+            loss.float().backward()
+        for param in self.model.parameters():
+            param.grad = None
 
     def modules(self) -> Iterator[nn.Module]:
         yield self.model
