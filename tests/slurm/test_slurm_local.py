@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import JZK, REPO, wait_for
+from tests.slurm.cluster import JZK, PYTHON, REPO, sacct_states, sbatch, wait_for
 
 
 @pytest.mark.slurm
@@ -90,3 +90,97 @@ def test_rendered_script_runs_ddp_on_two_nodes(slurm, tmp_path: Path) -> None:
     assert local.returncode == 0, local.stderr[-2000:]
     slurm_digest = re.search(r"model digest (\w+)", out).group(1)
     assert slurm_digest == (tmp_path / "local" / "model_final.sha256").read_text().strip()
+
+
+def render_and_submit(overrides: list[str], tmp_path: Path, env: dict[str, str], edit=None):
+    """`jzk render` a script (optionally edit it), sbatch it, wait; return (id, out, err)."""
+    rendered = subprocess.run(
+        [JZK, "render", "-o", str(tmp_path), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    script = next(tmp_path.glob("*.sbatch"))
+    if edit:
+        script.write_text(edit(script.read_text()))
+    (tmp_path / "logs").mkdir(exist_ok=True)
+    job_id = sbatch(script, env, tmp_path)
+    wait_for(job_id, env, timeout=240)
+    name = script.stem
+    out = (tmp_path / "logs" / f"{name}-{job_id}.out").read_text()
+    err = (tmp_path / "logs" / f"{name}-{job_id}.err").read_text()
+    return job_id, out, err
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_pipeline_ddp_across_two_nodes_matches_one_process(slurm, tmp_path: Path) -> None:
+    training = ["train.steps=6", "train.log_every=1", "train.eval_every=0"]
+    job_id, out, err = render_and_submit(
+        [
+            "cluster=slurm_local",
+            "parallel=pipeline_ddp",
+            "parallel.pipeline_stages=2",
+            "resources.nodes=2",
+            "resources.gpus_per_node=2",
+            "job.name=ppdp",
+            *training,
+            f"job.python={PYTHON}",
+            f"job.entry={REPO / 'train.py'}",
+        ],
+        tmp_path,
+        slurm,
+    )
+    assert "done: 6 steps" in out, err[-3000:]
+    assert sacct_states(job_id, slurm) == ["COMPLETED"]
+    # 2 pipeline stages x 2 replicas, one stage per node pair: ranks on both hosts.
+    hosts = set(re.findall(r"launcher srun host (\S+)", out))
+    assert hosts == {"n1", "n2"}
+
+    single = tmp_path / "single"
+    local = subprocess.run(
+        [PYTHON, "train.py", "resources.gpus_per_node=1", *training, f"hydra.run.dir={single}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert local.returncode == 0, local.stderr[-2000:]
+    import torch
+
+    ours = torch.load(tmp_path / "outputs" / "ppdp" / "model_final.pt", weights_only=True)
+    reference = torch.load(single / "model_final.pt", weights_only=True)
+    assert ours.keys() == reference.keys()
+    for name, tensor in reference.items():
+        torch.testing.assert_close(ours[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_a_task_layout_mismatch_fails_in_seconds(slurm, tmp_path: Path) -> None:
+    """A script edited to start 1 task per node for a 2 x 2 config: a clear error, no hang."""
+    job_id, out, err = render_and_submit(
+        [
+            "cluster=slurm_local",
+            "resources.nodes=2",
+            "resources.gpus_per_node=2",
+            "job.name=mismatch",
+            f"job.python={PYTHON}",
+            f"job.entry={REPO / 'train.py'}",
+        ],
+        tmp_path,
+        slurm,
+        edit=lambda text: text.replace("--ntasks-per-node=2", "--ntasks-per-node=1"),
+    )
+    assert sacct_states(job_id, slurm) == ["FAILED"]
+    assert "this job has 2 tasks (srun) but the config asks for world size 4" in err
+    elapsed = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "ElapsedRaw"],
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.split()
+    assert int(elapsed[0]) < 30, f"took {elapsed[0]} s to fail"
+    assert "done:" not in out
