@@ -18,6 +18,8 @@ PURE = [
     "dist/ranks.py",
     "train/sampler.py",
     "ckpt/layout.py",
+    "launch/executor.py",
+    "slurm/status.py",
 ]
 FORBIDDEN_MODULES = {
     "torch",
