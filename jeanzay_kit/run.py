@@ -47,7 +47,15 @@ def main(
     stop = stop or StopRequest()
     try:
         spec = build_job_spec(cfg, local_gpus=local_gpu_count())
-        if spec.cluster.is_slurm or is_launched_task(env):
+        if spec.cluster.is_slurm and not is_launched_task(env):
+            # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.
+            raise JzkError(
+                f"cluster={spec.cluster.name} is a Slurm profile, and this process is not a "
+                "task of a Slurm job step. HINT: submit it: `python train.py -m "
+                f"cluster={spec.cluster.name} ...` (a sweep of one) or `jzk submit "
+                f"cluster={spec.cluster.name} ...`; to train on this machine use cluster=local"
+            )
+        if is_launched_task(env):
             info = rank_info_from_env(env)
             run_worker(spec, info, run_dir, env.get("CUDA_VISIBLE_DEVICES"), threads=0, stop=stop)
             return 0
