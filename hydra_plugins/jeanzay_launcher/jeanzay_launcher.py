@@ -149,12 +149,19 @@ class JeanzayLauncher(Launcher):
                 sweep_config.hydra.job.num = num
             HydraConfig.instance().set_config(sweep_config)
             run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
-            # Resolved once, here: the job runs exactly what was validated.
-            user = sweep_config.copy()
-            with open_dict(user):
-                del user["hydra"]
-            plain = OmegaConf.to_container(user, resolve=True)
-            assert isinstance(plain, dict)
+            # Resolved once, here: the job runs exactly what was validated. Section by
+            # section (interpolations still resolve against the whole config), leaving out
+            # Hydra's own section; cheaper than copying the config to delete it.
+            plain: dict[str, Any] = {}
+            for key in sweep_config:
+                if key == "hydra":
+                    continue
+                value = sweep_config[key]
+                plain[str(key)] = (
+                    OmegaConf.to_container(value, resolve=True)
+                    if OmegaConf.is_config(value)
+                    else value
+                )
             plain.setdefault("job", {})["run_dir"] = run_dir
             label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
             try:
