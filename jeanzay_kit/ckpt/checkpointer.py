@@ -153,6 +153,8 @@ class Checkpointer:
         self.use_async = use_async
         self.log = log if rank == 0 else (lambda _msg: None)
         self._pending: threading.Thread | None = None  # an asynchronous save in flight
+        # Deleting checkpoints dropped by retention (rank 0), off the training thread.
+        self._cleanup: threading.Thread | None = None
         self._async_error: BaseException | None = None
         # An asynchronous save runs its collectives in a background thread; on the training
         # process group they would interleave with the training's own and deadlock.
@@ -164,7 +166,7 @@ class Checkpointer:
     def save(self, step: int, trainer: TrainerState, force_sync: bool = False) -> None:
         """Collective: every rank calls it at the same step."""
         t0 = time.perf_counter()
-        self.wait()  # the next save waits for the previous one
+        self._wait_save()  # the next save waits for the previous one
         tmp = self.store.tmp_dir(step)
         if self.rank == 0:
             if tmp.exists():
@@ -219,7 +221,19 @@ class Checkpointer:
         except BaseException as err:  # noqa: BLE001 - reported by wait() on the main thread
             self._async_error = err
 
+    def _join_cleanup(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup.join()
+            self._cleanup = None
+
     def wait(self) -> None:
+        """Finish an asynchronous save and the deletion of dropped checkpoints."""
+        try:
+            self._wait_save()
+        finally:
+            self._join_cleanup()
+
+    def _wait_save(self) -> None:
         """Finish an asynchronous save (its writes and its commit); re-raise its error."""
         if self._pending is None:
             return
@@ -255,7 +269,11 @@ class Checkpointer:
             for part in gathered:
                 known.update(part or {})
             manifest = self.store.commit(step, fields, known=known)
-            removed = self.store.apply_retention(self.keep_last, newest_good=step)
+            removed = self.store.apply_retention(self.keep_last, newest_good=step, delete=False)
+            if removed:
+                self._join_cleanup()
+                self._cleanup = threading.Thread(target=self.store.empty_trash, daemon=True)
+                self._cleanup.start()
             note = f", removed {', '.join(removed)}" if removed else ""
             self.log(f"checkpoint step-{step} saved ({manifest.total_bytes / 1e6:.1f} MB){note}")
         dist.barrier(group=group)  # nobody goes on (or exits) before the checkpoint is sealed

@@ -4,6 +4,7 @@
         step-200/            a checkpoint: data files, then manifest.json written last
         step-300/
         .tmp-step-400/       being written (or left by a crash): never loaded
+        .trash-step-100/     dropped by retention, being deleted: never loaded
 
 A folder counts only when its manifest exists, parses, and every file it lists has the
 size and sha256 it records. The newest such folder wins; retention keeps the newest
@@ -24,6 +25,9 @@ MANIFEST = "manifest.json"
 FORMAT = 1
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-step-"
+# Retention renames a checkpoint to this (one atomic step: it stops counting at once),
+# then deletes it in the background; a crash leaves it for remove_stale.
+TRASH_PREFIX = ".trash-step-"
 
 
 def step_dir_name(step: int) -> str:
@@ -32,6 +36,10 @@ def step_dir_name(step: int) -> str:
 
 def tmp_dir_name(step: int) -> str:
     return f"{TMP_PREFIX}{step}"
+
+
+def trash_dir_name(step: int) -> str:
+    return f"{TRASH_PREFIX}{step}"
 
 
 def parse_step_dir(name: str) -> int | None:

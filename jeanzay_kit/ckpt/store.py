@@ -16,6 +16,7 @@ from pathlib import Path
 from jeanzay_kit.ckpt.layout import (
     MANIFEST,
     TMP_PREFIX,
+    TRASH_PREFIX,
     Entry,
     FileRecord,
     Manifest,
@@ -27,6 +28,7 @@ from jeanzay_kit.ckpt.layout import (
     step_dir_name,
     tmp_dir_name,
     to_delete,
+    trash_dir_name,
 )
 
 _CHUNK = 8 << 20
@@ -156,13 +158,20 @@ class CheckpointStore:
             return removed
         for child in self.root.iterdir():
             unsealed = parse_step_dir(child.name) is not None and not (child / MANIFEST).exists()
-            if child.is_dir() and (child.name.startswith(TMP_PREFIX) or unsealed):
+            leftover = child.name.startswith((TMP_PREFIX, TRASH_PREFIX))
+            if child.is_dir() and (leftover or unsealed):
                 shutil.rmtree(child, ignore_errors=True)
                 removed.append(child.name)
         return removed
 
-    def apply_retention(self, keep_last: int, newest_good: int | None) -> list[str]:
-        """Keep the newest `keep_last` complete checkpoints (and always the newest good one)."""
+    def apply_retention(
+        self, keep_last: int, newest_good: int | None, delete: bool = True
+    ) -> list[str]:
+        """Keep the newest `keep_last` complete checkpoints (and always the newest good one).
+
+        Each dropped folder is first renamed to .trash-step-N, so that it stops counting
+        in one atomic step; with delete=False the deletion is left to empty_trash (the
+        checkpointer runs it off the training thread: unlinking GBs takes a while)."""
         entries = self.entries()
         good = [
             e.step
@@ -171,6 +180,17 @@ class CheckpointStore:
         ]
         removed = []
         for entry in to_delete(entries, keep_last, good):
-            shutil.rmtree(self.root / entry.name, ignore_errors=True)
+            trash = self.root / trash_dir_name(entry.step)
+            if trash.exists():  # an older copy of this step, still being deleted
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(self.root / entry.name, trash)
             removed.append(entry.name)
+        if removed:
+            fsync_dir(self.root)
+        if delete:
+            self.empty_trash()
         return removed
+
+    def empty_trash(self) -> None:
+        for child in self.root.glob(f"{TRASH_PREFIX}*"):
+            shutil.rmtree(child, ignore_errors=True)

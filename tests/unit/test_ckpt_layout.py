@@ -156,3 +156,24 @@ def test_retention_on_disk(tmp_path: Path) -> None:
         fake_save(store, step)
         store.apply_retention(2, newest_good=step)
     assert [e.step for e in store.entries()] == [40, 30]
+
+
+def test_retention_renames_to_trash_first_and_trash_never_counts(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    for step in (10, 20, 30):
+        fake_save(store, step)
+    assert store.apply_retention(1, newest_good=30, delete=False) == ["step-20", "step-10"]
+    # Dropped checkpoints stop counting at once, before their files are deleted.
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".trash-step-10",
+        ".trash-step-20",
+        "step-30",
+    ]
+    assert [e.step for e in store.entries()] == [30]
+    assert store.newest_good() == 30
+    # A crash before the deletion leaves trash that the next start cleans.
+    assert sorted(store.remove_stale()) == [".trash-step-10", ".trash-step-20"]
+    fake_save(store, 40)
+    store.apply_retention(1, newest_good=40, delete=False)
+    store.empty_trash()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["step-40"]
