@@ -77,6 +77,7 @@ class JeanzayLauncher(Launcher):
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
         from jeanzay_kit.launch.executor import LaunchError, plan_arrays
+        from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
         from jeanzay_kit.launch.sweep import submit_arrays, wait_for
 
         assert self.config is not None and self.hydra_context is not None
@@ -92,7 +93,11 @@ class JeanzayLauncher(Launcher):
             f"jeanzay launcher: submitting {len(points)} run(s) as {len(plans)} job "
             f"array(s) to cluster {points[0].spec.cluster.name}"
         )
-        submitted = submit_arrays(plans, folder, sweep_dir)
+        # Hydra calls launch once per batch (hydra.sweeper.max_batch_size): a later batch
+        # adds to the manifest of the earlier ones.
+        manifest = sweep_dir / MANIFEST
+        earlier = read_manifest(manifest) if initial_job_idx > 0 and manifest.exists() else []
+        submitted = submit_arrays(plans, folder, sweep_dir, earlier)
         for r, _ in submitted:
             log.info(
                 f"  #{r['num']} job {r['job_id']}: {' '.join(r['overrides'])} -> {r['run_dir']}"

@@ -19,10 +19,13 @@ from jeanzay_kit.launch.task import run_training
 
 
 def submit_arrays(
-    plans: Sequence[ArrayPlan], submitit_folder: str, sweep_dir: Path
+    plans: Sequence[ArrayPlan],
+    submitit_folder: str,
+    sweep_dir: Path,
+    earlier: Sequence[dict[str, Any]] = (),
 ) -> list[tuple[dict[str, Any], Any]]:
     """One sbatch call per plan. Returns (manifest record, submitit job) per run, in sweep
-    order."""
+    order. earlier: records of the sweep's previous batches, kept in the manifest."""
     import submitit  # lazy: validating and planning a sweep does not need it
 
     records: list[dict[str, Any]] = []
@@ -40,7 +43,7 @@ def submit_arrays(
         except Exception as err:  # submitit raises plain exceptions with sbatch's stderr
             # Record what is already queued before reporting the failure.
             if records:
-                write_manifest(sweep_dir, sorted(records, key=lambda r: r["num"]))
+                write_manifest(sweep_dir, [*earlier, *sorted(records, key=lambda r: r["num"])])
             done = ", ".join(r["job_id"] for r in records) or "none"
             raise LaunchError(
                 f"sbatch refused the array of {len(plan.points)} run(s): {err}. Already "
@@ -61,7 +64,7 @@ def submit_arrays(
             records.append(record)
             submitted_jobs.append((record, job))
     submitted_jobs.sort(key=lambda pair: pair[0]["num"])
-    write_manifest(sweep_dir, [record for record, _ in submitted_jobs])
+    write_manifest(sweep_dir, [*earlier, *(record for record, _ in submitted_jobs)])
     return submitted_jobs
 
 
