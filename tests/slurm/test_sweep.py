@@ -111,3 +111,29 @@ def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
     assert status.returncode == 0, status.stderr
     assert record["job_id"] in status.stdout and "COMPLETED" in status.stdout
     assert "step-10" in status.stdout
+
+
+def test_a_sweep_launched_in_batches_keeps_every_run_in_the_manifest(slurm, tmp_path: Path) -> None:
+    sweep_dir = tmp_path / "sweep"
+    launched = run(
+        [
+            PYTHON,
+            "train.py",
+            "-m",
+            "cluster=slurm_local",
+            "optim.lr=0.1,0.01,0.001",
+            "train.steps=5",
+            "hydra.sweeper.max_batch_size=2",  # Hydra calls the launcher twice
+            f"job.python={PYTHON}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        REPO,
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    records = [json.loads(x) for x in (sweep_dir / "manifest.jsonl").read_text().splitlines()]
+    assert [r["num"] for r in records] == [0, 1, 2]
+    assert len({r["array_job_id"] for r in records}) == 2  # one submission per batch
+    for rec in records:
+        wait_for(rec["job_id"], slurm)
+        assert metric_steps(Path(rec["run_dir"]))[-1] == 5
