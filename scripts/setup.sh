@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install everything jeanzay_kit needs on a fresh machine, idempotently:
 #   - a virtual environment in .venv with the package (editable) and its dev tools;
-#   - Debian's slurm-client, whose scontrol the hostlist tests compare against.
+#   - Debian's slurm-client, whose scontrol the hostlist tests compare against, and the
+#     packages of the local test cluster (scripts/slurm-local): slurmctld, slurmd, munge,
+#     slurmdbd, mariadb-server. Installing them starts no service (Debian's policy-rc.d).
 # Re-running it is cheap: pip is skipped while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,11 +27,16 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "$want" > "$stamp"
 fi
 
-# Debian packages. Later parts of the test suite add the Slurm daemons and munge.
+# "installed", not merely known to dpkg (a removed package keeps a status entry).
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+# Debian packages: the client (needed), then the test cluster's daemons (tests skip
+# without them, so a failure there is reported, not fatal).
 apt_packages=(slurm-client)
+cluster_packages=(slurmctld slurmd munge slurmdbd mariadb-server)
 missing=()
 for pkg in "${apt_packages[@]}"; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+    installed "$pkg" || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
@@ -45,5 +52,19 @@ if [ ${#missing[@]} -gt 0 ]; then
         export DEBIAN_FRONTEND=noninteractive
         "${SUDO[@]}" apt-get update -qq
         "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+fi
+cluster_missing=()
+for pkg in "${cluster_packages[@]}"; do
+    installed "$pkg" || cluster_missing+=("$pkg")
+done
+if [ ${#cluster_missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
+    # Only as root: the local cluster needs root anyway.
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "${cluster_missing[@]}" >/dev/null 2>&1; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${cluster_missing[@]}" >/dev/null 2>&1 ||
+            echo "setup: could not install ${cluster_missing[*]}: the Slurm tests will skip" >&2
     fi
 fi

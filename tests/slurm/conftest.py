@@ -22,7 +22,11 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         pytest.skip("the local Slurm cluster needs root (slurmd, /etc/hosts, mknod)")
     state = tmp_path_factory.mktemp("slurm-local")
     up = subprocess.run(
-        [str(SCRIPT), "up", str(state)], capture_output=True, text=True, timeout=300
+        # First run on a bare machine: apt installs the daemons and MariaDB (~90 s here).
+        [str(SCRIPT), "up", str(state)],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     if up.returncode != 0:
         logs = "\n".join(p.read_text()[-1500:] for p in (state / "log").glob("*.log"))
