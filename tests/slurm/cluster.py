@@ -44,13 +44,26 @@ def wait_for(job_id: str, env: dict[str, str], timeout: float = 180) -> None:
     pytest.fail(f"job {job_id} still in the queue after {timeout} s")
 
 
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
+
+
 def sacct_states(job_id: str, env: dict[str, str], duplicates: bool = False) -> list[str]:
-    """Allocation states from sacct; with duplicates, every requeued run too (oldest first)."""
+    """Allocation states from sacct; with duplicates, every requeued run too (oldest first).
+
+    slurmctld tells slurmdbd about a job's end asynchronously: a job gone from squeue can
+    still read RUNNING in sacct for a moment, so wait (up to 30 s) for the last record of
+    every job to show an end state."""
     argv = ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State"]
     if duplicates:
         argv.insert(1, "-D")
-    out = run(argv, env).stdout
-    return [line.split("|")[1].split()[0] for line in out.splitlines() if "|" in line]
+    deadline = time.monotonic() + 30
+    while True:
+        rows = [line.split("|") for line in run(argv, env).stdout.splitlines() if "|" in line]
+        states = [state.split()[0] if state else "" for _, state in rows]
+        last = {jid: state for jid, state in zip([r[0] for r in rows], states, strict=True)}
+        if (last and set(last.values()) <= ENDED) or time.monotonic() > deadline:
+            return states
+        time.sleep(0.5)
 
 
 def metric_steps(run_dir: Path) -> list[int]:
