@@ -16,6 +16,7 @@ Each run's config is resolved and frozen here, at submission, and its run direct
 # sys.modules, where dataclasses cannot resolve string annotations.
 
 import logging
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,9 +77,22 @@ class JeanzayLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        from jeanzay_kit.launch.executor import LaunchError, plan_arrays
+        from jeanzay_kit.errors import JzkError
+
+        try:
+            return self._launch(job_overrides, initial_job_idx)
+        except JzkError as err:
+            # A bad sweep point, sbatch's refusal or failed runs: one message and an exit
+            # code, as `jzk` gives, not a Hydra traceback.
+            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
+            raise SystemExit(err.exit_code) from err
+
+    def _launch(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
+    ) -> Sequence[JobReturn]:
+        from jeanzay_kit.launch.executor import plan_arrays
         from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-        from jeanzay_kit.launch.sweep import submit_arrays, wait_for
+        from jeanzay_kit.launch.sweep import RunsFailed, submit_arrays, wait_for
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
@@ -131,7 +145,7 @@ class JeanzayLauncher(Launcher):
             returns.append(ret)
         failed = [by_num[n][0]["job_id"] for n, (s, _) in outcomes.items() if s != "COMPLETED"]
         if failed:
-            raise LaunchError(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
+            raise RunsFailed(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
         return returns
 
     def _validated_points(

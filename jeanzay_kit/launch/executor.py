@@ -12,17 +12,13 @@ need quoting are refused here with a hint, instead of reaching Slurm misread.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.slurm.sbatch import shell_word
-
-# What both shlex.quote and sbatch leave alone.
-_PLAIN = re.compile(r"^[A-Za-z0-9_.:@%/+=,-]+$")
+from jeanzay_kit.slurm.sbatch import RenderError, is_plain, setup_lines
 
 
 class LaunchError(JzkError):
@@ -52,7 +48,7 @@ class ArrayPlan:
 
 def _plain(key: str, value: object) -> str:
     text = str(value)
-    if not _PLAIN.match(text):
+    if not is_plain(text):
         raise LaunchError(
             f"{key}={text!r} cannot go through submitit's #SBATCH quoting (sbatch would "
             "misread it). HINT: use letters, digits and _.:@%/+=,- only, or submit with "
@@ -61,20 +57,12 @@ def _plain(key: str, value: object) -> str:
     return text
 
 
-def setup_lines(spec: JobSpec) -> list[str]:
-    """The shell lines the job runs before srun: modules, threads, the profile's env."""
-    lines: list[str] = []
-    if spec.cluster.module_purge:
-        lines.append("module purge")
-    lines += [f"module load {shell_word(m)}" for m in spec.cluster.modules]
-    lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
-    # Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch.
-    lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
-    for name, value in spec.cluster.env.items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
-            raise LaunchError(f"cluster.env key {name!r} is not a shell variable name")
-        lines.append(f"export {name}={shell_word(value)}")
-    return lines
+def _setup(spec: JobSpec) -> list[str]:
+    # The same lines as the rendered script runs before srun.
+    try:
+        return setup_lines(spec)
+    except RenderError as err:
+        raise LaunchError(str(err)) from err
 
 
 def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str, Any]:
@@ -101,7 +89,7 @@ def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str
         "time": spec.time_minutes,
         "signal_delay_s": spec.signal_lead_seconds,
         "array_parallelism": array_parallelism,
-        "setup": setup_lines(spec),
+        "setup": _setup(spec),
         # One failed task ends the step instead of leaving the others in a collective.
         "srun_args": ["--kill-on-bad-exit=1"],
         "additional_parameters": extra,

@@ -13,9 +13,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.executor import ArrayPlan, LaunchError
 from jeanzay_kit.launch.manifest import write_manifest
 from jeanzay_kit.launch.task import run_training
+
+
+class RunsFailed(JzkError):
+    """hydra.launcher.wait=true and some runs did not complete."""
+
+    exit_code = 1
 
 
 def submit_arrays(

@@ -17,37 +17,20 @@ class SlurmCommandError(JzkError):
 
 
 class CommandRunner:
-    def run(self, argv: Sequence[str], timeout: float = 60.0) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=timeout, check=False
-        )
-
-    def run_in(
-        self, argv: Sequence[str], cwd: str, timeout: float = 60.0
+    def run(
+        self, argv: Sequence[str], timeout: float = 60.0, cwd: str | None = None
     ) -> subprocess.CompletedProcess:
         return subprocess.run(
             list(argv), capture_output=True, text=True, timeout=timeout, check=False, cwd=cwd
         )
 
 
-def requeue(job_id: str, runner: CommandRunner | None = None) -> None:
-    """Ask Slurm to put the job (array task id form "A_a" accepted) back in the queue."""
-    runner = runner or CommandRunner()
-    argv = ["scontrol", "requeue", job_id]
+def _checked(
+    argv: Sequence[str], runner: CommandRunner | None = None, cwd: str | None = None
+) -> subprocess.CompletedProcess:
+    """Run a Slurm command; a failure becomes one SlurmCommandError with Slurm's words."""
     try:
-        result = runner.run(argv)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise SlurmCommandError(f"`{' '.join(argv)}` could not run: {err}") from err
-    if result.returncode != 0:
-        raise SlurmCommandError(
-            f"`{' '.join(argv)}` failed (exit {result.returncode}): "
-            f"{(result.stderr or result.stdout).strip()}"
-        )
-
-
-def _checked(argv: Sequence[str], runner: CommandRunner, cwd: str | None = None):
-    try:
-        result = runner.run(argv) if cwd is None else runner.run_in(argv, cwd)
+        result = (runner or CommandRunner()).run(argv, cwd=cwd)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise SlurmCommandError(
             f"`{' '.join(argv)}` could not run: {err}. HINT: is Slurm's client installed and "
@@ -61,9 +44,14 @@ def _checked(argv: Sequence[str], runner: CommandRunner, cwd: str | None = None)
     return result
 
 
+def requeue(job_id: str, runner: CommandRunner | None = None) -> None:
+    """Ask Slurm to put the job (array task id form "A_a" accepted) back in the queue."""
+    _checked(["scontrol", "requeue", job_id], runner)
+
+
 def sbatch(script: str, cwd: str, runner: CommandRunner | None = None) -> str:
     """Submit a script from `cwd` (the job's working directory); return the job id."""
-    result = _checked(["sbatch", "--parsable", script], runner or CommandRunner(), cwd)
+    result = _checked(["sbatch", "--parsable", script], runner, cwd)
     # --parsable prints "<id>" or "<id>;<cluster>".
     return result.stdout.strip().split(";")[0]
 
@@ -72,13 +60,11 @@ def squeue_text(runner: CommandRunner | None = None) -> str:
     """This user's queued, running and recently finished jobs, one row per array task."""
     from jeanzay_kit.slurm.status import SQUEUE_FORMAT
 
-    return _checked(
-        ["squeue", "--me", "-h", "-r", "-o", SQUEUE_FORMAT], runner or CommandRunner()
-    ).stdout
+    return _checked(["squeue", "--me", "-h", "-r", "-o", SQUEUE_FORMAT], runner).stdout
 
 
 def sacct_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
     from jeanzay_kit.slurm.status import SACCT_FIELDS
 
     argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
-    return _checked(argv, runner or CommandRunner()).stdout
+    return _checked(argv, runner).stdout

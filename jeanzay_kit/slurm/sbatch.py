@@ -116,6 +116,34 @@ def _heredoc_delimiter(body: str) -> str:
     return tag
 
 
+def is_plain(value: object) -> bool:
+    """True when sbatch (and shlex) read `value` the same with or without quotes."""
+    return bool(_SBATCH_SAFE.match(str(value)))
+
+
+def setup_lines(spec: JobSpec) -> list[str]:
+    """What a job runs before srun: the profile's modules, thread counts, its env.
+
+    Shared by the rendered script and the jeanzay launcher's submitit jobs."""
+    lines = []
+    if spec.cluster.module_purge or spec.cluster.modules:
+        lines.append("# Modules from the cluster profile")
+        if spec.cluster.module_purge:
+            lines.append("module purge")
+        for module in spec.cluster.modules:
+            lines.append(f"module load {shell_word(module)}")
+        lines.append("")
+    lines.append("# CPU threads of each training process: its share of the task's CPUs")
+    lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
+    lines.append("# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch")
+    lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
+    for name, value in spec.cluster.env.items():
+        if not _ENV_NAME.match(name):
+            raise RenderError(f"cluster.env key {name!r} is not a shell variable name")
+        lines.append(f"export {name}={shell_word(value)}")
+    return lines
+
+
 def render_sbatch(
     spec: JobSpec,
     command: Sequence[str] | None = None,
@@ -183,22 +211,7 @@ def render_sbatch(
     lines.append("set -eo pipefail")
     lines.append("")
 
-    if spec.cluster.module_purge or spec.cluster.modules:
-        lines.append("# Modules from the cluster profile")
-        if spec.cluster.module_purge:
-            lines.append("module purge")
-        for module in spec.cluster.modules:
-            lines.append(f"module load {shell_word(module)}")
-        lines.append("")
-
-    lines.append("# CPU threads of each training process: its share of the task's CPUs")
-    lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
-    lines.append("# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch")
-    lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
-    for name, value in spec.cluster.env.items():
-        if not _ENV_NAME.match(name):
-            raise RenderError(f"cluster.env key {name!r} is not a shell variable name")
-        lines.append(f"export {name}={shell_word(value)}")
+    lines += setup_lines(spec)
     lines.append("")
 
     body = frozen_config_yaml(spec.config)

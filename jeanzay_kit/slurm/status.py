@@ -26,31 +26,27 @@ class JobState:
     source: str = "squeue"
 
 
+def _rows(text: str) -> list[list[str]]:
+    """The five "|"-separated fields of each line (both formats have five)."""
+    rows = [line.strip().split("|") for line in text.splitlines()]
+    return [row for row in rows if len(row) == 5]
+
+
 def parse_squeue(text: str) -> dict[str, JobState]:
     """Rows of `squeue -h -r -o SQUEUE_FORMAT` (one row per array task)."""
-    states = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 5:
-            continue
-        job_id, state, elapsed, _limit, where = parts
-        states[job_id] = JobState(job_id, state, elapsed, where)
-    return states
+    return {
+        job_id: JobState(job_id, state, elapsed, where)
+        for job_id, state, elapsed, _limit, where in _rows(text)
+    }
 
 
 def parse_sacct(text: str) -> dict[str, JobState]:
     """Rows of `sacct -X -n -P -o SACCT_FIELDS` (allocations only, newest record per job)."""
-    states = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) != 5:
-            continue
-        job_id, state, elapsed, exit_code, nodes = parts
+    return {
         # "CANCELLED by 0" -> "CANCELLED"
-        states[job_id] = JobState(
-            job_id, state.split()[0] if state else "", elapsed, nodes, exit_code, "sacct"
-        )
-    return states
+        job_id: JobState(job_id, state.split()[0] if state else "", elapsed, nodes, code, "sacct")
+        for job_id, state, elapsed, code, nodes in _rows(text)
+    }
 
 
 def missing(job_ids: Iterable[str], known: Mapping[str, JobState]) -> list[str]:

@@ -90,3 +90,14 @@ def local_digest(overrides: list[str], run_dir: Path) -> str:
     )
     assert local.returncode == 0, local.stderr[-2000:]
     return (run_dir / "model_final.sha256").read_text().strip()
+
+
+def launch_sweep(env: dict[str, str], sweep_dir: Path, *overrides: str):
+    """`python train.py -m cluster=slurm_local OVERRIDES` run by this test's interpreter."""
+    argv = [PYTHON, "train.py", "-m", "cluster=slurm_local", *overrides]
+    return run([*argv, f"job.python={PYTHON}", f"hydra.sweep.dir={sweep_dir}"], env, REPO)
+
+
+def manifest_records(directory: Path) -> list[dict]:
+    """The lines of DIR/manifest.jsonl, read without the package's own reader."""
+    return [json.loads(x) for x in (directory / "manifest.jsonl").read_text().splitlines()]

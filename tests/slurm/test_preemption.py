@@ -3,7 +3,6 @@ its newest complete checkpoint and ends with exactly the model of an uninterrupt
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -13,7 +12,9 @@ from tests.slurm.cluster import (
     JZK,
     PYTHON,
     REPO,
+    launch_sweep,
     local_digest,
+    manifest_records,
     metric_steps,
     run,
     sacct_states,
@@ -60,7 +61,7 @@ def test_low_job_preempted_by_high_job_is_requeued_and_resumes_exactly(
     )
     assert sub.returncode == 0, sub.stderr
     run_dir = tmp_path / "outputs" / "low"
-    (record,) = [json.loads(x) for x in (run_dir / "manifest.jsonl").read_text().splitlines()]
+    (record,) = manifest_records(run_dir)
     job_id, log = record["job_id"], Path(record["log"])
     wait_until_step(run_dir, 100, log)
 
@@ -90,25 +91,17 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # each run. The training needs ~50 s: at least one requeue.
     training = ["train.steps=5500", "train.log_every=500", "checkpoint.every_steps=1000"]
     sweep_dir = tmp_path / "sweep"
-    launched = run(
-        [
-            PYTHON,
-            "train.py",
-            "-m",
-            "cluster=slurm_local",
-            "resources.gpus_per_node=2",
-            "resources.time=00:02:00",
-            "preemption.lead_seconds=75",
-            *training,
-            "optim.lr=0.001,0.002",  # two runs: an array, so the requeue names A_i
-            f"job.python={PYTHON}",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
+    launched = launch_sweep(
         slurm,
-        REPO,
+        sweep_dir,
+        "resources.gpus_per_node=2",
+        "resources.time=00:02:00",
+        "preemption.lead_seconds=75",
+        *training,
+        "optim.lr=0.001,0.002",  # two runs: an array, so the requeue names A_i
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
-    records = [json.loads(x) for x in (sweep_dir / "manifest.jsonl").read_text().splitlines()]
+    records = manifest_records(sweep_dir)
     wait_for(records[0]["array_job_id"], slurm, timeout=400)
 
     for rec in records:

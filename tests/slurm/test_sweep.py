@@ -8,7 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import JZK, PYTHON, REPO, metric_steps, run, sacct_states, wait_for
+from tests.slurm.cluster import (
+    JZK,
+    PYTHON,
+    REPO,
+    launch_sweep,
+    manifest_records,
+    metric_steps,
+    run,
+    sacct_states,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -16,24 +26,16 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 def test_three_point_sweep_is_one_array_job(slurm, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
     lrs = ["0.1", "0.01", "0.001"]
-    launched = run(
-        [
-            PYTHON,
-            "train.py",
-            "-m",
-            "cluster=slurm_local",
-            f"optim.lr={','.join(lrs)}",
-            "train.steps=20",
-            "train.log_every=5",
-            f"job.python={PYTHON}",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
+    launched = launch_sweep(
         slurm,
-        REPO,
+        sweep_dir,
+        f"optim.lr={','.join(lrs)}",
+        "train.steps=20",
+        "train.log_every=5",
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
 
-    records = [json.loads(line) for line in (sweep_dir / "manifest.jsonl").read_text().splitlines()]
+    records = manifest_records(sweep_dir)
     assert [r["num"] for r in records] == [0, 1, 2]
     assert len({r["array_job_id"] for r in records}) == 1  # one sbatch call, one array
     assert [r["array_index"] for r in records] == [0, 1, 2]
@@ -69,20 +71,14 @@ def test_three_point_sweep_is_one_array_job(slurm, tmp_path: Path) -> None:
 
 def test_a_bad_sweep_point_submits_nothing(slurm, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    launched = run(
-        [
-            PYTHON,
-            "train.py",
-            "-m",
-            "cluster=slurm_local",
-            "resources.gpus_per_node=2,8",  # a slurm_local node has 4 GPUs
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
+    launched = launch_sweep(
         slurm,
-        REPO,
+        sweep_dir,
+        "resources.gpus_per_node=2,8",  # a slurm_local node has 4 GPUs
     )
-    assert launched.returncode != 0
-    assert "nothing was submitted" in launched.stderr
+    assert launched.returncode == 2
+    assert "train.py: error: nothing was submitted" in launched.stderr
+    assert "Traceback" not in launched.stderr
     assert "resources.gpus_per_node=8" in launched.stderr
     assert not (sweep_dir / "manifest.jsonl").exists()
 
@@ -98,7 +94,7 @@ def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
     sub = run([JZK, "submit", *overrides], slurm, tmp_path)
     assert sub.returncode == 0, sub.stderr
     run_dir = tmp_path / "outputs" / "submitted"
-    (record,) = [json.loads(x) for x in (run_dir / "manifest.jsonl").read_text().splitlines()]
+    (record,) = manifest_records(run_dir)
     assert record["overrides"] == overrides and record["run_dir"] == str(run_dir)
     assert f"submitted job {record['job_id']}" in sub.stdout
     assert (run_dir / "job.sbatch").read_text().startswith("#!/bin/bash")
@@ -115,23 +111,15 @@ def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
 
 def test_a_sweep_launched_in_batches_keeps_every_run_in_the_manifest(slurm, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"
-    launched = run(
-        [
-            PYTHON,
-            "train.py",
-            "-m",
-            "cluster=slurm_local",
-            "optim.lr=0.1,0.01,0.001",
-            "train.steps=5",
-            "hydra.sweeper.max_batch_size=2",  # Hydra calls the launcher twice
-            f"job.python={PYTHON}",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
+    launched = launch_sweep(
         slurm,
-        REPO,
+        sweep_dir,
+        "optim.lr=0.1,0.01,0.001",
+        "train.steps=5",
+        "hydra.sweeper.max_batch_size=2",  # Hydra calls the launcher twice
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
-    records = [json.loads(x) for x in (sweep_dir / "manifest.jsonl").read_text().splitlines()]
+    records = manifest_records(sweep_dir)
     assert [r["num"] for r in records] == [0, 1, 2]
     assert len({r["array_job_id"] for r in records}) == 2  # one submission per batch
     for rec in records:

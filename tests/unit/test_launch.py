@@ -44,8 +44,9 @@ def test_jean_zay_profile_selects_by_constraint_with_modules() -> None:
     params = submitit_parameters(s)
     assert "partition" not in params  # Jean Zay selects H100 nodes with -C h100
     assert params["constraint"] == "h100" and params["account"] == "abc@h100"
-    assert params["setup"][0] == "module purge"
-    assert any(line.startswith("module load ") for line in params["setup"])
+    setup = params["setup"]
+    loads = [i for i, line in enumerate(setup) if line.startswith("module load ")]
+    assert loads and setup.index("module purge") < loads[0]
     assert params["additional_parameters"]["hint"] == "nomultithread"
 
 

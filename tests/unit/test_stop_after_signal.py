@@ -26,7 +26,7 @@ class FakeRunner:
         self.calls: list[list[str]] = []
         self.returncode, self.stderr = returncode, stderr
 
-    def run(self, argv, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    def run(self, argv, timeout: float = 60.0, cwd=None) -> subprocess.CompletedProcess:
         self.calls.append(list(argv))
         return subprocess.CompletedProcess(argv, self.returncode, "", self.stderr)
 
