@@ -119,7 +119,9 @@ def run_worker(
         shutdown(clean=False)
         raise
     shutdown(clean=True)
-    stop.restore()
+    # The handlers stay until the process exits: Slurm's time-limit signal can arrive after
+    # the last step (seen on the local cluster: a finished run killed by SIGUSR1 during
+    # exit, its array task marked FAILED). Noting it then is harmless.
     if result.stopped_by:
         stop_after_signal(spec, info, result)
     if info.rank == 0:

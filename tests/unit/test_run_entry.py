@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from jeanzay_kit.config.compose import compose_config
@@ -20,3 +21,25 @@ def test_launched_tasks_are_told_apart_from_shells() -> None:
     assert is_launched_task({"SLURM_PROCID": "0", "SLURM_STEP_ID": "0"})
     assert is_launched_task({"RANK": "0", "LOCAL_RANK": "0"})
     assert not is_launched_task({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0"})
+
+
+def test_signals_stay_noted_after_training_until_the_process_exits(tmp_path: Path) -> None:
+    """A time-limit signal after the last step must not kill a finished task."""
+    import signal
+
+    from jeanzay_kit.train.preemption import StopRequest
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    stop = StopRequest()
+    try:
+        cfg = compose_config(["resources.gpus_per_node=1", "train.steps=2", "train.eval_every=0"])
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+        env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
+        assert main(cfg, env, tmp_path, stop=stop) == 0
+        assert (tmp_path / "model_final.sha256").exists()
+        assert signal.getsignal(signal.SIGUSR1) == stop._handle
+        os.kill(os.getpid(), signal.SIGUSR1)  # would end pytest with the default action
+        assert stop.signum == signal.SIGUSR1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
