@@ -61,7 +61,9 @@ def main(
             return 0
         from jeanzay_kit.launch.local import launch_local
 
-        return launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
+        code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
+        stop.ignore_from_now()  # the workers are gone: nothing left to stop
+        return code
     except JzkError as err:
         print(f"train.py: error: {err}", file=sys.stderr)
         return 2
@@ -119,9 +121,10 @@ def run_worker(
         shutdown(clean=False)
         raise
     shutdown(clean=True)
-    # The handlers stay until the process exits: Slurm's time-limit signal can arrive after
-    # the last step (seen on the local cluster: a finished run killed by SIGUSR1 during
-    # exit, its array task marked FAILED). Noting it then is harmless.
+    # From here a late signal must not kill the finished task (seen on the local cluster: a
+    # time-limit SIGUSR1 during exit turned a finished array task FAILED; in CI, the local
+    # launcher's re-sent SIGUSR1 killed workers exiting after their save).
+    stop.ignore_from_now()
     if result.stopped_by:
         stop_after_signal(spec, info, result)
     if info.rank == 0:

@@ -230,7 +230,9 @@ def render_sbatch(
         lines.append(
             "# torchrun starts one worker per GPU on each node; rendezvous on the first node"
         )
-        lines.append('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)"')
+        # sed reads the whole list: `head -n 1` would leave scontrol writing into a closed
+        # pipe on a big job, and SIGPIPE + pipefail would end the script here.
+        lines.append('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"')
         lines.append(f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))")
         program += [
             "-m",

@@ -229,6 +229,7 @@ def train(
             strategy.scaler.unscale_(optimizer)
         if grad_clip > 0:
             strategy.clip_grad_norm(grad_clip)
+        ckpt.before_update()  # an asynchronous save may still be copying the weights
         if strategy.scaler is not None:
             strategy.scaler.step(optimizer)
             strategy.scaler.update()
@@ -288,7 +289,7 @@ def train(
             save(done, force_sync=done == steps)
             saved_at, last_save_time = done, time.monotonic()
 
-    ckpt.wait()
+    ckpt.close()
     if own_stop:
         stop.restore()
     digest = None

@@ -31,6 +31,18 @@ class StopRequest:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
 
+    def ignore_from_now(self) -> None:
+        """The work is over: a late signal has nothing left to stop, and must not kill.
+
+        Slurm's time-limit warning can arrive after the last step, and the local launcher
+        re-sends a signal until its workers are gone. Keeping our Python handler is not
+        enough: while the interpreter shuts down it puts back the default action (which
+        kills, for USR1/USR2/TERM) for every signal with a Python handler. An ignored
+        signal stays ignored to the very end.
+        """
+        for sig in self._previous:
+            signal.signal(sig, signal.SIG_IGN)
+
 
 def agree(local: list[int], device) -> list[int]:
     """Element-wise max over all ranks: one collective per step boundary."""

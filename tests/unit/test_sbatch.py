@@ -177,7 +177,9 @@ def _stub_bin(tmp: Path) -> Path:
         '#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$JZK_TEST_RECORD"\n'
     )
     (bin_dir / "module").write_text('#!/bin/bash\nprintf "%s\\n" "$*" >> "$JZK_TEST_MODULES"\n')
-    (bin_dir / "scontrol").write_text("#!/bin/bash\necho n1\necho n2\n")
+    # A big job's host list (20000 names, more than a pipe holds): a reader that stops at
+    # the first line would kill scontrol with SIGPIPE, and `set -o pipefail` the script.
+    (bin_dir / "scontrol").write_text('#!/bin/bash\nfor i in $(seq 1 20000); do echo "n$i"; done\n')
     for f in bin_dir.iterdir():
         f.chmod(0o755)
     return bin_dir

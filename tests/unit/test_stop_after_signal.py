@@ -99,3 +99,42 @@ def test_requeue_can_be_turned_off() -> None:
     with pytest.raises(SystemExit):
         stop_after_signal(spec, RANK0, Result(40, "SIGUSR1"), runner)
     assert runner.calls == []
+
+
+# A process that keeps receiving SIGUSR1 (the local launcher re-sends it until its workers
+# are gone; Slurm's time-limit warning may come after the last step) while it exits.
+_HAMMERED_EXIT = """
+import os, subprocess, sys, time
+from jeanzay_kit.train.preemption import StopRequest
+stop = StopRequest()
+# (its output away from our pipes: the test reads them to the end, and until this process
+# is reaped, kill still succeeds on it)
+subprocess.Popen(
+    ["bash", "-c", f"while kill -USR1 {os.getpid()} 2>/dev/null; do :; done"],
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+)
+time.sleep(0.3)
+assert stop.signum
+if sys.argv[1] == "ignore":
+    stop.ignore_from_now()
+"""
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(("ending", "survives"), [("ignore", True), ("keep", False)])
+def test_a_signal_during_interpreter_exit_kills_unless_ignored(ending: str, survives: bool) -> None:
+    """Why run_worker ends with ignore_from_now(): a Python handler is reset to the default
+    action (death by SIGUSR1) while the interpreter shuts down; SIG_IGN is not.
+    The "keep" row shows the failure mode (CI: workers exiting with code -10)."""
+    import sys
+
+    codes = [
+        subprocess.run(
+            [sys.executable, "-c", _HAMMERED_EXIT, ending], capture_output=True, timeout=30
+        ).returncode
+        for _ in range(3)
+    ]
+    if survives:
+        assert codes == [0, 0, 0]
+    else:
+        assert -10 in codes  # killed by SIGUSR1 at least once in three exits
