@@ -1,0 +1,82 @@
+"""An asynchronous save copies the state on a background thread: the weights may change
+only after `before_update()`. Here the optimizer step follows the save at once, on a
+state large enough for the copy to take a while: the checkpoint must hold the weights as
+they were at the save. The copy is delayed on purpose, so that the race is certain."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import time
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    from jeanzay_kit.ckpt.checkpointer import OPTIONS, Checkpointer, TrainerState
+    from jeanzay_kit.launch.local import free_port
+
+    run_dir, skip_wait = Path(sys.argv[1]), sys.argv[2] == "skip"
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+    )
+    model = torch.nn.Linear(4096, 4096)  # 64 MB of weights, 128 MB of AdamW state
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model(torch.randn(2, 4096)).sum().backward()
+    opt.step()
+    ck = Checkpointer(run_dir, model, opt, 0, {"mode": "t"}, {"t": 1}, torch.device("cpu"),
+                      use_async=True, log=lambda _m: None)
+    def state():
+        m, o = get_state_dict(model, opt, options=OPTIONS)
+        return {k: v.clone() for k, v in {**m, **o}.items() if torch.is_tensor(v)}
+
+    # A slow copy (a big model, a busy host): the copy starts 0.5 s after the save call.
+    inner = ck._stager._state_dict_stager
+    copy = inner.stage
+    inner.stage = lambda *a, **k: (time.sleep(0.5), copy(*a, **k))[1]
+
+    saved = state()
+    ck.save(1, TrainerState(1, 0, {}, None, None))
+    if not skip_wait:
+        ck.before_update()
+    opt.step()  # (the gradients are still there) changes weights and moments in place
+    ck.close()
+    ck.load(run_dir / "checkpoints" / "step-1")
+    loaded = state()
+    same = saved.keys() == loaded.keys() and all(torch.equal(saved[k], loaded[k]) for k in saved)
+    print("equal" if same else "differs")
+    dist.destroy_process_group()
+    """
+)
+
+
+def _run(tmp_path: Path, mode: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path / mode), mode],
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.timeout(300)
+def test_the_weights_change_only_after_the_staging_copy(tmp_path: Path) -> None:
+    assert _run(tmp_path, "wait") == "equal"
+
+
+@pytest.mark.timeout(300)
+def test_without_the_wait_the_copy_would_race_the_update(tmp_path: Path) -> None:
+    """The row above is not vacuous: skipping before_update() does corrupt the copy."""
+    assert _run(tmp_path, "skip") == "differs"
