@@ -1,13 +1,12 @@
 """A DCP filesystem that checksums every file while writing it.
 
-The manifest needs the sha256 of every file. Reading 400 MB back to hash it cost as much
-as writing it (bench/bench_checkpoint.py); hashing the bytes on their way to disk costs
-only the CPU, in DCP's writer threads (hashlib releases the GIL on large buffers).
+The manifest needs the checksum of every file. Reading 400 MB back to hash it cost as
+much as writing it (bench/bench_checkpoint.py); hashing the bytes on their way to disk
+costs only the CPU, in DCP's writer threads (the hashes release the GIL on large buffers).
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import threading
@@ -18,16 +17,17 @@ from pathlib import Path
 from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 
+from jeanzay_kit.ckpt.checksum import DEFAULT_ALGORITHM, checksum_text, new_hasher
 from jeanzay_kit.ckpt.layout import FileRecord
 
 
 class _HashingStream(io.RawIOBase):
-    """Forwards writes to the file and feeds them to sha256; reads are not supported."""
+    """Forwards writes to the file and feeds them to the checksum; no reads."""
 
     def __init__(self, raw: io.BufferedWriter):
         super().__init__()
         self.raw = raw
-        self.sha = hashlib.sha256()
+        self.hasher = new_hasher(DEFAULT_ALGORITHM)
         self.size = 0
 
     def writable(self) -> bool:
@@ -35,7 +35,7 @@ class _HashingStream(io.RawIOBase):
 
     def write(self, data) -> int:  # noqa: ANN001 - bytes-like
         view = memoryview(data).cast("B")
-        self.sha.update(view)
+        self.hasher.update(view)
         written = self.raw.write(view)
         self.size += len(view)
         return written if written is not None else len(view)
@@ -70,7 +70,9 @@ class HashingFileSystem(FileSystem):
             yield stream  # type: ignore[misc]
             raw.flush()
         with self._lock:
-            self.records[str(path)] = FileRecord(stream.size, stream.sha.hexdigest())
+            self.records[str(path)] = FileRecord(
+                stream.size, checksum_text(DEFAULT_ALGORITHM, stream.hasher)
+            )
 
     def rename(self, path: str | os.PathLike, new_path: str | os.PathLike) -> None:
         super().rename(path, new_path)

@@ -7,9 +7,10 @@
         .trash-step-100/     dropped by retention, being deleted: never loaded
 
 A folder counts only when its manifest exists, parses, and every file it lists has the
-size and sha256 it records. The newest such folder wins; retention keeps the newest
-`keep_last` complete ones and never deletes the newest complete checkpoint. There is no
-"latest" link to go stale: the newest complete folder is found by listing.
+size and checksum it records (ckpt/checksum.py). The newest such folder wins; retention
+keeps the newest `keep_last` complete ones and never deletes the newest complete
+checkpoint. There is no "latest" link to go stale: the newest complete folder is found
+by listing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MANIFEST = "manifest.json"
-FORMAT = 1
+# Format 2 records "checksum": "<algorithm>:<hex>"; format 1 (still read) had "sha256".
+FORMAT = 2
+READABLE_FORMATS = (1, 2)
 _STEP_DIR = re.compile(r"^step-(\d+)$")
 TMP_PREFIX = ".tmp-step-"
 # Retention renames a checkpoint to this (one atomic step: it stops counting at once),
@@ -50,7 +53,7 @@ def parse_step_dir(name: str) -> int | None:
 @dataclass(frozen=True)
 class FileRecord:
     size: int
-    sha256: str
+    checksum: str  # "<algorithm>:<hex digest>", e.g. "xxh3_128:9f3c..."
 
 
 @dataclass(frozen=True)
@@ -74,7 +77,7 @@ class Manifest:
                     "config_hash": self.config_hash,
                     "code_version": self.code_version,
                     "files": {
-                        k: {"size": v.size, "sha256": v.sha256}
+                        k: {"size": v.size, "checksum": v.checksum}
                         for k, v in sorted(self.files.items())
                     },
                     "extra": dict(self.extra),
@@ -97,10 +100,14 @@ class ManifestError(ValueError):
 def parse_manifest(text: str) -> Manifest:
     try:
         data = json.loads(text)
-        if data.get("format") != FORMAT:
+        if data.get("format") not in READABLE_FORMATS:
             raise ManifestError(f"unknown manifest format {data.get('format')!r}")
         files = {
-            str(k): FileRecord(int(v["size"]), str(v["sha256"])) for k, v in data["files"].items()
+            str(k): FileRecord(
+                int(v["size"]),
+                str(v["checksum"]) if data["format"] >= 2 else f"sha256:{v['sha256']}",
+            )
+            for k, v in data["files"].items()
         }
         return Manifest(
             step=int(data["step"]),
@@ -130,7 +137,7 @@ def compare_files(manifest: Manifest, found: Mapping[str, FileRecord | None]) ->
             problems.append(f"{name}: missing")
         elif got.size != want.size:
             problems.append(f"{name}: {got.size} bytes, manifest says {want.size} (truncated?)")
-        elif got.sha256 != want.sha256:
+        elif got.checksum != want.checksum:
             problems.append(f"{name}: checksum differs from the manifest (corrupted)")
     return problems
 

@@ -6,13 +6,18 @@ list and verify, including `jzk ckpt`. The rules live in ckpt/layout.py.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from jeanzay_kit.ckpt.checksum import (
+    DEFAULT_ALGORITHM,
+    algorithm_of,
+    checksum_text,
+    new_hasher,
+)
 from jeanzay_kit.ckpt.layout import (
     MANIFEST,
     TMP_PREFIX,
@@ -34,12 +39,12 @@ from jeanzay_kit.ckpt.layout import (
 _CHUNK = 8 << 20
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+def checksum_file(path: Path, algorithm: str = DEFAULT_ALGORITHM) -> str:
+    hasher = new_hasher(algorithm)
     with path.open("rb") as f:
         while block := f.read(_CHUNK):
-            h.update(block)
-    return h.hexdigest()
+            hasher.update(block)
+    return checksum_text(algorithm, hasher)
 
 
 def fsync_dir(path: Path) -> None:
@@ -84,13 +89,20 @@ class CheckpointStore:
     def manifest(self, step: int) -> Manifest:
         return parse_manifest((self.step_dir(step) / MANIFEST).read_text())
 
-    def measure(self, folder: Path, names: list[str]) -> dict[str, FileRecord | None]:
-        """Size and sha256 of each file (None: missing), hashed in parallel: hashlib
-        releases the GIL on large buffers, so threads use every core."""
+    def measure(
+        self, folder: Path, names: list[str], algorithms: dict[str, str] | None = None
+    ) -> dict[str, FileRecord | None]:
+        """Size and checksum of each file (None: missing), hashed in parallel (the hashes
+        release the GIL on large buffers, so threads use every core). algorithms: per
+        file, the one its manifest used (default: the current one)."""
+        algorithms = algorithms or {}
 
         def one(name: str) -> FileRecord | None:
             path = folder / name
-            return FileRecord(path.stat().st_size, sha256_file(path)) if path.is_file() else None
+            if not path.is_file():
+                return None
+            algorithm = algorithms.get(name, DEFAULT_ALGORITHM)
+            return FileRecord(path.stat().st_size, checksum_file(path, algorithm))
 
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
             return dict(zip(names, pool.map(one, names), strict=True))
@@ -106,7 +118,12 @@ class CheckpointStore:
             return [f"{MANIFEST}: {err}"]
         if manifest.step != step:
             return [f"{MANIFEST} says step {manifest.step}, folder says {step}"]
-        return compare_files(manifest, self.measure(folder, list(manifest.files)))
+        algorithms = {name: algorithm_of(rec.checksum) for name, rec in manifest.files.items()}
+        try:
+            found = self.measure(folder, list(manifest.files), algorithms)
+        except ValueError as err:  # a checksum algorithm this version does not know
+            return [f"{MANIFEST}: {err}"]
+        return compare_files(manifest, found)
 
     def newest_good(self, report: Callable[[str], None] = print) -> int | None:
         """The newest complete, intact checkpoint; damaged ones are reported and skipped."""

@@ -30,6 +30,16 @@ PIPELINE_MODES = ("pipeline", "pipeline_ddp")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+# sbatch(1) --signal: the warning "may be sent up to 60 seconds earlier than specified".
+SIGNAL_EARLY_S = 60
+# The least time a job gets before the earliest possible warning (start-up included).
+MIN_WORK_BEFORE_WARNING_S = 30
+
+
+def _minutes_for_warning(lead: int) -> int:
+    return -(-(lead + SIGNAL_EARLY_S + MIN_WORK_BEFORE_WARNING_S) // 60)  # ceiling
+
+
 @dataclass(frozen=True)
 class ParallelLayout:
     """Parallel sizes as a value: testable without a process group."""
@@ -355,6 +365,19 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     qos = None
     if not over_partition:
         qos = _pick_qos(c, cluster, res.get("qos", "auto"), minutes, total_gpus)
+    # sbatch(1) --signal: "the signal may be sent up to 60 seconds earlier than specified".
+    # A job shorter than that can get the warning while it starts, before any step.
+    earliest_warning_s = minutes * 60 - lead - SIGNAL_EARLY_S
+    if cluster.is_slurm and earliest_warning_s < MIN_WORK_BEFORE_WARNING_S:
+        c.add(
+            "resources.time",
+            format_time(minutes),
+            f"leaves no time to train before the time-limit warning: Slurm sends "
+            f"preemption.signal={signal} preemption.lead_seconds={lead} s before the end, "
+            f"and up to {SIGNAL_EARLY_S} s earlier than that",
+            f"use resources.time={format_time(_minutes_for_warning(lead))} or more, or a "
+            "smaller preemption.lead_seconds",
+        )
 
     # ---- parallel layout ----------------------------------------------------------------
     world = nodes * gpn

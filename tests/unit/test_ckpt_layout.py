@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.ckpt.checksum import algorithm_of, checksum_of
 from jeanzay_kit.ckpt.layout import (
     Entry,
     FileRecord,
@@ -58,7 +61,7 @@ def test_retention_ignores_incomplete_folders() -> None:
 def manifest() -> Manifest:
     return Manifest(
         step=5,
-        files={"a": FileRecord(3, "x" * 64), "b/c": FileRecord(4, "y" * 64)},
+        files={"a": FileRecord(3, "xxh3_128:" + "x" * 32), "b/c": FileRecord(4, "sha256:y")},
         world={"mode": "ddp"},
         config_hash="h",
         code_version="0",
@@ -79,14 +82,37 @@ def test_bad_manifests_are_refused(text: str) -> None:
 @pytest.mark.parametrize(
     ("found", "problem"),
     [
-        ({"a": FileRecord(3, "x" * 64)}, "b/c: missing"),
-        ({"a": FileRecord(3, "x" * 64), "b/c": FileRecord(2, "y" * 64)}, "truncated"),
-        ({"a": FileRecord(3, "z" * 64), "b/c": FileRecord(4, "y" * 64)}, "a: checksum differs"),
+        ({"a": FileRecord(3, "xxh3_128:" + "x" * 32)}, "b/c: missing"),
+        ({"a": FileRecord(3, "xxh3_128:" + "x" * 32), "b/c": FileRecord(2, "sha256:y")}, "trunc"),
+        ({"a": FileRecord(3, "xxh3_128:" + "z" * 32), "b/c": FileRecord(4, "sha256:y")}, "a: che"),
     ],
 )
 def test_compare_files_names_each_problem(found, problem: str) -> None:
     problems = compare_files(manifest(), found)
     assert len(problems) == 1 and problem in problems[0]
+
+
+def test_a_format_1_manifest_reads_as_sha256_checksums() -> None:
+    text = '{"format": 1, "step": 5, "files": {"a": {"size": 3, "sha256": "ab"}}, "world": {}}'
+    assert parse_manifest(text).files == {"a": FileRecord(3, "sha256:ab")}
+
+
+@pytest.mark.parametrize(
+    ("data", "algorithm", "expected"),
+    [
+        # Reference values: `python -c "import hashlib; print(hashlib.sha256(b'abc')...)"`
+        # and the xxhash package's own xxh3_128 of b"abc".
+        (
+            b"abc",
+            "sha256",
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+        ),
+        (b"abc", "xxh3_128", "xxh3_128:06b05ab6733a618578af5f94892f3950"),
+    ],
+)
+def test_checksums_name_their_algorithm(data: bytes, algorithm: str, expected: str) -> None:
+    assert checksum_of(data, algorithm) == expected
+    assert algorithm_of(expected) == algorithm
 
 
 def test_config_hash_ignores_what_does_not_change_the_computation() -> None:
@@ -138,6 +164,34 @@ def test_newest_good_skips_damaged_checkpoints(tmp_path: Path, damage: str) -> N
     reports: list[str] = []
     assert store.newest_good(report=reports.append) == 10
     assert len(reports) == 1 and "step-20" in reports[0]
+
+
+def test_new_checkpoints_use_xxh3_and_sha256_ones_still_verify(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    fake_save(store, 10)
+    records = store.manifest(10).files
+    assert all(r.checksum.startswith("xxh3_128:") for r in records.values())
+    # The same checkpoint as an older version wrote it: format 1, sha256.
+    manifest = store.step_dir(10) / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["format"] = 1
+    for name, rec in data["files"].items():
+        payload = (store.step_dir(10) / name).read_bytes()
+        rec.pop("checksum")
+        rec["sha256"] = hashlib.sha256(payload).hexdigest()
+    manifest.write_text(json.dumps(data))
+    assert store.problems(10) == []
+    (store.step_dir(10) / "trainer.pt").write_bytes(b"trainEr")  # same size, one bit
+    assert store.problems(10) == ["trainer.pt: checksum differs from the manifest (corrupted)"]
+
+
+def test_an_unknown_checksum_algorithm_is_a_problem_not_a_crash(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    fake_save(store, 10)
+    manifest = store.step_dir(10) / "manifest.json"
+    manifest.write_text(manifest.read_text().replace('"xxh3_128:', '"blake9:'))
+    problems = store.problems(10)
+    assert len(problems) == 1 and "unknown checksum algorithm 'blake9'" in problems[0]
 
 
 def test_unsealed_and_temporary_folders_are_never_chosen_and_are_cleaned(tmp_path: Path) -> None:

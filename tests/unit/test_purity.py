@@ -18,6 +18,7 @@ PURE = [
     "dist/ranks.py",
     "train/sampler.py",
     "ckpt/layout.py",
+    "ckpt/checksum.py",
     "launch/executor.py",
     "slurm/status.py",
 ]

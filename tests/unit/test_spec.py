@@ -118,6 +118,16 @@ RULES = [
         id="auto qos: long job with too many GPUs for t4",
     ),
     pytest.param(
+        ["cluster=slurm_local", "resources.time=00:03:00", "preemption.lead_seconds=120"],
+        [
+            "resources.time=00:03:00 leaves no time to train before the time-limit warning: "
+            "Slurm sends preemption.signal=USR1 preemption.lead_seconds=120 s before the end, "
+            "and up to 60 s earlier than that",
+            "HINT: use resources.time=00:04:00 or more, or a smaller preemption.lead_seconds",
+        ],
+        id="time limit shorter than the warning lead",
+    ),
+    pytest.param(
         ["cluster=jeanzay_h100"],
         [
             "cluster.account=null is not set, but jeanzay_h100 charges every job",
