@@ -43,6 +43,8 @@ def checksum_of(data: bytes | memoryview, algorithm: str = DEFAULT_ALGORITHM) ->
 
 
 def algorithm_of(checksum: str) -> str:
-    """The algorithm a recorded checksum was made with ("sha256:ab12..." -> "sha256")."""
+    """The algorithm a recorded checksum was made with ("sha256:ab12..." -> "sha256"; ""
+    when it names none, which new_hasher refuses). Format-1 manifests get their "sha256:"
+    prefix where they are parsed (ckpt/layout.py)."""
     algorithm, sep, _ = checksum.partition(":")
-    return algorithm if sep else "sha256"
+    return algorithm if sep else ""

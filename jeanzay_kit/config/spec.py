@@ -365,8 +365,8 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     qos = None
     if not over_partition:
         qos = _pick_qos(c, cluster, res.get("qos", "auto"), minutes, total_gpus)
-    # sbatch(1) --signal: "the signal may be sent up to 60 seconds earlier than specified".
-    # A job shorter than that can get the warning while it starts, before any step.
+    # A job too short for the lead (and Slurm's early sending) gets the warning while it
+    # starts: it saves before its first step and requeues, again and again.
     earliest_warning_s = minutes * 60 - lead - SIGNAL_EARLY_S
     if cluster.is_slurm and earliest_warning_s < MIN_WORK_BEFORE_WARNING_S:
         c.add(

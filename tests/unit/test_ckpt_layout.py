@@ -115,6 +115,12 @@ def test_checksums_name_their_algorithm(data: bytes, algorithm: str, expected: s
     assert algorithm_of(expected) == algorithm
 
 
+def test_a_checksum_naming_no_algorithm_is_refused_not_guessed() -> None:
+    assert algorithm_of("ba7816bf") == ""
+    with pytest.raises(ValueError, match="unknown checksum algorithm ''"):
+        checksum_of(b"abc", algorithm_of("ba7816bf"))
+
+
 def test_config_hash_ignores_what_does_not_change_the_computation() -> None:
     a = {"train": {"steps": 10, "seed": 0}, "job": {"name": "x"}}
     b = {"train": {"steps": 99, "seed": 0}, "job": {"name": "y"}}
