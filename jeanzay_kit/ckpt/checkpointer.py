@@ -36,7 +36,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+from torch.distributed.checkpoint.staging import AsyncStager, DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -45,8 +45,9 @@ from torch.distributed.checkpoint.state_dict import (
 
 from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.checksum import checksum_of
-from jeanzay_kit.ckpt.hashing_fs import hashing_writer
 from jeanzay_kit.ckpt.layout import FileRecord, config_differences, config_hash, parse_step_dir
+from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
+from jeanzay_kit.ckpt.staging import CpuCopyStager
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import JzkError
 
@@ -79,20 +80,6 @@ OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 WRITER_THREADS = min(4, os.cpu_count() or 1)
-
-# DCP writes each tensor with torch.save, whose zip format adds a CRC-32 of every record:
-# ~40 % of torch.save's time (1.3 vs 0.8 GB/s into memory here), and redundant with the
-# manifest's checksum of every file. The switch is process-wide in torch, so it is off
-# only while our DCP files are written (a torch.save elsewhere in that window just has no
-# zip CRC; it loads the same).
-ZIP_CRC32 = False
-
-
-def _zip_crc32(enabled: bool) -> bool:
-    """Set torch.save's zip CRC-32 on or off; return the previous setting."""
-    previous = torch.serialization.get_crc32_options()
-    torch.serialization.set_crc32_options(enabled)
-    return previous
 
 
 class ResumeError(JzkError):
@@ -180,18 +167,20 @@ class Checkpointer:
         # One stager for the whole run: it keeps its CPU buffers (pinned on a GPU machine)
         # from one save to the next, so later saves copy into memory already mapped, and
         # copies on its own thread. The buffers are reused only after the previous save's
-        # files are written: save() waits for that first.
-        self._stager: DefaultStager | None = None
-        if use_async:
-            cuda = device.type == "cuda"
+        # files are written: save() waits for that first. On CPU, ckpt/staging.py copies
+        # without holding the GIL (DCP's DefaultStager holds it, see there).
+        self._stager: AsyncStager | None = None
+        if use_async and device.type == "cuda":
             self._stager = DefaultStager(
                 StagingOptions(
-                    use_pinned_memory=cuda,
+                    use_pinned_memory=True,
                     use_shared_memory=False,
                     use_async_staging=True,
-                    use_non_blocking_copy=cuda,
+                    use_non_blocking_copy=True,
                 )
             )
+        elif use_async:
+            self._stager = CpuCopyStager()
         self._staging: Any = None  # the staging copy in flight (a Future)
         # How long the last save held up training: the save call, plus (async) the wait
         # in before_update() for the staging copy.
@@ -240,33 +229,25 @@ class Checkpointer:
         # In the background one writer thread is enough, and leaves the cores to training
         # (bench/bench_checkpoint.py: the step after an async save on 2 cores slowed by
         # 410 ms with 4 threads, 300 ms with 1).
-        writer, fs = hashing_writer(tmp / "dcp", 1 if background else WRITER_THREADS)
-        zip_crc = _zip_crc32(ZIP_CRC32)
+        writer = RawWriter(tmp / "dcp", 1 if background else WRITER_THREADS)
         if background:
-            try:
-                response = dcp.async_save(
-                    state,
-                    storage_writer=writer,
-                    process_group=self._async_group,
-                    async_stager=self._stager,
-                )
-            except BaseException:
-                _zip_crc32(zip_crc)
-                raise
+            response = dcp.async_save(
+                state,
+                storage_writer=writer,
+                process_group=self._async_group,
+                async_stager=self._stager,
+            )
             self._staging = response.staging_completion
             # Wait for the writes and seal the checkpoint off the training thread.
             self._pending = threading.Thread(
                 target=self._finish_async,
-                args=(step, response.upload_completion, fields, records, fs, zip_crc),
+                args=(step, response.upload_completion, fields, records, writer.fs),
                 daemon=True,
             )
             self._pending.start()
         else:
-            try:
-                dcp.save(state, storage_writer=writer)
-            finally:
-                _zip_crc32(zip_crc)
-            self._commit(step, fields, None, records, fs.records)
+            dcp.save(state, storage_writer=writer)
+            self._commit(step, fields, None, records, writer.fs.records)
         self.last_blocking_s = time.perf_counter() - t0
 
     def before_update(self) -> None:
@@ -281,14 +262,9 @@ class Checkpointer:
             self._staging = None
             self.last_blocking_s += time.perf_counter() - t0
 
-    def _finish_async(
-        self, step: int, upload: Any, fields: dict, records: dict, fs: Any, zip_crc: bool
-    ) -> None:
+    def _finish_async(self, step: int, upload: Any, fields: dict, records: dict, fs: Any) -> None:
         try:
-            try:
-                upload.result()
-            finally:
-                _zip_crc32(zip_crc)
+            upload.result()
             self._commit(step, fields, self._async_group, records, fs.records)
         except BaseException as err:  # noqa: BLE001 - reported by wait() on the main thread
             self._async_error = err
@@ -420,7 +396,7 @@ class Checkpointer:
         # bench model). no_dist warns that torch.distributed looks unused: it is on purpose.
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-            dcp.load(state, checkpoint_id=str(folder / "dcp"), no_dist=True)
+            dcp.load(state, storage_reader=RawReader(folder / "dcp"), no_dist=True)
         set_state_dict(
             self.module,
             self.optimizer,

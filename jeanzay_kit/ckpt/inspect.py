@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tempfile
+import warnings
 from pathlib import Path
 
 from jeanzay_kit.ckpt.store import CheckpointStore
@@ -54,9 +54,6 @@ def verify(run_dir: str | Path) -> dict[str, list[str]]:
 
 def model_state(run_dir: str | Path, step: int | None = None) -> tuple[int, dict]:
     """The full model parameters of a checkpoint (the newest intact one by default)."""
-    import torch
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-
     store = _store(run_dir)
     if step is None:
         step = store.newest_good(report=lambda _msg: None)
@@ -66,12 +63,30 @@ def model_state(run_dir: str | Path, step: int | None = None) -> tuple[int, dict
         problems = store.problems(step)
         if problems:
             raise CheckpointNotFound(f"step-{step} cannot be used: " + "; ".join(problems))
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "full.pt"
-        # Gathers every rank's shards into one state dict, without a process group.
-        dcp_to_torch_save(store.step_dir(step) / "dcp", out)
-        state = torch.load(out, weights_only=True)
-    return step, state["model"]
+    return step, load_model_params(store.step_dir(step) / "dcp")
+
+
+def load_model_params(dcp_dir: Path) -> dict:
+    """Every model parameter of a DCP checkpoint, whole (the shards of every rank joined),
+    without a process group. The state dict to fill is built from the checkpoint's own
+    metadata: names, shapes and dtypes of the `model.*` entries."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from jeanzay_kit.ckpt.raw_storage import RawReader
+
+    reader = RawReader(dcp_dir)
+    metadata = reader.read_metadata()
+    model = {
+        fqn.removeprefix("model."): torch.empty(md.size, dtype=md.properties.dtype)
+        for fqn, md in metadata.state_dict_metadata.items()
+        if fqn.startswith("model.") and isinstance(md, TensorStorageMetadata)
+    }
+    with warnings.catch_warnings():  # no_dist is on purpose: no process group here
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load({"model": model}, storage_reader=reader, no_dist=True)
+    return model
 
 
 def digest(run_dir: str | Path, step: int | None = None) -> tuple[int, str]:

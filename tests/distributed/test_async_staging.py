@@ -41,9 +41,9 @@ SCRIPT = textwrap.dedent(
         return {k: v.clone() for k, v in {**m, **o}.items() if torch.is_tensor(v)}
 
     # A slow copy (a big model, a busy host): the copy starts 0.5 s after the save call.
-    inner = ck._stager._state_dict_stager
-    copy = inner.stage
-    inner.stage = lambda *a, **k: (time.sleep(0.5), copy(*a, **k))[1]
+    stager = ck._stager
+    copy = stager._copy
+    stager._copy = lambda *a: (time.sleep(0.5), copy(*a))[1]
 
     saved = state()
     ck.save(1, TrainerState(1, 0, {}, None, None))

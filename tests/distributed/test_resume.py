@@ -216,9 +216,13 @@ def test_resume_never_starts_over(tmp_path: Path) -> None:
     assert "resumed from" not in again.stdout
 
 
-@pytest.mark.timeout(300)
-def test_async_saves_commit_and_change_nothing(tmp_path: Path) -> None:
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_async_saves_commit_and_change_nothing(tmp_path: Path, mode: str) -> None:
+    """Every checkpoint an asynchronous save wrote holds what the synchronous save of the
+    same step holds (fsdp: sharded state, staged shard by shard)."""
     overrides = (
+        f"parallel={mode}",
         "resources.gpus_per_node=2",
         "train.steps=60",
         "checkpoint.every_steps=10",
@@ -228,6 +232,13 @@ def test_async_saves_commit_and_change_nothing(tmp_path: Path) -> None:
     asynchronous = run(tmp_path / "async", *overrides, "checkpoint.async=true")
     assert sync.returncode == asynchronous.returncode == 0, asynchronous.stderr[-2000:]
     assert digest(tmp_path / "async") == digest(tmp_path / "sync")
+    for step in ("20", "50"):  # written in the background, loaded by `jzk ckpt digest`
+        pair = [
+            jzk("ckpt", "digest", str(tmp_path / kind), "--step", step)
+            for kind in ("sync", "async")
+        ]
+        assert pair[0].returncode == pair[1].returncode == 0, pair[1].stderr[-2000:]
+        assert pair[0].stdout == pair[1].stdout
     listing = jzk("ckpt", "list", str(tmp_path / "async")).stdout
     assert listing.count("complete") == 6 and "INCOMPLETE" not in listing
     assert jzk("ckpt", "verify", str(tmp_path / "async")).returncode == 0
