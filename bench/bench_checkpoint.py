@@ -207,6 +207,12 @@ def main() -> None:
     parser.add_argument("--depth", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch", type=int, default=64, help="samples per training step")
+    parser.add_argument(
+        "--resume-rounds",
+        type=int,
+        default=11,
+        help="paired fresh/resumed starts (each start varies by +-20 %% on a shared machine)",
+    )
     parser.add_argument("--dir", default=None, help="a folder on the filesystem to measure")
     args = parser.parse_args()
     base = Path(args.dir) if args.dir else REPO / "bench" / "results"
@@ -214,7 +220,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(dir=base) as tmp:
         folder = Path(tmp)
         saves = save_timings(folder, args.hidden, args.depth, args.rounds, args.batch)
-        resume = resume_timings(folder, args.hidden // 4, args.depth, args.rounds)
+        resume = resume_timings(folder, args.hidden // 4, args.depth, args.resume_rounds)
     sync_s = statistics.median(saves["sync_s"])
     block_s = statistics.median(saves["async_block_s"])
     ckpt_bps = saves["bytes"] / sync_s
@@ -251,6 +257,7 @@ def main() -> None:
             "hidden": args.hidden,
             "depth": args.depth,
             "rounds": args.rounds,
+            "resume_rounds": args.resume_rounds,
             "batch": args.batch,
             "filesystem_dir": str(base),
             "cpus": os.cpu_count(),
