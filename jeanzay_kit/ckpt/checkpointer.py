@@ -3,9 +3,10 @@
 Every mode goes through DCP: sharded FSDP parameters and pipeline stages are written by
 the ranks that hold them, replicated DDP state once. A save is a collective:
 
-1. every rank writes into `.tmp-step-N/`: DCP shards of model + optimizer (fsynced by
-   DCP's writer), and its own `rank-<r>.pt` (RNG states); rank 0 adds `trainer.pt`
-   (step, sample position, LR scheduler, grad scaler, metrics) and `config.json`;
+1. every rank writes into `.tmp-step-N/`: DCP shards of model + optimizer (raw tensor
+   bytes, checksummed and fsynced by the writer of ckpt/raw_storage.py), and its own
+   `rank-<r>.pt` (RNG states); rank 0 adds `trainer.pt` (step, sample position, LR
+   scheduler, grad scaler, metrics) and `config.json`;
 2. barrier; rank 0 checksums every file, renames the folder to `step-N`, writes
    `manifest.json` last, applies retention; barrier.
 
