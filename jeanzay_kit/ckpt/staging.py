@@ -5,12 +5,12 @@ the weights while the copy is written. On a GPU, DCP's DefaultStager does this w
 non-blocking device-to-host copies into pinned buffers; the checkpointer uses it there.
 
 On CPU, DefaultStager copies with `UntypedStorage.copy_`, which holds Python's GIL for
-the whole copy of each tensor: the training thread, which needs the GIL between its
-operations, stalled for up to 50 ms per save on the bench model (a thread doing Python
-work while another copied 24 x 16 MB: longest pause 11-17 ms with storage copies,
-0.1-5 ms with `Tensor.copy_`, which releases the GIL). This stager copies with
-`Tensor.copy_` on its own thread, into buffers kept from one save to the next.
-It implements DCP's AsyncStager protocol, so `dcp.async_save` takes it as it is.
+the whole copy of each tensor, and the training thread, which needs the GIL between its
+operations, waits. This stager copies with `Tensor.copy_` (which releases the GIL) on its
+own thread, into buffers kept from one save to the next. The training thread's wait for
+an async save of the bench state: 34.7 ms with DefaultStager, 10.2 ms with this one
+(bench/bench_checkpoint_parts.py, medians of 7 rounds taken in turns). It implements
+DCP's AsyncStager protocol, so `dcp.async_save` takes it as it is.
 """
 
 from __future__ import annotations

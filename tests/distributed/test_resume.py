@@ -230,15 +230,18 @@ def test_async_saves_commit_and_change_nothing(tmp_path: Path, mode: str) -> Non
     )
     sync = run(tmp_path / "sync", *overrides)
     asynchronous = run(tmp_path / "async", *overrides, "checkpoint.async=true")
-    assert sync.returncode == asynchronous.returncode == 0, asynchronous.stderr[-2000:]
-    assert digest(tmp_path / "async") == digest(tmp_path / "sync")
+    assert sync.returncode == 0, sync.stderr[-3000:]
+    assert asynchronous.returncode == 0, asynchronous.stderr[-3000:]
+    assert digest(tmp_path / "async") == digest(tmp_path / "sync"), asynchronous.stdout[-3000:]
     for step in ("20", "50"):  # written in the background, loaded by `jzk ckpt digest`
         pair = [
             jzk("ckpt", "digest", str(tmp_path / kind), "--step", step)
             for kind in ("sync", "async")
         ]
-        assert pair[0].returncode == pair[1].returncode == 0, pair[1].stderr[-2000:]
-        assert pair[0].stdout == pair[1].stdout
+        for result in pair:
+            assert result.returncode == 0, result.stderr[-3000:]
+        assert len(pair[0].stdout.strip()) == 64  # a sha256 hex digest, not an empty line
+        assert pair[0].stdout == pair[1].stdout, f"step {step}: {asynchronous.stdout[-3000:]}"
     listing = jzk("ckpt", "list", str(tmp_path / "async")).stdout
     assert listing.count("complete") == 6 and "INCOMPLETE" not in listing
     assert jzk("ckpt", "verify", str(tmp_path / "async")).returncode == 0
