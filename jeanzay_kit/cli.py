@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -202,12 +201,33 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_render(args: argparse.Namespace) -> int:
-    spec = _build_spec(args)
+def _workdir(spec: JobSpec) -> Path:
+    """Where the job runs: job.workdir, or the directory jzk runs in."""
+    return Path(spec.workdir) if spec.workdir else Path.cwd()
+
+
+def _render(spec: JobSpec, overrides: Sequence[str], array: str | None = None) -> str:
+    """The script, with the log folder created: Slurm opens the logs before the script
+    runs and fails the job (JobLaunchFailure, no log at all) when their folder is missing."""
+    workdir = _workdir(spec)
     try:
-        script = render_sbatch(spec, array=args.array, rendered_by=args.overrides)
+        script = render_sbatch(spec, array=array, rendered_by=overrides, workdir=str(workdir))
     except RenderError as err:
         raise JzkError(str(err)) from err
+    if workdir.is_dir():
+        (workdir / spec.log_dir).mkdir(parents=True, exist_ok=True)
+    else:  # rendered here for another machine (job.workdir is a path over there)
+        print(
+            f"note: job.workdir={workdir} does not exist here: create "
+            f"{workdir / spec.log_dir} where the job runs before you sbatch it",
+            file=sys.stderr,
+        )
+    return script
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    spec = _build_spec(args)
+    script = _render(spec, args.overrides, args.array)
     if args.output_dir is None:
         sys.stdout.write(script)
         return 0
@@ -215,9 +235,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{spec.job_name}.sbatch"
     path.write_text(script)
-    print(
-        f"wrote {path}\nsubmit it with: mkdir -p {spec.log_dir} && sbatch {path}", file=sys.stderr
-    )
+    print(f"wrote {path}\nsubmit it from any directory with: sbatch {path}", file=sys.stderr)
     return 0
 
 
@@ -231,17 +249,14 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: pick "
             "a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
         )
-    try:
-        script = render_sbatch(spec, rendered_by=args.overrides)
-    except RenderError as err:
-        raise JzkError(str(err)) from err
-    run_dir = Path(spec.config["job"]["run_dir"])
+    script = _render(spec, args.overrides)
+    workdir = _workdir(spec)
+    run_dir = workdir / spec.config["job"]["run_dir"]
     run_dir.mkdir(parents=True, exist_ok=True)
-    Path(spec.log_dir).mkdir(parents=True, exist_ok=True)  # Slurm does not create it
     path = run_dir / "job.sbatch"
     path.write_text(script)
-    job_id = sbatch(str(path.resolve()), cwd=os.getcwd())
-    log = Path(spec.log_dir) / f"{spec.job_name}-{job_id}.out"
+    job_id = sbatch(str(path.resolve()), cwd=str(workdir))
+    log = workdir / spec.log_dir / f"{spec.job_name}-{job_id}.out"
     append_manifest(
         run_dir,
         {

@@ -93,6 +93,8 @@ class JobSpec:
     term_wait_seconds: int
     requeue: bool
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
+    # The job's working directory (#SBATCH --chdir); None: where the script is rendered.
+    workdir: str | None = None
     # Keys whose value was chosen automatically ("resources.qos", ...), for display only.
     auto_keys: tuple[str, ...] = field(default=(), compare=False)
 
@@ -192,6 +194,18 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         value = job.get(key)
         if not isinstance(value, str) or not value.strip() or _CONTROL.search(value):
             c.add(f"job.{key}", value, "must be a non-empty single-line string")
+    workdir = job.get("workdir")
+    if workdir is not None and (
+        not isinstance(workdir, str) or not workdir.startswith("/") or _CONTROL.search(workdir)
+    ):
+        c.add(
+            "job.workdir",
+            workdir,
+            "must be an absolute path (Slurm does not expand ~ or $VARIABLES in --chdir)",
+            "use e.g. job.workdir=/path/to/project, or job.workdir=null for the directory "
+            "you render from",
+        )
+        workdir = None
     nodes = c.positive_int("resources.nodes", res.get("nodes"))
     raw_gpn = res.get("gpus_per_node", "auto")
     if raw_gpn in (None, "auto"):
@@ -523,6 +537,7 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         log_dir=job["log_dir"],
         python=job["python"],
         entry=job["entry"],
+        workdir=workdir,
         account=account,
         partition=partition,
         constraint=constraint,

@@ -150,6 +150,7 @@ def render_sbatch(
     *,
     array: str | None = None,
     rendered_by: Sequence[str] = (),
+    workdir: str | None = None,
 ) -> str:
     """The whole sbatch script for `spec`.
 
@@ -159,6 +160,10 @@ def render_sbatch(
     array: a Slurm array range such as "0-9%4"; logs then use %A_%a.
     rendered_by: the overrides that produced the spec, recorded in the header so the
     script can be rendered again.
+    workdir: the job's working directory (#SBATCH --chdir), an absolute path: job.workdir,
+    or the directory `jzk render` ran in. Relative paths of the script (logs, run
+    directory, entry point) then mean what they meant there, whatever directory `sbatch`
+    is run from. None writes no --chdir (the job runs where sbatch is run).
     """
     argv = list(command) if command is not None else shlex.split(spec.entry)
     lay = spec.layout
@@ -173,8 +178,18 @@ def render_sbatch(
         f"global batch {spec.global_batch_size} = {lay.dp_size} x {spec.micro_batch_size} "
         f"x {spec.grad_accum_steps} accumulation step(s)"
     )
-    lines.append(f"# Slurm does not create log folders: mkdir -p {shell_word(spec.log_dir)}")
+    if workdir:
+        lines.append(
+            "# Slurm opens the logs before the script runs and creates no folder: "
+            f"`jzk render` made {shell_word(spec.log_dir)}"
+        )
+    else:
+        lines.append(f"# Slurm does not create log folders: mkdir -p {shell_word(spec.log_dir)}")
     lines.append(_directive("job-name", spec.job_name))
+    if workdir:
+        # Logs, run directory and entry point are relative to this directory, so the
+        # script works the same from wherever it is submitted.
+        lines.append(_directive("chdir", workdir))
     if spec.account:
         lines.append(_directive("account", spec.account))
     if spec.cluster.is_slurm and spec.partition.select == "partition":

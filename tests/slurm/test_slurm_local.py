@@ -31,17 +31,22 @@ def test_rendered_script_runs_ddp_on_two_nodes(slurm, tmp_path: Path) -> None:
         f"job.python={sys.executable}",
         f"job.entry={REPO / 'train.py'}",
     ]
+    # As a user would: render in the project directory, submit with plain sbatch from
+    # another directory where nothing was prepared (no logs/ folder made by hand).
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
     subprocess.run(
-        [JZK, "render", "-o", str(tmp_path), *overrides],
+        [JZK, "render", "-o", str(tmp_path / "scripts"), *overrides],
+        cwd=project,
         check=True,
         capture_output=True,
         timeout=120,
     )
-    script = tmp_path / f"{hostile}.sbatch"
-    (tmp_path / "logs").mkdir()
+    script = tmp_path / "scripts" / f"{hostile}.sbatch"
     sub = subprocess.run(
         ["sbatch", "--parsable", str(script)],
-        cwd=tmp_path,
+        cwd=elsewhere,
         env=slurm,
         capture_output=True,
         text=True,
@@ -55,9 +60,11 @@ def test_rendered_script_runs_ddp_on_two_nodes(slurm, tmp_path: Path) -> None:
     assert f"JobName={hostile}" in shown  # sbatch read the quoted #SBATCH value exactly
     wait_for(job_id, slurm)
     assert not list(tmp_path.rglob("PWNED"))
+    assert sacct_states(job_id, slurm) == ["COMPLETED"]
+    assert list(elsewhere.iterdir()) == []  # the job ran in the project directory
 
-    out = (tmp_path / "logs" / f"{hostile}-{job_id}.out").read_text()
-    err = (tmp_path / "logs" / f"{hostile}-{job_id}.err").read_text()
+    out = (project / "logs" / f"{hostile}-{job_id}.out").read_text()
+    err = (project / "logs" / f"{hostile}-{job_id}.err").read_text()
     assert "done: 20 steps" in out, err[-3000:]
     tasks = re.findall(
         r"jzk: rank (\d)/4 local_rank (\d)/2 node (\d)/2 master (\S+):(\d+) "
@@ -93,9 +100,11 @@ def test_rendered_script_runs_ddp_on_two_nodes(slurm, tmp_path: Path) -> None:
 
 
 def render_and_submit(overrides: list[str], tmp_path: Path, env: dict[str, str], edit=None):
-    """`jzk render` a script (optionally edit it), sbatch it, wait; return (id, out, err)."""
+    """`jzk render` a script in tmp_path (the project directory; optionally edit it), sbatch
+    it from an empty directory, wait; return (id, out, err)."""
     rendered = subprocess.run(
         [JZK, "render", "-o", str(tmp_path), *overrides],
+        cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=120,
@@ -104,8 +113,9 @@ def render_and_submit(overrides: list[str], tmp_path: Path, env: dict[str, str],
     script = next(tmp_path.glob("*.sbatch"))
     if edit:
         script.write_text(edit(script.read_text()))
-    (tmp_path / "logs").mkdir(exist_ok=True)
-    job_id = sbatch(script, env, tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    job_id = sbatch(script, env, elsewhere)
     wait_for(job_id, env, timeout=240)
     name = script.stem
     out = (tmp_path / "logs" / f"{name}-{job_id}.out").read_text()

@@ -80,7 +80,9 @@ def _spec(overrides: list[str]) -> JobSpec:
 def test_rendered_script_matches_golden_file(name: str) -> None:
     overrides = GOLDEN_CASES[name]
     array = "0-9%2" if "array" in name else None
-    script = render_sbatch(_spec(overrides), array=array, rendered_by=overrides)
+    # The script `jzk render` writes in a project directory (with a space: quoted).
+    workdir = "/home/user/my project" if name.startswith("slurm_local") else None
+    script = render_sbatch(_spec(overrides), array=array, rendered_by=overrides, workdir=workdir)
     path = GOLDEN / f"{name}.sbatch"
     if UPDATE or not path.exists():
         path.write_text(script)
