@@ -18,6 +18,10 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from jeanzay_kit.config.resolvers import register_resolvers  # noqa: E402
+
+register_resolvers()  # ${jzk.config_hash:} in the default job.run_dir
+
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> None:

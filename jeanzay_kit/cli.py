@@ -240,6 +240,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_submit(args: argparse.Namespace) -> int:
+    from jeanzay_kit.ckpt.store import check_resume_early
     from jeanzay_kit.launch.manifest import append_manifest
     from jeanzay_kit.slurm.commands import sbatch
 
@@ -252,6 +253,9 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     script = _render(spec, args.overrides)
     workdir = _workdir(spec)
     run_dir = workdir / spec.config["job"]["run_dir"]
+    # A changed config meeting another experiment's checkpoints: refused now, not after
+    # the job has waited in the queue.
+    check_resume_early(run_dir, spec.config, str(spec.config.get("resume", "auto")))
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "job.sbatch"
     path.write_text(script)

@@ -22,6 +22,10 @@ from jeanzay_kit.train.preemption import StopRequest
 
 
 def local_gpu_count() -> int:
+    # Without NVIDIA's driver there is no CUDA device: say so without importing torch
+    # (~2 s on a small machine), so refusals such as a changed config come at once.
+    if not Path("/proc/driver/nvidia").exists() and not Path("/dev/nvidiactl").exists():
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -59,6 +63,10 @@ def main(
             info = rank_info_from_env(env)
             run_worker(spec, info, run_dir, env.get("CUDA_VISIBLE_DEVICES"), threads=0, stop=stop)
             return 0
+        from jeanzay_kit.ckpt.store import check_resume_early
+
+        # Before torch is imported and any worker starts.
+        check_resume_early(run_dir, spec.config, str(spec.config.get("resume", "auto")))
         from jeanzay_kit.launch.local import launch_local
 
         code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)

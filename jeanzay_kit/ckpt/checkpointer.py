@@ -46,33 +46,17 @@ from torch.distributed.checkpoint.state_dict import (
 
 from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.checksum import checksum_of
-from jeanzay_kit.ckpt.layout import FileRecord, config_differences, config_hash, parse_step_dir
+from jeanzay_kit.ckpt.layout import (
+    RESUME_IGNORES,
+    FileRecord,
+    config_change_message,
+    config_differences,
+    parse_step_dir,
+    resume_hash,
+)
 from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.staging import CpuCopyStager
-from jeanzay_kit.ckpt.store import CheckpointStore
-from jeanzay_kit.errors import JzkError
-
-# Keys that may change between a checkpoint and its resume without changing what is
-# computed: how long to train, how often to log or save, where and how long the job runs.
-RESUME_IGNORES = (
-    "train.steps",
-    "train.log_every",
-    "train.eval_every",
-    "checkpoint",
-    "preemption",
-    "resume",
-    "job",
-    "cluster",
-    "resources.time",
-    "resources.qos",
-    "resources.partition",
-    "resources.constraint",
-    "resources.mem",
-    "resources.cpus_per_task",
-    "parallel.backend",
-    "parallel.timeout_minutes",
-)
-
+from jeanzay_kit.ckpt.store import CheckpointStore, ResumeError
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
 # pipeline stages hold different parameters, and a nested "param_groups" list would have
@@ -81,10 +65,6 @@ OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
 
 
 WRITER_THREADS = min(4, os.cpu_count() or 1)
-
-
-class ResumeError(JzkError):
-    exit_code = 2
 
 
 @dataclass
@@ -208,7 +188,7 @@ class Checkpointer:
         }
         fields = {
             "world": self.world,
-            "config_hash": config_hash(self.config, RESUME_IGNORES),
+            "config_hash": resume_hash(self.config),
             "code_version": __version__,
             "sample_position": trainer.sample_position,
         }
@@ -376,16 +356,11 @@ class Checkpointer:
                 "HINT: resume with the same parallel.mode, nodes and GPUs per node, or "
                 "resume=never to start over"
             )
-        if manifest.config_hash != config_hash(self.config, RESUME_IGNORES):
+        if manifest.config_hash != resume_hash(self.config):
             old = json.loads((folder / "config.json").read_text())
-            diffs = config_differences(old, dict(self.config), RESUME_IGNORES)
             if not allow_change:
-                raise ResumeError(
-                    f"the config changed since {folder} was saved: "
-                    + "; ".join(diffs[:10])
-                    + ". HINT: set checkpoint.allow_config_change=true to resume anyway, "
-                    "or resume=never to start over"
-                )
+                raise ResumeError(config_change_message(str(folder), old, dict(self.config)))
+            diffs = config_differences(old, dict(self.config), RESUME_IGNORES)
             self.log("resuming with a changed config: " + "; ".join(diffs[:10]))
 
     def load(self, folder: Path) -> TrainerState:

@@ -175,6 +175,49 @@ def to_delete(entries: Iterable[Entry], keep_last: int, good: Iterable[int]) -> 
     return out
 
 
+# Keys that may change between a checkpoint and its resume without changing what is
+# computed: how long to train, how often to log or save, where and how long the job runs.
+# The same keys are left out of the short hash in the default run directory
+# (config/resolvers.py), so a run directory holds one experiment.
+RESUME_IGNORES = (
+    "train.steps",
+    "train.log_every",
+    "train.eval_every",
+    "checkpoint",
+    "preemption",
+    "resume",
+    "job",
+    "cluster",
+    "resources.time",
+    "resources.qos",
+    "resources.partition",
+    "resources.constraint",
+    "resources.mem",
+    "resources.cpus_per_task",
+    "parallel.backend",
+    "parallel.timeout_minutes",
+)
+
+
+def resume_hash(config: Mapping[str, Any]) -> str:
+    """The config hash a checkpoint records: what must match for it to resume."""
+    return config_hash(config, RESUME_IGNORES)
+
+
+def config_change_message(folder: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+    """Why a checkpoint cannot resume this config, and the ways out."""
+    diffs = config_differences(old, new, RESUME_IGNORES)
+    return (
+        f"the config changed since {folder} was saved: "
+        + "; ".join(diffs[:10])
+        + ("; ..." if len(diffs) > 10 else "")
+        + ". HINT: this run directory holds another experiment. Use another job.run_dir (the "
+        "default, outputs/<job.name>-<config hash>, gives each config its own), "
+        "resume=never to start over here, or checkpoint.allow_config_change=true to resume "
+        "anyway"
+    )
+
+
 def config_hash(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
     """sha256 of the config with `ignore`d dotted keys removed (canonical JSON)."""
     ignored = set(ignore)

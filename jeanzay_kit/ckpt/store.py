@@ -6,11 +6,13 @@ list and verify, including `jzk ckpt`. The rules live in ckpt/layout.py.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from jeanzay_kit.ckpt.checksum import (
     DEFAULT_ALGORITHM,
@@ -27,14 +29,17 @@ from jeanzay_kit.ckpt.layout import (
     Manifest,
     ManifestError,
     compare_files,
+    config_change_message,
     newest_first,
     parse_manifest,
     parse_step_dir,
+    resume_hash,
     step_dir_name,
     tmp_dir_name,
     to_delete,
     trash_dir_name,
 )
+from jeanzay_kit.errors import JzkError
 
 _CHUNK = 8 << 20
 
@@ -211,3 +216,37 @@ class CheckpointStore:
     def empty_trash(self) -> None:
         for child in self.root.glob(f"{TRASH_PREFIX}*"):
             shutil.rmtree(child, ignore_errors=True)
+
+
+def check_resume_early(run_dir: Path, config: Mapping[str, Any], resume: str) -> None:
+    """Refuse a changed config before any worker starts (the workers check again).
+
+    Reads only the newest complete checkpoint's manifest and config.json: no checksums
+    and no torch, so `python train.py` with another experiment's run directory fails in
+    well under a second instead of after starting its workers. With resume=never, or
+    checkpoint.allow_config_change=true, there is nothing to refuse.
+    """
+    if resume == "never" or (config.get("checkpoint") or {}).get("allow_config_change"):
+        return
+    if resume == "auto":
+        store = CheckpointStore(Path(run_dir) / "checkpoints")
+        complete = [e for e in store.entries() if e.has_manifest]
+        if not complete:
+            return
+        folder = store.step_dir(complete[0].step)
+    else:
+        folder = Path(resume)
+    try:
+        manifest = parse_manifest((folder / MANIFEST).read_text())
+        if manifest.config_hash == resume_hash(config):
+            return
+        old = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):
+        return  # unreadable or damaged: the workers' own checks report it precisely
+    raise ResumeError(config_change_message(str(folder), old, config))
+
+
+class ResumeError(JzkError):
+    """A checkpoint that this run cannot resume from."""
+
+    exit_code = 2

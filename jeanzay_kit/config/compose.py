@@ -33,6 +33,9 @@ def compose_config(
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from jeanzay_kit.config.resolvers import register_resolvers
+
+    register_resolvers()
     directory = Path(config_dir or DEFAULT_CONFIG_DIR).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
         raise ConfigError(

@@ -75,7 +75,7 @@ def test_low_job_preempted_by_high_job_is_requeued_and_resumes_exactly(
         tmp_path,
     )
     assert sub.returncode == 0, sub.stderr
-    run_dir = tmp_path / "outputs" / "low"
+    (run_dir,) = (tmp_path / "outputs").glob("low-*")  # outputs/<job.name>-<config hash>
     (record,) = manifest_records(run_dir)
     job_id, log = record["job_id"], Path(record["log"])
     wait_until_step(run_dir, 100, log)

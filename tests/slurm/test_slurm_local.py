@@ -159,7 +159,8 @@ def test_pipeline_ddp_across_two_nodes_matches_one_process(slurm, tmp_path: Path
     assert local.returncode == 0, local.stderr[-2000:]
     import torch
 
-    ours = torch.load(tmp_path / "outputs" / "ppdp" / "model_final.pt", weights_only=True)
+    (run_dir,) = (tmp_path / "outputs").glob("ppdp-*")  # outputs/<job.name>-<config hash>
+    ours = torch.load(run_dir / "model_final.pt", weights_only=True)
     reference = torch.load(single / "model_final.pt", weights_only=True)
     assert ours.keys() == reference.keys()
     for name, tensor in reference.items():

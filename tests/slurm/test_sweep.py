@@ -93,7 +93,7 @@ def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
     ]
     sub = run([JZK, "submit", *overrides], slurm, tmp_path)
     assert sub.returncode == 0, sub.stderr
-    run_dir = tmp_path / "outputs" / "submitted"
+    (run_dir,) = (tmp_path / "outputs").glob("submitted-*")  # <job.name>-<config hash>
     (record,) = manifest_records(run_dir)
     assert record["overrides"] == overrides and record["run_dir"] == str(run_dir)
     assert f"submitted job {record['job_id']}" in sub.stdout

@@ -1,0 +1,45 @@
+"""OmegaConf resolvers of the config tree: `${jzk.config_hash:}`.
+
+Registered by train.py and compose_config before the config is composed. The default
+run directory, `outputs/${job.name}-${jzk.config_hash:}`, gives each experiment its own
+folder: two configs that would refuse each other's checkpoints get different folders,
+while a requeued or re-run job with the same config (or one that changes only what a
+resume may change: train.steps, the cluster, the time limit...) finds its checkpoints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jeanzay_kit.ckpt.layout import resume_hash
+
+SHORT_HASH = 8  # hex digits: a collision needs ~65,000 experiments under one job.name
+# Sections that describe how the config is run, not what it computes (RESUME_IGNORES
+# drops the rest); `hydra` is Hydra's own node, present while Hydra resolves hydra.run.dir.
+_NOT_HASHED = ("hydra", "job")
+
+
+def short_config_hash(config: dict[str, Any]) -> str:
+    return resume_hash(config)[:SHORT_HASH]
+
+
+def _config_hash_resolver(*, _root_: Any) -> str:
+    from omegaconf import OmegaConf
+
+    # Resolved section by section, leaving `job` out: job.run_dir refers to this hash.
+    plain = {
+        key: OmegaConf.to_container(_root_[key], resolve=True)
+        if OmegaConf.is_config(_root_[key])
+        else _root_[key]
+        for key in _root_
+        if key not in _NOT_HASHED
+    }
+    return short_config_hash(plain)
+
+
+def register_resolvers() -> None:
+    """Idempotent: Hydra, compose_config and the launcher may all call it."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("jzk.config_hash"):
+        OmegaConf.register_new_resolver("jzk.config_hash", _config_hash_resolver)

@@ -1,0 +1,58 @@
+"""Two experiments started one after the other, as a new user does, from a fresh directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.conftest import REPO
+
+SHORT = ("train.steps=4", "train.log_every=2", "train.eval_every=0", "resources.gpus_per_node=2")
+
+
+def train(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *SHORT, *overrides],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.timeout(600)
+def test_default_run_dirs_separate_experiments_and_keep_a_rerun_together(tmp_path: Path) -> None:
+    first = train(tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    # Another model and data set: before, this met the first run's checkpoints in
+    # outputs/jzk and was refused after starting its workers.
+    other = train(tmp_path, "model=gpt", "data=stdlib_text")
+    assert other.returncode == 0, other.stderr[-3000:]
+    dirs = sorted(p.name for p in (tmp_path / "outputs").iterdir())
+    assert len(dirs) == 2 and all(d.startswith("jzk-") for d in dirs), dirs
+    # The same experiment trained longer: same run directory, resumed from its checkpoint.
+    longer = train(tmp_path, "train.steps=6")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert "resumed from" in longer.stdout and "(step 4)" in longer.stdout, longer.stdout
+    assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == dirs
+
+
+@pytest.mark.timeout(300)
+def test_a_changed_config_in_a_used_run_dir_is_refused_before_any_worker(tmp_path: Path) -> None:
+    run_dir = tmp_path / "shared"
+    first = train(tmp_path, f"job.run_dir={run_dir}")
+    assert first.returncode == 0, first.stderr[-3000:]
+    changed = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.1")
+    assert changed.returncode == 2
+    assert "jzk: rank" not in changed.stdout  # no worker was started
+    assert "Traceback" not in changed.stderr
+    err = changed.stderr
+    assert f"the config changed since {run_dir}/checkpoints/step-4 was saved" in err, err
+    assert "optim.lr: 0.003 -> 0.1" in err
+    # The way out is named: another run dir, start over, or resume anyway.
+    assert "job.run_dir" in err and "resume=never" in err and "allow_config_change" in err
+    again = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.1", "resume=never")
+    assert again.returncode == 0, again.stderr[-3000:]
