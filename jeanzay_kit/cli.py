@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compose the config with the overrides, check it against the cluster "
         "profile and print the resolved request, or the problems (exit code 2).",
     )
+    validate.add_argument(
+        "--slurm",
+        action="store_true",
+        help="also ask Slurm: run `sbatch --test-only` on the rendered script (submits nothing)",
+    )
     _add_config_args(validate)
 
     render = sub.add_parser(
@@ -67,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         "submit it with sbatch from the current directory (the job's working directory) and "
         "record the job in <job.run_dir>/manifest.jsonl. Submitting the same request again "
         "resumes from the run directory's newest complete checkpoint.",
+    )
+    submit.add_argument(
+        "--test-only",
+        action="store_true",
+        help="run `sbatch --test-only` instead: Slurm's expected start or its refusal, "
+        "nothing submitted or written",
     )
     _add_config_args(submit)
 
@@ -198,7 +209,38 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     spec = _build_spec(args)
     print(describe_spec(spec))
     print("\nOK: the request fits the profile.")
+    if args.slurm:
+        return _ask_slurm(spec, args.overrides)
     return 0
+
+
+def _ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
+    """`sbatch --test-only` on the rendered script: what Slurm itself says of the request."""
+    import tempfile
+
+    from jeanzay_kit.slurm.commands import sbatch_test_only
+    from jeanzay_kit.slurm.test_only import read_test_only
+
+    if not spec.cluster.is_slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name} is not a Slurm cluster: there is no Slurm to ask. "
+            "HINT: pick a Slurm profile (`jzk clusters`)"
+        )
+    workdir = _workdir(spec)
+    try:
+        script = render_sbatch(spec, rendered_by=overrides, workdir=str(workdir))
+    except RenderError as err:
+        raise JzkError(str(err)) from err
+    with tempfile.TemporaryDirectory(prefix="jzk-test-only-") as tmp:
+        path = Path(tmp) / f"{spec.job_name}.sbatch"
+        path.write_text(script)
+        result = sbatch_test_only(str(path), cwd=tmp)
+    answer = read_test_only(result.returncode, result.stderr or result.stdout)
+    if answer.accepted:
+        print(f"\nSlurm accepts it (sbatch --test-only): {answer.message}")
+        return 0
+    hint = f". HINT: change {answer.hint}" if answer.hint else ""
+    raise JzkError(f"Slurm refuses this request (sbatch --test-only): {answer.message}{hint}")
 
 
 def _workdir(spec: JobSpec) -> Path:
@@ -250,6 +292,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: pick "
             "a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
         )
+    if args.test_only:
+        return _ask_slurm(spec, args.overrides)
     script = _render(spec, args.overrides)
     workdir = _workdir(spec)
     run_dir = workdir / spec.config["job"]["run_dir"]

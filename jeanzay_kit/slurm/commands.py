@@ -68,3 +68,18 @@ def sacct_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> s
 
     argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
     return _checked(argv, runner).stdout
+
+
+def sbatch_test_only(
+    script: str, cwd: str, runner: CommandRunner | None = None
+) -> subprocess.CompletedProcess:
+    """`sbatch --test-only SCRIPT`: Slurm checks the request and estimates its start,
+    submitting nothing. Its answer is on stderr, also when it refuses (exit 1)."""
+    argv = ["sbatch", "--test-only", script]
+    try:
+        return (runner or CommandRunner()).run(argv, cwd=cwd)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SlurmCommandError(
+            f"`{' '.join(argv)}` could not run: {err}. HINT: is Slurm's client installed and "
+            "SLURM_CONF set?"
+        ) from err

@@ -195,3 +195,45 @@ def test_a_task_layout_mismatch_fails_in_seconds(slurm, tmp_path: Path) -> None:
     ).stdout.split()
     assert int(elapsed[0]) < 30, f"took {elapsed[0]} s to fail"
     assert "done:" not in out
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(120)
+def test_validate_slurm_and_submit_test_only_ask_slurm_and_submit_nothing(
+    slurm, tmp_path: Path
+) -> None:
+    ok = subprocess.run(
+        [
+            JZK,
+            "validate",
+            "--slurm",
+            "cluster=slurm_local",
+            "resources.nodes=2",
+            "resources.gpus_per_node=2",
+        ],
+        cwd=tmp_path,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert re.search(
+        r"Slurm accepts it \(sbatch --test-only\): .*to start at .* on nodes "
+        r"n\[1-2\] in partition debug",
+        ok.stdout,
+    ), ok.stdout
+    # generic_slurm's partition "gpu" passes our profile but not this cluster: Slurm's
+    # refusal, with the key to change.
+    bad = subprocess.run(
+        [JZK, "submit", "--test-only", "cluster=generic_slurm"],
+        cwd=tmp_path,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2, bad.stdout
+    assert "Slurm refuses this request (sbatch --test-only)" in bad.stderr
+    assert "partition" in bad.stderr and "HINT: change resources.partition" in bad.stderr
+    assert list(tmp_path.iterdir()) == []  # nothing written, nothing submitted
