@@ -26,6 +26,7 @@ class Partition:
     constraints: tuple[str, ...] = ()  # values allowed for resources.constraint
     default_constraint: str | None = None
     preemptible: bool = False
+    mem_per_node_mb: int | None = None  # what a job may ask with --mem (RealMemory)
 
     @property
     def cpus_per_gpu(self) -> int | None:
@@ -79,6 +80,28 @@ def _minutes(key: str, value: Any) -> int | None:
         raise SpecError(Problem(key, value, f"is not a time ({err})")) from err
 
 
+_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def mem_megabytes(value: Any) -> int | None:
+    """A Slurm memory size ("64G", "512000M", "1000": megabytes) in MB; None if invalid."""
+    text = str(value).strip().upper()
+    unit = text[-1] if text and text[-1] in _MEM_UNITS else "M"
+    number = text[:-1] if text and text[-1] in _MEM_UNITS else text
+    if not number.isdigit():
+        return None
+    return int(int(number) * _MEM_UNITS[unit])
+
+
+def _megabytes(key: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    mb = mem_megabytes(value)
+    if mb is None:
+        raise SpecError(Problem(key, value, "is not a memory size", "use e.g. 512G or 480000M"))
+    return mb
+
+
 def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
     """Build a profile from the `cluster` node of the composed config."""
     name = str(data.get("name") or "?")
@@ -94,6 +117,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
             constraints=tuple(p.get("constraints") or ()),
             default_constraint=p.get("default_constraint"),
             preemptible=bool(p.get("preemptible", False)),
+            mem_per_node_mb=_megabytes(f"{key}.mem_per_node", p.get("mem_per_node")),
         )
     if not partitions:
         raise SpecError(

@@ -6,7 +6,7 @@ Hydra's own decorator.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,15 @@ from jeanzay_kit.errors import JzkError
 
 # conf/ sits next to the package in a source checkout (`pip install -e .`).
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
+
+
+def user_config_dir(env: Mapping[str, str]) -> Path:
+    """The user's own config folder (cluster profiles from `jzk cluster discover`):
+    $JZK_CONFIG_HOME, else $XDG_CONFIG_HOME/jeanzay_kit, else ~/.config/jeanzay_kit."""
+    if env.get("JZK_CONFIG_HOME"):
+        return Path(env["JZK_CONFIG_HOME"]).expanduser()
+    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")) / ".config")
+    return Path(base).expanduser() / "jeanzay_kit"
 
 
 class ConfigError(JzkError):

@@ -15,7 +15,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jeanzay_kit.config.clusters import ClusterProfile, Partition, Qos, profile_from_dict
+from jeanzay_kit.config.clusters import (
+    ClusterProfile,
+    Partition,
+    Qos,
+    mem_megabytes,
+    profile_from_dict,
+)
 from jeanzay_kit.errors import Problem, SpecError
 from jeanzay_kit.slurm.timefmt import TimeFormatError, format_time, parse_time
 
@@ -340,6 +346,15 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
             if partition.cpus_per_node >= ntasks_per_node
             else f"use at most {partition.cpus_per_node} tasks per node, e.g. "
             f"resources.gpus_per_node={partition.cpus_per_node}",
+        )
+
+    mem_mb = mem_megabytes(mem) if mem is not None else None
+    if mem_mb is not None and partition.mem_per_node_mb and mem_mb > partition.mem_per_node_mb:
+        c.add(
+            "resources.mem",
+            mem,
+            f"is above the {partition.mem_per_node_mb}M of memory of a {cname} node",
+            f"use resources.mem={partition.mem_per_node_mb}M or less, or resources.mem=null",
         )
 
     # ---- account ------------------------------------------------------------------------

@@ -83,3 +83,8 @@ def sbatch_test_only(
             f"`{' '.join(argv)}` could not run: {err}. HINT: is Slurm's client installed and "
             "SLURM_CONF set?"
         ) from err
+
+
+def show_text(argv: Sequence[str], runner: CommandRunner | None = None) -> str:
+    """The output of a read-only Slurm command (scontrol show ..., sacctmgr show ...)."""
+    return _checked(argv, runner).stdout
