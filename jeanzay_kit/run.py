@@ -31,6 +31,27 @@ def local_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def check_torch() -> None:
+    """Refuse a torch older than the code needs, before it fails somewhere deep inside.
+
+    Reads the installed distribution's version (no torch import); a torch without
+    package metadata (a site build put on PYTHONPATH) is imported to ask it."""
+    from importlib import metadata
+
+    from jeanzay_kit.torch_version import torch_too_old
+
+    try:
+        dist = metadata.distribution("torch")
+        version, where = dist.version, str(dist.locate_file(""))
+    except metadata.PackageNotFoundError:
+        import torch
+
+        version, where = torch.__version__, str(Path(torch.__file__).parent)
+    problem = torch_too_old(version, where)
+    if problem:
+        raise JzkError(problem)
+
+
 def is_launched_task(env: Mapping[str, str]) -> bool:
     """Started by srun (a task of a step) or by torchrun, rather than by a user's shell."""
     srun_task = "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env)
@@ -50,6 +71,7 @@ def main(
     # installs the handler even earlier, before Hydra composes the config.
     stop = stop or StopRequest()
     try:
+        check_torch()
         spec = build_job_spec(cfg, local_gpus=local_gpu_count())
         if spec.cluster.is_slurm and not is_launched_task(env):
             # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.

@@ -18,11 +18,14 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.jzk-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    # torch is pinned in pyproject.toml (torch==2.13.0): the CPU wheel on these machines.
+    # pyproject.toml states the torch range the package supports; constraints.txt pins
+    # the tested release (torch==2.13.0, the CPU wheel on these machines: an unpinned
+    # torch would pull several GB of CUDA packages).
     # The grep drops pip's notes about local index folders that do not exist here.
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' \
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+        -e '.[dev]' \
         2> >(grep -v -e "^WARNING: Location 'file://" -e BuildBackendWarning >&2)
     echo "$want" > "$stamp"
 fi

@@ -21,6 +21,9 @@ PURE = [
     "ckpt/checksum.py",
     "launch/executor.py",
     "slurm/status.py",
+    "slurm/discover.py",
+    "slurm/test_only.py",
+    "torch_version.py",
 ]
 FORBIDDEN_MODULES = {
     "torch",
