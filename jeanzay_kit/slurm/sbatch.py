@@ -249,9 +249,11 @@ def render_sbatch(
         # pipe on a big job, and SIGPIPE + pipefail would end the script here.
         lines.append('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"')
         lines.append(f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))")
+        # torch.distributed.run, with the preemption signals passed on to the workers
+        # (launch/torchrun_agent.py: plain torchrun dies of SIGUSR1).
         program += [
             "-m",
-            "torch.distributed.run",
+            "jeanzay_kit.launch.torchrun_agent",
             '--nnodes="$SLURM_NNODES"',
             f"--nproc-per-node={spec.gpus_per_node}",
             "--rdzv-backend=c10d",

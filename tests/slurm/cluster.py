@@ -66,6 +66,16 @@ def sacct_states(job_id: str, env: dict[str, str], duplicates: bool = False) -> 
         time.sleep(0.5)
 
 
+def wait_until_step(run_dir: Path, step: int, log: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        steps = metric_steps(run_dir)
+        if steps and steps[-1] >= step:
+            return
+        time.sleep(0.5)
+    pytest.fail(f"the job did not reach step {step}: {log.read_text()[-2000:]}")
+
+
 def metric_steps(run_dir: Path) -> list[int]:
     path = run_dir / "metrics.jsonl"
     if not path.exists():

@@ -21,19 +21,10 @@ from tests.slurm.cluster import (
     sacct_states,
     sbatch,
     wait_for,
+    wait_until_step,
 )
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
-
-
-def wait_until_step(run_dir: Path, step: int, log: Path, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        steps = metric_steps(run_dir)
-        if steps and steps[-1] >= step:
-            return
-        time.sleep(0.5)
-    pytest.fail(f"the job did not reach step {step}: {log.read_text()[-2000:]}")
 
 
 def wait_for_text(log: Path, text: str, timeout: float) -> None:
