@@ -242,6 +242,7 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     gbs = c.positive_int("train.global_batch_size", train.get("global_batch_size"))
     mbs = c.positive_int("train.micro_batch_size", train.get("micro_batch_size"))
     precision = c.choice("train.precision", train.get("precision", "auto"), PRECISIONS)
+    c.choice("optim.name", (cfg.get("optim") or {}).get("name", "adamw"), ("adamw", "sgd"))
     signal = c.choice(
         "preemption.signal", str(pre.get("signal", "USR1")).upper().removeprefix("SIG"), SIGNALS
     )

@@ -108,6 +108,18 @@ def build_strategy(
     return PipelineStrategy(model, n_microbatches=n_micro, **common)
 
 
+def build_optimizer(params, ocfg: Mapping[str, Any]) -> torch.optim.Optimizer:
+    """optim.name: adamw (default) or sgd (with momentum)."""
+    lr, decay = float(ocfg["lr"]), float(ocfg.get("weight_decay", 0.0))
+    if ocfg.get("name", "adamw") == "sgd":
+        return torch.optim.SGD(
+            params, lr=lr, momentum=float(ocfg.get("momentum", 0.0)), weight_decay=decay
+        )
+    return torch.optim.AdamW(
+        params, lr=lr, betas=tuple(ocfg.get("betas", (0.9, 0.95))), weight_decay=decay
+    )
+
+
 def train(
     spec: JobSpec,
     cfg: Mapping[str, Any],
@@ -128,12 +140,7 @@ def train(
     precision = resolve_precision(spec.precision, ctx.device)
     strategy = build_strategy(spec, cfg, ctx, model, precision)
 
-    optimizer = torch.optim.AdamW(
-        strategy.parameters(),
-        lr=float(ocfg["lr"]),
-        betas=tuple(ocfg.get("betas", (0.9, 0.95))),
-        weight_decay=float(ocfg.get("weight_decay", 0.0)),
-    )
+    optimizer = build_optimizer(strategy.parameters(), ocfg)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lr_lambda(
