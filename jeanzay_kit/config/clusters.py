@@ -59,6 +59,9 @@ class ClusterProfile:
     gpu_request: str = "gres"  # "gres" -> --gres=gpu:N, "gpus" -> --gpus-per-node=N
     modules: tuple[str, ...] = ()
     module_purge: bool = False
+    # The site's PyTorch module, loaded after `modules` (Jean Zay: after arch/h100),
+    # e.g. "pytorch-gpu/py3/2.9.0"; None: the job's own environment brings torch.
+    pytorch_module: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     max_array_size: int = 1001  # Slurm's default MaxArraySize
     description: str = ""
@@ -159,6 +162,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
         gpu_request=data.get("gpu_request", "gres"),
         modules=tuple(data.get("modules") or ()),
         module_purge=bool(data.get("module_purge", False)),
+        pytorch_module=data.get("pytorch_module") or None,
         env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
         max_array_size=int(data.get("max_array_size", 1001)),
         description=str(data.get("description", "")),

@@ -264,6 +264,7 @@ def discover_profile(
         f"gpu_request: gres  # {SCONTROL_NODES}: GPUs are generic resources (Gres=gpu:N)",
         "modules: []             # the site's modules, e.g. [cuda/12.4, pytorch-gpu/py3/2.5.0]",
         "module_purge: false",
+        "pytorch_module: null     # a site module that brings torch, loaded after modules",
         "env: {}                 # e.g. {NCCL_SOCKET_IFNAME: ib0}",
         f"max_array_size: {int(conf.get('MaxArraySize', '1001') or 1001)}"
         f"  # {SCONTROL_CONFIG}: MaxArraySize",

@@ -126,11 +126,14 @@ def setup_lines(spec: JobSpec) -> list[str]:
 
     Shared by the rendered script and the jeanzay launcher's submitit jobs."""
     lines = []
-    if spec.cluster.module_purge or spec.cluster.modules:
+    modules = list(spec.cluster.modules)
+    if spec.cluster.pytorch_module:
+        modules.append(spec.cluster.pytorch_module)  # after arch/...: it selects the build
+    if spec.cluster.module_purge or modules:
         lines.append("# Modules from the cluster profile")
         if spec.cluster.module_purge:
             lines.append("module purge")
-        for module in spec.cluster.modules:
+        for module in modules:
             lines.append(f"module load {shell_word(module)}")
         lines.append("")
     lines.append("# CPU threads of each training process: its share of the task's CPUs")

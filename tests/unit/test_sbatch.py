@@ -293,3 +293,15 @@ def test_hydra_override_reads_back_as_the_value(value: str) -> None:
     # What a job sees: the parsed value, stored in the config and resolved by OmegaConf.
     resolved = OmegaConf.to_container(OmegaConf.create({"v": override.value()}), resolve=True)
     assert resolved["v"] == value
+
+
+def test_the_site_pytorch_module_loads_after_the_architecture_module() -> None:
+    spec = _spec(
+        [
+            "cluster=jeanzay_h100",
+            "cluster.account=abc@h100",
+            "cluster.pytorch_module=pytorch-gpu/py3/2.9.0",
+        ]
+    )
+    loads = [line for line in render_sbatch(spec).splitlines() if line.startswith("module ")]
+    assert loads == ["module purge", "module load arch/h100", "module load pytorch-gpu/py3/2.9.0"]
