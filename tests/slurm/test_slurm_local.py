@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import JZK, PYTHON, REPO, sacct_states, sbatch, wait_for
+from tests.slurm.cluster import JZK, PYTHON, REPO, run, sacct_states, sbatch, wait_for
 
 
 @pytest.mark.slurm
@@ -202,21 +202,8 @@ def test_a_task_layout_mismatch_fails_in_seconds(slurm, tmp_path: Path) -> None:
 def test_validate_slurm_and_submit_test_only_ask_slurm_and_submit_nothing(
     slurm, tmp_path: Path
 ) -> None:
-    ok = subprocess.run(
-        [
-            JZK,
-            "validate",
-            "--slurm",
-            "cluster=slurm_local",
-            "resources.nodes=2",
-            "resources.gpus_per_node=2",
-        ],
-        cwd=tmp_path,
-        env=slurm,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    request = ["cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_node=2"]
+    ok = run([JZK, "validate", "--slurm", *request], slurm, tmp_path)
     assert ok.returncode == 0, ok.stderr
     assert re.search(
         r"Slurm accepts it \(sbatch --test-only\): .*to start at .* on nodes "
@@ -225,14 +212,7 @@ def test_validate_slurm_and_submit_test_only_ask_slurm_and_submit_nothing(
     ), ok.stdout
     # generic_slurm's partition "gpu" passes our profile but not this cluster: Slurm's
     # refusal, with the key to change.
-    bad = subprocess.run(
-        [JZK, "submit", "--test-only", "cluster=generic_slurm"],
-        cwd=tmp_path,
-        env=slurm,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = run([JZK, "submit", "--test-only", "cluster=generic_slurm"], slurm, tmp_path)
     assert bad.returncode == 2, bad.stdout
     assert "Slurm refuses this request (sbatch --test-only)" in bad.stderr
     assert "partition" in bad.stderr and "HINT: change resources.partition" in bad.stderr
