@@ -213,6 +213,7 @@ def describe_spec(spec: JobSpec) -> str:
             + ("requeue" if spec.requeue else "no requeue"),
         ),
         ("job name", spec.job_name),
+        ("run dir", str(spec.config.get("job", {}).get("run_dir", "-"))),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
