@@ -18,6 +18,7 @@ from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.slurm.flags import sbatch_flags
 from jeanzay_kit.slurm.sbatch import RenderError, is_plain, setup_lines
 
 
@@ -65,6 +66,11 @@ def _setup(spec: JobSpec) -> list[str]:
         raise LaunchError(str(err)) from err
 
 
+# sbatch options that submitit.SlurmExecutor takes as named parameters (dashes -> _).
+_NUMBERS = {"nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node"}
+_NAMED = {"job-name", "partition", "account", "constraint", "qos", "mem", "gres"}
+
+
 def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str, Any]:
     """Keyword arguments for submitit.SlurmExecutor.update_parameters."""
     if spec.layout.launcher != "srun":
@@ -73,41 +79,29 @@ def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str
             "task per GPU with srun. HINT: use parallel.launcher=srun, or `jzk submit` for "
             "torchrun"
         )
-    extra: dict[str, Any] = {
-        # The time-limit warning goes to every task; our handler notes it and the ranks
-        # save at the next step boundary (docs/preemption.md).
-        "signal": f"{spec.signal}@{spec.signal_lead_seconds}",
-        "requeue" if spec.requeue else "no-requeue": True,
-    }
-    if spec.cluster.hint:
-        extra["hint"] = _plain("cluster.hint", spec.cluster.hint)
     params: dict[str, Any] = {
-        "job_name": _plain("job.name", spec.job_name),
-        "nodes": spec.nodes,
-        "ntasks_per_node": spec.ntasks_per_node,
-        "cpus_per_task": spec.cpus_per_task,
-        "time": spec.time_minutes,
         "signal_delay_s": spec.signal_lead_seconds,
         "array_parallelism": array_parallelism,
         "setup": _setup(spec),
         # One failed task ends the step instead of leaving the others in a collective.
         "srun_args": ["--kill-on-bad-exit=1"],
-        "additional_parameters": extra,
     }
-    if spec.cluster.gpu_request == "gpus":
-        params["gpus_per_node"] = spec.gpus_per_node
-    else:
-        params["gres"] = f"gpu:{spec.gpus_per_node}"
-    if spec.partition.select == "partition":
-        params["partition"] = _plain("resources.partition", spec.partition.name)
-    if spec.account:
-        params["account"] = _plain("cluster.account", spec.account)
-    if spec.constraint:
-        params["constraint"] = _plain("resources.constraint", spec.constraint)
-    if spec.qos:
-        params["qos"] = _plain("resources.qos", spec.qos)
-    if spec.mem:
-        params["mem"] = _plain("resources.mem", spec.mem)
+    extra: dict[str, Any] = {}
+    # The same options as the rendered script (slurm/flags.py): submitit's named
+    # parameters where it has one (it writes its own default otherwise), the rest as
+    # additional parameters (signal, requeue, hint).
+    for flag in sbatch_flags(spec):
+        if flag.name == "time":
+            params["time"] = spec.time_minutes  # submitit takes minutes
+        elif flag.name in _NUMBERS:
+            params[flag.name.replace("-", "_")] = int(flag.value or 0)
+        elif flag.value is None:
+            extra[flag.name] = True
+        elif flag.name in _NAMED:
+            params[flag.name.replace("-", "_")] = _plain(flag.key, flag.value)
+        else:
+            extra[flag.name] = _plain(flag.key, flag.value)
+    params["additional_parameters"] = extra
     return params
 
 

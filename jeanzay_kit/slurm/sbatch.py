@@ -27,6 +27,7 @@ import yaml
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.dist.ranks import PORT_BASE, PORT_SPAN
+from jeanzay_kit.slurm.flags import sbatch_flags
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Values made only of these characters read the same to sbatch with or without quotes.
@@ -188,41 +189,22 @@ def render_sbatch(
         )
     else:
         lines.append(f"# Slurm does not create log folders: mkdir -p {shell_word(spec.log_dir)}")
-    lines.append(_directive("job-name", spec.job_name))
-    if workdir:
-        # Logs, run directory and entry point are relative to this directory, so the
-        # script works the same from wherever it is submitted.
-        lines.append(_directive("chdir", workdir))
-    if spec.account:
-        lines.append(_directive("account", spec.account))
-    if spec.cluster.is_slurm and spec.partition.select == "partition":
-        lines.append(_directive("partition", spec.partition.name))
-    if spec.constraint:
-        lines.append(_directive("constraint", spec.constraint))
-    if spec.qos:
-        lines.append(_directive("qos", spec.qos))
-    lines.append(_directive("nodes", spec.nodes))
-    lines.append(_directive("ntasks-per-node", spec.ntasks_per_node))
-    if spec.cluster.gpu_request == "gpus":
-        lines.append(_directive("gpus-per-node", spec.gpus_per_node))
-    else:
-        lines.append(_directive("gres", f"gpu:{spec.gpus_per_node}"))
-    lines.append(_directive("cpus-per-task", spec.cpus_per_task))
-    if spec.mem:
-        lines.append(_directive("mem", spec.mem))
-    if spec.cluster.hint:
-        lines.append(_directive("hint", spec.cluster.hint))
-    lines.append(_directive("time", spec.time))
-    if array:
-        lines.append(_directive("array", array))
     log_pattern = "%x-%A_%a" if array else "%x-%j"
     log_dir = _slurm_pattern_literal(spec.log_dir.rstrip("/") or "/")
-    lines.append(_directive("output", f"{log_dir}/{log_pattern}.out"))
-    lines.append(_directive("error", f"{log_dir}/{log_pattern}.err"))
-    # No "B:" prefix: the signal goes to every task of every step (the training
-    # processes), not to this batch shell.
-    lines.append(_directive("signal", f"{spec.signal}@{spec.signal_lead_seconds}"))
-    lines.append(_directive("requeue") if spec.requeue else _directive("no-requeue"))
+    # What the job asks of Slurm (slurm/flags.py, shared with the launcher), with this
+    # script's own options in their places: --chdir after the name, the array and the
+    # log files before the preemption options.
+    for flag in sbatch_flags(spec):
+        if flag.name == "signal":
+            if array:
+                lines.append(_directive("array", array))
+            lines.append(_directive("output", f"{log_dir}/{log_pattern}.out"))
+            lines.append(_directive("error", f"{log_dir}/{log_pattern}.err"))
+        lines.append(_directive(flag.name, flag.value))
+        if flag.name == "job-name" and workdir:
+            # Logs, run directory and entry point are relative to this directory, so the
+            # script works the same from wherever it is submitted.
+            lines.append(_directive("chdir", workdir))
     # Requeued runs append to the same log instead of truncating it.
     lines.append(_directive("open-mode", "append"))
     lines.append("")

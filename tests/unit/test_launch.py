@@ -156,3 +156,52 @@ def test_status_table_shows_state_checkpoint_and_exit_code() -> None:
     assert "FAILED (exit 2:0)" in lines[2]
     assert lines[3].split()[:2] == ["99", "UNKNOWN"]
     assert summary(["RUNNING", "FAILED", "RUNNING"]) == "1 FAILED, 2 RUNNING"
+
+
+def _sbatch_options(script: str) -> dict[str, str | None]:
+    """The #SBATCH options of a script: name -> value (None for a switch)."""
+    out: dict[str, str | None] = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH --"):
+            name, _, value = line[len("#SBATCH --") :].partition("=")
+            out[name] = value or None
+    return out
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_node=2"],
+        ["cluster=slurm_local", "resources.partition=low", "preemption.requeue=false"],
+        [
+            "cluster=jeanzay_h100",
+            "cluster.account=abc@h100",
+            "resources.nodes=2",
+            "resources.gpus_per_node=4",
+            "train.global_batch_size=64",
+            "resources.mem=64G",
+        ],
+        ["cluster=generic_slurm", "resources.qos=normal", "preemption.signal=USR2"],
+    ],
+    ids=["local-2x2", "low-no-requeue", "h100-constraint-mem", "generic-gpus-qos"],
+)
+def test_both_submit_paths_ask_slurm_for_the_same_thing(tmp_path: Path, overrides) -> None:
+    """The rendered script and the launcher's submitit script carry the same request: one
+    flag builder (slurm/flags.py) feeds both."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    from jeanzay_kit.slurm.sbatch import render_sbatch
+    from jeanzay_kit.slurm.timefmt import parse_time
+
+    s = build_job_spec(compose_config(overrides))
+    ours = _sbatch_options(render_sbatch(s))
+    theirs = _sbatch_options(
+        _make_sbatch_string(command="python -m x", folder=tmp_path, **submitit_parameters(s))
+    )
+    # Each path's own files: logs, the working directory, submitit's wckey.
+    for own in ("output", "error", "open-mode", "chdir", "wckey"):
+        ours.pop(own, None)
+        theirs.pop(own, None)
+    # submitit writes --time in minutes, the script as HH:MM:SS: the same limit.
+    assert parse_time(ours.pop("time")) == parse_time(theirs.pop("time"))
+    assert ours == theirs

@@ -22,6 +22,7 @@ PURE = [
     "launch/executor.py",
     "slurm/status.py",
     "slurm/discover.py",
+    "slurm/flags.py",
     "slurm/test_only.py",
     "torch_version.py",
 ]

@@ -1,0 +1,57 @@
+"""What a job asks of Slurm, decided once for both submit paths. Pure.
+
+`sbatch_flags(spec)` lists the sbatch options of a validated JobSpec: the rendered script
+(slurm/sbatch.py) writes them as `#SBATCH` lines, the jeanzay launcher
+(launch/executor.py) hands them to submitit. A test renders both and checks that they ask
+for the same thing (tests/unit/test_launch.py). The options only one path needs (log
+files, --chdir, --array of a rendered script; submitit's own files) stay with that path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jeanzay_kit.config.spec import JobSpec
+
+
+@dataclass(frozen=True)
+class SbatchFlag:
+    name: str  # sbatch's long option without dashes, e.g. "cpus-per-task"
+    value: str | None  # None: a switch such as --requeue
+    key: str  # the config key that sets it, for error messages
+
+
+def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
+    """sbatch's options for `spec`, in the order the rendered script writes them."""
+    flags = [SbatchFlag("job-name", spec.job_name, "job.name")]
+    if spec.account:
+        flags.append(SbatchFlag("account", spec.account, "cluster.account"))
+    if spec.cluster.is_slurm and spec.partition.select == "partition":
+        flags.append(SbatchFlag("partition", spec.partition.name, "resources.partition"))
+    if spec.constraint:
+        flags.append(SbatchFlag("constraint", spec.constraint, "resources.constraint"))
+    if spec.qos:
+        flags.append(SbatchFlag("qos", spec.qos, "resources.qos"))
+    flags.append(SbatchFlag("nodes", str(spec.nodes), "resources.nodes"))
+    flags.append(SbatchFlag("ntasks-per-node", str(spec.ntasks_per_node), "parallel.launcher"))
+    if spec.cluster.gpu_request == "gpus":
+        flags.append(
+            SbatchFlag("gpus-per-node", str(spec.gpus_per_node), "resources.gpus_per_node")
+        )
+    else:
+        flags.append(SbatchFlag("gres", f"gpu:{spec.gpus_per_node}", "resources.gpus_per_node"))
+    flags.append(SbatchFlag("cpus-per-task", str(spec.cpus_per_task), "resources.cpus_per_task"))
+    if spec.mem:
+        flags.append(SbatchFlag("mem", spec.mem, "resources.mem"))
+    if spec.cluster.hint:
+        flags.append(SbatchFlag("hint", spec.cluster.hint, "cluster.hint"))
+    flags.append(SbatchFlag("time", spec.time, "resources.time"))
+    # No "B:" prefix: the signal goes to every task of every step (the training
+    # processes), not to the batch shell; the ranks save at the next step boundary.
+    flags.append(
+        SbatchFlag("signal", f"{spec.signal}@{spec.signal_lead_seconds}", "preemption.signal")
+    )
+    flags.append(
+        SbatchFlag("requeue" if spec.requeue else "no-requeue", None, "preemption.requeue")
+    )
+    return flags
