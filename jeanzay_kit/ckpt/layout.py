@@ -15,12 +15,21 @@ by listing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# What a config computes lives with the config; the checkpoint records and compares it.
+from jeanzay_kit.config.identity import (
+    RESUME_IGNORES,
+    config_differences,
+    config_hash,
+    resume_hash,
+)
+
+__all__ = ["RESUME_IGNORES", "config_differences", "config_hash", "resume_hash"]
 
 MANIFEST = "manifest.json"
 # Format 2 records "checksum": "<algorithm>:<hex>"; format 1 (still read) had "sha256".
@@ -175,35 +184,6 @@ def to_delete(entries: Iterable[Entry], keep_last: int, good: Iterable[int]) -> 
     return out
 
 
-# Keys that may change between a checkpoint and its resume without changing what is
-# computed: how long to train, how often to log or save, where and how long the job runs.
-# The same keys are left out of the short hash in the default run directory
-# (config/resolvers.py), so a run directory holds one experiment.
-RESUME_IGNORES = (
-    "train.steps",
-    "train.log_every",
-    "train.eval_every",
-    "checkpoint",
-    "preemption",
-    "resume",
-    "job",
-    "cluster",
-    "resources.time",
-    "resources.qos",
-    "resources.partition",
-    "resources.constraint",
-    "resources.mem",
-    "resources.cpus_per_task",
-    "parallel.backend",
-    "parallel.timeout_minutes",
-)
-
-
-def resume_hash(config: Mapping[str, Any]) -> str:
-    """The config hash a checkpoint records: what must match for it to resume."""
-    return config_hash(config, RESUME_IGNORES)
-
-
 def config_change_message(folder: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
     """Why a checkpoint cannot resume this config, and the ways out."""
     diffs = config_differences(old, new, RESUME_IGNORES)
@@ -216,40 +196,3 @@ def config_change_message(folder: str, old: Mapping[str, Any], new: Mapping[str,
         "resume=never to start over here, or checkpoint.allow_config_change=true to resume "
         "anyway"
     )
-
-
-def config_hash(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
-    """sha256 of the config with `ignore`d dotted keys removed (canonical JSON)."""
-    ignored = set(ignore)
-
-    def strip(node: Any, prefix: str) -> Any:
-        if isinstance(node, Mapping):
-            return {
-                k: strip(v, f"{prefix}{k}.")
-                for k, v in sorted(node.items())
-                if f"{prefix}{k}" not in ignored
-            }
-        if isinstance(node, (list, tuple)):
-            return [strip(v, prefix) for v in node]
-        return node
-
-    canonical = json.dumps(strip(config, ""), sort_keys=True, default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-def config_differences(
-    old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str] = (), prefix: str = ""
-) -> list[str]:
-    """Dotted keys whose value differs between two configs, for the refusal message."""
-    ignored = set(ignore)
-    out = []
-    for key in sorted(set(old) | set(new)):
-        dotted = f"{prefix}{key}"
-        if dotted in ignored:
-            continue
-        a, b = old.get(key), new.get(key)
-        if isinstance(a, Mapping) and isinstance(b, Mapping):
-            out += config_differences(a, b, ignored, f"{dotted}.")
-        elif a != b:
-            out.append(f"{dotted}: {a!r} -> {b!r}")
-    return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jeanzay_kit.ckpt.layout import resume_hash
+from jeanzay_kit.config.identity import resume_hash
 
 SHORT_HASH = 8  # hex digits: a collision needs ~65,000 experiments under one job.name
 # Sections that describe how the config is run, not what it computes (RESUME_IGNORES

@@ -12,6 +12,7 @@ PURE = [
     "errors.py",
     "config/clusters.py",
     "config/spec.py",
+    "config/identity.py",
     "slurm/hostlist.py",
     "slurm/timefmt.py",
     "slurm/sbatch.py",

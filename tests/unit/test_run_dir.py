@@ -28,7 +28,7 @@ def test_a_different_experiment_gets_another_run_dir(change: str) -> None:
 
 @pytest.mark.parametrize(
     "change",
-    # What a resume may change (ckpt/layout.py RESUME_IGNORES): the same experiment.
+    # What a resume may change (config/identity.py RESUME_IGNORES): the same experiment.
     [
         "train.steps=5000",
         "cluster=slurm_local",
