@@ -86,9 +86,22 @@ class RankInfo:
         return self.array_job_id or self.job_id
 
 
+def launched_by(env: Mapping[str, str]) -> str | None:
+    """Which launcher started this process as a task: "torchrun" (a worker of torchrun),
+    "srun" (a task of a Slurm job step), or None (a user's shell, a batch script, salloc).
+
+    The one place that decides it: train.py trains in this process when it is launched,
+    and starts local workers (or refuses a Slurm profile) when it is not."""
+    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "LOCAL_RANK" in env):
+        return "torchrun"
+    if "SLURM_PROCID" in env and ("SLURM_STEP_ID" in env or "SLURM_STEPID" in env):
+        return "srun"
+    return None
+
+
 def rank_info_from_env(env: Mapping[str, str]) -> RankInfo:
     """Derive this process's RankInfo from launcher variables; see the module docstring."""
-    if "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "LOCAL_RANK" in env):
+    if launched_by(env) == "torchrun":
         return _from_torchrun(env)
     if "SLURM_PROCID" in env:
         return _from_srun(env)

@@ -57,7 +57,7 @@ def _worker(
     threads: int,
     visible: str | None,
 ) -> None:
-    from jeanzay_kit.run import run_worker
+    from jeanzay_kit.worker import run_worker
 
     run_worker(spec, infos[index], run_dir, visible, threads)
 
@@ -81,7 +81,7 @@ def launch_local(
     # Share the cores: N CPU workers each with all cores would fight over them.
     threads = max(1, cpu_count // world)
     if world == 1:
-        from jeanzay_kit.run import run_worker
+        from jeanzay_kit.worker import run_worker
 
         run_worker(spec, infos[0], run_dir, visible_devices, threads, stop=stop)
         return 0

@@ -6,7 +6,8 @@ import os
 from pathlib import Path
 
 from jeanzay_kit.config.compose import compose_config
-from jeanzay_kit.run import is_launched_task, main
+from jeanzay_kit.dist.ranks import launched_by
+from jeanzay_kit.run import main
 
 
 def test_a_slurm_profile_outside_a_job_step_is_refused(tmp_path: Path, capsys) -> None:
@@ -18,9 +19,12 @@ def test_a_slurm_profile_outside_a_job_step_is_refused(tmp_path: Path, capsys) -
 
 
 def test_launched_tasks_are_told_apart_from_shells() -> None:
-    assert is_launched_task({"SLURM_PROCID": "0", "SLURM_STEP_ID": "0"})
-    assert is_launched_task({"RANK": "0", "LOCAL_RANK": "0"})
-    assert not is_launched_task({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0"})
+    assert launched_by({"SLURM_PROCID": "0", "SLURM_STEP_ID": "0"}) == "srun"
+    assert launched_by({"SLURM_PROCID": "0", "SLURM_STEPID": "0"}) == "srun"
+    assert launched_by({"RANK": "0", "LOCAL_RANK": "0", "SLURM_PROCID": "0"}) == "torchrun"
+    assert launched_by({"TORCHELASTIC_RUN_ID": "x"}) == "torchrun"
+    assert launched_by({"SLURM_JOB_ID": "5", "SLURM_PROCID": "0"}) is None  # batch script
+    assert launched_by({}) is None
 
 
 def test_signals_after_training_are_ignored_until_the_process_exits(tmp_path: Path) -> None:

@@ -1,0 +1,142 @@
+"""One training process: join the process group, train, leave it, and after a signal,
+requeue (rank 0) and exit.
+
+run.py calls `run_worker` in a task launched by srun or torchrun; launch/local.py calls it
+in each local worker process. It receives values (spec, RankInfo, run directory), never
+reads the environment itself.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.dist.ranks import RankInfo
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.train.preemption import StopRequest
+
+
+def run_worker(
+    spec: JobSpec,
+    info: RankInfo,
+    run_dir: Path,
+    visible_devices: str | None,
+    threads: int,
+    stop: StopRequest | None = None,
+) -> None:
+    """One training process: join the group, train, leave the group."""
+    import torch
+
+    # First thing: from here on a signal is noted, not fatal, even during start-up.
+    stop = stop or StopRequest()
+
+    from jeanzay_kit.dist.process_group import init_distributed, pick_device, shutdown
+    from jeanzay_kit.train.loop import train
+
+    if threads > 0:
+        torch.set_num_threads(threads)
+    want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
+    device = pick_device(info, want, visible_devices)
+    par = spec.config["parallel"]
+    # One line per task: where it sits in the job (the Slurm tests read it back).
+    print(
+        f"jzk: rank {info.rank}/{info.world_size} local_rank {info.local_rank}/"
+        f"{info.local_world_size} node {info.node_rank}/{info.num_nodes} master "
+        f"{info.master_addr}:{info.master_port} launcher {info.launcher} "
+        f"host {socket.gethostname()}",
+        flush=True,
+    )
+    ctx = init_distributed(
+        info,
+        spec.layout,
+        device,
+        backend=par.get("backend", "auto"),
+        timeout_minutes=float(par.get("timeout_minutes", 10)),
+    )
+    try:
+        result = train(spec, spec.config, ctx, run_dir, stop=stop)
+    except JzkError as err:
+        # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
+        if info.rank == 0:
+            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
+        shutdown(clean=False)
+        raise SystemExit(err.exit_code) from err
+    except BaseException:
+        # Show which rank failed before the launcher tears the others down, and leave
+        # without waiting for peers that may be stuck in a collective.
+        print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        shutdown(clean=False)
+        raise
+    shutdown(clean=True)
+    # From here a late signal must not kill the finished task (seen on the local cluster: a
+    # time-limit SIGUSR1 during exit turned a finished array task FAILED; in CI, the local
+    # launcher's re-sent SIGUSR1 killed workers exiting after their save).
+    stop.ignore_from_now()
+    if result.stopped_by:
+        stop_after_signal(spec, info, result)
+    if info.rank == 0:
+        loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
+        print(
+            f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "
+            f"run dir {run_dir}",
+            flush=True,
+        )
+
+
+def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=time.sleep) -> None:
+    """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit.
+
+    runner: the Slurm command runner, sleep: time.sleep (stand-ins in unit tests)."""
+    from jeanzay_kit.slurm.commands import SlurmCommandError, requeue
+    from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+
+    # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
+    # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
+    wants_requeue = (
+        spec.requeue
+        and result.stopped_by == f"SIG{spec.signal}"
+        and spec.signal != "TERM"
+        and info.requeue_id is not None
+    )
+    # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
+    waits_for_slurm = result.stopped_by == "SIGTERM" and info.launcher == "srun"
+    if info.rank == 0:
+        if wants_requeue:
+            try:
+                requeue(info.requeue_id, runner)
+                print(
+                    f"requeued job {info.requeue_id}; it resumes from step-{result.steps}",
+                    flush=True,
+                )
+            except SlurmCommandError as err:
+                print(
+                    f"train.py: error: could not requeue job {info.requeue_id}: {err}. The "
+                    f"checkpoint step-{result.steps} is complete: resubmit the job to "
+                    "resume.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                raise SystemExit(1) from err
+        elif not waits_for_slurm:
+            print(
+                f"stopped by {result.stopped_by} after saving step-{result.steps}; run the "
+                "same command again to resume",
+                flush=True,
+            )
+    if waits_for_slurm:
+        # Preemption sends SIGTERM, waits GraceTime, then kills and requeues the job. A job
+        # that ends by itself first is marked FAILED and never requeued, so every task
+        # stays until Slurm ends it (scancel ends it after KillWait the same way).
+        if info.rank == 0:
+            print(
+                f"SIGTERM: step-{result.steps} is complete; waiting up to "
+                f"{spec.term_wait_seconds} s for Slurm to end the job (a preempted job is "
+                "requeued and resumes from it)",
+                flush=True,
+            )
+        sleep(spec.term_wait_seconds)
+    raise SystemExit(EXIT_PREEMPTED)

@@ -1,0 +1,64 @@
+"""No module of jeanzay_kit imports itself back, directly or through others, counting the
+imports inside functions too (a lazy import still ties two modules together)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    target = full if full in modules else node.module
+                    if target in modules and target != name:
+                        graph[name].add(target)
+            elif isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names if a.name in modules} - {name}
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_the_walker_finds_a_cycle() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_between_modules() -> None:
+    graph = import_graph()
+    assert "jeanzay_kit.config.spec" in graph and graph["jeanzay_kit.run"]
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle or [])
