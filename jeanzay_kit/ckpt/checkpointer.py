@@ -57,6 +57,7 @@ from jeanzay_kit.ckpt.layout import (
 from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.staging import CpuCopyStager
 from jeanzay_kit.ckpt.store import CheckpointStore, ResumeError
+from jeanzay_kit.durable_io import write_synced
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
 # pipeline stages hold different parameters, and a nested "param_groups" list would have
@@ -101,10 +102,7 @@ def set_rng_state(state: Mapping[str, Any], device: torch.device) -> None:
 
 def _save_bytes(data: bytes, path: Path) -> FileRecord:
     """Write a small file with fsync; its checksum comes from the bytes in hand."""
-    with path.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    write_synced(path, data)  # inside .tmp-step-N: the folder's rename seals it
     return FileRecord(len(data), checksum_of(data))
 
 

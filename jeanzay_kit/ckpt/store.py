@@ -39,6 +39,7 @@ from jeanzay_kit.ckpt.layout import (
     to_delete,
     trash_dir_name,
 )
+from jeanzay_kit.durable_io import fsync_dir, write_durably
 from jeanzay_kit.errors import JzkError
 
 _CHUNK = 8 << 20
@@ -50,25 +51,6 @@ def checksum_file(path: Path, algorithm: str = DEFAULT_ALGORITHM) -> str:
         while block := f.read(_CHUNK):
             hasher.update(block)
     return checksum_text(algorithm, hasher)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_file_durably(path: Path, data: bytes) -> None:
-    """Write aside, fsync, rename into place, fsync the folder."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tmp.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 class CheckpointStore:
@@ -170,7 +152,7 @@ class CheckpointStore:
             fsync_dir(sub)
         os.replace(tmp, final)
         fsync_dir(self.root)
-        write_file_durably(final / MANIFEST, manifest.to_json().encode())
+        write_durably(final / MANIFEST, manifest.to_json().encode())
         return manifest
 
     def remove_stale(self) -> list[str]:

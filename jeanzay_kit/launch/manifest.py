@@ -8,11 +8,11 @@ writes `<sweep_dir>/manifest.jsonl`; `jzk submit` writes `<run_dir>/manifest.jso
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
 
 MANIFEST = "manifest.jsonl"
@@ -21,13 +21,8 @@ MANIFEST = "manifest.jsonl"
 def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / MANIFEST
-    tmp = directory / f".{MANIFEST}.tmp"
-    with open(tmp, "w") as f:
-        for record in records:
-            f.write(json.dumps(dict(record), sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    text = "".join(json.dumps(dict(record), sort_keys=True) + "\n" for record in records)
+    write_durably(path, text.encode())
     return path
 
 
