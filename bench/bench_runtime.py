@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
-from jeanzay_kit.dist.process_group import init_distributed, shutdown  # noqa: E402
+from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
 from jeanzay_kit.launch.local import free_port, local_rank_infos  # noqa: E402
 from jeanzay_kit.train.data import StdlibText  # noqa: E402
 from jeanzay_kit.train.loop import seed_everything, train  # noqa: E402

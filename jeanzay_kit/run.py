@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.spec import build_job_spec
-from jeanzay_kit.dist.ranks import launched_by, rank_info_from_env
+from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.preemption import StopRequest
 

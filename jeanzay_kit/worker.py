@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.dist.ranks import RankInfo
+from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.preemption import StopRequest
 
@@ -34,7 +34,7 @@ def run_worker(
     # First thing: from here on a signal is noted, not fatal, even during start-up.
     stop = stop or StopRequest()
 
-    from jeanzay_kit.dist.process_group import init_distributed, pick_device, shutdown
+    from jeanzay_kit.distributed.process_group import init_distributed, pick_device, shutdown
     from jeanzay_kit.train.loop import train
 
     if threads > 0:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.dist.ranks import RankInfo
+from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.dist.ranks import PORT_BASE, PORT_SPAN
+from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
 from jeanzay_kit.slurm.flags import sbatch_flags
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")

@@ -16,7 +16,7 @@ PURE = [
     "slurm/hostlist.py",
     "slurm/timefmt.py",
     "slurm/sbatch.py",
-    "dist/ranks.py",
+    "distributed/ranks.py",
     "train/sampler.py",
     "ckpt/layout.py",
     "ckpt/checksum.py",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jeanzay_kit.dist.ranks import (
+from jeanzay_kit.distributed.ranks import (
     PORT_BASE,
     PORT_SPAN,
     RankInfo,

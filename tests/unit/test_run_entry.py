@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from jeanzay_kit.config.compose import compose_config
-from jeanzay_kit.dist.ranks import launched_by
+from jeanzay_kit.distributed.ranks import launched_by
 from jeanzay_kit.run import main
 
 

@@ -239,9 +239,7 @@ def _from_srun(env: Mapping[str, str]) -> RankInfo:
     nodes_name = pick(
         "the number of nodes", "SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"
     )
-    list_name = pick(
-        "the node list", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"
-    )
+    list_name = pick("the node list", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST")
     tpn_name = pick("the tasks per node", "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE")
     world = _int(env, world_name)
     num_nodes = _int(env, nodes_name)
@@ -253,8 +251,7 @@ def _from_srun(env: Mapping[str, str]) -> RankInfo:
 
     if len(hosts) != num_nodes:
         raise RankEnvError(
-            f"{list_name}={env[list_name]!r} names {len(hosts)} nodes "
-            f"but {nodes_name}={num_nodes}"
+            f"{list_name}={env[list_name]!r} names {len(hosts)} nodes but {nodes_name}={num_nodes}"
         )
     if len(counts) != num_nodes:
         raise RankEnvError(
@@ -263,8 +260,7 @@ def _from_srun(env: Mapping[str, str]) -> RankInfo:
         )
     if sum(counts) != world:
         raise RankEnvError(
-            f"{tpn_name}={env[tpn_name]!r} adds up to {sum(counts)} tasks "
-            f"but {world_name}={world}"
+            f"{tpn_name}={env[tpn_name]!r} adds up to {sum(counts)} tasks but {world_name}={world}"
         )
     _check_range("SLURM_PROCID", rank, world_name, world)
     _check_range("SLURM_NODEID", node_rank, nodes_name, num_nodes)
