@@ -509,10 +509,10 @@ def _cmd_clusters(args: argparse.Namespace) -> int:
 
 
 def _cmd_ckpt(args: argparse.Namespace) -> int:
-    from jeanzay_kit.ckpt import inspect
+    from jeanzay_kit.ckpt import inspection
 
     if args.ckpt_command == "list":
-        rows = inspect.list_checkpoints(args.run_dir)
+        rows = inspection.list_checkpoints(args.run_dir)
         if not rows:
             print("no checkpoints")
         for row in rows:
@@ -521,7 +521,7 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
             print(f"{row['name']:>16}  {size}  {state}")
         return 0
     if args.ckpt_command == "verify":
-        report = inspect.verify(args.run_dir)
+        report = inspection.verify(args.run_dir)
         damaged = 0
         for name, problems in sorted(report.items(), key=lambda kv: kv[0]):
             if problems:
@@ -532,7 +532,7 @@ def _cmd_ckpt(args: argparse.Namespace) -> int:
         if not report:
             print("no complete checkpoints")
         return 1 if damaged else 0
-    step, value = inspect.digest(args.run_dir, args.step)
+    step, value = inspection.digest(args.run_dir, args.step)
     print(value)
     print(f"step-{step}", file=sys.stderr)
     return 0
