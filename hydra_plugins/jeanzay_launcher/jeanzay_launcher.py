@@ -90,7 +90,7 @@ class JeanzayLauncher(Launcher):
     def _launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
-        from jeanzay_kit.launch.executor import plan_arrays
+        from jeanzay_kit.launch.arrays import plan_arrays
         from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
         from jeanzay_kit.launch.sweep import RunsFailed, submit_arrays, wait_for
 
@@ -154,7 +154,7 @@ class JeanzayLauncher(Launcher):
         """Compose, resolve and validate every point; raise once, listing every problem."""
         from jeanzay_kit.config.spec import build_job_spec
         from jeanzay_kit.errors import SpecError
-        from jeanzay_kit.launch.executor import LaunchError, SweepPoint
+        from jeanzay_kit.launch.arrays import LaunchError, SweepPoint
 
         assert self.config is not None and self.hydra_context is not None
         points, configs, problems = [], {}, []

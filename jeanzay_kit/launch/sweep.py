@@ -1,7 +1,7 @@
 """Submit planned job arrays with submitit and write the sweep's manifest. An edge module.
 
 The Hydra launcher (hydra_plugins/jeanzay_launcher) builds the SweepPoints; the plan
-(which points share an array) comes from launch/executor.py.
+(which points share an array) comes from launch/arrays.py.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.launch.executor import ArrayPlan, LaunchError
+from jeanzay_kit.launch.arrays import ArrayPlan, LaunchError
 from jeanzay_kit.launch.manifest import write_manifest
 from jeanzay_kit.launch.task import run_training
 

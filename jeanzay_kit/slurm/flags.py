@@ -2,7 +2,7 @@
 
 `sbatch_flags(spec)` lists the sbatch options of a validated JobSpec: the rendered script
 (slurm/sbatch.py) writes them as `#SBATCH` lines, the jeanzay launcher
-(launch/executor.py) hands them to submitit. A test renders both and checks that they ask
+(launch/arrays.py) hands them to submitit. A test renders both and checks that they ask
 for the same thing (tests/unit/test_launch.py). The options only one path needs (log
 files, --chdir, --array of a rendered script; submitit's own files) stay with that path.
 """

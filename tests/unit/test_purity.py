@@ -20,7 +20,7 @@ PURE = [
     "train/sampler.py",
     "ckpt/layout.py",
     "ckpt/checksum.py",
-    "launch/executor.py",
+    "launch/arrays.py",
     "slurm/status.py",
     "slurm/discover.py",
     "slurm/flags.py",
