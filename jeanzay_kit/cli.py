@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from jeanzay_kit import report
 from jeanzay_kit.config.compose import DEFAULT_CONFIG_DIR, compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.errors import JzkError
@@ -552,7 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return handler[args.command](args)
     except JzkError as err:
-        print(f"jzk {args.command}: error: {err}", file=sys.stderr)
+        report.error(f"jzk {args.command}", err)
         return err.exit_code
     except BrokenPipeError:  # `jzk render | head`
         return 0

@@ -7,11 +7,11 @@ single local worker) or starts the local worker processes (cluster=local).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import report
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.errors import JzkError
@@ -87,5 +87,5 @@ def main(
         stop.ignore_from_now()  # the workers are gone: nothing left to stop
         return code
     except JzkError as err:
-        print(f"train.py: error: {err}", file=sys.stderr)
+        report.error(report.TRAIN, err)
         return 2

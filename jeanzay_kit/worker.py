@@ -14,6 +14,7 @@ import time
 import traceback
 from pathlib import Path
 
+from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError
@@ -62,7 +63,7 @@ def run_worker(
     except JzkError as err:
         # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
         if info.rank == 0:
-            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
+            report.error(report.TRAIN, err)
         shutdown(clean=False)
         raise SystemExit(err.exit_code) from err
     except BaseException:
@@ -113,12 +114,10 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
                     flush=True,
                 )
             except SlurmCommandError as err:
-                print(
-                    f"train.py: error: could not requeue job {info.requeue_id}: {err}. The "
-                    f"checkpoint step-{result.steps} is complete: resubmit the job to "
-                    "resume.",
-                    file=sys.stderr,
-                    flush=True,
+                report.error(
+                    report.TRAIN,
+                    f"could not requeue job {info.requeue_id}: {err}. The checkpoint "
+                    f"step-{result.steps} is complete: resubmit the job to resume.",
                 )
                 raise SystemExit(1) from err
         elif not waits_for_slurm:

@@ -16,7 +16,6 @@ Each run's config is resolved and frozen here, at submission, and its run direct
 # sys.modules, where dataclasses cannot resolve string annotations.
 
 import logging
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,6 +76,7 @@ class JeanzayLauncher(Launcher):
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
+        from jeanzay_kit import report
         from jeanzay_kit.errors import JzkError
 
         try:
@@ -84,7 +84,7 @@ class JeanzayLauncher(Launcher):
         except JzkError as err:
             # A bad sweep point, sbatch's refusal or failed runs: one message and an exit
             # code, as `jzk` gives, not a Hydra traceback.
-            print(f"train.py: error: {err}", file=sys.stderr, flush=True)
+            report.error(report.TRAIN, err)
             raise SystemExit(err.exit_code) from err
 
     def _launch(
