@@ -19,7 +19,7 @@ from jeanzay_kit.config.compose import DEFAULT_CONFIG_DIR, compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.slurm.sbatch import RenderError, render_sbatch
-from jeanzay_kit.slurm.timefmt import format_time
+from jeanzay_kit.slurm_syntax.timefmt import format_time
 
 OVERRIDES_HELP = (
     "Hydra overrides, e.g. cluster=jeanzay_h100 cluster.account=abc@h100 "

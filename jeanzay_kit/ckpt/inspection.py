@@ -90,7 +90,7 @@ def load_model_params(dcp_dir: Path) -> dict:
 
 
 def digest(run_dir: str | Path, step: int | None = None) -> tuple[int, str]:
-    from jeanzay_kit.train.digest import state_digest
+    from jeanzay_kit.ckpt.digest import state_digest
 
     step, state = model_state(run_dir, step)
     return step, state_digest(state)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jeanzay_kit.errors import Problem, SpecError
-from jeanzay_kit.slurm.timefmt import TimeFormatError, parse_time
+from jeanzay_kit.slurm_syntax.timefmt import TimeFormatError, parse_time
 
 
 @dataclass(frozen=True)

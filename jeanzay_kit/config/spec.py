@@ -22,8 +22,9 @@ from jeanzay_kit.config.clusters import (
     mem_megabytes,
     profile_from_dict,
 )
+from jeanzay_kit.distributed.layout import ParallelLayout
 from jeanzay_kit.errors import Problem, SpecError
-from jeanzay_kit.slurm.timefmt import TimeFormatError, format_time, parse_time
+from jeanzay_kit.slurm_syntax.timefmt import TimeFormatError, format_time, parse_time
 
 MODES = ("ddp", "fsdp", "pipeline", "pipeline_ddp", "dataparallel")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
@@ -44,28 +45,6 @@ MIN_WORK_BEFORE_WARNING_S = 30
 
 def _minutes_for_warning(lead: int) -> int:
     return -(-(lead + SIGNAL_EARLY_S + MIN_WORK_BEFORE_WARNING_S) // 60)  # ceiling
-
-
-@dataclass(frozen=True)
-class ParallelLayout:
-    """Parallel sizes as a value: testable without a process group."""
-
-    mode: str
-    launcher: str
-    world_size: int  # processes in the job
-    pp_size: int  # ranks per pipeline (1 without pipeline)
-    dp_size: int  # data-parallel replicas (world_size / pp_size; 1 for dataparallel)
-    microbatches: int
-    schedule: str
-    stages_per_rank: int
-
-    @property
-    def pipeline_enabled(self) -> bool:
-        return self.pp_size > 1
-
-    @property
-    def dp_enabled(self) -> bool:
-        return self.dp_size > 1
 
 
 @dataclass(frozen=True)

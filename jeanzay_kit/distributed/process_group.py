@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
-from jeanzay_kit.config.spec import ParallelLayout
+from jeanzay_kit.distributed.layout import ParallelLayout
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError
 

@@ -18,8 +18,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from jeanzay_kit.slurm.hostlist import compress_hostlist, expand_hostlist
-from jeanzay_kit.slurm.timefmt import parse_time
+from jeanzay_kit.slurm_syntax.hostlist import compress_hostlist, expand_hostlist
+from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
 # "Key=value Key2=value with spaces Key3=..." (scontrol -o): a value runs to the next
 # " Key=" (node lines carry "OS=Linux 6.1.0 #1 SMP ...").

@@ -22,9 +22,9 @@ import torch
 from hydra.utils import instantiate
 
 from jeanzay_kit.ckpt.checkpointer import Checkpointer, TrainerState
+from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
-from jeanzay_kit.train.digest import state_digest
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
 from jeanzay_kit.train.sampler import GlobalBatchPlan

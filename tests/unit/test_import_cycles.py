@@ -62,3 +62,33 @@ def test_no_import_cycle_between_modules() -> None:
     assert "jeanzay_kit.config.spec" in graph and graph["jeanzay_kit.run"]
     cycle = find_cycle(graph)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Rooms are the subpackages (config, slurm, slurm_syntax, distributed, launch, train,
+    ckpt); the top-level modules (run, worker, cli, errors...) wire or serve them."""
+
+    def room(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[1] if len(parts) > 2 else None
+
+    rooms: dict[str, set[str]] = {}
+    for source, targets in graph.items():
+        if (a := room(source)) is None:
+            continue
+        rooms.setdefault(a, set())
+        for target in targets:
+            b = room(target)
+            if b is not None and b != a:
+                rooms[a].add(b)
+                rooms.setdefault(b, set())
+    return rooms
+
+
+def test_no_import_cycle_between_rooms() -> None:
+    rooms = room_graph(import_graph())
+    assert {"config", "slurm", "slurm_syntax", "distributed", "ckpt", "train"} <= set(rooms)
+    # The leaf room of Slurm's notations imports no other room.
+    assert rooms["slurm_syntax"] == set()
+    cycle = find_cycle(rooms)
+    assert cycle is None, " -> ".join(cycle or [])

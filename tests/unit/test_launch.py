@@ -191,7 +191,7 @@ def test_both_submit_paths_ask_slurm_for_the_same_thing(tmp_path: Path, override
     from submitit.slurm.slurm import _make_sbatch_string
 
     from jeanzay_kit.slurm.sbatch import render_sbatch
-    from jeanzay_kit.slurm.timefmt import parse_time
+    from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
     s = build_job_spec(compose_config(overrides))
     ours = _sbatch_options(render_sbatch(s))

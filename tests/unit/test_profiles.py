@@ -6,7 +6,7 @@ import pytest
 
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.compose import compose_config
-from jeanzay_kit.slurm.timefmt import parse_time
+from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
 
 def profile(name: str) -> ClusterProfile:
