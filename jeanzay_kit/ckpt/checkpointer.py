@@ -46,17 +46,11 @@ from torch.distributed.checkpoint.state_dict import (
 
 from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.checksum import checksum_of
-from jeanzay_kit.ckpt.layout import (
-    RESUME_IGNORES,
-    FileRecord,
-    config_change_message,
-    config_differences,
-    parse_step_dir,
-    resume_hash,
-)
+from jeanzay_kit.ckpt.layout import FileRecord, config_change_message, parse_step_dir
 from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.staging import CpuCopyStager
 from jeanzay_kit.ckpt.store import CheckpointStore, ResumeError
+from jeanzay_kit.config.identity import RESUME_IGNORES, config_differences, resume_hash
 from jeanzay_kit.durable_io import write_synced
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):

@@ -21,15 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# What a config computes lives with the config; the checkpoint records and compares it.
-from jeanzay_kit.config.identity import (
-    RESUME_IGNORES,
-    config_differences,
-    config_hash,
-    resume_hash,
-)
-
-__all__ = ["RESUME_IGNORES", "config_differences", "config_hash", "resume_hash"]
+# What a config computes lives with the config (config/identity.py); the checkpoint records
+# its hash and explains a refusal with its differences.
+from jeanzay_kit.config.identity import RESUME_IGNORES, config_differences
 
 MANIFEST = "manifest.json"
 # Format 2 records "checksum": "<algorithm>:<hex>"; format 1 (still read) had "sha256".

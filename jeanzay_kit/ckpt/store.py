@@ -33,12 +33,12 @@ from jeanzay_kit.ckpt.layout import (
     newest_first,
     parse_manifest,
     parse_step_dir,
-    resume_hash,
     step_dir_name,
     tmp_dir_name,
     to_delete,
     trash_dir_name,
 )
+from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
 from jeanzay_kit.errors import JzkError
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -74,6 +75,21 @@ def wait_until_step(run_dir: Path, step: int, log: Path, timeout: float = 120) -
             return
         time.sleep(0.5)
     pytest.fail(f"the job did not reach step {step}: {log.read_text()[-2000:]}")
+
+
+def jzk_submit(env: dict[str, str], cwd: Path, *overrides: str) -> tuple[str, Path, Path]:
+    """`jzk submit OVERRIDES` from `cwd`, running this test's interpreter and the repo's
+    train.py; returns (job id, run directory, log) as jzk printed them."""
+    sub = run(
+        [JZK, "submit", *overrides, f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}"],
+        env,
+        cwd,
+    )
+    assert sub.returncode == 0, sub.stderr
+    job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
+    run_dir = Path(re.search(r"run dir (\S+)", sub.stdout).group(1))
+    log = Path(re.search(r"log +(\S+)", sub.stdout).group(1))
+    return job_id, cwd / run_dir, cwd / log
 
 
 def metric_steps(run_dir: Path) -> list[int]:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.slurm.cluster import JZK, PYTHON, REPO, run, sacct_states, wait_for
+from tests.slurm.cluster import JZK, jzk_submit, run, sacct_states, wait_for
 
 QOS = "jzk_short"
 
@@ -79,24 +79,10 @@ def test_discovered_profile_validates_renders_and_runs(slurm, short_qos, tmp_pat
     assert too_long.returncode == 2
     assert f"is above the 00:20:00 limit of QoS {QOS}" in too_long.stderr
 
-    submitted = run(
-        [
-            JZK,
-            "submit",
-            *request,
-            "job.name=discovered",
-            "train.steps=10",
-            f"job.python={PYTHON}",
-            f"job.entry={REPO / 'train.py'}",
-        ],
-        env,
-        tmp_path,
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job_id = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    job_id, _, log = jzk_submit(env, tmp_path, *request, "job.name=discovered", "train.steps=10")
     wait_for(job_id, slurm, timeout=240)
     assert sacct_states(job_id, slurm) == ["COMPLETED"]
-    (log,) = (tmp_path / "logs").glob(f"discovered-{job_id}.out")
+    assert log == tmp_path / "logs" / f"discovered-{job_id}.out"
     assert "done: 10 steps" in log.read_text()
     shown = run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "QOS"], slurm).stdout.split()
     assert shown == [QOS]

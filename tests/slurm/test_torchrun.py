@@ -11,11 +11,8 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.cluster import (
-    JZK,
-    PYTHON,
-    REPO,
+    jzk_submit,
     local_digest,
-    run,
     sacct_states,
     wait_for,
     wait_until_step,
@@ -26,25 +23,8 @@ TWO_BY_TWO = ["cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_no
 
 
 def submit(tmp_path: Path, env: dict[str, str], *overrides: str) -> tuple[str, Path, Path]:
-    """`jzk submit` with torchrun; returns (job id, run dir, log)."""
-    sub = run(
-        [
-            JZK,
-            "submit",
-            *TWO_BY_TWO,
-            "parallel.launcher=torchrun",
-            *overrides,
-            f"job.python={PYTHON}",
-            f"job.entry={REPO / 'train.py'}",
-        ],
-        env,
-        tmp_path,
-    )
-    assert sub.returncode == 0, sub.stderr
-    job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
-    run_dir = Path(re.search(r"run dir (\S+)", sub.stdout).group(1))
-    log = Path(re.search(r"log +(\S+)", sub.stdout).group(1))
-    return job_id, tmp_path / run_dir, tmp_path / log
+    """`jzk submit` with torchrun on 2 nodes x 2 GPUs; returns (job id, run dir, log)."""
+    return jzk_submit(env, tmp_path, *TWO_BY_TWO, "parallel.launcher=torchrun", *overrides)
 
 
 def workers(out: str) -> list[tuple[int, int, str]]:

@@ -14,13 +14,12 @@ from jeanzay_kit.ckpt.layout import (
     FileRecord,
     Manifest,
     compare_files,
-    config_differences,
-    config_hash,
     parse_manifest,
     parse_step_dir,
     to_delete,
 )
 from jeanzay_kit.ckpt.store import CheckpointStore
+from jeanzay_kit.config.identity import config_differences, config_hash
 
 
 @pytest.mark.parametrize(
