@@ -18,9 +18,11 @@ import hydra  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
+from jeanzay_kit.config.compose import register_schemas  # noqa: E402
 from jeanzay_kit.config.resolvers import register_resolvers  # noqa: E402
 
 register_resolvers()  # ${jzk.config_hash:} in the default job.run_dir
+register_schemas()  # the typed schema every conf/ file extends (base_<name>)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -66,7 +66,8 @@ def save_timings(folder: Path, hidden: int, depth: int, rounds: int, batch: int)
     import torch
     import torch.distributed as dist
 
-    from jeanzay_kit.ckpt.checkpointer import Checkpointer, TrainerState
+    from jeanzay_kit.ckpt.checkpointer import Checkpointer
+    from jeanzay_kit.ckpt.trainer_state import TrainerState
     from jeanzay_kit.launch.local import free_port
     from jeanzay_kit.train.models import MLP
 

@@ -109,7 +109,8 @@ def staging(hidden: int, rounds: int, base: Path) -> dict[str, list[float]]:
     wait in before_update), with each stager in the Checkpointer, in turns."""
     import torch.distributed as dist
 
-    from jeanzay_kit.ckpt.checkpointer import Checkpointer, TrainerState
+    from jeanzay_kit.ckpt.checkpointer import Checkpointer
+    from jeanzay_kit.ckpt.trainer_state import TrainerState
     from jeanzay_kit.launch.local import free_port
 
     dist.init_process_group(

@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -62,9 +63,8 @@ def overrides(mode: str, workers: int, steps: int) -> list[str]:
 
 def toolkit_step_time(spec, ctx, run_dir: Path, steps: int, warmup: int) -> float:
     """Mean step time of jeanzay_kit's own loop, after warmup steps."""
-    cfg = dict(spec.config)
-    cfg["train"] = {**cfg["train"], "steps": warmup + steps, "log_every": warmup}
-    train(spec, cfg, ctx, run_dir)
+    longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
+    train(replace(spec, train=longer), ctx, run_dir)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.
     measured = [r for r in records if r["step"] > warmup]
@@ -110,7 +110,7 @@ def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> float:
     rank, n = ctx.pp_rank, spec.layout.pp_size
     chunk = full.pipeline_chunk(rank, n)
     stage = PipelineStage(chunk, rank, n, ctx.device, group=ctx.pp_group)
-    accum = spec.grad_accum_steps
+    accum = spec.train.grad_accum_steps
     schedule = Schedule1F1B(stage, spec.layout.microbatches * accum, loss_fn=TinyGPT.loss)
     opt = torch.optim.AdamW(chunk.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     plan = GlobalBatchPlan(len(data), 32, 8, 1, 0, 0)

@@ -17,8 +17,8 @@ from pathlib import Path
 from jeanzay_kit import report
 from jeanzay_kit.config.compose import DEFAULT_CONFIG_DIR, compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
-from jeanzay_kit.errors import JzkError
-from jeanzay_kit.slurm.sbatch import RenderError, render_sbatch
+from jeanzay_kit.errors import JzkError, RenderError
+from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
 OVERRIDES_HELP = (
@@ -158,12 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
 def describe_spec(spec: JobSpec) -> str:
     """The resolved request as a two-column table."""
     lay = spec.layout
-    part = spec.partition
+    part = spec.resources.partition
     select = (
-        f"selected with -C {spec.constraint}"
+        f"selected with -C {spec.resources.constraint}"
         if part.select == "constraint"
-        else f"constraint {spec.constraint}"
-        if spec.constraint
+        else f"constraint {spec.resources.constraint}"
+        if spec.resources.constraint
         else ""
     )
     launch = (
@@ -175,19 +175,27 @@ def describe_spec(spec: JobSpec) -> str:
         if lay.mode == "dataparallel"
         else "srun, one task per GPU"
     )
-    qos = spec.qos or "(site default)"
+    qos = spec.resources.qos or "(site default)"
     if spec.cluster.qos and "resources.qos" in spec.auto_keys:
-        qos += f"  (auto: shortest QoS that fits {spec.time})"
+        qos += f"  (auto: shortest QoS that fits {spec.resources.time})"
     rows = [
         ("cluster", f"{spec.cluster.name}  ({spec.cluster.description})"),
-        ("account", spec.account or "-"),
+        ("account", spec.resources.account or "-"),
         ("partition", f"{part.name}  {select}".rstrip() if spec.cluster.is_slurm else "-"),
         ("qos", qos if spec.cluster.is_slurm else "-"),
-        ("nodes", str(spec.nodes)),
-        ("gpus per node", f"{spec.gpus_per_node}  ({spec.total_gpus} in all)"),
-        ("tasks per node", f"{spec.ntasks_per_node}  ({launch})"),
-        ("cpus per task", f"{spec.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})"),
-        ("time", spec.time if spec.cluster.is_slurm else format_time(spec.time_minutes)),
+        ("nodes", str(spec.resources.nodes)),
+        ("gpus per node", f"{spec.resources.gpus_per_node}  ({spec.resources.total_gpus} in all)"),
+        ("tasks per node", f"{spec.resources.ntasks_per_node}  ({launch})"),
+        (
+            "cpus per task",
+            f"{spec.resources.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})",
+        ),
+        (
+            "time",
+            spec.resources.time
+            if spec.cluster.is_slurm
+            else format_time(spec.resources.time_minutes),
+        ),
         (
             "parallel",
             f"{lay.mode}: world size {lay.world_size} = {lay.dp_size} data-parallel "
@@ -200,21 +208,21 @@ def describe_spec(spec: JobSpec) -> str:
         ),
         (
             "batch",
-            f"global {spec.global_batch_size} = {lay.dp_size} replica(s) x micro "
-            f"{spec.micro_batch_size} x {spec.grad_accum_steps} accumulation step(s)",
+            f"global {spec.train.global_batch_size} = {lay.dp_size} replica(s) x micro "
+            f"{spec.train.micro_batch_size} x {spec.train.grad_accum_steps} accumulation step(s)",
         ),
         (
             "precision",
-            spec.precision
-            + ("  (decided by the hardware at run time)" if spec.precision == "auto" else ""),
+            spec.train.precision
+            + ("  (decided by the hardware at run time)" if spec.train.precision == "auto" else ""),
         ),
         (
             "preemption",
-            f"SIG{spec.signal} {spec.signal_lead_seconds} s before the time limit, "
-            + ("requeue" if spec.requeue else "no requeue"),
+            f"SIG{spec.preemption.signal} {spec.preemption.lead_seconds} s before the time limit, "
+            + ("requeue" if spec.preemption.requeue else "no requeue"),
         ),
-        ("job name", spec.job_name),
-        ("run dir", str(spec.config.get("job", {}).get("run_dir", "-"))),
+        ("job name", spec.job.name),
+        ("run dir", spec.checkpoint.run_dir),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
@@ -260,7 +268,7 @@ def _ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
     except RenderError as err:
         raise JzkError(str(err)) from err
     with tempfile.TemporaryDirectory(prefix="jzk-test-only-") as tmp:
-        path = Path(tmp) / f"{spec.job_name}.sbatch"
+        path = Path(tmp) / f"{spec.job.name}.sbatch"
         path.write_text(script)
         result = sbatch_test_only(str(path), cwd=tmp)
     answer = read_test_only(result.returncode, result.stderr or result.stdout)
@@ -273,7 +281,7 @@ def _ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
 
 def _workdir(spec: JobSpec) -> Path:
     """Where the job runs: job.workdir, or the directory jzk runs in."""
-    return Path(spec.workdir) if spec.workdir else Path.cwd()
+    return Path(spec.job.workdir) if spec.job.workdir else Path.cwd()
 
 
 def _render(spec: JobSpec, overrides: Sequence[str], array: str | None = None) -> str:
@@ -285,11 +293,11 @@ def _render(spec: JobSpec, overrides: Sequence[str], array: str | None = None) -
     except RenderError as err:
         raise JzkError(str(err)) from err
     if workdir.is_dir():
-        (workdir / spec.log_dir).mkdir(parents=True, exist_ok=True)
+        (workdir / spec.job.log_dir).mkdir(parents=True, exist_ok=True)
     else:  # rendered here for another machine (job.workdir is a path over there)
         print(
             f"note: job.workdir={workdir} does not exist here: create "
-            f"{workdir / spec.log_dir} where the job runs before you sbatch it",
+            f"{workdir / spec.job.log_dir} where the job runs before you sbatch it",
             file=sys.stderr,
         )
     return script
@@ -303,7 +311,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
         return 0
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{spec.job_name}.sbatch"
+    path = out_dir / f"{spec.job.name}.sbatch"
     path.write_text(script)
     print(f"wrote {path}\nsubmit it from any directory with: sbatch {path}", file=sys.stderr)
     return 0
@@ -324,15 +332,17 @@ def _cmd_submit(args: argparse.Namespace) -> int:
         return _ask_slurm(spec, args.overrides)
     script = _render(spec, args.overrides)
     workdir = _workdir(spec)
-    run_dir = workdir / spec.config["job"]["run_dir"]
+    run_dir = workdir / spec.checkpoint.run_dir
     # A changed config meeting another experiment's checkpoints: refused now, not after
     # the job has waited in the queue.
-    check_resume_early(run_dir, spec.config, str(spec.config.get("resume", "auto")))
+    check_resume_early(
+        run_dir, spec.config, spec.checkpoint.resume, spec.checkpoint.allow_config_change
+    )
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / "job.sbatch"
     path.write_text(script)
     job_id = sbatch(str(path.resolve()), cwd=str(workdir))
-    log = workdir / spec.log_dir / f"{spec.job_name}-{job_id}.out"
+    log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}.out"
     append_manifest(
         run_dir,
         {
@@ -347,9 +357,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
             ),
         },
     )
-    print(
-        f"submitted job {job_id} ({spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), {spec.time})"
-    )
+    res = spec.resources
+    print(f"submitted job {job_id} ({res.nodes} node(s) x {res.gpus_per_node} GPU(s), {res.time})")
     print(f"  script  {path}\n  log     {log}\n  run dir {run_dir}")
     print(f"  status: jzk status {run_dir}")
     return 0
@@ -366,9 +375,10 @@ def _newest_complete_step(run_dir: str) -> int | None:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
+    from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
     from jeanzay_kit.slurm import status
-    from jeanzay_kit.slurm.commands import SlurmCommandError, sacct_text, squeue_text
+    from jeanzay_kit.slurm.commands import sacct_text, squeue_text
 
     if args.dir is not None:
         paths = [Path(args.dir) / MANIFEST]
@@ -409,8 +419,9 @@ def _cmd_cluster(args: argparse.Namespace) -> int:
     import getpass
 
     from jeanzay_kit.config.compose import user_config_dir
+    from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.slurm import discover as d
-    from jeanzay_kit.slurm.commands import SlurmCommandError, show_text
+    from jeanzay_kit.slurm.commands import show_text
 
     config = show_text(["scontrol", "show", "config"])
     partitions = show_text(["scontrol", "show", "partition", "-o"])

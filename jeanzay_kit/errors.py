@@ -63,3 +63,56 @@ class HostlistError(JzkError, ValueError):
 
 class RankEnvError(JzkError):
     """Launcher variables (SLURM_*, torchrun) that contradict each other."""
+
+
+# ---- configuration and rendering ----------------------------------------------------------
+
+
+class ConfigError(JzkError):
+    """The overrides or the config tree could not be composed (config/compose.py)."""
+
+
+class TimeFormatError(JzkError, ValueError):
+    """Why a value is not a Slurm time; the caller names the key and the value."""
+
+
+class RenderError(JzkError, ValueError):
+    """A value that cannot be written into a script safely (slurm/sbatch.py)."""
+
+
+# ---- Slurm and launching --------------------------------------------------------------------
+
+
+class SlurmCommandError(JzkError):
+    """A Slurm command (sbatch, squeue, scontrol...) failed; the message is Slurm's."""
+
+
+class LaunchError(JzkError):
+    """A sweep that cannot be submitted as asked; nothing was submitted."""
+
+
+class RunsFailed(JzkError):
+    """hydra.launcher.wait=true and some runs did not complete."""
+
+    exit_code = 1
+
+
+class DistSetupError(JzkError):
+    """The job's tasks do not match the requested layout, or no device fits."""
+
+
+# ---- checkpoints ------------------------------------------------------------------------------
+
+
+class ManifestError(JzkError, ValueError):
+    """A manifest.json that cannot be read (ckpt/layout.py)."""
+
+
+class ResumeError(JzkError):
+    """A checkpoint that this run cannot resume from."""
+
+
+class CheckpointNotFound(JzkError):
+    """`jzk checkpoints` found nothing to show."""
+
+    exit_code = 1

@@ -80,7 +80,8 @@ def main(
         from jeanzay_kit.ckpt.store import check_resume_early
 
         # Before torch is imported and any worker starts.
-        check_resume_early(run_dir, spec.config, str(spec.config.get("resume", "auto")))
+        ckpt = spec.checkpoint
+        check_resume_early(run_dir, spec.config, ckpt.resume, ckpt.allow_config_change)
         from jeanzay_kit.launch.local import launch_local
 
         code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)

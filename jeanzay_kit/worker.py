@@ -42,7 +42,6 @@ def run_worker(
         torch.set_num_threads(threads)
     want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
     device = pick_device(info, want, visible_devices)
-    par = spec.config["parallel"]
     # One line per task: where it sits in the job (the Slurm tests read it back).
     print(
         f"jzk: rank {info.rank}/{info.world_size} local_rank {info.local_rank}/"
@@ -55,11 +54,11 @@ def run_worker(
         info,
         spec.layout,
         device,
-        backend=par.get("backend", "auto"),
-        timeout_minutes=float(par.get("timeout_minutes", 10)),
+        backend=spec.comm.backend,
+        timeout_minutes=spec.comm.timeout_minutes,
     )
     try:
-        result = train(spec, spec.config, ctx, run_dir, stop=stop)
+        result = train(spec, ctx, run_dir, stop=stop)
     except JzkError as err:
         # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
         if info.rank == 0:
@@ -92,15 +91,16 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
     """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit.
 
     runner: the Slurm command runner, sleep: time.sleep (stand-ins in unit tests)."""
-    from jeanzay_kit.slurm.commands import SlurmCommandError, requeue
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.slurm.commands import requeue
     from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 
     # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
     # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
     wants_requeue = (
-        spec.requeue
-        and result.stopped_by == f"SIG{spec.signal}"
-        and spec.signal != "TERM"
+        spec.preemption.requeue
+        and result.stopped_by == f"SIG{spec.preemption.signal}"
+        and spec.preemption.signal != "TERM"
         and info.requeue_id is not None
     )
     # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
@@ -133,9 +133,9 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
         if info.rank == 0:
             print(
                 f"SIGTERM: step-{result.steps} is complete; waiting up to "
-                f"{spec.term_wait_seconds} s for Slurm to end the job (a preempted job is "
-                "requeued and resumes from it)",
+                f"{spec.preemption.term_wait_seconds} s for Slurm to end the job (a preempted "
+                "job is requeued and resumes from it)",
                 flush=True,
             )
-        sleep(spec.term_wait_seconds)
+        sleep(spec.preemption.term_wait_seconds)
     raise SystemExit(EXIT_PREEMPTED)

@@ -90,9 +90,10 @@ class JeanzayLauncher(Launcher):
     def _launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
     ) -> Sequence[JobReturn]:
+        from jeanzay_kit.errors import RunsFailed
         from jeanzay_kit.launch.arrays import plan_arrays
         from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-        from jeanzay_kit.launch.sweep import RunsFailed, submit_arrays, wait_for
+        from jeanzay_kit.launch.sweep import submit_arrays, wait_for
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
@@ -153,8 +154,8 @@ class JeanzayLauncher(Launcher):
     ) -> tuple[list[Any], dict[int, DictConfig]]:
         """Compose, resolve and validate every point; raise once, listing every problem."""
         from jeanzay_kit.config.spec import build_job_spec
-        from jeanzay_kit.errors import SpecError
-        from jeanzay_kit.launch.arrays import LaunchError, SweepPoint
+        from jeanzay_kit.errors import LaunchError, SpecError
+        from jeanzay_kit.launch.arrays import SweepPoint
 
         assert self.config is not None and self.hydra_context is not None
         points, configs, problems = [], {}, []

@@ -23,10 +23,9 @@ from jeanzay_kit.ckpt.layout import FileRecord
 # Every 16 MB written, ask the kernel to start writing those pages to disk: the final
 # fsync then has little left to wait for. POSIX_FADV_DONTNEED starts writeback of the
 # range's dirty pages on Linux (mm/fadvise.c; it drops only pages already clean, so it is
-# a writeback hint here, not a cache limit). bench/bench_checkpoint_parts.py, 4 threads,
-# 403 MB: our writer 1358 -> 1743 MB/s with the hint (DCP's stock writer 1017 -> 1407),
-# `dd oflag=direct` 1609, medians of 7 rounds. Where posix_fadvise does not exist (macOS)
-# the writes just wait for the fsync.
+# a writeback hint here, not a cache limit); what it gains is measured in
+# docs/performance.md ("Writeback started while writing"). Where posix_fadvise does not
+# exist (macOS) the writes just wait for the fsync.
 WRITEBACK_EVERY = 16 << 20
 
 

@@ -6,11 +6,7 @@ import warnings
 from pathlib import Path
 
 from jeanzay_kit.ckpt.store import CheckpointStore
-from jeanzay_kit.errors import JzkError
-
-
-class CheckpointNotFound(JzkError):
-    exit_code = 1
+from jeanzay_kit.errors import CheckpointNotFound
 
 
 def _store(run_dir: str | Path) -> CheckpointStore:

@@ -24,6 +24,7 @@ from typing import Any
 # What a config computes lives with the config (config/identity.py); the checkpoint records
 # its hash and explains a refusal with its differences.
 from jeanzay_kit.config.identity import RESUME_IGNORES, config_differences
+from jeanzay_kit.errors import ManifestError
 
 MANIFEST = "manifest.json"
 # Format 2 records "checksum": "<algorithm>:<hex>"; format 1 (still read) had "sha256".
@@ -94,10 +95,6 @@ class Manifest:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files.values())
-
-
-class ManifestError(ValueError):
-    pass
 
 
 def parse_manifest(text: str) -> Manifest:

@@ -40,7 +40,7 @@ from jeanzay_kit.ckpt.layout import (
 )
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
-from jeanzay_kit.errors import JzkError
+from jeanzay_kit.errors import ResumeError
 
 _CHUNK = 8 << 20
 
@@ -200,15 +200,17 @@ class CheckpointStore:
             shutil.rmtree(child, ignore_errors=True)
 
 
-def check_resume_early(run_dir: Path, config: Mapping[str, Any], resume: str) -> None:
+def check_resume_early(
+    run_dir: Path, config: Mapping[str, Any], resume: str, allow_change: bool
+) -> None:
     """Refuse a changed config before any worker starts (the workers check again).
 
     Reads only the newest complete checkpoint's manifest and config.json: no checksums
     and no torch, so `python train.py` with another experiment's run directory fails in
     well under a second instead of after starting its workers. With resume=never, or
-    checkpoint.allow_config_change=true, there is nothing to refuse.
+    allow_change (checkpoint.allow_config_change), there is nothing to refuse.
     """
-    if resume == "never" or (config.get("checkpoint") or {}).get("allow_config_change"):
+    if resume == "never" or allow_change:
         return
     if resume == "auto":
         store = CheckpointStore(Path(run_dir) / "checkpoints")
@@ -226,9 +228,3 @@ def check_resume_early(run_dir: Path, config: Mapping[str, Any], resume: str) ->
     except (OSError, ValueError):
         return  # unreadable or damaged: the workers' own checks report it precisely
     raise ResumeError(config_change_message(str(folder), old, config))
-
-
-class ResumeError(JzkError):
-    """A checkpoint that this run cannot resume from."""
-
-    exit_code = 2

@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from jeanzay_kit.errors import Problem, SpecError
-from jeanzay_kit.slurm_syntax.timefmt import TimeFormatError, parse_time
+from jeanzay_kit.errors import Problem, SpecError, TimeFormatError
+from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
 
 @dataclass(frozen=True)

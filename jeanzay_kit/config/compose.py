@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.errors import JzkError
+from jeanzay_kit.errors import ConfigError, JzkError, Problem, SpecError
 
 # conf/ sits next to the package in a source checkout (`pip install -e .`).
 DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
@@ -25,10 +25,16 @@ def user_config_dir(env: Mapping[str, str]) -> Path:
     return Path(base).expanduser() / "jeanzay_kit"
 
 
-class ConfigError(JzkError):
-    """The overrides or the config tree could not be composed."""
+def register_schemas() -> None:
+    """Put the schemas of config/schema.py in Hydra's ConfigStore, where the conf/ files
+    find them (`defaults: [base_<name>, _self_]`); before any config is composed."""
+    from hydra.core.config_store import ConfigStore
 
-    exit_code = 2
+    from jeanzay_kit.config.schema import SCHEMAS
+
+    store = ConfigStore.instance()
+    for group, name, schema in SCHEMAS:
+        store.store(group=group, name=name, node=schema)
 
 
 def compose_config(
@@ -45,6 +51,7 @@ def compose_config(
     from jeanzay_kit.config.resolvers import register_resolvers
 
     register_resolvers()
+    register_schemas()
     directory = Path(config_dir or DEFAULT_CONFIG_DIR).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
         raise ConfigError(
@@ -56,12 +63,69 @@ def compose_config(
             cfg = compose(config_name=config_name, overrides=list(overrides))
         container = OmegaConf.to_container(cfg, resolve=True)
     except (HydraException, OmegaConfBaseException) as err:
-        # Hydra appends its search path to some messages; the user needs the first part.
-        message = " ".join(str(err).split("Config search path")[0].split())
-        raise ConfigError(
-            "cannot apply the overrides: "
-            + message
-            + ". HINT: overrides use Hydra's syntax, key=value (`jzk validate --help`)"
-        ) from err
+        raise compose_error(err, overrides) from err
     assert isinstance(container, dict)
     return container
+
+
+# OmegaConf's words for a value of the wrong type -> ours (config/collector.py says the same).
+_TYPE_REASONS = (
+    ("to Integer", "is not a whole number"),
+    ("to Float", "is not a number"),
+    ("valid bool", "is not true or false"),
+)
+
+
+def compose_error(err: BaseException, overrides: Sequence[str] = ()) -> JzkError:
+    """Hydra's refusal as our error that names the key: a value of the wrong type or a key
+    the schema lacks becomes a Problem (`key=value reason. HINT: fix`), like every check
+    of config/spec.py; anything else keeps Hydra's words."""
+    # Hydra appends its search path to some messages; the user needs the first part.
+    message = " ".join(str(err).split("Config search path")[0].split())
+    cause: BaseException | None = err
+    while cause is not None:
+        full_key = getattr(cause, "full_key", None)
+        reason = str(getattr(cause, "msg", "") or "").split("\n")[0]
+        if full_key and reason:
+            given = _given(full_key, overrides, getattr(cause, "value", None))
+            return SpecError(_schema_problem(full_key, given, cause, reason))
+        cause = cause.__cause__ or cause.__context__
+    return ConfigError(
+        f"cannot apply the overrides: {message}. HINT: overrides use Hydra's syntax, "
+        "key=value (`jzk validate --help`)"
+    )
+
+
+def _given(full_key: str, overrides: Sequence[str], default: object) -> object:
+    """The value the user wrote for a key (OmegaConf does not keep it for unknown keys)."""
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if sep and key == full_key:
+            return value
+    return default
+
+
+def _schema_problem(full_key: str, given: object, cause: BaseException, reason: str) -> Problem:
+    schema = getattr(cause, "object_type", None)
+    name = getattr(schema, "__name__", "the schema")
+    if "not in" in reason:  # a key the schema does not have
+        import difflib
+        from dataclasses import fields, is_dataclass
+
+        known = [f.name for f in fields(schema)] if is_dataclass(schema) else []
+        near = difflib.get_close_matches(full_key.rsplit(".", 1)[-1], known, n=1)
+        parent = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
+        hint = f"did you mean {parent}{near[0]}? " if near else ""
+        return Problem(
+            full_key,
+            given,
+            f"is not a key of {name}",
+            hint + "jeanzay_kit/config/schema.py lists every key",
+        )
+    ours = next((words for theirs, words in _TYPE_REASONS if theirs in reason), None)
+    return Problem(
+        full_key,
+        given,
+        f"{ours or reason} ({name} in jeanzay_kit/config/schema.py)",
+        "give a value of the type the schema states",
+    )

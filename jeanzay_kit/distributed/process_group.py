@@ -15,11 +15,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from jeanzay_kit.distributed.layout import ParallelLayout
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.errors import JzkError
-
-
-class DistSetupError(JzkError):
-    """The job's tasks do not match the requested layout, or no device fits."""
+from jeanzay_kit.errors import DistSetupError
 
 
 @dataclass

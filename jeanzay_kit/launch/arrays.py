@@ -17,15 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.errors import JzkError
+from jeanzay_kit.errors import LaunchError, RenderError
 from jeanzay_kit.slurm.flags import sbatch_flags
-from jeanzay_kit.slurm.sbatch import RenderError, is_plain, setup_lines
-
-
-class LaunchError(JzkError):
-    """A sweep that cannot be submitted as asked; nothing was submitted."""
-
-    exit_code = 2
+from jeanzay_kit.slurm.sbatch import is_plain, setup_lines
 
 
 @dataclass(frozen=True)
@@ -80,7 +74,7 @@ def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str
             "torchrun"
         )
     params: dict[str, Any] = {
-        "signal_delay_s": spec.signal_lead_seconds,
+        "signal_delay_s": spec.preemption.lead_seconds,
         "array_parallelism": array_parallelism,
         "setup": _setup(spec),
         # One failed task ends the step instead of leaving the others in a collective.
@@ -92,7 +86,7 @@ def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str
     # additional parameters (signal, requeue, hint).
     for flag in sbatch_flags(spec):
         if flag.name == "time":
-            params["time"] = spec.time_minutes  # submitit takes minutes
+            params["time"] = spec.resources.time_minutes  # submitit takes minutes
         elif flag.name in _NUMBERS:
             params[flag.name.replace("-", "_")] = int(flag.value or 0)
         elif flag.value is None:
@@ -115,8 +109,8 @@ def plan_arrays(
     groups: dict[str, tuple[dict[str, Any], str, list[SweepPoint]]] = {}
     for point in points:
         params = submitit_parameters(point.spec, array_parallelism)
-        key = repr(sorted(params.items())) + "\0" + point.spec.python
-        groups.setdefault(key, (params, point.spec.python, []))[2].append(point)
+        key = repr(sorted(params.items())) + "\0" + point.spec.job.python
+        groups.setdefault(key, (params, point.spec.job.python, []))[2].append(point)
     plans = []
     for params, python, members in groups.values():
         for start in range(0, len(members), max_array_size):

@@ -13,16 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.errors import JzkError
-from jeanzay_kit.launch.arrays import ArrayPlan, LaunchError
+from jeanzay_kit.errors import LaunchError
+from jeanzay_kit.launch.arrays import ArrayPlan
 from jeanzay_kit.launch.manifest import write_manifest
 from jeanzay_kit.launch.task import run_training
-
-
-class RunsFailed(JzkError):
-    """hydra.launcher.wait=true and some runs did not complete."""
-
-    exit_code = 1
 
 
 def submit_arrays(

@@ -9,11 +9,7 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
-from jeanzay_kit.errors import JzkError
-
-
-class SlurmCommandError(JzkError):
-    pass
+from jeanzay_kit.errors import SlurmCommandError
 
 
 class CommandRunner:

@@ -23,35 +23,49 @@ class SbatchFlag:
 
 def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
     """sbatch's options for `spec`, in the order the rendered script writes them."""
-    flags = [SbatchFlag("job-name", spec.job_name, "job.name")]
-    if spec.account:
-        flags.append(SbatchFlag("account", spec.account, "cluster.account"))
-    if spec.cluster.is_slurm and spec.partition.select == "partition":
-        flags.append(SbatchFlag("partition", spec.partition.name, "resources.partition"))
-    if spec.constraint:
-        flags.append(SbatchFlag("constraint", spec.constraint, "resources.constraint"))
-    if spec.qos:
-        flags.append(SbatchFlag("qos", spec.qos, "resources.qos"))
-    flags.append(SbatchFlag("nodes", str(spec.nodes), "resources.nodes"))
-    flags.append(SbatchFlag("ntasks-per-node", str(spec.ntasks_per_node), "parallel.launcher"))
+    flags = [SbatchFlag("job-name", spec.job.name, "job.name")]
+    if spec.resources.account:
+        flags.append(SbatchFlag("account", spec.resources.account, "cluster.account"))
+    if spec.cluster.is_slurm and spec.resources.partition.select == "partition":
+        flags.append(SbatchFlag("partition", spec.resources.partition.name, "resources.partition"))
+    if spec.resources.constraint:
+        flags.append(SbatchFlag("constraint", spec.resources.constraint, "resources.constraint"))
+    if spec.resources.qos:
+        flags.append(SbatchFlag("qos", spec.resources.qos, "resources.qos"))
+    flags.append(SbatchFlag("nodes", str(spec.resources.nodes), "resources.nodes"))
+    flags.append(
+        SbatchFlag("ntasks-per-node", str(spec.resources.ntasks_per_node), "parallel.launcher")
+    )
     if spec.cluster.gpu_request == "gpus":
         flags.append(
-            SbatchFlag("gpus-per-node", str(spec.gpus_per_node), "resources.gpus_per_node")
+            SbatchFlag(
+                "gpus-per-node", str(spec.resources.gpus_per_node), "resources.gpus_per_node"
+            )
         )
     else:
-        flags.append(SbatchFlag("gres", f"gpu:{spec.gpus_per_node}", "resources.gpus_per_node"))
-    flags.append(SbatchFlag("cpus-per-task", str(spec.cpus_per_task), "resources.cpus_per_task"))
-    if spec.mem:
-        flags.append(SbatchFlag("mem", spec.mem, "resources.mem"))
+        flags.append(
+            SbatchFlag("gres", f"gpu:{spec.resources.gpus_per_node}", "resources.gpus_per_node")
+        )
+    flags.append(
+        SbatchFlag("cpus-per-task", str(spec.resources.cpus_per_task), "resources.cpus_per_task")
+    )
+    if spec.resources.mem:
+        flags.append(SbatchFlag("mem", spec.resources.mem, "resources.mem"))
     if spec.cluster.hint:
         flags.append(SbatchFlag("hint", spec.cluster.hint, "cluster.hint"))
-    flags.append(SbatchFlag("time", spec.time, "resources.time"))
+    flags.append(SbatchFlag("time", spec.resources.time, "resources.time"))
     # No "B:" prefix: the signal goes to every task of every step (the training
     # processes), not to the batch shell; the ranks save at the next step boundary.
     flags.append(
-        SbatchFlag("signal", f"{spec.signal}@{spec.signal_lead_seconds}", "preemption.signal")
+        SbatchFlag(
+            "signal",
+            f"{spec.preemption.signal}@{spec.preemption.lead_seconds}",
+            "preemption.signal",
+        )
     )
     flags.append(
-        SbatchFlag("requeue" if spec.requeue else "no-requeue", None, "preemption.requeue")
+        SbatchFlag(
+            "requeue" if spec.preemption.requeue else "no-requeue", None, "preemption.requeue"
+        )
     )
     return flags

@@ -27,16 +27,13 @@ import yaml
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
+from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.flags import sbatch_flags
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Values made only of these characters read the same to sbatch with or without quotes.
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:@%/+=,-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class RenderError(ValueError):
-    """A value that cannot be written into a script safely."""
 
 
 def sbatch_quote(value: object) -> str:
@@ -140,7 +137,7 @@ def setup_lines(spec: JobSpec) -> list[str]:
     lines.append("# CPU threads of each training process: its share of the task's CPUs")
     lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
     lines.append("# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch")
-    lines.append(f"export SRUN_CPUS_PER_TASK={spec.cpus_per_task}")
+    lines.append(f"export SRUN_CPUS_PER_TASK={spec.resources.cpus_per_task}")
     for name, value in spec.cluster.env.items():
         if not _ENV_NAME.match(name):
             raise RenderError(f"cluster.env key {name!r} is not a shell variable name")
@@ -169,28 +166,30 @@ def render_sbatch(
     directory, entry point) then mean what they meant there, whatever directory `sbatch`
     is run from. None writes no --chdir (the job runs where sbatch is run).
     """
-    argv = list(command) if command is not None else shlex.split(spec.entry)
-    lay = spec.layout
+    argv = list(command) if command is not None else shlex.split(spec.job.entry)
+    lay, res, tset = spec.layout, spec.resources, spec.train
     lines = ["#!/bin/bash"]
     lines.append(
         f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>"
     )
     lines.append("# Re-render: jzk render " + " ".join(shell_word(o) for o in rendered_by))
     lines.append(
-        f"# {spec.nodes} node(s) x {spec.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
+        f"# {res.nodes} node(s) x {res.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
         f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "
-        f"global batch {spec.global_batch_size} = {lay.dp_size} x {spec.micro_batch_size} "
-        f"x {spec.grad_accum_steps} accumulation step(s)"
+        f"global batch {tset.global_batch_size} = {lay.dp_size} x {tset.micro_batch_size} "
+        f"x {tset.grad_accum_steps} accumulation step(s)"
     )
     if workdir:
         lines.append(
             "# Slurm opens the logs before the script runs and creates no folder: "
-            f"`jzk render` made {shell_word(spec.log_dir)}"
+            f"`jzk render` made {shell_word(spec.job.log_dir)}"
         )
     else:
-        lines.append(f"# Slurm does not create log folders: mkdir -p {shell_word(spec.log_dir)}")
+        lines.append(
+            f"# Slurm does not create log folders: mkdir -p {shell_word(spec.job.log_dir)}"
+        )
     log_pattern = "%x-%A_%a" if array else "%x-%j"
-    log_dir = _slurm_pattern_literal(spec.log_dir.rstrip("/") or "/")
+    log_dir = _slurm_pattern_literal(spec.job.log_dir.rstrip("/") or "/")
     # What the job asks of Slurm (slurm/flags.py, shared with the launcher), with this
     # script's own options in their places: --chdir after the name, the array and the
     # log files before the preemption options.
@@ -217,7 +216,7 @@ def render_sbatch(
     body = frozen_config_yaml(spec.config)
     tag = _heredoc_delimiter(body)
     lines.append("# The config validated at render time, frozen into this script.")
-    lines.append(f"JZK_CONFIG_DIR={shell_word(spec.log_dir)}")
+    lines.append(f"JZK_CONFIG_DIR={shell_word(spec.job.log_dir)}")
     lines.append('JZK_CONFIG_NAME="jzk-config-${SLURM_JOB_ID}"')
     lines.append('mkdir -p -- "$JZK_CONFIG_DIR"')
     lines.append(f"cat > \"$JZK_CONFIG_DIR/$JZK_CONFIG_NAME.yaml\" <<'{tag}'")
@@ -225,7 +224,7 @@ def render_sbatch(
     lines.append(tag)
     lines.append("")
 
-    program = [shell_word(spec.python)]
+    program = [shell_word(spec.job.python)]
     if lay.launcher == "torchrun":
         lines.append(
             "# torchrun starts one worker per GPU on each node; rendezvous on the first node"
@@ -240,7 +239,7 @@ def render_sbatch(
             "-m",
             "jeanzay_kit.launch.torchrun_agent",
             '--nnodes="$SLURM_NNODES"',
-            f"--nproc-per-node={spec.gpus_per_node}",
+            f"--nproc-per-node={spec.resources.gpus_per_node}",
             "--rdzv-backend=c10d",
             '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
             '--rdzv-id="$SLURM_JOB_ID"',
@@ -249,9 +248,7 @@ def render_sbatch(
     program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
     # The run directory comes from the job's identity (job.run_dir), so a requeued job
     # finds its checkpoints; the frozen config has no `hydra` section to carry it.
-    run_dir = spec.config.get("job", {}).get("run_dir")
-    if run_dir:
-        program.append(shell_word(hydra_override("hydra.run.dir", run_dir)))
+    program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
     lines.append("# --kill-on-bad-exit: one failed task ends the step instead of leaving the")
     lines.append("# others blocked in a collective until the time limit")
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))

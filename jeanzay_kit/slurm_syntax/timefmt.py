@@ -11,14 +11,12 @@ from __future__ import annotations
 import math
 import re
 
+from jeanzay_kit.errors import TimeFormatError
+
 _DAYS = re.compile(r"^(\d+)-(\d+)(?::(\d+))?(?::(\d+))?$")
 _CLOCK = re.compile(r"^(\d+)(?::(\d+))?(?::(\d+))?$")
 
 UNLIMITED = {"unlimited", "infinite"}
-
-
-class TimeFormatError(ValueError):
-    """Why a value is not a Slurm time; the caller names the key and the value."""
 
 
 def parse_time(value: object) -> int:

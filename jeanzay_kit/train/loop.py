@@ -1,9 +1,11 @@
 """The training loop: read top to bottom, one optimizer step per iteration.
 
-Receives values (the JobSpec, the config, the process-group context); reads no
-environment. The global batch is the same whatever the world size: each step, every
-data-parallel rank runs `grad_accum_steps` micro-batches of `micro_batch_size` samples
-(see train/sampler.py), and the strategy averages gradients across ranks.
+Receives values (the JobSpec and the process-group context); reads no environment.
+The global batch is the same whatever the world size: each step, every data-parallel
+rank runs `grad_accum_steps` micro-batches of `micro_batch_size` samples (see
+train/sampler.py), and the strategy averages gradients across ranks. `train` builds
+(data, model, strategy, optimizer, checkpointer, each by a named helper), resumes, then
+loops.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import contextlib
 import math
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +23,10 @@ import numpy as np
 import torch
 from hydra.utils import instantiate
 
-from jeanzay_kit.ckpt.checkpointer import Checkpointer, TrainerState
+from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
+from jeanzay_kit.ckpt.trainer_state import TrainerState
+from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
@@ -75,7 +79,7 @@ def resolve_precision(precision: str, device: torch.device) -> str:
 
 
 def build_strategy(
-    spec: JobSpec, cfg: Mapping[str, Any], ctx: DistContext, model: torch.nn.Module, precision: str
+    spec: JobSpec, ctx: DistContext, model: torch.nn.Module, precision: str
 ) -> Strategy:
     loss_fn = model.loss  # type: ignore[attr-defined]
     autocast = make_autocast(precision, ctx.device)
@@ -84,71 +88,55 @@ def build_strategy(
     )
     common = dict(ctx=ctx, loss_fn=loss_fn, autocast=autocast, scaler=scaler)
     mode = spec.layout.mode
-    compile_model = bool(cfg["train"].get("compile", False))
     if mode == "ddp":
         from jeanzay_kit.train.strategies.ddp import DDPStrategy
 
         return DDPStrategy(
             model,
-            bucket_cap_mb=float(cfg["parallel"].get("bucket_cap_mb", 25)),
-            compile_model=compile_model,
+            bucket_cap_mb=spec.comm.bucket_cap_mb,
+            compile_model=spec.train.compile,
             **common,
         )
     if mode == "fsdp":
         from jeanzay_kit.train.strategies.fsdp import FSDPStrategy
 
-        return FSDPStrategy(model, compile_model=compile_model, **common)
+        return FSDPStrategy(model, compile_model=spec.train.compile, **common)
     if mode == "dataparallel":
         from jeanzay_kit.train.strategies.dataparallel import DataParallelStrategy
 
         return DataParallelStrategy(model, **common)
     from jeanzay_kit.train.strategies.pipeline import PipelineStrategy
 
-    n_micro = spec.layout.microbatches * spec.grad_accum_steps
+    n_micro = spec.layout.microbatches * spec.train.grad_accum_steps
     return PipelineStrategy(model, n_microbatches=n_micro, **common)
 
 
-def build_optimizer(params, ocfg: Mapping[str, Any]) -> torch.optim.Optimizer:
-    """optim.name: adamw (default) or sgd (with momentum)."""
-    lr, decay = float(ocfg["lr"]), float(ocfg.get("weight_decay", 0.0))
-    if ocfg.get("name", "adamw") == "sgd":
+def build_optimizer(params, optim: OptimSettings) -> torch.optim.Optimizer:
+    """optim.name: adamw or sgd (with momentum)."""
+    if optim.name == "sgd":
         return torch.optim.SGD(
-            params, lr=lr, momentum=float(ocfg.get("momentum", 0.0)), weight_decay=decay
+            params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay
         )
     return torch.optim.AdamW(
-        params, lr=lr, betas=tuple(ocfg.get("betas", (0.9, 0.95))), weight_decay=decay
+        params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
     )
 
 
-def train(
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, optim: OptimSettings, steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    factor = lr_lambda(optim.warmup_steps or 1, steps, optim.min_lr_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def build_checkpointer(
     spec: JobSpec,
-    cfg: Mapping[str, Any],
+    strategy: Strategy,
+    optimizer: torch.optim.Optimizer,
     ctx: DistContext,
     run_dir: Path,
-    stop: StopRequest | None = None,
-) -> TrainResult:
-    tcfg, ocfg, ccfg = cfg["train"], cfg["optim"], cfg.get("checkpoint") or {}
-    seed = int(tcfg.get("seed", 0))
-    steps = int(tcfg["steps"])
-
-    # Same seed on every rank: every rank builds the same initial model, whatever the
-    # mode, before it is wrapped, sharded or split.
-    seed_everything(seed)
-    dataset = instantiate(cfg["data"])
-    model = instantiate(cfg["model"])
-    model.activation_checkpointing = bool(tcfg.get("activation_checkpointing", False))
-    precision = resolve_precision(spec.precision, ctx.device)
-    strategy = build_strategy(spec, cfg, ctx, model, precision)
-
-    optimizer = build_optimizer(strategy.parameters(), ocfg)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lr_lambda(
-            int(ocfg.get("warmup_steps", 0)) or 1, steps, float(ocfg.get("min_lr_ratio", 0.1))
-        ),
-    )
-
-    # ---- resume: the newest complete checkpoint of this run directory -------------------
+) -> Checkpointer:
+    """The checkpointer of this run; `world` is the layout a resume must match."""
     lay = spec.layout
     world = {
         "mode": lay.mode,
@@ -157,21 +145,45 @@ def train(
         "dp_size": lay.dp_size,
         "stages_per_rank": lay.stages_per_rank if lay.schedule == "interleaved_1f1b" else 1,
     }
-    ckpt = Checkpointer(
+    return Checkpointer(
         run_dir,
         strategy.state_module(),
         optimizer,
         ctx.info.rank,
         world,
-        cfg,
+        spec.config,
         ctx.device,
-        keep_last=int(ccfg.get("keep_last", 3)),
-        use_async=bool(ccfg.get("async", False)),
+        keep_last=spec.checkpoint.keep_last,
+        use_async=spec.checkpoint.use_async,
     )
+
+
+def train(
+    spec: JobSpec,
+    ctx: DistContext,
+    run_dir: Path,
+    stop: StopRequest | None = None,
+) -> TrainResult:
+    tset, cset = spec.train, spec.checkpoint
+    steps = tset.steps
+
+    # ---- build: data, model, strategy, optimizer, checkpointer ----------------------------
+    # Same seed on every rank: every rank builds the same initial model, whatever the
+    # mode, before it is wrapped, sharded or split.
+    seed_everything(tset.seed)
+    dataset = instantiate(spec.data)
+    model = instantiate(spec.model)
+    model.activation_checkpointing = tset.activation_checkpointing
+    strategy = build_strategy(spec, ctx, model, resolve_precision(tset.precision, ctx.device))
+    optimizer = build_optimizer(strategy.parameters(), spec.optim)
+    scheduler = build_scheduler(optimizer, spec.optim, steps)
+    ckpt = build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
+
+    # ---- resume: the newest complete checkpoint of this run directory -------------------
     start_step, loss_value = 0, None
-    folder = ckpt.find(str(cfg.get("resume", "auto")))
+    folder = ckpt.find(cset.resume)
     if folder is not None:
-        ckpt.check_compatible(folder, bool(ccfg.get("allow_config_change", False)))
+        ckpt.check_compatible(folder, cset.allow_config_change)
         state = ckpt.load(folder)
         scheduler.load_state_dict(state.scheduler)
         if strategy.scaler is not None and state.scaler:
@@ -180,24 +192,20 @@ def train(
         if ctx.is_main:
             print(f"resumed from {folder} (step {start_step})", flush=True)
 
+    # ---- data order: the same global batches whatever the world size ----------------------
     # Hold out the end of the dataset for evaluation; train on the rest.
-    eval_count = int(len(dataset) * float(tcfg.get("eval_fraction", 0.05)))
+    eval_count = int(len(dataset) * tset.eval_fraction)
+    lay = spec.layout
     plan = GlobalBatchPlan(
         dataset_size=len(dataset) - eval_count,
-        global_batch=spec.global_batch_size,
-        micro_batch=spec.micro_batch_size,
+        global_batch=tset.global_batch_size,
+        micro_batch=tset.micro_batch_size,
         dp_size=lay.dp_size,
         dp_rank=ctx.dp_rank,
-        seed=seed,
+        seed=tset.seed,
     )
-    eval_rounds = _eval_rounds(
-        dataset, plan, eval_count, spec, ctx, int(tcfg.get("eval_batches", 2))
-    )
-    grad_clip = float(ocfg.get("grad_clip", 0.0) or 0.0)
-    log_every = max(1, int(tcfg.get("log_every", 10)))
-    eval_every = int(tcfg.get("eval_every", 0) or 0)
-    every_steps = int(ccfg.get("every_steps") or 0)
-    every_seconds = float(ccfg.get("every_minutes") or 0) * 60
+    eval_rounds = _eval_rounds(dataset, plan, eval_count, spec, ctx, tset.eval_batches)
+    every_seconds = (cset.every_minutes or 0) * 60
     flops = getattr(model, "flops_per_sample", lambda: 0.0)()
     peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.device.type == "cuda" else None
     metrics = MetricsWriter(run_dir, ctx.is_main, steps, resume_step=start_step)
@@ -222,6 +230,7 @@ def train(
             force_sync=force_sync,
         )
 
+    # ---- the loop -------------------------------------------------------------------------
     strategy.train(True)
     if 0 < start_step < steps:
         first = plan.step_indices(start_step)[0]
@@ -234,8 +243,8 @@ def train(
         local_loss = strategy.train_step(batches)
         if strategy.scaler is not None:
             strategy.scaler.unscale_(optimizer)
-        if grad_clip > 0:
-            strategy.clip_grad_norm(grad_clip)
+        if spec.optim.grad_clip > 0:
+            strategy.clip_grad_norm(spec.optim.grad_clip)
         ckpt.before_update()  # an asynchronous save may still be copying the weights
         if strategy.scaler is not None:
             strategy.scaler.step(optimizer)
@@ -247,7 +256,7 @@ def train(
         window_steps += 1
 
         done = step + 1
-        if done % log_every == 0 or done == steps:
+        if done % tset.log_every == 0 or done == steps:
             # One all-reduce of the loss per logged step, not per step.
             loss_value = strategy.global_mean(local_loss)
             if ctx.device.type == "cuda":
@@ -258,25 +267,15 @@ def train(
                 "loss": loss_value,
                 "lr": scheduler.get_last_lr()[0],
                 "step_time_s": elapsed,
-                "samples_per_s": spec.global_batch_size / elapsed,
+                "samples_per_s": tset.global_batch_size / elapsed,
             }
             tokens = getattr(dataset, "tokens_per_sample", 0)
             if tokens:
-                record["tokens_per_s"] = spec.global_batch_size * tokens / elapsed
+                record["tokens_per_s"] = tset.global_batch_size * tokens / elapsed
             if peak and flops:
-                record["mfu"] = flops * spec.global_batch_size / elapsed / (peak * lay.world_size)
-            if eval_every and (done % eval_every == 0 or done == steps):
-                strategy.train(False)
-                losses = [strategy.eval_loss(batches) for batches in eval_rounds]
-                strategy.train(True)
-                if eval_rounds:
-                    local = torch.stack(
-                        [
-                            loss if loss is not None else torch.zeros((), device=ctx.device)
-                            for loss in losses
-                        ]
-                    )
-                    record["eval_loss"] = strategy.global_mean(local.mean())
+                record["mfu"] = flops * tset.global_batch_size / elapsed / (peak * lay.world_size)
+            if tset.eval_every and (done % tset.eval_every == 0 or done == steps) and eval_rounds:
+                record["eval_loss"] = _eval_loss(strategy, eval_rounds, ctx)
             metrics.log(record)
             window_start, window_steps = time.perf_counter(), 0
 
@@ -292,10 +291,11 @@ def train(
             if ctx.is_main:
                 print(f"{stopped_by} received: saved step-{done} and stopping", flush=True)
             break
-        if (every_steps and done % every_steps == 0) or time_due or done == steps:
+        if (cset.every_steps and done % cset.every_steps == 0) or time_due or done == steps:
             save(done, force_sync=done == steps)
             saved_at, last_save_time = done, time.monotonic()
 
+    # ---- the end: last save sealed, final weights on rank 0 -------------------------------
     ckpt.close()
     if own_stop:
         stop.restore()
@@ -310,6 +310,17 @@ def train(
     return TrainResult(saved_at, loss_value, digest, stopped_by)
 
 
+def _eval_loss(strategy: Strategy, eval_rounds: list, ctx: DistContext) -> float:
+    """The held-out loss, averaged over the eval rounds and the ranks."""
+    strategy.train(False)
+    losses = [strategy.eval_loss(batches) for batches in eval_rounds]
+    strategy.train(True)
+    local = torch.stack(
+        [loss if loss is not None else torch.zeros((), device=ctx.device) for loss in losses]
+    )
+    return strategy.global_mean(local.mean())
+
+
 def _eval_rounds(
     dataset, plan: GlobalBatchPlan, eval_count: int, spec: JobSpec, ctx: DistContext, rounds: int
 ) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
@@ -318,12 +329,12 @@ def _eval_rounds(
     The eval set is the first `rounds` global batches after the training samples, so it
     is the same whatever the world size, and a pipeline evaluates it step by step.
     """
-    g, m, dp = spec.global_batch_size, spec.micro_batch_size, spec.layout.dp_size
+    g, m, dp = spec.train.global_batch_size, spec.train.micro_batch_size, spec.layout.dp_size
     out = []
     for r in range(min(rounds, eval_count // g)):
         first = plan.dataset_size + r * g
         micro = []
-        for a in range(spec.grad_accum_steps):
+        for a in range(spec.train.grad_accum_steps):
             start = first + a * dp * m + ctx.dp_rank * m
             x, y = dataset.batch(np.arange(start, start + m))
             micro.append((x.to(ctx.device), y.to(ctx.device)))

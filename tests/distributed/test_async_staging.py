@@ -23,7 +23,8 @@ SCRIPT = textwrap.dedent(
 
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    from jeanzay_kit.ckpt.checkpointer import OPTIONS, Checkpointer, TrainerState
+    from jeanzay_kit.ckpt.checkpointer import OPTIONS, Checkpointer
+    from jeanzay_kit.ckpt.trainer_state import TrainerState
     from jeanzay_kit.launch.local import free_port
 
     run_dir, skip_wait = Path(sys.argv[1]), sys.argv[2] == "skip"
@@ -41,7 +42,7 @@ SCRIPT = textwrap.dedent(
         return {k: v.clone() for k, v in {**m, **o}.items() if torch.is_tensor(v)}
 
     # A slow copy (a big model, a busy host): the copy starts 0.5 s after the save call.
-    stager = ck._stager
+    stager = ck._background._stager
     copy = stager._copy
     stager._copy = lambda *a: (time.sleep(0.5), copy(*a))[1]
 

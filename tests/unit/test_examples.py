@@ -26,7 +26,7 @@ def _overrides(path: Path) -> list[str]:
 def test_example_has_not_drifted_from_conf(path: Path) -> None:
     overrides = _overrides(path)
     spec = build_job_spec(compose_config(overrides))
-    fresh = render_sbatch(spec, rendered_by=overrides, workdir=spec.workdir)
+    fresh = render_sbatch(spec, rendered_by=overrides, workdir=spec.job.workdir)
     assert fresh == path.read_text(), (
         f"sbatch/{path.name} no longer matches what conf/ renders. If the change is intended, "
         "run `bash scripts/render-examples.sh` and review `git diff sbatch/`"

@@ -10,8 +10,8 @@ import pytest
 
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import build_job_spec
-from jeanzay_kit.errors import JzkError
-from jeanzay_kit.launch.arrays import LaunchError, SweepPoint, plan_arrays, submitit_parameters
+from jeanzay_kit.errors import JzkError, LaunchError
+from jeanzay_kit.launch.arrays import SweepPoint, plan_arrays, submitit_parameters
 from jeanzay_kit.launch.manifest import append_manifest, read_manifest, write_manifest
 from jeanzay_kit.slurm.status import parse_sacct, parse_squeue, status_table, summary
 

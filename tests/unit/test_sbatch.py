@@ -221,7 +221,8 @@ def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: P
     cfg["job"]["entry"] = "-m " + shlex.quote(f"pkg.{hostile}")
     cfg["cluster"]["env"] = {"JZK_HOSTILE": hostile}
     cfg["cluster"]["modules"] = [hostile]
-    cfg["model"]["name"] = hostile + "\n${oc.env:HOME}\nJZK_CONFIG_0"
+    # A free-text field of the schema carries it into the frozen config.
+    cfg["cluster"]["description"] = hostile + "\n${oc.env:HOME}\nJZK_CONFIG_0"
     spec = build_job_spec(cfg)
     script = render_sbatch(spec, rendered_by=[f"job.name={hostile}", "x=1\ntouch PWNED"])
     argv, modules = _run_script(script, tmp_path)

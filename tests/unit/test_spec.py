@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jeanzay_kit.config.compose import ConfigError, compose_config
+from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
-from jeanzay_kit.errors import SpecError
+from jeanzay_kit.errors import ConfigError, SpecError
 
 H100 = ["cluster=jeanzay_h100", "cluster.account=abc@h100"]
 A100 = ["cluster=jeanzay_a100", "cluster.account=abc@a100"]
@@ -364,157 +364,119 @@ def test_job_name_with_newline_is_refused() -> None:
 
 
 def test_typo_in_a_key_is_caught_by_composition() -> None:
-    with pytest.raises(ConfigError, match="resources.gpu_per_node"):
+    with pytest.raises(SpecError) as info:
         compose_config(["resources.gpu_per_node=4"])
-
-
-# ---- what a valid request resolves to ------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("time", "qos"),
-    [
-        ("00:30:00", "qos_gpu_h100-dev"),
-        ("02:00:00", "qos_gpu_h100-dev"),
-        ("02:00:01", "qos_gpu_h100-t3"),
-        ("20:00:00", "qos_gpu_h100-t3"),
-        ("1-00:00:00", "qos_gpu_h100-t4"),
-        ("100:00:00", "qos_gpu_h100-t4"),
-    ],
-)
-def test_qos_auto_picks_the_shortest_that_fits(time: str, qos: str) -> None:
-    assert spec(*H100, f"resources.time={time}").qos == qos
-
-
-def test_qos_auto_skips_a_qos_whose_gpu_limit_is_too_small() -> None:
-    # 40 GPUs for 1 h: dev allows 32 per job, so t3.
-    s = spec(
-        *H100,
-        "resources.time=01:00:00",
-        "resources.nodes=10",
-        "resources.gpus_per_node=4",
-        "train.global_batch_size=320",
-    )
-    assert s.qos == "qos_gpu_h100-t3"
-
-
-def test_h100_two_nodes_resolves_like_the_idris_examples() -> None:
-    s = spec(
-        *H100,
-        "resources.nodes=2",
-        "resources.gpus_per_node=4",
-        "resources.time=10:00:00",
-        "train.global_batch_size=256",
-        "train.micro_batch_size=16",
-    )
-    assert (s.partition.name, s.constraint, s.qos) == ("gpu_p6", "h100", "qos_gpu_h100-t3")
-    assert (s.ntasks_per_node, s.cpus_per_task, s.omp_num_threads) == (4, 24, 24)
-    assert (s.layout.world_size, s.layout.dp_size, s.grad_accum_steps) == (8, 8, 2)
-    assert s.precision == "bf16"
-    assert s.time == "10:00:00"
-
-
-@pytest.mark.parametrize(
-    ("overrides", "cpus"),
-    [
-        (V100, 10),
-        (V100_8, 3),
-        (A100, 8),
-        (H100, 24),
-        ([*H100, "parallel.launcher=torchrun", "resources.gpus_per_node=4"], 96),
-    ],
-)
-def test_cpus_per_task_auto_is_the_gpu_share(overrides: list[str], cpus: int) -> None:
-    assert spec(*overrides).cpus_per_task == cpus
-
-
-def test_torchrun_runs_one_task_per_node_with_threads_shared() -> None:
-    s = spec(*H100, "parallel.launcher=torchrun", "resources.gpus_per_node=4")
-    assert (s.ntasks_per_node, s.cpus_per_task, s.omp_num_threads) == (1, 96, 24)
-
-
-@pytest.mark.parametrize(
-    ("overrides", "precision"),
-    [
-        (V100, "fp16"),
-        (A100, "bf16"),
-        (H100, "bf16"),
-        (["cluster=slurm_local"], "fp32"),
-        ([], "auto"),
-        ([*V100, "train.precision=fp32"], "fp32"),
-    ],
-)
-def test_precision_auto_follows_the_hardware(overrides: list[str], precision: str) -> None:
-    assert spec(*overrides).precision == precision
-
-
-def test_pipeline_accumulation_counts_toward_the_schedule_microbatches() -> None:
-    # 2 microbatches x 4 accumulation steps = 8 pipeline micro-batches >= 4 stages.
-    s = spec(
-        "parallel=pipeline",
-        "resources.gpus_per_node=4",
-        "parallel.pipeline_stages=4",
-        "parallel.microbatches=2",
-        "train.micro_batch_size=8",
-        "train.global_batch_size=32",
-    )
-    assert s.grad_accum_steps == 4
-
-
-def test_local_auto_workers_follow_the_machine() -> None:
-    cfg = compose_config([])
-    assert build_job_spec(cfg).gpus_per_node == 2  # no GPU: two CPU workers
-    assert build_job_spec(cfg, local_gpus=4).gpus_per_node == 4
-    assert spec("cluster=slurm_local").gpus_per_node == 1
-
-
-def test_pipeline_ddp_layout() -> None:
-    s = spec(
-        "cluster=slurm_local",
-        "parallel=pipeline_ddp",
-        "resources.nodes=2",
-        "resources.gpus_per_node=2",
-        "parallel.pipeline_stages=2",
-        "train.global_batch_size=32",
-    )
-    lay = s.layout
-    assert (lay.world_size, lay.pp_size, lay.dp_size) == (4, 2, 2)
-    assert lay.pipeline_enabled and lay.dp_enabled
-    assert s.grad_accum_steps == 2
-
-
-def test_dataparallel_is_one_task_driving_every_gpu() -> None:
-    s = spec(*H100, "parallel=dataparallel", "resources.gpus_per_node=4")
-    assert (s.ntasks_per_node, s.layout.world_size, s.layout.dp_size, s.cpus_per_task) == (
-        1,
-        1,
-        1,
-        96,
+    assert str(info.value) == (
+        "resources.gpu_per_node=4 is not a key of ResourcesConfig. HINT: did you mean "
+        "resources.gpus_per_node? jeanzay_kit/config/schema.py lists every key"
     )
 
 
-def test_v100_constraint_is_optional_and_checked() -> None:
-    assert spec(*V100).constraint is None
-    assert spec(*V100, "resources.constraint=v100-32g").constraint == "v100-32g"
+def test_a_bad_group_choice_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="Could not find 'optim/adam'"):
+        compose_config(["optim=adam"])
 
 
-def test_generic_profile_passes_unknown_qos_through() -> None:
-    assert spec("cluster=generic_slurm", "resources.qos=normal").qos == "normal"
-    assert spec("cluster=generic_slurm").qos is None
+# ---- the typed schema and the keys that reach torch -----------------------------------
+
+SCHEMA_RULES = [
+    # (overrides, the one message expected, exactly)
+    (
+        ["train.steps=ten"],
+        "train.steps=ten is not a whole number (TrainConfig in jeanzay_kit/config/schema.py). "
+        "HINT: give a value of the type the schema states",
+    ),
+    (
+        ["checkpoint.async=maybe"],
+        "checkpoint.async=maybe is not true or false (CheckpointConfig in "
+        "jeanzay_kit/config/schema.py). HINT: give a value of the type the schema states",
+    ),
+    (
+        ["+train.stpes=3"],
+        "train.stpes=3 is not a key of the config schema. HINT: did you mean train.steps? "
+        "jeanzay_kit/config/schema.py lists every key of every section",
+    ),
+    (
+        ["checkpoint.keep_last=-1"],
+        "checkpoint.keep_last=-1 must be at least 1. HINT: use checkpoint.keep_last=1 or more",
+    ),
+    (
+        ["parallel.backend=foo"],
+        "parallel.backend=foo is not one of auto, nccl, gloo. HINT: use parallel.backend=auto",
+    ),
+    (
+        ["cluster=slurm_local", "parallel.backend=nccl"],
+        "parallel.backend=nccl but this cluster trains on the CPU, and NCCL needs GPUs. "
+        "HINT: use parallel.backend=auto (gloo on CPU)",
+    ),
+    (["optim.lr=0"], "optim.lr=0.0 must be in (0, inf]. HINT: use e.g. optim.lr=0.001"),
+    (
+        ["optim.betas=[0.9,1.5]"],
+        "optim.betas=1.5 must be in [0, 1). HINT: use e.g. optim.betas=[0.9,0.95]",
+    ),
+    (
+        ["optim=sgd", "optim.momentum=1"],
+        "optim.momentum=1.0 must be in [0, 1). HINT: use e.g. optim.momentum=0.9",
+    ),
+    (
+        ["train.eval_fraction=1.5"],
+        "train.eval_fraction=1.5 must be in [0, 1). HINT: use e.g. train.eval_fraction=0.05",
+    ),
+    (
+        ["checkpoint.every_minutes=0"],
+        "checkpoint.every_minutes=0.0 must be in (0, inf]. HINT: use e.g. "
+        "checkpoint.every_minutes=30",
+    ),
+    (
+        ["parallel.timeout_minutes=0"],
+        "parallel.timeout_minutes=0 must be in (0, inf]. HINT: use e.g. "
+        "parallel.timeout_minutes=10",
+    ),
+    (
+        ["train.log_every=0"],
+        "train.log_every=0 must be at least 1. HINT: use train.log_every=1 or more",
+    ),
+    (
+        ["job.run_dir=''"],
+        "job.run_dir='' must be a non-empty single-line string. HINT: use e.g. "
+        "job.run_dir=outputs/my_run",
+    ),
+]
 
 
-def test_spec_is_frozen() -> None:
-    s = spec()
-    with pytest.raises(AttributeError):
-        s.nodes = 3  # type: ignore[misc]
+@pytest.mark.parametrize(("overrides", "message"), SCHEMA_RULES, ids=lambda v: str(v)[:40])
+def test_schema_and_torch_keys_are_checked_before_anything_runs(
+    overrides: list[str], message: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        spec(*overrides)
+    assert [str(p) for p in info.value.problems] == [message]
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [[], [*H100, "resources.time=10:00:00"], ["cluster=slurm_local"], [*V100, "parallel=fsdp"]],
-)
-def test_resolved_config_validates_to_the_same_request(overrides: list[str]) -> None:
-    first = spec(*overrides)
-    again = build_job_spec(first.config, local_gpus=0)
-    assert again == first
-    assert first.config["resources"]["gpus_per_node"] == first.gpus_per_node
+def test_every_conf_file_extends_its_schema() -> None:
+    from pathlib import Path
+
+    from jeanzay_kit.config.schema import SCHEMAS
+
+    names = {name for _, name, _ in SCHEMAS}
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    for path in sorted(conf.rglob("*.yaml")):
+        first = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
+        assert any(ln.removeprefix("- ") in names for ln in first), f"{path} names no schema"
+
+
+def test_every_schema_field_is_documented() -> None:
+    """A comment on the field's line or the line above: the schema is the documentation."""
+    import dataclasses
+    import inspect
+
+    from jeanzay_kit.config.schema import SCHEMAS
+
+    for _, _, cls in SCHEMAS:
+        lines = inspect.getsource(cls).splitlines()
+        for f in dataclasses.fields(cls):
+            if f.name == "async":  # documented where it is added (it is a keyword)
+                continue
+            at = next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"{f.name}:"))
+            documented = "#" in lines[at] or lines[at - 1].strip().startswith("#")
+            assert documented, f"{cls.__name__}.{f.name} has no comment"

@@ -1,0 +1,109 @@
+"""Gathers every problem of a request, so one run of `jzk validate` shows them all. Pure.
+
+Each validator of config/*_rules.py takes a Collector, reads plain values, adds a Problem
+(`key=value reason. HINT: fix`) for each thing wrong and returns the checked value, or
+None when it is unusable; `raise_if_any` ends a stage whose results the next stage needs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from jeanzay_kit.errors import Problem, SpecError
+
+# Control characters would end an #SBATCH line and start a shell command.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class Collector:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def add(self, key: str, value: object, reason: str, hint: str = "") -> None:
+        self.problems.append(Problem(key, value, reason, hint))
+
+    def positive_int(self, key: str, value: object, minimum: int = 1) -> int | None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.strip().lstrip("+").isdigit():
+                value = int(value)
+            else:
+                self.add(key, value, "is not a whole number", f"use e.g. {key}={minimum}")
+                return None
+        if value < minimum:
+            self.add(key, value, f"must be at least {minimum}", f"use {key}={minimum} or more")
+            return None
+        return value
+
+    def number(
+        self,
+        key: str,
+        value: object,
+        low: float,
+        high: float = math.inf,
+        *,
+        low_open: bool = False,
+        high_open: bool = False,
+        example: object = None,
+    ) -> float | None:
+        """A real number in [low, high] (an end excluded when *_open)."""
+        try:
+            if isinstance(value, bool):
+                raise ValueError
+            number = float(value)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            self.add(key, value, "is not a number", f"use e.g. {key}={example or low}")
+            return None
+        too_low = number < low or (low_open and number == low)
+        too_high = number > high or (high_open and number == high)
+        if math.isnan(number) or too_low or too_high:
+            left, right = "(" if low_open else "[", ")" if high_open else "]"
+            upper = "inf" if high == math.inf else f"{high:g}"
+            self.add(
+                key,
+                value,
+                f"must be in {left}{low:g}, {upper}{right}",
+                f"use e.g. {key}={example if example is not None else low}",
+            )
+            return None
+        return number
+
+    def flag(self, key: str, value: object) -> bool | None:
+        if not isinstance(value, bool):
+            self.add(key, value, "is not true or false", f"use {key}=true or {key}=false")
+            return None
+        return value
+
+    def choice(self, key: str, value: object, choices: tuple[str, ...]) -> str | None:
+        if value not in choices:
+            self.add(key, value, f"is not one of {', '.join(choices)}", f"use {key}={choices[0]}")
+            return None
+        return str(value)
+
+    def line(self, key: str, value: object, hint: str = "") -> str | None:
+        """A non-empty single-line string (it is written into a script or a path)."""
+        if not isinstance(value, str) or not value.strip() or CONTROL.search(value):
+            self.add(key, value, "must be a non-empty single-line string", hint)
+            return None
+        return value
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise SpecError(self.problems)
+
+
+def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """A top-level section of the config; its absence is an error naming it."""
+    node = cfg.get(name)
+    if not isinstance(node, Mapping):
+        raise SpecError(
+            Problem(
+                name,
+                node,
+                "is missing from the config",
+                f"the root config must have a `{name}` section",
+            )
+        )
+    return node

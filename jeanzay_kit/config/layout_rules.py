@@ -1,0 +1,216 @@
+"""Validators of how the model is spread over the ranks: the parallel layout, the batch
+arithmetic (gradient accumulation) and the precision. Pure; see config/collector.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jeanzay_kit.config.clusters import ClusterProfile
+from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.distributed.layout import ParallelLayout
+
+MODES = ("ddp", "fsdp", "pipeline", "pipeline_ddp", "dataparallel")
+SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
+LAUNCHERS = ("srun", "torchrun")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+PIPELINE_MODES = ("pipeline", "pipeline_ddp")
+
+
+@dataclass(frozen=True)
+class ParallelRequest:
+    """parallel.* and the batch sizes, each checked on its own."""
+
+    mode: str
+    launcher: str
+    schedule: str
+    stages: int
+    microbatches: int
+    stages_per_rank: int
+    global_batch: int
+    micro_batch: int
+
+    @property
+    def one_task_per_node(self) -> bool:
+        return self.launcher == "torchrun" or self.mode == "dataparallel"
+
+
+def read_parallel(
+    c: Collector, par: Mapping[str, Any], train: Mapping[str, Any]
+) -> ParallelRequest | None:
+    values = (
+        c.choice("parallel.mode", par.get("mode"), MODES),
+        c.choice("parallel.launcher", par.get("launcher"), LAUNCHERS),
+        c.choice("parallel.schedule", par.get("schedule"), SCHEDULES),
+        c.positive_int("parallel.pipeline_stages", par.get("pipeline_stages")),
+        c.positive_int("parallel.microbatches", par.get("microbatches")),
+        c.positive_int("parallel.stages_per_rank", par.get("stages_per_rank")),
+        c.positive_int("train.global_batch_size", train.get("global_batch_size")),
+        c.positive_int("train.micro_batch_size", train.get("micro_batch_size")),
+    )
+    if any(v is None for v in values):
+        return None
+    return ParallelRequest(*values)  # type: ignore[arg-type]
+
+
+def check_layout(c: Collector, req: ParallelRequest, nodes: int, gpn: int) -> ParallelLayout:
+    """World, pipeline and data-parallel sizes for the ranks the resources give."""
+    world = nodes * gpn
+    if req.mode == "dataparallel":
+        _check_dataparallel(c, req, nodes, gpn)
+        world, pp, dp = 1, 1, 1
+    elif req.mode in PIPELINE_MODES:
+        pp = req.stages
+        dp = world // pp if world % pp == 0 else 0
+        _check_pipeline(c, req, world, nodes, gpn, dp)
+    else:
+        pp, dp = 1, world
+    return ParallelLayout(
+        req.mode, req.launcher, world, pp, dp, req.microbatches, req.schedule, req.stages_per_rank
+    )
+
+
+def _check_dataparallel(c: Collector, req: ParallelRequest, nodes: int, gpn: int) -> None:
+    if nodes > 1:
+        c.add(
+            "resources.nodes",
+            nodes,
+            "but parallel.mode=dataparallel runs in one process on one node",
+            "use parallel.mode=ddp for several nodes",
+        )
+    if req.launcher == "torchrun":
+        c.add(
+            "parallel.launcher",
+            req.launcher,
+            "but parallel.mode=dataparallel is one process driving every GPU",
+            "use parallel.launcher=srun",
+        )
+    mbs = req.micro_batch
+    if mbs % gpn:
+        c.add(
+            "train.micro_batch_size",
+            mbs,
+            f"is not divisible by the {gpn} GPUs nn.DataParallel splits it over",
+            f"use train.micro_batch_size={max(gpn, mbs - mbs % gpn)}",
+        )
+
+
+def _check_pipeline(
+    c: Collector, req: ParallelRequest, world: int, nodes: int, gpn: int, dp: int
+) -> None:
+    stages, mode = req.stages, req.mode
+    if stages < 2:
+        c.add(
+            "parallel.pipeline_stages",
+            stages,
+            f"but parallel.mode={mode} needs at least 2",
+            "use parallel.pipeline_stages=2, or parallel.mode=ddp",
+        )
+    elif mode == "pipeline" and stages != world:
+        c.add(
+            "parallel.pipeline_stages",
+            stages,
+            f"but resources.nodes x resources.gpus_per_node = {world} ranks; "
+            "parallel.mode=pipeline puts one stage on each rank",
+            f"use parallel.pipeline_stages={world}, or parallel.mode=pipeline_ddp "
+            "for replicas of the pipeline",
+        )
+    elif world % stages:
+        c.add(
+            "parallel.pipeline_stages",
+            stages,
+            f"does not divide the world size {world} "
+            f"(resources.nodes={nodes} x resources.gpus_per_node={gpn})",
+            f"use a divisor of the world size, e.g. "
+            f"parallel.pipeline_stages={_divisor_near(world, stages)}",
+        )
+    elif mode == "pipeline_ddp" and dp == 1:
+        c.add(
+            "parallel.mode",
+            mode,
+            f"but {world} ranks / {stages} stages leaves one replica",
+            "use parallel.mode=pipeline, or more GPUs for several replicas",
+        )
+    _check_schedule(c, req, dp)
+
+
+def _check_schedule(c: Collector, req: ParallelRequest, dp: int) -> None:
+    """One schedule step runs microbatches x accumulation pipeline micro-batches."""
+    stages, micro, mbs, gbs = req.stages, req.microbatches, req.micro_batch, req.global_batch
+    accum = gbs // (dp * mbs) if dp and gbs % (dp * mbs) == 0 else 1
+    total = micro * accum
+    if req.schedule == "1f1b" and total < stages:
+        c.add(
+            "parallel.microbatches",
+            micro,
+            f"x {accum} accumulation step(s) is below parallel.pipeline_stages="
+            f"{stages}; the 1F1B schedule needs at least one micro-batch per stage",
+            f"use parallel.microbatches={-(-stages // accum)}",
+        )
+    if req.schedule == "interleaved_1f1b":
+        rounds = max(1, total // stages)
+        if total % rounds:
+            c.add(
+                "parallel.microbatches",
+                micro,
+                f"x {accum} accumulation step(s) = {total} micro-batches is not a "
+                f"multiple of the {rounds} rounds interleaved 1F1B makes of {stages} stages",
+                f"use a multiple of parallel.pipeline_stages, e.g. parallel.microbatches={stages}",
+            )
+    if mbs % micro:
+        c.add(
+            "train.micro_batch_size",
+            mbs,
+            f"is not divisible by parallel.microbatches={micro} "
+            "(each pipeline micro-batch must have the same size)",
+            f"use train.micro_batch_size={micro * max(1, mbs // micro)}",
+        )
+
+
+def check_accumulation(c: Collector, req: ParallelRequest, dp: int) -> int:
+    """Micro-batches per optimizer step on each replica; 0 when the sizes do not divide."""
+    gbs, mbs = req.global_batch, req.micro_batch
+    if not dp:
+        return 0
+    if gbs % (dp * mbs):
+        c.add(
+            "train.global_batch_size",
+            gbs,
+            f"is not divisible by data-parallel size {dp} x train.micro_batch_size={mbs} "
+            f"(= {dp * mbs})",
+            f"use train.global_batch_size={max(dp * mbs, round(gbs / (dp * mbs)) * dp * mbs)}",
+        )
+        return 0
+    return gbs // (dp * mbs)
+
+
+def check_precision(c: Collector, cluster: ClusterProfile, value: object) -> str | None:
+    """bf16/fp16/fp32 as asked, or resolved from the hardware for auto ("auto" is kept on
+    cluster=local, where the machine decides at run time)."""
+    precision = c.choice("train.precision", value, PRECISIONS)
+    cname = cluster.name
+    if precision == "bf16" and not cluster.bf16:
+        c.add(
+            "train.precision",
+            precision,
+            f"but {cname} GPUs have no bfloat16 support",
+            "use train.precision=fp16 (with loss scaling) or train.precision=auto",
+        )
+    if precision == "fp16" and cluster.device == "cpu":
+        c.add(
+            "train.precision",
+            precision,
+            f"but {cname} trains on the CPU, where fp16 is slow and unsupported by many kernels",
+            "use train.precision=fp32 or bf16",
+        )
+    if precision == "auto" and cluster.device == "cuda":
+        return "bf16" if cluster.bf16 else "fp16"
+    if precision == "auto" and cluster.device == "cpu":
+        return "fp32"
+    return precision
+
+
+def _divisor_near(n: int, wanted: int) -> int:
+    divisors = [d for d in range(2, n + 1) if n % d == 0] or [n]
+    return min(divisors, key=lambda d: (abs(d - wanted), d))

@@ -1,0 +1,157 @@
+"""Validators of how the job runs: job names and paths, the loop, the optimizer,
+checkpoints, preemption and the process group. Every key that reaches torch is checked
+here, with the usual `key=value reason. HINT: fix`. Pure; see config/collector.py."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jeanzay_kit.config.collector import CONTROL, Collector
+from jeanzay_kit.config.sections import (
+    CheckpointSettings,
+    Communication,
+    JobSettings,
+    OptimSettings,
+    PreemptionSettings,
+)
+
+OPTIMIZERS = ("adamw", "sgd")
+SIGNALS = ("USR1", "USR2", "TERM")
+BACKENDS = ("auto", "nccl", "gloo")
+
+
+def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
+    name = job.get("name")
+    if not isinstance(name, str) or not name.strip():
+        c.add("job.name", name, "must be a non-empty name", "use e.g. job.name=my_run")
+    elif CONTROL.search(name) or "/" in name:
+        c.add(
+            "job.name",
+            name,
+            "contains a control character or '/'",
+            "use letters, digits, '-', '_' or '.'",
+        )
+    log_dir, python, entry = (
+        c.line(f"job.{k}", job.get(k)) for k in ("log_dir", "python", "entry")
+    )
+    workdir = job.get("workdir")
+    if workdir is not None and (
+        not isinstance(workdir, str) or not workdir.startswith("/") or CONTROL.search(workdir)
+    ):
+        c.add(
+            "job.workdir",
+            workdir,
+            "must be an absolute path (Slurm does not expand ~ or $VARIABLES in --chdir)",
+            "use e.g. job.workdir=/path/to/project, or job.workdir=null for the directory "
+            "you render from",
+        )
+        return None
+    if not (log_dir and python and entry and isinstance(name, str)):
+        return None
+    return JobSettings(name, log_dir, python, entry, workdir)
+
+
+def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] | None:
+    """train.* beyond the batch sizes and precision (config/layout_rules.py has those)."""
+    values = {
+        "steps": c.positive_int("train.steps", train.get("steps")),
+        "seed": c.positive_int("train.seed", train.get("seed"), minimum=0),
+        "log_every": c.positive_int("train.log_every", train.get("log_every")),
+        "eval_every": c.positive_int("train.eval_every", train.get("eval_every"), minimum=0),
+        "eval_batches": c.positive_int("train.eval_batches", train.get("eval_batches"), 0),
+        "eval_fraction": c.number(
+            "train.eval_fraction", train.get("eval_fraction"), 0, 1, high_open=True, example=0.05
+        ),
+        "activation_checkpointing": c.flag(
+            "train.activation_checkpointing", train.get("activation_checkpointing")
+        ),
+        "compile": c.flag("train.compile", train.get("compile")),
+    }
+    return None if any(v is None for v in values.values()) else values
+
+
+def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
+    name = c.choice("optim.name", optim.get("name"), OPTIMIZERS)
+    values = {
+        "lr": c.number("optim.lr", optim.get("lr"), 0, low_open=True, example=0.001),
+        "weight_decay": c.number("optim.weight_decay", optim.get("weight_decay"), 0),
+        "warmup_steps": c.positive_int("optim.warmup_steps", optim.get("warmup_steps"), 0),
+        "min_lr_ratio": c.number("optim.min_lr_ratio", optim.get("min_lr_ratio"), 0, 1),
+        "grad_clip": c.number("optim.grad_clip", optim.get("grad_clip"), 0, example=1.0),
+    }
+    extra: dict[str, Any] = {}
+    if name == "sgd":
+        extra["momentum"] = c.number(
+            "optim.momentum", optim.get("momentum"), 0, 1, high_open=True, example=0.9
+        )
+    elif name == "adamw":
+        betas = optim.get("betas")
+        if not isinstance(betas, (list, tuple)) or len(betas) != 2:
+            c.add("optim.betas", betas, "must be two numbers", "use optim.betas=[0.9,0.95]")
+            extra["betas"] = None
+        else:
+            checked = [
+                c.number("optim.betas", b, 0, 1, high_open=True, example="[0.9,0.95]")
+                for b in betas
+            ]
+            extra["betas"] = None if None in checked else tuple(checked)
+    if name is None or any(v is None for v in (*values.values(), *extra.values())):
+        return None
+    return OptimSettings(name=name, **values, **extra)
+
+
+def check_checkpoint(
+    c: Collector, ckpt: Mapping[str, Any], run_dir: object, resume: object
+) -> CheckpointSettings | None:
+    every_minutes = ckpt.get("every_minutes")
+    if every_minutes is not None:
+        every_minutes = c.number(
+            "checkpoint.every_minutes", every_minutes, 0, low_open=True, example=30
+        )
+    values = (
+        c.line("job.run_dir", run_dir, "use e.g. job.run_dir=outputs/my_run"),
+        c.line("resume", resume, "use resume=auto, resume=never or the path of a step-N folder"),
+        c.positive_int("checkpoint.every_steps", ckpt.get("every_steps"), minimum=0),
+        c.positive_int("checkpoint.keep_last", ckpt.get("keep_last")),
+        c.flag("checkpoint.async", ckpt.get("async")),
+        c.flag("checkpoint.allow_config_change", ckpt.get("allow_config_change")),
+    )
+    if any(v is None for v in values) or (ckpt.get("every_minutes") and every_minutes is None):
+        return None
+    run_dir_s, resume_s, every_steps, keep_last, use_async, allow = values
+    return CheckpointSettings(
+        run_dir_s, resume_s, every_steps, every_minutes, keep_last, use_async, allow
+    )  # type: ignore[arg-type]
+
+
+def check_preemption(c: Collector, pre: Mapping[str, Any]) -> PreemptionSettings | None:
+    signal = c.choice(
+        "preemption.signal", str(pre.get("signal")).upper().removeprefix("SIG"), SIGNALS
+    )
+    lead = c.positive_int("preemption.lead_seconds", pre.get("lead_seconds"), minimum=0)
+    wait = c.positive_int("preemption.term_wait_seconds", pre.get("term_wait_seconds"), 0)
+    requeue = c.flag("preemption.requeue", pre.get("requeue"))
+    if signal is None or lead is None or wait is None or requeue is None:
+        return None
+    return PreemptionSettings(signal, lead, wait, requeue)
+
+
+def check_communication(c: Collector, par: Mapping[str, Any], device: str) -> Communication | None:
+    backend = c.choice("parallel.backend", par.get("backend"), BACKENDS)
+    if backend == "nccl" and device == "cpu":
+        c.add(
+            "parallel.backend",
+            backend,
+            "but this cluster trains on the CPU, and NCCL needs GPUs",
+            "use parallel.backend=auto (gloo on CPU)",
+        )
+    timeout = c.number(
+        "parallel.timeout_minutes", par.get("timeout_minutes"), 0, low_open=True, example=10
+    )
+    bucket = c.number(
+        "parallel.bucket_cap_mb", par.get("bucket_cap_mb"), 0, low_open=True, example=25
+    )
+    if backend is None or timeout is None or bucket is None:
+        return None
+    return Communication(backend, timeout, bucket)

@@ -1,0 +1,324 @@
+"""The config schema: one typed dataclass per config group, each field documented here.
+
+Registered in Hydra's ConfigStore (config/compose.py: `register_schemas`) as
+`<group>/base_<name>`; every YAML file in conf/ starts with `defaults: [base_<name>,
+_self_]`, so the YAML only chooses values, and Hydra refuses while composing, before
+anything runs, a key the schema does not have (`train.stpes=10`) or a value of the wrong
+type (`train.steps=ten`); config/compose.py turns the refusal into our `key=value reason.
+HINT: fix`. A key added with `+key=value` bypasses the schema: `unknown_keys` below
+catches those for config/spec.py.
+
+What a type cannot say (a partition that exists, a QoS whose time limit fits, a batch size
+that divides) is checked by config/spec.py, which turns the composed config into the frozen
+JobSpec. Model and data schemas describe the examples shipped in conf/; a user's own model
+YAML may leave the schema out (its `_target_` keys then reach the class unchecked).
+
+Pure data: imports neither torch nor Hydra. Field order follows the YAML files, so the
+composed config lists keys in the same order as before the schema existed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+# OmegaConf reads the annotations at run time: they must stay evaluable (Optional/Union
+# rather than `X | None` strings OmegaConf 2.3 cannot parse in every form).
+# ruff: noqa: UP007, UP045
+
+
+@dataclass
+class ClusterConfig:
+    """A site: how jobs are submitted there and the limits sbatch would enforce (docs/sites.md)."""
+
+    name: str = "?"  # the profile's name, as in cluster=<name>
+    description: str = ""  # one line for `jzk clusters`
+    scheduler: str = "slurm"  # slurm | local (worker processes on this machine)
+    device: str = "cuda"  # cuda | cpu | auto (decided on the machine at run time)
+    account: Optional[str] = None  # --account; Jean Zay: <project>@<arch>
+    account_required: bool = False  # the site refuses jobs without --account
+    account_suffix: Optional[str] = None  # e.g. "@h100": accounts must end with it
+    bf16: bool = True  # the GPUs have bfloat16 (false before Ampere: V100, T4)
+    hint: Optional[str] = None  # --hint, e.g. nomultithread
+    gpu_request: str = "gres"  # gres -> --gres=gpu:N ; gpus -> --gpus-per-node=N
+    modules: list[str] = field(default_factory=list)  # `module load`, in this order
+    module_purge: bool = False  # `module purge` before loading
+    pytorch_module: Optional[str] = None  # the site's torch, loaded after `modules`
+    env: dict[str, str] = field(default_factory=dict)  # exported in the job script
+    max_array_size: int = 1001  # MaxArraySize: a sweep is split into arrays this size
+    default_partition: str = "?"  # used when resources.partition is null
+    # name -> {gpus_per_node, cpus_per_node, max_time, select, constraints,
+    # default_constraint, preemptible, mem_per_node}; optional keys vary per site, so
+    # config/clusters.py checks each partition (names, types, unknown keys).
+    partitions: dict[str, Any] = field(default_factory=dict)
+    # name -> {max_time, max_gpus_per_job}; empty: QoS names are passed through unchecked.
+    qos: dict[str, Any] = field(default_factory=dict)
+    default_qos: Optional[str] = None  # what Slurm applies without --qos
+
+
+@dataclass
+class ResourcesConfig:
+    """What the job asks Slurm for (docs/configuration.md)."""
+
+    nodes: int = 1  # --nodes
+    # auto: 1 on a cluster; on cluster=local one worker per visible GPU, or 2 CPU workers.
+    gpus_per_node: Union[int, str] = "auto"
+    cpus_per_task: Union[int, str] = "auto"  # auto: the node's CPU share of the task's GPUs
+    time: str = "01:00:00"  # HH:MM:SS, D-HH:MM:SS or minutes
+    qos: Optional[str] = "auto"  # auto: the shortest QoS whose limits fit; null: none
+    partition: Optional[str] = None  # null: the profile's default partition
+    constraint: Optional[str] = None  # -C; null: the partition's default
+    mem: Optional[str] = None  # --mem, e.g. 64G; null: the site's default
+
+
+@dataclass
+class ParallelConfig:
+    """How the model is spread over the GPUs (docs/parallelism.md)."""
+
+    mode: str = "ddp"  # ddp | fsdp | pipeline | pipeline_ddp | dataparallel
+    pipeline_stages: int = 1  # ranks per pipeline (pipeline, pipeline_ddp)
+    microbatches: int = 1  # pipeline micro-batches per micro batch
+    schedule: str = "1f1b"  # gpipe | 1f1b | interleaved_1f1b
+    stages_per_rank: int = 2  # model chunks per rank, interleaved_1f1b only
+    launcher: str = "srun"  # srun: one task per GPU | torchrun: one task per node
+    backend: str = "auto"  # auto | nccl | gloo (auto: nccl on GPU, gloo on CPU)
+    # Collective timeout: a stuck rank fails the job instead of hanging it.
+    timeout_minutes: Union[int, float] = 10
+    bucket_cap_mb: Union[int, float] = 25  # DDP gradient bucket size
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop. global_batch_size does not depend on the number of GPUs:
+    gradient accumulation = global_batch_size / (data-parallel size x micro_batch_size)."""
+
+    global_batch_size: int = 32  # samples per optimizer step, over all replicas
+    micro_batch_size: int = 8  # samples per forward/backward on one replica
+    precision: str = "auto"  # auto | bf16 | fp16 | fp32
+    steps: int = 200  # optimizer steps
+    seed: int = 0  # model init and data order; the same on every rank
+    log_every: int = 10  # metrics (stdout, metrics.jsonl) every N steps
+    eval_every: int = 50  # held-out loss every N steps (0: never)
+    eval_batches: int = 2  # held-out global batches per evaluation
+    eval_fraction: float = 0.05  # the end of the dataset held out for evaluation
+    activation_checkpointing: bool = False  # recompute block activations in backward
+    compile: bool = False  # torch.compile the model (ddp, fsdp)
+
+
+@dataclass
+class AdamWConfig:
+    """AdamW with linear warmup, then cosine decay to min_lr_ratio x lr."""
+
+    name: str = "adamw"  # which optimizer: adamw
+    lr: float = 0.003  # peak learning rate, reached after warmup_steps
+    # Adam's moving-average coefficients of the gradient and of its square.
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.01  # decoupled weight decay
+    warmup_steps: int = 10  # linear warmup from 0 to lr
+    min_lr_ratio: float = 0.1  # the cosine ends at min_lr_ratio x lr
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+
+
+@dataclass
+class SGDConfig:
+    """SGD with momentum and the same warmup + cosine schedule."""
+
+    name: str = "sgd"  # which optimizer: sgd
+    lr: float = 0.05  # peak learning rate, reached after warmup_steps
+    momentum: float = 0.9  # heavy-ball momentum, in [0, 1)
+    weight_decay: float = 0.0  # L2 penalty added to the gradient
+    warmup_steps: int = 10  # linear warmup from 0 to lr
+    min_lr_ratio: float = 0.1  # the cosine ends at min_lr_ratio x lr
+    grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+
+
+class CheckpointConfig:
+    """When and how checkpoints are written under <run_dir>/checkpoints/step-N."""
+
+    every_steps: int = 100  # save every N optimizer steps (0: only by time and at the end)
+    every_minutes: Optional[float] = None  # and/or every T minutes of training
+    keep_last: int = 3  # complete checkpoints kept; the newest complete one never goes
+    # `async` (write in the background with DCP async_save) is added below: it is a Python
+    # keyword, so it cannot be written as a class attribute.
+    allow_config_change: bool = False  # resume even if the config changed
+
+
+# The key `checkpoint.async` is public. A dataclass field named `async` works as long as no
+# generated method has to spell it: no __init__ argument, no repr, no comparison.
+CheckpointConfig.__annotations__ = {
+    "every_steps": int,
+    "every_minutes": Optional[float],
+    "keep_last": int,
+    "async": bool,
+    "allow_config_change": bool,
+}
+setattr(CheckpointConfig, "async", field(default=False, init=False, repr=False, compare=False))
+CheckpointConfig = dataclass(CheckpointConfig)  # type: ignore[misc]
+
+
+@dataclass
+class PreemptionConfig:
+    """Time-limit warning and preemption (docs/preemption.md)."""
+
+    signal: str = "USR1"  # USR1 | USR2 | TERM, sent lead_seconds before the time limit
+    lead_seconds: int = 120  # enough for one step and one save
+    requeue: bool = True  # --requeue, and `scontrol requeue` after the time-limit save
+    term_wait_seconds: int = 300  # after a SIGTERM save: wait this long for Slurm's kill
+
+
+@dataclass
+class JobConfig:
+    """The job itself: names, paths, interpreter (docs/configuration.md)."""
+
+    name: str = "jzk"  # --job-name and the rendered script's name
+    log_dir: str = "logs"  # Slurm's stdout/stderr and the frozen config
+    workdir: Optional[str] = None  # --chdir, absolute; null: where you render/submit
+    python: str = "python"  # the interpreter the job runs
+    entry: str = "train.py"  # a script, or "-m package.module"
+    # metrics.jsonl, checkpoints/, model_final.pt: named from the job's identity so a
+    # requeued or rerun job finds its checkpoints.
+    run_dir: str = "outputs/${job.name}-${jzk.config_hash:}"
+
+
+@dataclass
+class MLPConfig:
+    """The residual-free MLP of the synthetic regression task (data=synthetic)."""
+
+    _target_: str = "jeanzay_kit.train.models.MLP"  # the class hydra.utils.instantiate builds
+    in_dim: int = 32  # input features (${data.in_dim} in conf/)
+    hidden: int = 128  # width of the hidden layers
+    depth: int = 4  # hidden layers (pipeline stages split them)
+    out_dim: int = 8  # outputs (${data.out_dim} in conf/)
+
+
+@dataclass
+class GPTConfig:
+    """A small byte-level GPT; pair it with data=stdlib_text."""
+
+    _target_: str = "jeanzay_kit.train.models.TinyGPT"  # the class hydra.utils.instantiate builds
+    vocab_size: int = 256  # bytes: 256
+    block_size: int = 64  # context length (${data.block_size} in conf/)
+    n_layer: int = 4  # transformer blocks (pipeline stages split them)
+    n_embd: int = 128  # embedding width
+    n_head: int = 4  # attention heads; must divide n_embd
+    dropout: float = 0.0  # dropout probability (0: deterministic runs)
+
+
+@dataclass
+class SyntheticConfig:
+    """y = tanh(x A) B + noise, generated from a seed."""
+
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "jeanzay_kit.train.data.SyntheticRegression"
+    size: int = 8192  # samples (the end is held out: train.eval_fraction)
+    in_dim: int = 32  # input features
+    out_dim: int = 8  # targets per sample
+    noise: float = 0.01  # standard deviation of the noise added to y
+    seed: int = 1234  # the data's own seed: the same data whatever train.seed
+
+
+@dataclass
+class StdlibTextConfig:
+    """Byte-level text: the Python standard library's own sources."""
+
+    _target_: str = "jeanzay_kit.train.data.StdlibText"  # the class hydra.utils.instantiate builds
+    block_size: int = 64  # bytes per sample
+    max_bytes: int = 2_000_000  # how much of the standard library to read
+
+
+@dataclass
+class RootConfig:
+    """The root: one node per group (each typed by its own schema), the job and resume."""
+
+    cluster: Any = None  # ClusterConfig (cluster=<profile>)
+    resources: Any = None  # ResourcesConfig
+    parallel: Any = None  # ParallelConfig
+    model: Any = None  # MLPConfig, GPTConfig, or a user's own node with a _target_
+    data: Any = None  # SyntheticConfig, StdlibTextConfig, or a user's own node
+    optim: Any = None  # AdamWConfig or SGDConfig
+    train: Any = None  # TrainConfig
+    checkpoint: Any = None  # CheckpointConfig
+    preemption: Any = None  # PreemptionConfig
+    job: JobConfig = field(default_factory=JobConfig)  # JobConfig
+    # auto: the newest complete checkpoint of the run directory; never; or the path of a
+    # checkpoint folder (.../checkpoints/step-N).
+    resume: str = "auto"
+
+
+# (group, name in the ConfigStore, schema). The YAML files name these in their defaults.
+SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
+    (None, "base_config", RootConfig),
+    ("cluster", "base_cluster", ClusterConfig),
+    ("resources", "base_resources", ResourcesConfig),
+    ("parallel", "base_parallel", ParallelConfig),
+    ("train", "base_train", TrainConfig),
+    ("optim", "base_adamw", AdamWConfig),
+    ("optim", "base_sgd", SGDConfig),
+    ("checkpoint", "base_checkpoint", CheckpointConfig),
+    ("preemption", "base_preemption", PreemptionConfig),
+    ("model", "base_mlp", MLPConfig),
+    ("model", "base_gpt", GPTConfig),
+    ("data", "base_synthetic", SyntheticConfig),
+    ("data", "base_stdlib_text", StdlibTextConfig),
+)
+
+
+# Sections whose schema does not depend on a value; optim, model and data are looked up.
+_FIXED = {
+    "cluster": ClusterConfig,
+    "resources": ResourcesConfig,
+    "parallel": ParallelConfig,
+    "train": TrainConfig,
+    "checkpoint": CheckpointConfig,
+    "preemption": PreemptionConfig,
+    "job": JobConfig,
+}
+_BY_NAME = {"adamw": AdamWConfig, "sgd": SGDConfig}
+_BY_TARGET = {
+    schema._target_: schema  # type: ignore[attr-defined]
+    for schema in (MLPConfig, GPTConfig, SyntheticConfig, StdlibTextConfig)
+}
+
+
+def schema_of(section: str, node: Any) -> type | None:
+    """The schema a composed section was checked against (None: an untyped user node)."""
+    if section in _FIXED:
+        return _FIXED[section]
+    if not isinstance(node, dict):
+        return None
+    if section == "optim":
+        return _BY_NAME.get(node.get("name"))  # type: ignore[arg-type]
+    if section in ("model", "data"):
+        return _BY_TARGET.get(node.get("_target_"))  # type: ignore[arg-type]
+    return None
+
+
+def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(dotted key, closest known key or None) for every key no schema has.
+
+    Hydra refuses them while composing, except those added with `+key=value`, which
+    bypasses the schema; this catches those, and keys of a config given as plain dicts.
+    """
+    import difflib
+    from dataclasses import fields
+
+    known_root = [f.name for f in fields(RootConfig)]
+    out: list[tuple[str, str | None]] = []
+    for key, node in config.items():
+        if key not in known_root:
+            out.append((key, _closest(key, known_root, difflib)))
+            continue
+        schema = schema_of(key, node)
+        if schema is None or not isinstance(node, dict):
+            continue
+        names = [f.name for f in fields(schema)]
+        for sub in node:
+            if sub not in names:
+                near = _closest(sub, names, difflib)
+                out.append((f"{key}.{sub}", f"{key}.{near}" if near else None))
+    return out
+
+
+def _closest(word: str, candidates: list[str], difflib: Any) -> str | None:
+    near = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
+    return near[0] if near else None

@@ -1,0 +1,113 @@
+"""The frozen sections of a JobSpec: each one the checked values of one part of the config.
+
+Pure values. The parallel layout is the section of `parallel` (distributed/layout.py, a
+value object like torchtitan's ParallelDims); the cluster profile is config/clusters.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jeanzay_kit.config.clusters import Partition
+from jeanzay_kit.slurm_syntax.timefmt import format_time
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """job.*: how the job is named and started."""
+
+    name: str
+    log_dir: str
+    python: str
+    entry: str
+    workdir: str | None  # #SBATCH --chdir; None: the directory the script is rendered in
+
+
+@dataclass(frozen=True)
+class Resources:
+    """resources.* (and cluster.account), resolved: exactly what sbatch is asked for."""
+
+    account: str | None
+    partition: Partition
+    constraint: str | None
+    qos: str | None  # None: no --qos line (the site's default applies)
+    nodes: int
+    gpus_per_node: int
+    ntasks_per_node: int
+    cpus_per_task: int
+    time_minutes: int
+    mem: str | None
+
+    @property
+    def time(self) -> str:
+        return format_time(self.time_minutes)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class Communication:
+    """parallel.* beyond the layout: how the process group talks."""
+
+    backend: str  # auto | nccl | gloo
+    timeout_minutes: float
+    bucket_cap_mb: float  # DDP gradient bucket
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """train.*: the loop, with the batch arithmetic and the precision resolved."""
+
+    steps: int
+    seed: int
+    global_batch_size: int
+    micro_batch_size: int
+    grad_accum_steps: int
+    precision: str  # bf16 | fp16 | fp32, or "auto" on cluster=local (decided at run time)
+    log_every: int
+    eval_every: int  # 0: never
+    eval_batches: int
+    eval_fraction: float
+    activation_checkpointing: bool
+    compile: bool
+
+
+@dataclass(frozen=True)
+class OptimSettings:
+    """optim.*: the optimizer and its warmup + cosine schedule."""
+
+    name: str  # adamw | sgd
+    lr: float
+    weight_decay: float
+    warmup_steps: int
+    min_lr_ratio: float
+    grad_clip: float  # 0: no clipping
+    betas: tuple[float, float] = (0.9, 0.95)  # adamw
+    momentum: float = 0.0  # sgd
+
+
+@dataclass(frozen=True)
+class CheckpointSettings:
+    """checkpoint.* with the run directory and where to resume from."""
+
+    run_dir: str  # job.run_dir: metrics.jsonl, checkpoints/, model_final.pt
+    resume: str  # auto | never | the path of a step-N folder
+    every_steps: int  # 0: only by time and at the end
+    every_minutes: float | None
+    keep_last: int
+    use_async: bool  # checkpoint.async
+    allow_config_change: bool
+
+
+@dataclass(frozen=True)
+class PreemptionSettings:
+    """preemption.*: the time-limit warning, requeue, and the wait after SIGTERM."""
+
+    signal: str  # USR1 | USR2 | TERM
+    lead_seconds: int
+    # After saving on SIGTERM in a Slurm job: how long to wait for Slurm to end the job
+    # (a preempted job is requeued by Slurm only if it has not ended by itself).
+    term_wait_seconds: int
+    requeue: bool
