@@ -105,23 +105,69 @@ def _megabytes(key: str, value: Any) -> int | None:
     return mb
 
 
+# The keys a partition and a QoS may have in a profile (optional ones vary per site, so
+# the schema types them as plain mappings and they are checked here).
+PARTITION_KEYS = (
+    "gpus_per_node",
+    "cpus_per_node",
+    "max_time",
+    "select",
+    "constraints",
+    "default_constraint",
+    "preemptible",
+    "mem_per_node",
+)
+QOS_KEYS = ("max_time", "max_gpus_per_job")
+
+
+def _check_keys(prefix: str, node: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    if not isinstance(node, Mapping):
+        raise SpecError(Problem(prefix, node, "must be a mapping of keys to values"))
+    unknown = [k for k in node if k not in allowed]
+    if unknown:
+        raise SpecError(
+            [
+                Problem(
+                    f"{prefix}.{k}",
+                    node[k],
+                    "is not a known key",
+                    f"use one of {', '.join(allowed)} (docs/sites.md)",
+                )
+                for k in unknown
+            ]
+        )
+
+
+def _partition(name: str, p: Mapping[str, Any]) -> Partition:
+    key = f"cluster.partitions.{name}"
+    _check_keys(key, p, PARTITION_KEYS)
+    return Partition(
+        name=name,
+        gpus_per_node=p.get("gpus_per_node"),
+        cpus_per_node=p.get("cpus_per_node"),
+        max_minutes=_minutes(f"{key}.max_time", p.get("max_time")),
+        select=p.get("select", "partition"),
+        constraints=tuple(p.get("constraints") or ()),
+        default_constraint=p.get("default_constraint"),
+        preemptible=bool(p.get("preemptible", False)),
+        mem_per_node_mb=_megabytes(f"{key}.mem_per_node", p.get("mem_per_node")),
+    )
+
+
+def _qos(name: str, q: Mapping[str, Any]) -> Qos:
+    _check_keys(f"cluster.qos.{name}", q, QOS_KEYS)
+    minutes = _minutes(f"cluster.qos.{name}.max_time", q.get("max_time"))
+    if minutes is None:
+        raise SpecError(Problem(f"cluster.qos.{name}.max_time", None, "is required"))
+    return Qos(name, minutes, q.get("max_gpus_per_job"))
+
+
 def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
     """Build a profile from the `cluster` node of the composed config."""
     name = str(data.get("name") or "?")
-    partitions = {}
-    for pname, p in (data.get("partitions") or {}).items():
-        key = f"cluster.partitions.{pname}"
-        partitions[pname] = Partition(
-            name=pname,
-            gpus_per_node=p.get("gpus_per_node"),
-            cpus_per_node=p.get("cpus_per_node"),
-            max_minutes=_minutes(f"{key}.max_time", p.get("max_time")),
-            select=p.get("select", "partition"),
-            constraints=tuple(p.get("constraints") or ()),
-            default_constraint=p.get("default_constraint"),
-            preemptible=bool(p.get("preemptible", False)),
-            mem_per_node_mb=_megabytes(f"{key}.mem_per_node", p.get("mem_per_node")),
-        )
+    partitions = {
+        pname: _partition(pname, p) for pname, p in (data.get("partitions") or {}).items()
+    }
     if not partitions:
         raise SpecError(
             Problem(
@@ -131,12 +177,7 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
                 "describe at least one partition in conf/cluster/<profile>.yaml",
             )
         )
-    qos = {}
-    for qname, q in (data.get("qos") or {}).items():
-        minutes = _minutes(f"cluster.qos.{qname}.max_time", q.get("max_time"))
-        if minutes is None:
-            raise SpecError(Problem(f"cluster.qos.{qname}.max_time", None, "is required"))
-        qos[qname] = Qos(qname, minutes, q.get("max_gpus_per_job"))
+    qos = {qname: _qos(qname, q) for qname, q in (data.get("qos") or {}).items()}
     default_partition = data.get("default_partition") or next(iter(partitions))
     if default_partition not in partitions:
         raise SpecError(

@@ -10,6 +10,7 @@ from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile, Partition, Qos, mem_megabytes
 from jeanzay_kit.config.collector import CONTROL, Collector
+from jeanzay_kit.config.sections import PreemptionSettings, Resources
 from jeanzay_kit.slurm_syntax.timefmt import TimeFormatError, format_time, parse_time
 
 # sbatch(1) --signal: the warning "may be sent up to 60 seconds earlier than specified".
@@ -46,6 +47,36 @@ def check_counts(
     if mem is not None and not re.fullmatch(r"\d+[KMGT]?", str(mem)):
         c.add("resources.mem", mem, "is not a Slurm memory size", "use e.g. resources.mem=64G")
     return nodes, gpn, minutes, (str(mem) if mem is not None else None)
+
+
+def check_resources(
+    c: Collector,
+    cluster: ClusterProfile,
+    res: Mapping[str, Any],
+    counts: tuple[int, int, int, str | None],
+    one_task_per_node: bool,
+    preemption: PreemptionSettings,
+) -> Resources | None:
+    """The whole request against the profile: partition, constraint, GPUs, CPUs, memory,
+    account, time and QoS. None (with the problems collected) when it cannot be built."""
+    nodes, gpn, minutes, mem = counts
+    partition = check_partition(c, cluster, res, nodes)
+    if partition is None:
+        return None
+    constraint = check_constraint(c, cluster, partition, res.get("constraint"))
+    gpus_fit = check_gpus(c, cluster, partition, nodes, gpn)
+    ntasks = 1 if one_task_per_node else gpn
+    gpus_per_task = gpn if one_task_per_node else 1
+    cpus = check_cpus(
+        c, cluster, partition, res.get("cpus_per_task", "auto"), gpus_per_task, ntasks, gpus_fit
+    )
+    check_mem(c, cluster, partition, mem)
+    account = check_account(c, cluster)
+    lead = (preemption.signal, preemption.lead_seconds)
+    qos = check_time(c, cluster, partition, res.get("qos", "auto"), minutes, nodes * gpn, lead)
+    return Resources(
+        account, partition, constraint, qos, nodes, gpn, ntasks, cpus or 1, minutes, mem
+    )
 
 
 def check_partition(

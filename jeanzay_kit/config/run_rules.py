@@ -55,7 +55,8 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
 def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] | None:
     """train.* beyond the batch sizes and precision (config/layout_rules.py has those)."""
     values = {
-        "steps": c.positive_int("train.steps", train.get("steps")),
+        # 0 is allowed: the initial model, saved as model_final.pt (tests compare it).
+        "steps": c.positive_int("train.steps", train.get("steps"), minimum=0),
         "seed": c.positive_int("train.seed", train.get("seed"), minimum=0),
         "log_every": c.positive_int("train.log_every", train.get("log_every")),
         "eval_every": c.positive_int("train.eval_every", train.get("eval_every"), minimum=0),

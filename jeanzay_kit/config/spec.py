@@ -103,41 +103,15 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     assert preemption and comm  # for the type checker: raise_if_any had nothing to raise
 
     # ---- stage 2: against the cluster profile and each other -----------------------------
-    partition = resource_rules.check_partition(c, cluster, res, nodes)
-    c.raise_if_any()
-    assert partition is not None
-    constraint = resource_rules.check_constraint(c, cluster, partition, res.get("constraint"))
-    gpus_fit = resource_rules.check_gpus(c, cluster, partition, nodes, gpn)
-    ntasks = 1 if request.one_task_per_node else gpn
-    cpus = resource_rules.check_cpus(
-        c,
-        cluster,
-        partition,
-        res.get("cpus_per_task", "auto"),
-        gpus_per_task=gpn if request.one_task_per_node else 1,
-        ntasks_per_node=ntasks,
-        gpus_fit=gpus_fit,
-    )
-    resource_rules.check_mem(c, cluster, partition, mem)
-    account = resource_rules.check_account(c, cluster)
-    qos = resource_rules.check_time(
-        c,
-        cluster,
-        partition,
-        res.get("qos", "auto"),
-        minutes,
-        nodes * gpn,
-        (preemption.signal, preemption.lead_seconds),
+    resources = resource_rules.check_resources(
+        c, cluster, res, (nodes, gpn, minutes, mem), request.one_task_per_node, preemption
     )
     layout = layout_rules.check_layout(c, request, nodes, gpn)
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
     c.raise_if_any()
-    assert precision is not None
+    assert resources is not None and precision is not None
 
-    resources = Resources(
-        account, partition, constraint, qos, nodes, gpn, ntasks, cpus or 1, minutes, mem
-    )
     return JobSpec(
         cluster=cluster,
         job=job,

@@ -158,6 +158,39 @@ def build_checkpointer(
     )
 
 
+def resume(
+    spec: JobSpec,
+    ckpt: Checkpointer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    strategy: Strategy,
+    ctx: DistContext,
+) -> tuple[int, float | None]:
+    """Load the checkpoint that checkpoint.resume names, if any: (first step, last loss)."""
+    folder = ckpt.find(spec.checkpoint.resume)
+    if folder is None:
+        return 0, None
+    ckpt.check_compatible(folder, spec.checkpoint.allow_config_change)
+    state = ckpt.load(folder)
+    scheduler.load_state_dict(state.scheduler)
+    if strategy.scaler is not None and state.scaler:
+        strategy.scaler.load_state_dict(state.scaler)
+    if ctx.is_main:
+        print(f"resumed from {folder} (step {state.step})", flush=True)
+    return state.step, state.last_loss
+
+
+def _throughput(
+    spec: JobSpec, step: int, loss: float | None, lr: float, step_time: float
+) -> dict[str, Any]:
+    return {
+        "step": step,
+        "loss": loss,
+        "lr": lr,
+        "step_time_s": step_time,
+        "samples_per_s": spec.train.global_batch_size / step_time,
+    }
+
+
 def train(
     spec: JobSpec,
     ctx: DistContext,
@@ -180,17 +213,7 @@ def train(
     ckpt = build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
 
     # ---- resume: the newest complete checkpoint of this run directory -------------------
-    start_step, loss_value = 0, None
-    folder = ckpt.find(cset.resume)
-    if folder is not None:
-        ckpt.check_compatible(folder, cset.allow_config_change)
-        state = ckpt.load(folder)
-        scheduler.load_state_dict(state.scheduler)
-        if strategy.scaler is not None and state.scaler:
-            strategy.scaler.load_state_dict(state.scaler)
-        start_step, loss_value = state.step, state.last_loss
-        if ctx.is_main:
-            print(f"resumed from {folder} (step {start_step})", flush=True)
+    start_step, loss_value = resume(spec, ckpt, scheduler, strategy, ctx)
 
     # ---- data order: the same global batches whatever the world size ----------------------
     # Hold out the end of the dataset for evaluation; train on the rest.
@@ -262,13 +285,7 @@ def train(
             if ctx.device.type == "cuda":
                 torch.cuda.synchronize(ctx.device)
             elapsed = (time.perf_counter() - window_start) / window_steps
-            record: dict[str, Any] = {
-                "step": done,
-                "loss": loss_value,
-                "lr": scheduler.get_last_lr()[0],
-                "step_time_s": elapsed,
-                "samples_per_s": tset.global_batch_size / elapsed,
-            }
+            record = _throughput(spec, done, loss_value, scheduler.get_last_lr()[0], elapsed)
             tokens = getattr(dataset, "tokens_per_sample", 0)
             if tokens:
                 record["tokens_per_s"] = tset.global_batch_size * tokens / elapsed

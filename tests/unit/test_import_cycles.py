@@ -92,3 +92,29 @@ def test_no_import_cycle_between_rooms() -> None:
     assert rooms["slurm_syntax"] == set()
     cycle = find_cycle(rooms)
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_exceptions_are_one_family_in_errors_py() -> None:
+    """Every exception class a user can meet is defined in errors.py (and is a JzkError)."""
+    import jeanzay_kit.errors as errors
+
+    package = Path(errors.__file__).parent
+    elsewhere = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "errors.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(
+                getattr(b, "id", getattr(b, "attr", "")).endswith(("Error", "Exception"))
+                for b in node.bases
+            ):
+                elsewhere.append(f"{path.relative_to(package)}:{node.name}")
+    assert not elsewhere, f"exception classes outside errors.py: {elsewhere}"
+    family = [
+        obj
+        for obj in vars(errors).values()
+        if isinstance(obj, type)
+        and issubclass(obj, Exception)
+        and obj.__module__ == errors.__name__
+    ]
+    assert all(issubclass(cls, errors.JzkError) for cls in family), family
