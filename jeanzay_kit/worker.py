@@ -57,8 +57,9 @@ def run_worker(
         backend=spec.comm.backend,
         timeout_minutes=spec.comm.timeout_minutes,
     )
+    heartbeat, watchdog = _start_watch(spec, info, run_dir)
     try:
-        result = train(spec, ctx, run_dir, stop=stop)
+        result = train(spec, ctx, run_dir, stop=stop, heartbeat=heartbeat)
     except JzkError as err:
         # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
         if info.rank == 0:
@@ -71,6 +72,9 @@ def run_worker(
         print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
         shutdown(clean=False)
         raise
+    finally:
+        watchdog.stop()
+        heartbeat.stop()
     shutdown(clean=True)
     # From here a late signal must not kill the finished task (seen on the local cluster: a
     # time-limit SIGUSR1 during exit turned a finished array task FAILED; in CI, the local
@@ -85,6 +89,33 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def _start_watch(spec: JobSpec, info: RankInfo, run_dir: Path):
+    """This rank's heartbeat thread and, unless watchdog.stall_seconds=0, its watchdog.
+
+    Collective (after the process group exists): rank 0 draws the attempt's token, so
+    heartbeats left by an earlier attempt in the same run directory are never judged."""
+    import secrets
+
+    import torch.distributed as dist
+
+    from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog
+
+    token = [secrets.token_hex(6) if info.rank == 0 else None]
+    dist.broadcast_object_list(token, src=0)
+    heartbeat = Heartbeat(
+        run_dir,
+        info.rank,
+        spec.train.steps,
+        str(token[0]),
+        info.job_id,
+        spec.watchdog.heartbeat_seconds,
+    ).start()
+    watchdog = Watchdog(heartbeat, run_dir, spec.watchdog.stall_seconds)
+    if spec.watchdog.stall_seconds > 0:
+        watchdog.start()
+    return heartbeat, watchdog
 
 
 def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=time.sleep) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import torch.distributed as dist
 
 from jeanzay_kit.train.data import SyntheticRegression
@@ -14,3 +16,16 @@ class FailOnRank(SyntheticRegression):
         if dist.is_initialized() and dist.get_rank() == fail_rank:
             raise RuntimeError(f"injected failure on rank {fail_rank}")
         super().__init__(**kwargs)
+
+
+class SlowRegression(SyntheticRegression):
+    """Synthetic data that takes `delay` seconds per micro-batch: a run long enough to
+    stop a worker in the middle of it."""
+
+    def __init__(self, delay: float, **kwargs):
+        super().__init__(**kwargs)
+        self.delay = delay
+
+    def batch(self, indices):
+        time.sleep(self.delay)
+        return super().batch(indices)

@@ -21,6 +21,7 @@ RESUME_IGNORES = (
     "train.eval_every",
     "checkpoint",
     "preemption",
+    "watchdog",
     "resume",
     "job",
     "cluster",

@@ -14,6 +14,7 @@ from jeanzay_kit.config.sections import (
     JobSettings,
     OptimSettings,
     PreemptionSettings,
+    WatchdogSettings,
 )
 
 OPTIMIZERS = ("adamw", "sgd")
@@ -133,9 +134,29 @@ def check_preemption(c: Collector, pre: Mapping[str, Any]) -> PreemptionSettings
     lead = c.positive_int("preemption.lead_seconds", pre.get("lead_seconds"), minimum=0)
     wait = c.positive_int("preemption.term_wait_seconds", pre.get("term_wait_seconds"), 0)
     requeue = c.flag("preemption.requeue", pre.get("requeue"))
-    if signal is None or lead is None or wait is None or requeue is None:
+    restarts = c.positive_int("preemption.max_restarts", pre.get("max_restarts"), minimum=0)
+    if signal is None or lead is None or wait is None or requeue is None or restarts is None:
         return None
-    return PreemptionSettings(signal, lead, wait, requeue)
+    return PreemptionSettings(signal, lead, wait, requeue, restarts)
+
+
+def check_watchdog(c: Collector, dog: Mapping[str, Any]) -> WatchdogSettings | None:
+    stall = c.number("watchdog.stall_seconds", dog.get("stall_seconds"), 0, example=300)
+    beat = c.number(
+        "watchdog.heartbeat_seconds", dog.get("heartbeat_seconds"), 0, low_open=True, example=2
+    )
+    if stall is None or beat is None:
+        return None
+    if stall and beat * 3 > stall:
+        c.add(
+            "watchdog.heartbeat_seconds",
+            dog.get("heartbeat_seconds"),
+            f"is above a third of watchdog.stall_seconds={stall:g}: a live rank could look "
+            "frozen between two beats",
+            f"use watchdog.heartbeat_seconds={stall / 10:g} or a larger stall_seconds",
+        )
+        return None
+    return WatchdogSettings(stall, beat)
 
 
 def check_communication(c: Collector, par: Mapping[str, Any], device: str) -> Communication | None:

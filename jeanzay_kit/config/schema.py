@@ -163,7 +163,21 @@ class PreemptionConfig:
     signal: str = "USR1"  # USR1 | USR2 | TERM, sent lead_seconds before the time limit
     lead_seconds: int = 120  # enough for one step and one save
     requeue: bool = True  # --requeue, and `scontrol requeue` after the time-limit save
+    # After a hang or a crash: how many times the run restarts from its newest complete
+    # checkpoint (a Slurm job requeues itself; cluster=local restarts the workers).
+    max_restarts: int = 3
     term_wait_seconds: int = 300  # after a SIGTERM save: wait this long for Slurm's kill
+
+
+@dataclass
+class WatchdogConfig:
+    """Heartbeats and the hang watchdog (docs/stuck-jobs.md)."""
+
+    # A rank whose heartbeat file is this old (frozen process) or that has not changed
+    # step or phase for this long (stuck) stalls the run: stacks are dumped, the run
+    # restarts. 0 turns the watchdog off (heartbeats are still written).
+    stall_seconds: float = 300.0
+    heartbeat_seconds: float = 2.0  # how often each rank writes its heartbeat file
 
 
 @dataclass
@@ -239,6 +253,7 @@ class RootConfig:
     train: Any = None  # TrainConfig
     checkpoint: Any = None  # CheckpointConfig
     preemption: Any = None  # PreemptionConfig
+    watchdog: Any = None  # WatchdogConfig
     job: JobConfig = field(default_factory=JobConfig)  # JobConfig
     # auto: the newest complete checkpoint of the run directory; never; or the path of a
     # checkpoint folder (.../checkpoints/step-N).
@@ -256,6 +271,7 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("optim", "base_sgd", SGDConfig),
     ("checkpoint", "base_checkpoint", CheckpointConfig),
     ("preemption", "base_preemption", PreemptionConfig),
+    ("watchdog", "base_watchdog", WatchdogConfig),
     ("model", "base_mlp", MLPConfig),
     ("model", "base_gpt", GPTConfig),
     ("data", "base_synthetic", SyntheticConfig),
@@ -271,6 +287,7 @@ _FIXED = {
     "train": TrainConfig,
     "checkpoint": CheckpointConfig,
     "preemption": PreemptionConfig,
+    "watchdog": WatchdogConfig,
     "job": JobConfig,
 }
 _BY_NAME = {"adamw": AdamWConfig, "sgd": SGDConfig}

@@ -111,3 +111,12 @@ class PreemptionSettings:
     # (a preempted job is requeued by Slurm only if it has not ended by itself).
     term_wait_seconds: int
     requeue: bool
+    max_restarts: int  # after a hang or a crash
+
+
+@dataclass(frozen=True)
+class WatchdogSettings:
+    """watchdog.*: heartbeats and hang detection."""
+
+    stall_seconds: float  # 0: no watchdog
+    heartbeat_seconds: float

@@ -29,6 +29,7 @@ from jeanzay_kit.config.run_rules import (
     check_optim,
     check_preemption,
     check_train_loop,
+    check_watchdog,
 )
 from jeanzay_kit.config.schema import unknown_keys
 from jeanzay_kit.config.sections import (
@@ -39,6 +40,7 @@ from jeanzay_kit.config.sections import (
     PreemptionSettings,
     Resources,
     TrainSettings,
+    WatchdogSettings,
 )
 from jeanzay_kit.distributed.layout import ParallelLayout
 
@@ -58,6 +60,7 @@ class JobSpec:
     optim: OptimSettings
     checkpoint: CheckpointSettings
     preemption: PreemptionSettings
+    watchdog: WatchdogSettings
     model: Mapping[str, Any]  # the `model` node, for hydra.utils.instantiate
     data: Mapping[str, Any]  # the `data` node, likewise
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
@@ -98,9 +101,12 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     )
     preemption = check_preemption(c, section(cfg, "preemption"))
     comm = check_communication(c, par, cluster.device)
+    watchdog = check_watchdog(c, section(cfg, "watchdog"))
     c.raise_if_any()  # the checks below need the values above
     assert job and nodes and gpn and minutes and request and loop and optim and ckpt
-    assert preemption and comm  # for the type checker: raise_if_any had nothing to raise
+    assert (
+        preemption and comm and watchdog
+    )  # for the type checker: raise_if_any had nothing to raise
 
     # ---- stage 2: against the cluster profile and each other -----------------------------
     resources = resource_rules.check_resources(
@@ -128,6 +134,7 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         optim=optim,
         checkpoint=ckpt,
         preemption=preemption,
+        watchdog=watchdog,
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
         config=_resolved_config(cfg, resources),

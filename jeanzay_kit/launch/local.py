@@ -17,6 +17,8 @@ import torch.multiprocessing as mp
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.launch.restarts import RESTARTS_FILE, clear_restarts, read_restarts, record_restart
+from jeanzay_kit.train.heartbeat import EXIT_HUNG
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
@@ -76,6 +78,44 @@ def launch_local(
     visible_devices: str | None = None,
     stop: StopRequest | None = None,
 ) -> int:
+    """Run the workers; after a hang or a crash, run them again from the newest complete
+    checkpoint while preemption.max_restarts allows (launch/restarts.py)."""
+    while True:
+        code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop)
+        if code == 0:
+            clear_restarts(run_dir)
+        if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
+            return code
+        reason = "hang" if code == EXIT_HUNG else "crash"
+        done = len(read_restarts(run_dir))
+        limit = spec.preemption.max_restarts
+        if done >= limit:
+            print(
+                f"train.py: the run failed ({reason}) and has used its {limit} restart(s) "
+                f"(preemption.max_restarts={limit}, history in {run_dir / RESTARTS_FILE}); "
+                "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
+                "the cause, then run the same command again: it resumes from the newest "
+                f"complete checkpoint (delete {RESTARTS_FILE} to reset the budget)",
+                file=sys.stderr,
+                flush=True,
+            )
+            return code
+        count = record_restart(run_dir, reason)
+        print(
+            f"train.py: restarting after a {reason} ({count}/{limit}), from the newest "
+            "complete checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def _launch_once(
+    spec: JobSpec,
+    run_dir: Path,
+    cpu_count: int,
+    visible_devices: str | None,
+    stop: StopRequest | None,
+) -> int:
     world = spec.layout.world_size
     infos = local_rank_infos(world, free_port())
     # Share the cores: N CPU workers each with all cores would fight over them.
@@ -117,6 +157,8 @@ def launch_local(
             return EXIT_PREEMPTED  # every worker saved; the checkpoint is sealed
         if err.exit_code == 2:
             return 2  # a refusal, already explained by rank 0
+        if err.exit_code == EXIT_HUNG:
+            return EXIT_HUNG  # the watchdog named the rank and dumped the stacks
         print(
             f"train.py: worker {err.error_index} exited with code {err.exit_code}; "
             "the others were stopped.",

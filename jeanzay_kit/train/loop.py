@@ -29,6 +29,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
+from jeanzay_kit.train.heartbeat import Heartbeat
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
 from jeanzay_kit.train.sampler import GlobalBatchPlan
@@ -191,14 +192,21 @@ def _throughput(
     }
 
 
+class _NoHeartbeat:
+    def beat(self, step: int, phase: str) -> None:
+        pass
+
+
 def train(
     spec: JobSpec,
     ctx: DistContext,
     run_dir: Path,
     stop: StopRequest | None = None,
+    heartbeat: Heartbeat | None = None,
 ) -> TrainResult:
     tset, cset = spec.train, spec.checkpoint
     steps = tset.steps
+    hb = heartbeat or _NoHeartbeat()  # the phase a watchdog reports if this rank stalls
 
     # ---- build: data, model, strategy, optimizer, checkpointer ----------------------------
     # Same seed on every rank: every rank builds the same initial model, whatever the
@@ -241,6 +249,7 @@ def train(
         )
 
     def save(done: int, force_sync: bool = False) -> None:
+        hb.beat(done, "checkpoint")
         ckpt.save(
             done,
             TrainerState(
@@ -262,8 +271,11 @@ def train(
     last_save_time, saved_at = time.monotonic(), start_step
     stopped_by = ""
     for step in range(start_step, steps):
+        hb.beat(step, "data")
         batches = [to_device(dataset.batch(idx)) for idx in plan.step_indices(step)]
+        hb.beat(step, "forward_backward")
         local_loss = strategy.train_step(batches)
+        hb.beat(step, "optimizer")
         if strategy.scaler is not None:
             strategy.scaler.unscale_(optimizer)
         if spec.optim.grad_clip > 0:
@@ -292,11 +304,13 @@ def train(
             if peak and flops:
                 record["mfu"] = flops * tset.global_batch_size / elapsed / (peak * lay.world_size)
             if tset.eval_every and (done % tset.eval_every == 0 or done == steps) and eval_rounds:
+                hb.beat(done, "eval")
                 record["eval_loss"] = _eval_loss(strategy, eval_rounds, ctx)
             metrics.log(record)
             window_start, window_steps = time.perf_counter(), 0
 
         # ---- step boundary: stop, save, or go on; every rank decides the same ----------
+        hb.beat(done, "step_boundary")
         time_due = int(
             ctx.is_main and every_seconds > 0 and time.monotonic() - last_save_time >= every_seconds
         )

@@ -1,0 +1,165 @@
+"""Heartbeats and the hang watchdog of one rank, both on background threads.
+
+The training thread only sets two attributes per phase (`beat(step, phase)`): no device
+sync, no collective, no I/O on the hot path. A writer thread writes
+`<run_dir>/heartbeat/rank-<N>.json` every `heartbeat_seconds` (write aside, rename: a
+reader never sees half a file); the format is in docs/stuck-jobs.md.
+
+The watchdog thread reads every rank's heartbeat every few seconds (the run directory is
+on a filesystem every node sees) and judges them with train/stall.py. It needs no
+collective, so a rank blocked in one still detects a frozen peer. On a stall it dumps
+this rank's Python stacks (faulthandler, every thread) into `<run_dir>/hang-<step>/`,
+the lowest live rank writes `report.txt` and prints the verdict, and the process exits
+with EXIT_HUNG: the launcher (launch/local.py, or srun's --kill-on-bad-exit) ends the
+rest and the restart budget (preemption.max_restarts) decides what comes next.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from jeanzay_kit.train.stall import Beat, Stall, find_stall, hang_dir_name
+
+EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
+HEARTBEAT_DIR = "heartbeat"
+
+
+class Heartbeat:
+    def __init__(
+        self,
+        run_dir: Path,
+        rank: int,
+        total_steps: int,
+        token: str,
+        job_id: str | None,
+        interval_s: float,
+    ) -> None:
+        self.folder = run_dir / HEARTBEAT_DIR
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.path = self.folder / f"rank-{rank}.json"
+        self.rank, self.total_steps, self.token, self.job_id = rank, total_steps, token, job_id
+        self.interval_s = interval_s
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.step, self.phase = 0, "start"
+        self.progress_time = time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jzk-heartbeat", daemon=True)
+
+    def beat(self, step: int, phase: str) -> None:
+        """Called by the training thread: two attribute writes and a clock read."""
+        self.step, self.phase = step, phase
+        self.progress_time = time.time()
+
+    def start(self) -> Heartbeat:
+        self.write()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """The rank is done: say so (the watchdogs of slower ranks ignore it from now)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.phase = "done"
+        self.write()
+
+    def write(self) -> None:
+        data = {
+            "rank": self.rank,
+            "host": self.host,
+            "pid": self.pid,
+            "job_id": self.job_id,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "phase": self.phase,
+            "progress_time": self.progress_time,
+            "wall_time": time.time(),
+            "token": self.token,
+            "interval_s": self.interval_s,
+        }
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.path)  # advisory: no fsync, the next beat replaces it
+        except OSError:
+            pass  # a full or lost filesystem must not kill training; the watchdog sees it
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.write()
+
+
+def read_beats(folder: Path) -> list[Beat]:
+    beats = []
+    for path in sorted(folder.glob("rank-*.json")):
+        try:
+            beats.append(Beat.from_json(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or damaged: the next look sees it
+    return beats
+
+
+class Watchdog:
+    def __init__(
+        self,
+        heartbeat: Heartbeat,
+        run_dir: Path,
+        stall_seconds: float,
+        exit_process: Callable[[int], None] = os._exit,
+    ) -> None:
+        self.hb, self.run_dir, self.stall_seconds = heartbeat, run_dir, stall_seconds
+        # Look often enough to detect within stall_seconds + a few seconds.
+        self.check_s = max(0.5, min(5.0, stall_seconds / 4))
+        self._exit = exit_process
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="jzk-watchdog", daemon=True)
+
+    def start(self) -> Watchdog:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.check_s):
+            stall = find_stall(
+                read_beats(self.hb.folder), time.time(), self.stall_seconds, self.hb.token
+            )
+            if stall is not None and not self._stop.is_set():
+                self._on_stall(stall)
+                return
+
+    def _on_stall(self, stall: Stall) -> None:
+        folder = self.run_dir / hang_dir_name(stall)
+        folder.mkdir(parents=True, exist_ok=True)
+        message = stall.message(self.stall_seconds)
+        with open(folder / f"rank-{self.hb.rank}.txt", "w") as out:
+            out.write(f"rank {self.hb.rank} pid {self.hb.pid} host {self.hb.host}\n{message}\n\n")
+            out.flush()
+            faulthandler.dump_traceback(file=out, all_threads=True)
+        report = folder / "report.txt"
+        if stall.reporter == self.hb.rank:
+            report.write_text(message + "\n")
+            print(
+                f"train.py: hang: {message}. Python stacks of the live ranks: {folder}",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            # Leave the reporter time to see the stall too: once one rank exits, the
+            # launcher ends the others.
+            deadline = time.monotonic() + 2 * self.check_s + 5
+            while not report.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+        self._exit(EXIT_HUNG)

@@ -1,0 +1,115 @@
+"""Which rank stalls a run, from the ranks' heartbeats. Pure: values in, a verdict out.
+
+Every rank writes `<run_dir>/heartbeat/rank-<N>.json` from a background thread
+(train/heartbeat.py). Two clocks in each beat tell two failures apart:
+
+- `wall_time`: when the file was last written. The writer thread runs whatever the
+  training thread does, so a beat older than the stall limit means the whole process is
+  frozen or gone (SIGSTOP, a dead node, a hang in C code that holds the GIL).
+- `progress_time`: when the training thread last moved (a new step or phase). A rank
+  alive but without progress for the stall limit is stuck (in a collective a frozen peer
+  never joins, in a deadlock, on a dead filesystem).
+
+A frozen rank is the cause of the others being stuck, so it is named first. Beats of
+another attempt (a token every rank gets from rank 0 at start) and of ranks that have
+finished are left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+FINISHED_PHASES = ("done",)
+
+
+@dataclass(frozen=True)
+class Beat:
+    rank: int
+    host: str
+    pid: int
+    job_id: str | None
+    step: int
+    total_steps: int
+    phase: str  # start | data | forward_backward | optimizer | eval | checkpoint | done
+    progress_time: float  # wall clock of the last change of step or phase
+    wall_time: float  # wall clock of the write
+    token: str  # the attempt: the same on every rank of one launch
+    interval_s: float  # how often the rank writes its beat
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Beat:
+        return cls(
+            rank=int(data["rank"]),
+            host=str(data["host"]),
+            pid=int(data["pid"]),
+            job_id=data.get("job_id"),
+            step=int(data["step"]),
+            total_steps=int(data["total_steps"]),
+            phase=str(data["phase"]),
+            progress_time=float(data["progress_time"]),
+            wall_time=float(data["wall_time"]),
+            token=str(data.get("token", "")),
+            interval_s=float(data.get("interval_s", 2.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Stall:
+    beat: Beat  # the rank named as the cause
+    frozen: bool  # True: the process itself stopped; False: alive without progress
+    seconds: float  # how long it has made no progress
+    live_ranks: tuple[int, ...]  # ranks whose heartbeat thread still runs
+
+    @property
+    def reporter(self) -> int | None:
+        """The lowest live rank: it writes the report and asks for the restart."""
+        return min(self.live_ranks) if self.live_ranks else None
+
+    def message(self, stall_seconds: float) -> str:
+        b = self.beat
+        what = (
+            f"has written no heartbeat and made no progress for {self.seconds:.0f} s (the "
+            "process is stopped, dead, or hung in native code)"
+            if self.frozen
+            else f"has made no progress for {self.seconds:.0f} s"
+        )
+        return (
+            f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, at step {b.step}/"
+            f"{b.total_steps} in phase {b.phase}; watchdog.stall_seconds={stall_seconds:g}"
+        )
+
+
+def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: str) -> Stall | None:
+    """The rank that stalls this attempt, or None while every rank moves.
+
+    A run stalls when a rank has neither moved nor written a beat for stall_seconds. The
+    rank named is a frozen one (no beat for FROZEN_BEATS intervals: its writer thread
+    stopped too) if there is one, since the others then wait for it, else the rank with
+    the oldest progress."""
+    current = [b for b in beats if b.token == token and b.phase not in FINISHED_PHASES]
+    stalled = [b for b in current if now - min(b.progress_time, b.wall_time) > stall_seconds]
+    if not stalled:
+        return None
+    live = tuple(sorted(b.rank for b in current if not _frozen(b, now)))
+    frozen = [b for b in stalled if _frozen(b, now)]
+    if frozen:
+        worst = min(frozen, key=lambda b: (b.wall_time, b.rank))
+        return Stall(worst, True, now - worst.progress_time, live)
+    worst = min(stalled, key=lambda b: (b.progress_time, b.rank))
+    return Stall(worst, False, now - worst.progress_time, live)
+
+
+# A beat this many intervals old (plus a second of slack for a busy filesystem) means the
+# rank's writer thread is not running: the process is stopped, dead or holds the GIL.
+FROZEN_BEATS = 3
+
+
+def _frozen(beat: Beat, now: float) -> bool:
+    return now - beat.wall_time > FROZEN_BEATS * beat.interval_s + 1.0
+
+
+def hang_dir_name(stall: Stall) -> str:
+    """The folder of one hang's dumps: the same name on every rank that sees it."""
+    return f"hang-{stall.beat.step}"

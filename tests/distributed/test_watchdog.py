@@ -1,0 +1,111 @@
+"""Operating a stuck or crashing run (issue 12): the watchdog names a frozen rank, dumps
+the live ranks' stacks and the run restarts from its checkpoint; crashes use the same
+restart budget. Real worker processes on gloo; the fault is a real SIGSTOP."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SLOW_RUN = [
+    "resources.gpus_per_node=2",
+    "train.steps=40",
+    "train.log_every=10",
+    "train.eval_every=0",
+    "checkpoint.every_steps=10",
+    "data._target_=tests.helpers.SlowRegression",
+    "+data.delay=0.05",
+    "watchdog.stall_seconds=5",
+    "watchdog.heartbeat_seconds=0.5",
+]
+
+
+def _digest(run_dir: Path) -> str:
+    return (run_dir / "model_final.sha256").read_text().strip()
+
+
+def _beat(run_dir: Path, rank: int) -> dict | None:
+    try:
+        return json.loads((run_dir / "heartbeat" / f"rank-{rank}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@pytest.mark.timeout(300)
+def test_a_stopped_worker_is_named_dumped_and_the_run_restarts_to_the_same_model(
+    tmp_path: Path, train_run
+) -> None:
+    reference = train_run("reference", *SLOW_RUN)
+
+    run_dir = tmp_path / "stopped"
+    cmd = [sys.executable, "train.py", *SLOW_RUN, f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    stopped_pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            beat = _beat(run_dir, 1)
+            if beat and beat["step"] >= 15 and beat["phase"] != "done":
+                stopped_pid = beat["pid"]
+                break
+            time.sleep(0.1)
+        assert stopped_pid, "rank 1 never reached step 15"
+        os.kill(stopped_pid, signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if stopped_pid:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped_pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    # Named: the rank, its host and pid, the step and phase it stopped in.
+    hang_line = next(line for line in err.splitlines() if "train.py: hang:" in line)
+    assert f"rank 1 (host {os.uname().nodename}, pid {stopped_pid})" in hang_line
+    assert "has written no heartbeat and made no progress" in hang_line
+    assert "in phase" in hang_line
+    # Detected within stall_seconds + 30 s, and restarted from the checkpoint.
+    assert time.monotonic() - stopped_at < 5 + 30 + 120  # (the rest of the run included)
+    assert "restarting after a hang (1/3)" in err
+    assert "resumed from" in out
+    hangs = list(run_dir.glob("hang-*"))
+    assert len(hangs) == 1
+    report = (hangs[0] / "report.txt").read_text()
+    assert f"pid {stopped_pid}" in report
+    stacks = (hangs[0] / "rank-0.txt").read_text()
+    assert "most recent call first" in stacks  # faulthandler's dump of rank 0's threads
+    # The same model as the run nobody stopped.
+    assert _digest(run_dir) == _digest(reference.run_dir)
+    assert not (run_dir / "restarts.json").exists()  # a finished run clears its budget
+
+
+@pytest.mark.timeout(300)
+def test_a_run_that_always_crashes_stops_after_max_restarts(train_run) -> None:
+    run = train_run(
+        "crash",
+        "resources.gpus_per_node=2",
+        "train.steps=5",
+        "data._target_=tests.helpers.FailOnRank",
+        "+data.fail_rank=1",
+        "preemption.max_restarts=2",
+        check=False,
+    )
+    err = run.result.stderr
+    assert run.result.returncode == 1
+    assert err.count("restarting after a crash") == 2
+    assert "has used its 2 restart(s) (preemption.max_restarts=2" in err
+    history = json.loads((run.run_dir / "restarts.json").read_text())["restarts"]
+    assert [r["reason"] for r in history] == ["crash", "crash"]

@@ -1,0 +1,67 @@
+"""The watchdog's verdict from heartbeats (train/stall.py), as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from jeanzay_kit.train.stall import Beat, find_stall, hang_dir_name
+
+NOW = 1000.0
+
+
+def beat(rank: int, progress_age: float, beat_age: float, **kw) -> Beat:
+    fields = dict(
+        rank=rank,
+        host=f"n{rank}",
+        pid=100 + rank,
+        job_id="42",
+        step=7,
+        total_steps=50,
+        phase="forward_backward",
+        progress_time=NOW - progress_age,
+        wall_time=NOW - beat_age,
+        token="t",
+        interval_s=1.0,
+    )
+    fields.update(kw)
+    return Beat(**fields)
+
+
+@pytest.mark.parametrize(
+    ("beats", "expected"),
+    [
+        pytest.param([beat(0, 1, 0.5), beat(1, 2, 0.2)], None, id="all moving"),
+        pytest.param([beat(0, 11, 0.5), beat(1, 12, 11)], (1, True), id="one frozen (SIGSTOP)"),
+        pytest.param(
+            [beat(0, 11, 0.5), beat(1, 9, 9)],
+            (0, False),
+            id="stuck alive, its peer frozen too briefly to count",
+        ),
+        pytest.param([beat(0, 20, 0.5), beat(1, 15, 0.5)], (0, False), id="stuck, oldest named"),
+        pytest.param(
+            [beat(0, 30, 30, token="old"), beat(1, 1, 0.5)], None, id="earlier attempt ignored"
+        ),
+        pytest.param(
+            [beat(0, 30, 30, phase="done"), beat(1, 1, 0.5)], None, id="finished rank ignored"
+        ),
+        pytest.param([], None, id="no beats yet"),
+    ],
+)
+def test_find_stall(beats: list[Beat], expected: tuple[int, bool] | None) -> None:
+    stall = find_stall(beats, NOW, stall_seconds=10, token="t")
+    if expected is None:
+        assert stall is None
+        return
+    assert stall is not None
+    assert (stall.beat.rank, stall.frozen) == expected
+
+
+def test_the_lowest_live_rank_reports_and_the_message_names_everything() -> None:
+    stall = find_stall([beat(0, 12, 12), beat(1, 11, 0.5), beat(2, 11, 0.4)], NOW, 10, "t")
+    assert stall is not None and stall.reporter == 1 and stall.live_ranks == (1, 2)
+    assert stall.message(10) == (
+        "rank 0 (host n0, pid 100) has written no heartbeat and made no progress for 12 s "
+        "(the process is stopped, dead, or hung in native code), at step 7/50 in phase "
+        "forward_backward; watchdog.stall_seconds=10"
+    )
+    assert hang_dir_name(stall) == "hang-7"
