@@ -83,6 +83,9 @@ def run_worker(
     if result.stopped_by:
         stop_after_signal(spec, info, result)
     if info.rank == 0:
+        from jeanzay_kit.launch.restarts import clear_restarts
+
+        clear_restarts(run_dir)  # the run finished: its restart budget starts afresh
         loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
         print(
             f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "

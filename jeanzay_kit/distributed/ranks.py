@@ -116,7 +116,7 @@ def rank_info_from_env(env: Mapping[str, str]) -> RankInfo:
         master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
         master_port=_port(env, job_id),
         job_id=job_id,
-        array_job_id=_array_id(env),
+        array_job_id=array_id(env),
         launcher="local",
     )
 
@@ -152,7 +152,7 @@ def _port(env: Mapping[str, str], job_id: str | None) -> int:
     return int(raw)
 
 
-def _array_id(env: Mapping[str, str]) -> str | None:
+def array_id(env: Mapping[str, str]) -> str | None:
     array_job, task = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
     return f"{array_job}_{task}" if array_job and task else None
 
@@ -198,7 +198,7 @@ def _from_torchrun(env: Mapping[str, str]) -> RankInfo:
         master_addr=env["MASTER_ADDR"],
         master_port=_port(env, job_id),
         job_id=job_id,
-        array_job_id=_array_id(env),
+        array_job_id=array_id(env),
         launcher="torchrun",
     )
 
@@ -278,6 +278,6 @@ def _from_srun(env: Mapping[str, str]) -> RankInfo:
         master_addr=env.get("MASTER_ADDR") or hosts[0],
         master_port=_port(env, job_id),
         job_id=job_id,
-        array_job_id=_array_id(env),
+        array_job_id=array_id(env),
         launcher="srun",
     )

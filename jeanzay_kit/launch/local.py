@@ -17,7 +17,7 @@ import torch.multiprocessing as mp
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.launch.restarts import RESTARTS_FILE, clear_restarts, read_restarts, record_restart
+from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.train.heartbeat import EXIT_HUNG
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 
@@ -82,8 +82,6 @@ def launch_local(
     checkpoint while preemption.max_restarts allows (launch/restarts.py)."""
     while True:
         code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop)
-        if code == 0:
-            clear_restarts(run_dir)
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
             return code
         reason = "hang" if code == EXIT_HUNG else "crash"

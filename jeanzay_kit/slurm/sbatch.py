@@ -251,5 +251,23 @@ def render_sbatch(
     program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
     lines.append("# --kill-on-bad-exit: one failed task ends the step instead of leaving the")
     lines.append("# others blocked in a collective until the time limit")
-    lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
+    if not spec.preemption.requeue:
+        lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
+        return "\n".join(lines) + "\n"
+    lines.append("status=0")
+    lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " || status=$?")
+    lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
+    lines.append("# from the newest checkpoint while preemption.max_restarts allows")
+    restart = [
+        shell_word(spec.job.python),
+        "-m",
+        "jeanzay_kit.launch.restart_job",
+        shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
+        '--status="$status"',
+        f"--max-restarts={spec.preemption.max_restarts}",
+    ]
+    lines.append('if [ "$status" -ne 0 ]; then')
+    lines.append("  " + " ".join(restart) + " || true")
+    lines.append("fi")
+    lines.append('exit "$status"')
     return "\n".join(lines) + "\n"

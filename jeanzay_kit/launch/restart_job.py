@@ -1,0 +1,75 @@
+"""After a failed job step: requeue the Slurm job while the restart budget allows.
+
+The rendered script runs `python -m jeanzay_kit.launch.restart_job` when srun ends with
+an error: a hang (the watchdog's exit 4), a crashed rank (srun's --kill-on-bad-exit has
+already ended the others), a lost node. The restart is recorded in
+`<run_dir>/restarts.json` (launch/restarts.py) and the job requeued: it resumes from its
+newest complete checkpoint. A refusal (exit 2) or a preemption stop (exit 3, already
+requeued by rank 0) is left alone, and a run out of budget stops with a message saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+
+from jeanzay_kit.distributed.ranks import array_id
+from jeanzay_kit.errors import SlurmCommandError
+from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+
+EXIT_REFUSED = 2
+NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)
+
+
+def restart_after_failure(
+    run_dir: Path, status: int, max_restarts: int, env: Mapping[str, str], runner=None
+) -> str:
+    """Record and requeue (or refuse to); returns the line to print."""
+    from jeanzay_kit.slurm.commands import requeue
+
+    if status in NOT_RESTARTED:
+        return ""
+    job = array_id(env) or env.get("SLURM_JOB_ID")
+    reason = "hang" if status == 4 else f"failure (srun exit {status})"
+    done = len(read_restarts(run_dir))
+    if job is None:
+        return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
+    if done >= max_restarts:
+        return (
+            f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
+            f"(preemption.max_restarts, history in {run_dir / RESTARTS_FILE}): not requeued. "
+            "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
+            "fix the cause and submit the job again: it resumes from its newest checkpoint"
+        )
+    count = record_restart(run_dir, reason)
+    try:
+        requeue(job, runner)
+    except SlurmCommandError as err:
+        return f"jzk: {reason}; could not requeue job {job}: {err}"
+    return (
+        f"jzk: {reason}; requeued job {job} ({count}/{max_restarts}): it resumes from the "
+        "newest complete checkpoint"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.launch.restart_job")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--status", type=int, required=True)
+    parser.add_argument("--max-restarts", type=int, required=True)
+    args = parser.parse_args(argv)
+    # The environment is read here, once.
+    line = restart_after_failure(
+        Path(args.run_dir), args.status, args.max_restarts, dict(os.environ)
+    )
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

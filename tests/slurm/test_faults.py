@@ -1,0 +1,59 @@
+"""Faults beyond signals on the real local cluster (issue 12): a rank killed outright ends
+the job step at once (srun --kill-on-bad-exit), the job requeues itself within its
+restart budget and ends with exactly the model of an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import jzk_submit, local_digest, sacct_states, wait_for, wait_until_step
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
+
+
+def wait_for_text(path: Path, text: str, timeout: float) -> float:
+    """Seconds until `text` appears in the file."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if path.exists() and text in path.read_text():
+            return time.monotonic() - start
+        time.sleep(0.2)
+    pytest.fail(f"{text!r} not in {path} after {timeout} s: {path.read_text()[-2000:]}")
+
+
+def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
+    slurm, tmp_path: Path
+) -> None:
+    training = ["train.steps=2000", "train.log_every=100", "checkpoint.every_steps=250"]
+    job_id, run_dir, log = jzk_submit(
+        slurm,
+        tmp_path,
+        "cluster=slurm_local",
+        "resources.nodes=2",
+        "resources.gpus_per_node=2",
+        "job.name=killed",
+        *training,
+    )
+    wait_until_step(run_dir, 300, log, timeout=240)
+    beat = json.loads((run_dir / "heartbeat" / "rank-3.json").read_text())
+    os.kill(beat["pid"], signal.SIGKILL)  # rank 3, on the second node
+
+    err = log.with_suffix(".err")
+    # The other tasks are ended by srun, the script's restart step runs: within 30 s.
+    took = wait_for_text(err, f"requeued job {job_id} (1/3)", timeout=90)
+    assert took < 30, f"the job step took {took:.0f} s to end after a rank was killed"
+    wait_for(job_id, slurm, timeout=420)
+
+    out = log.read_text()
+    states = sacct_states(job_id, slurm, duplicates=True)
+    assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-2000:])
+    assert "resumed from" in out and "done: 2000 steps" in out
+    assert not (run_dir / "restarts.json").exists()  # cleared by the run that finished
+    reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
+    assert (run_dir / "model_final.sha256").read_text().strip() == reference
