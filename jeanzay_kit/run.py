@@ -75,7 +75,16 @@ def main(
             from jeanzay_kit.worker import run_worker
 
             info = rank_info_from_env(env)
-            run_worker(spec, info, run_dir, env.get("CUDA_VISIBLE_DEVICES"), threads=0, stop=stop)
+            end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
+            run_worker(
+                spec,
+                info,
+                run_dir,
+                env.get("CUDA_VISIBLE_DEVICES"),
+                threads=0,
+                stop=stop,
+                allocation_end=float(end) if end and end.isdigit() else None,
+            )
             return 0
         from jeanzay_kit.ckpt.store import check_resume_early
 

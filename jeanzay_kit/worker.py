@@ -28,8 +28,12 @@ def run_worker(
     visible_devices: str | None,
     threads: int,
     stop: StopRequest | None = None,
+    allocation_end: float | None = None,
 ) -> None:
-    """One training process: join the group, train, leave the group."""
+    """One training process: join the group, train, leave the group.
+
+    allocation_end: when the Slurm allocation ends (SLURM_JOB_END_TIME where Slurm sets
+    it); rank 0 asks squeue once when it is unknown."""
     import torch
 
     # First thing: from here on a signal is noted, not fatal, even during start-up.
@@ -59,7 +63,11 @@ def run_worker(
     )
     heartbeat, watchdog = _start_watch(spec, info, run_dir)
     try:
-        result = train(spec, ctx, run_dir, stop=stop, heartbeat=heartbeat)
+        if info.rank == 0 and allocation_end is None and info.job_id:
+            allocation_end = _allocation_end(info.job_id)
+        result = train(
+            spec, ctx, run_dir, stop=stop, heartbeat=heartbeat, allocation_end=allocation_end
+        )
     except JzkError as err:
         # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
         if info.rank == 0:
@@ -92,6 +100,16 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def _allocation_end(job_id: str) -> float | None:
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.slurm.commands import job_end_time
+
+    try:
+        return job_end_time(job_id)
+    except (SlurmCommandError, OSError):
+        return None  # progress lines then show no time left; training goes on
 
 
 def _start_watch(spec: JobSpec, info: RankInfo, run_dir: Path):

@@ -45,6 +45,17 @@ def requeue(job_id: str, runner: CommandRunner | None = None) -> None:
     _checked(["scontrol", "requeue", job_id], runner)
 
 
+def job_end_time(job_id: str, runner: CommandRunner | None = None) -> float | None:
+    """When the job's allocation ends (epoch seconds), from squeue's %e; None if unknown."""
+    from datetime import datetime
+
+    text = _checked(["squeue", "-h", "-j", job_id, "-o", "%e"], runner).stdout.strip()
+    try:
+        return datetime.fromisoformat(text.splitlines()[0]).timestamp()  # Slurm's local time
+    except (ValueError, IndexError):
+        return None  # "Unknown", "NONE", or the job already gone
+
+
 def sbatch(script: str, cwd: str, runner: CommandRunner | None = None) -> str:
     """Submit a script from `cwd` (the job's working directory); return the job id."""
     result = _checked(["sbatch", "--parsable", script], runner, cwd)

@@ -203,7 +203,11 @@ def train(
     run_dir: Path,
     stop: StopRequest | None = None,
     heartbeat: Heartbeat | None = None,
+    allocation_end: float | None = None,
 ) -> TrainResult:
+    """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
+    save) when `stop` notes a signal. allocation_end: when the Slurm allocation ends
+    (epoch seconds), for the time left in the progress lines."""
     tset, cset = spec.train, spec.checkpoint
     steps = tset.steps
     hb = heartbeat or _NoHeartbeat()  # the phase a watchdog reports if this rank stalls
@@ -239,7 +243,15 @@ def train(
     every_seconds = (cset.every_minutes or 0) * 60
     flops = getattr(model, "flops_per_sample", lambda: 0.0)()
     peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.device.type == "cuda" else None
-    metrics = MetricsWriter(run_dir, ctx.is_main, steps, resume_step=start_step)
+    metrics = MetricsWriter(
+        run_dir,
+        ctx.is_main,
+        steps,
+        resume_step=start_step,
+        end_time=allocation_end,
+        allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
+        lead_s=spec.preemption.lead_seconds,
+    )
     own_stop = stop is None
     stop = stop or StopRequest()
 
@@ -289,6 +301,7 @@ def train(
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         window_steps += 1
+        metrics.advance(step + 1)
 
         done = step + 1
         if done % tset.log_every == 0 or done == steps:

@@ -1,11 +1,19 @@
-"""Training metrics on rank 0: a progress line on stdout and `<run_dir>/metrics.jsonl`."""
+"""Training metrics on rank 0: progress on stdout and `<run_dir>/metrics.jsonl`.
+
+In a Slurm log (not a terminal) a plain line every train.log_every steps, with the ETA
+and the time left in the allocation; on a terminal a live tqdm bar, with the same lines
+written above it.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any, TextIO
+
+from jeanzay_kit.train.progress import format_duration, outlook, requeue_note
 
 # Dense peak throughput per GPU (TFLOP/s) for MFU, from NVIDIA's data sheets:
 # H100 SXM 989 (bf16), A100 312 (bf16), V100 125 (fp16 tensor cores).
@@ -29,12 +37,20 @@ class MetricsWriter:
         total_steps: int,
         stream: TextIO | None = None,
         resume_step: int = 0,
+        end_time: float | None = None,
+        allocation_s: float | None = None,
+        lead_s: float = 0.0,
     ):
+        """end_time: when the Slurm allocation ends (epoch seconds, read once at start);
+        allocation_s and lead_s: resources.time and preemption.lead_seconds in seconds."""
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
         self.path = run_dir / "metrics.jsonl"
+        self.end_time, self.allocation_s, self.lead_s = end_time, allocation_s, lead_s
+        self._noted_requeues = False
         self._file = None
+        self._bar: Any = None
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)
             # A fresh run starts a fresh file. A resumed one keeps the records up to the
@@ -49,10 +65,30 @@ class MetricsWriter:
                         continue
             self._file = self.path.open("w", buffering=1)
             self._file.writelines(kept)
+            if getattr(self.stream, "isatty", lambda: False)():
+                from tqdm import tqdm
+
+                self._bar = tqdm(
+                    total=total_steps, initial=resume_step, file=self.stream, unit="step"
+                )
+
+    def advance(self, step: int) -> None:
+        """After each optimizer step (rank 0): moves the live bar; nothing in a log file."""
+        if self._bar is not None:
+            self._bar.update(step - self._bar.n)
 
     def log(self, record: dict[str, Any]) -> None:
         if not self.enabled or self._file is None:
             return
+        view = outlook(
+            record["step"],
+            self.total_steps,
+            record["step_time_s"],
+            self.end_time - time.time() if self.end_time else None,
+            self.allocation_s,
+            self.lead_s,
+        )
+        record = {**record, "eta_s": view.eta_s}
         self._file.write(json.dumps(record) + "\n")
         parts = [f"step {record['step']}/{self.total_steps}"]
         for key, fmt in (
@@ -66,9 +102,25 @@ class MetricsWriter:
         ):
             if record.get(key) is not None:
                 parts.append(fmt.format(record[key]))
-        print(" | ".join(parts), file=self.stream, flush=True)
+        parts.append(f"ETA {format_duration(view.eta_s)}")
+        if view.left_s is not None:
+            parts.append(f"{format_duration(view.left_s)} left in the allocation")
+        self._print(" | ".join(parts))
+        if view.requeues and not self._noted_requeues:
+            self._noted_requeues = True
+            remaining = self.total_steps - record["step"]
+            self._print(requeue_note(view, remaining, record["step_time_s"]))
+
+    def _print(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.write(line, file=self.stream)
+        else:
+            print(line, file=self.stream, flush=True)
 
     def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -1,0 +1,57 @@
+"""Where a run stands in time: the ETA to train.steps, the time left in the Slurm
+allocation, and how many requeues the rest needs. Pure: numbers in, numbers and words out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+def format_duration(seconds: float) -> str:
+    """1h02m, 4m05s, 12s: short enough for a progress line."""
+    seconds = max(0, int(round(seconds)))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+@dataclass(frozen=True)
+class Outlook:
+    eta_s: float  # to train.steps at the current step time
+    left_s: float | None  # in this allocation (None: no time limit known)
+    requeues: int  # more allocations the remaining steps need (0: they fit)
+
+
+def outlook(
+    step: int,
+    total: int,
+    step_time_s: float,
+    left_s: float | None,
+    allocation_s: float | None,
+    lead_s: float,
+) -> Outlook:
+    """allocation_s: a whole allocation (resources.time); lead_s: the part of it before
+    its end that goes to the time-limit save (preemption.lead_seconds)."""
+    eta = max(0, total - step) * step_time_s
+    if left_s is None or allocation_s is None:
+        return Outlook(eta, left_s, 0)
+    usable_now = max(0.0, left_s - lead_s)
+    if eta <= usable_now:
+        return Outlook(eta, left_s, 0)
+    per_job = max(1.0, allocation_s - lead_s)
+    return Outlook(eta, left_s, math.ceil((eta - usable_now) / per_job))
+
+
+def requeue_note(o: Outlook, remaining_steps: int, step_time_s: float) -> str:
+    """The one line that says the run will not finish in this allocation."""
+    return (
+        f"at {step_time_s:.3g} s/step the remaining {remaining_steps} steps take "
+        f"{format_duration(o.eta_s)}, and this allocation has {format_duration(o.left_s or 0)} "
+        f"left: the run needs {o.requeues} more allocation(s); with preemption.requeue=true "
+        "it requeues itself at each time limit and resumes from its checkpoint"
+    )
