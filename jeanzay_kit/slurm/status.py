@@ -54,23 +54,42 @@ def missing(job_ids: Iterable[str], known: Mapping[str, JobState]) -> list[str]:
 
 
 def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> str:
-    """One line per manifest record: job, state, elapsed, newest checkpoint, run, overrides.
+    """One line per manifest record: job, state, elapsed, progress, checkpoint, run.
 
-    records carry `job_id`, `run_dir`, `overrides` (manifest.jsonl) and optionally
-    `checkpoint` (newest complete step, filled in by the caller)."""
-    header = ("JOB", "STATE", "ELAPSED", "CKPT", "WHERE", "RUN DIR", "OVERRIDES")
+    records carry `job_id`, `run_dir`, `overrides` (manifest.jsonl) and optionally what
+    the caller read in the run directory: `checkpoint` (newest complete step), `step`,
+    `total`, `loss`, `eta_s`, `oldest_beat_s` (a stuck rank shows here) and `restarts`."""
+    header = (
+        "JOB",
+        "STATE",
+        "ELAPSED",
+        "STEP",
+        "LOSS",
+        "ETA",
+        "BEAT",
+        "RESTARTS",
+        "CKPT",
+        "WHERE",
+        "RUN DIR",
+        "OVERRIDES",
+    )
     rows = [header]
     for rec in records:
         st = states.get(str(rec["job_id"]))
         state = st.state if st else "UNKNOWN"
         if st and st.exit_code and st.exit_code != "0:0":
             state += f" (exit {st.exit_code})"
-        ckpt = rec.get("checkpoint")
+        ckpt, step, total = rec.get("checkpoint"), rec.get("step"), rec.get("total")
         rows.append(
             (
                 str(rec["job_id"]),
                 state,
                 st.elapsed if st else "-",
+                f"{step}/{total or '?'}" if step is not None else "-",
+                f"{rec['loss']:.4f}" if rec.get("loss") is not None else "-",
+                _duration(rec.get("eta_s")),
+                _duration(rec.get("oldest_beat_s")) + (" ago" if rec.get("oldest_beat_s") else ""),
+                str(rec.get("restarts", 0)),
                 f"step-{ckpt}" if ckpt is not None else "-",
                 st.where if st and st.where else "-",
                 str(rec.get("run_dir", "-")),
@@ -82,6 +101,14 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in rows
     )
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    from jeanzay_kit.train.progress import format_duration
+
+    return format_duration(seconds)
 
 
 def summary(states: Iterable[str]) -> str:

@@ -113,3 +113,32 @@ def test_installed_console_script_reports_errors_without_traceback() -> None:
     assert "Traceback" not in result.stderr
     assert "cluster.account=null is not set" in result.stderr
     assert "train.precision=bf16 but jeanzay_v100 GPUs have no bfloat16 support" in result.stderr
+
+
+def test_status_of_a_local_run_reads_its_files(tmp_path: Path, capsys) -> None:
+    import json
+    import time
+
+    run_dir = tmp_path / "run"
+    (run_dir / "heartbeat").mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text(
+        json.dumps({"step": 150, "loss": 0.25, "step_time_s": 0.1, "eta_s": 25.0}) + "\n"
+    )
+    beat = {
+        "rank": 0,
+        "host": "h",
+        "pid": 1,
+        "job_id": None,
+        "step": 151,
+        "total_steps": 400,
+        "phase": "forward_backward",
+        "progress_time": time.time() - 5,
+        "wall_time": time.time() - 5,
+        "token": "t",
+        "interval_s": 2.0,
+    }
+    (run_dir / "heartbeat" / "rank-0.json").write_text(json.dumps(beat))
+    (run_dir / "restarts.json").write_text(json.dumps({"restarts": [{"reason": "hang"}]}))
+    assert main(["status", str(run_dir)]) == 0
+    row = capsys.readouterr().out.splitlines()[1].split()
+    assert row[:9] == ["local", "RUNNING", "-", "151/400", "0.2500", "25s", "5s", "ago", "1"]

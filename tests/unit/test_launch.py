@@ -134,10 +134,13 @@ def test_squeue_and_sacct_rows_are_parsed() -> None:
     assert a["14"].source == "sacct"
 
 
-def test_status_table_shows_state_checkpoint_and_exit_code() -> None:
+def test_status_table_shows_state_progress_heartbeat_and_exit_code() -> None:
     states = {**parse_sacct(SACCT), **parse_squeue(SQUEUE)}
+    progress = {"step": 300, "total": 2000, "loss": 0.5, "eta_s": 125, "oldest_beat_s": 4}
     records = [
-        {"job_id": "12_0", "run_dir": "/s/0", "overrides": ["optim.lr=0.1"], "checkpoint": 40},
+        {"job_id": "12_0", "run_dir": "/s/0", "overrides": ["optim.lr=0.1"], "checkpoint": 40}
+        | progress
+        | {"restarts": 1},
         {"job_id": "14", "run_dir": "/s/1", "overrides": []},
         {"job_id": "99", "run_dir": "/s/2", "overrides": []},
     ]
@@ -146,13 +149,32 @@ def test_status_table_shows_state_checkpoint_and_exit_code() -> None:
         "JOB",
         "STATE",
         "ELAPSED",
+        "STEP",
+        "LOSS",
+        "ETA",
+        "BEAT",
+        "RESTARTS",
         "CKPT",
         "WHERE",
         "RUN",
         "DIR",
         "OVERRIDES",
     ]
-    assert lines[1].split() == ["12_0", "RUNNING", "1:02", "step-40", "n1", "/s/0", "optim.lr=0.1"]
+    assert lines[1].split() == [
+        "12_0",
+        "RUNNING",
+        "1:02",
+        "300/2000",
+        "0.5000",
+        "2m05s",
+        "4s",
+        "ago",
+        "1",
+        "step-40",
+        "n1",
+        "/s/0",
+        "optim.lr=0.1",
+    ]
     assert "FAILED (exit 2:0)" in lines[2]
     assert lines[3].split()[:2] == ["99", "UNKNOWN"]
     assert summary(["RUNNING", "FAILED", "RUNNING"]) == "1 FAILED, 2 RUNNING"
