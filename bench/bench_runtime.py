@@ -61,10 +61,10 @@ def overrides(mode: str, workers: int, steps: int) -> list[str]:
     ]
 
 
-def toolkit_step_time(spec, ctx, run_dir: Path, steps: int, warmup: int) -> float:
+def toolkit_step_time(spec, ctx, run_dir: Path, steps: int, warmup: int, heartbeat=None) -> float:
     """Mean step time of jeanzay_kit's own loop, after warmup steps."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
-    train(replace(spec, train=longer), ctx, run_dir)
+    train(replace(spec, train=longer), ctx, run_dir, heartbeat=heartbeat)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.
     measured = [r for r in records if r["step"] > warmup]

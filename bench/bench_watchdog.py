@@ -1,0 +1,107 @@
+"""What heartbeats, the watchdog and the progress lines cost, measured in the same run.
+
+    .venv/bin/python bench/bench_watchdog.py [--steps 40] [--rounds 6] [--workers 2]
+
+jeanzay_kit's loop (`train()`, parallel.mode=ddp, the bench model of bench_runtime.py)
+with each rank's Heartbeat and Watchdog threads running (the defaults: a beat every 2 s,
+stall_seconds=300) against the same loop with neither. Rounds alternate which side goes
+first; the ratio is the median of the per-round ratios. Target <= 1.01. Results are
+printed and written to bench/results/watchdog.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench_runtime import overrides, toolkit_step_time  # noqa: E402
+
+from jeanzay_kit.config.compose import compose_config  # noqa: E402
+from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
+from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
+from jeanzay_kit.launch.local import free_port, local_rank_infos  # noqa: E402
+from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog  # noqa: E402
+
+
+def worker(index: int, args, port: int, out_dir: Path) -> None:
+    torch.set_num_threads(max(1, args.threads))
+    spec = build_job_spec(compose_config(overrides("ddp", args.workers, args.steps)))
+    info = local_rank_infos(args.workers, port)[index]
+    ctx = init_distributed(info, spec.layout, torch.device("cpu"))
+    times: dict[str, list[float]] = {"on": [], "off": []}
+    for r in range(args.rounds):
+        for side in ("on", "off") if r % 2 == 0 else ("off", "on"):
+            run_dir = out_dir / f"{side}-{r}"
+            run_dir.mkdir(parents=True, exist_ok=True)
+            dist.barrier()
+            watch = None
+            if side == "on":
+                beat = Heartbeat(run_dir, info.rank, args.steps, "bench", None, 2.0).start()
+                watch = (beat, Watchdog(beat, run_dir, 300.0).start())
+            times[side].append(
+                toolkit_step_time(
+                    spec, ctx, run_dir, args.steps, args.warmup, heartbeat=watch and watch[0]
+                )
+            )
+            if watch:
+                watch[1].stop()
+                watch[0].stop()
+    dist.barrier()
+    shutdown()
+    if index != 0:
+        return
+    ratios = [a / b for a, b in zip(times["on"], times["off"], strict=True)]
+    report = {
+        "on_step_s": statistics.median(times["on"]),
+        "off_step_s": statistics.median(times["off"]),
+        "ratio_median": statistics.median(ratios),
+        "ratios": ratios,
+        "setup": {
+            "workers": args.workers,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
+            "device": "cpu/gloo",
+            "torch": torch.__version__,
+        },
+    }
+    path = REPO / "bench" / "results" / "watchdog.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(
+        f"heartbeat+watchdog {report['on_step_s'] * 1e3:.1f} ms/step, without "
+        f"{report['off_step_s'] * 1e3:.1f} ms/step: ratio {report['ratio_median']:.3f} "
+        f"(target <= 1.01; rounds {', '.join(f'{x:.3f}' for x in ratios)})"
+    )
+    print(f"wrote {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(
+            worker, args=(args, free_port(), Path(tmp)), nprocs=args.workers, start_method="spawn"
+        )
+
+
+if __name__ == "__main__":
+    main()
