@@ -26,6 +26,8 @@ PURE = [
     "slurm/sbatch.py",
     "distributed/ranks.py",
     "train/sampler.py",
+    "train/stall.py",
+    "train/progress.py",
     "ckpt/layout.py",
     "ckpt/checksum.py",
     "launch/arrays.py",
