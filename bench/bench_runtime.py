@@ -190,22 +190,27 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
         print(f"wrote {path}")
 
 
-def main() -> None:
+def run_workers(worker, doc: str, steps: int) -> None:
+    """Parse the bench options and run `worker(index, args, port, tmp_dir)` on each rank."""
+    import tempfile
+
     parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    import tempfile
-
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(
             worker, args=(args, free_port(), Path(tmp)), nprocs=args.workers, start_method="spawn"
         )
+
+
+def main() -> None:
+    run_workers(worker, __doc__, steps=30)
 
 
 if __name__ == "__main__":

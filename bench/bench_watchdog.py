@@ -11,26 +11,23 @@ printed and written to bench/results/watchdog.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_runtime import overrides, toolkit_step_time  # noqa: E402
+from bench_runtime import overrides, run_workers, toolkit_step_time  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
 from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
-from jeanzay_kit.launch.local import free_port, local_rank_infos  # noqa: E402
+from jeanzay_kit.launch.local import local_rank_infos  # noqa: E402
 from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog  # noqa: E402
 
 
@@ -88,19 +85,7 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=40)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=1)
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(
-            worker, args=(args, free_port(), Path(tmp)), nprocs=args.workers, start_method="spawn"
-        )
+    run_workers(worker, __doc__, steps=40)
 
 
 if __name__ == "__main__":
