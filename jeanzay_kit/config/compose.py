@@ -109,13 +109,14 @@ def _schema_problem(full_key: str, given: object, cause: BaseException, reason: 
     schema = getattr(cause, "object_type", None)
     name = getattr(schema, "__name__", "the schema")
     if "not in" in reason:  # a key the schema does not have
-        import difflib
         from dataclasses import fields, is_dataclass
 
+        from jeanzay_kit.config.schema import closest
+
         known = [f.name for f in fields(schema)] if is_dataclass(schema) else []
-        near = difflib.get_close_matches(full_key.rsplit(".", 1)[-1], known, n=1)
+        near = closest(full_key.rsplit(".", 1)[-1], known)
         parent = full_key.rsplit(".", 1)[0] + "." if "." in full_key else ""
-        hint = f"did you mean {parent}{near[0]}? " if near else ""
+        hint = f"did you mean {parent}{near}? " if near else ""
         return Problem(
             full_key,
             given,

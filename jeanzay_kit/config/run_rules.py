@@ -106,10 +106,11 @@ def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
 def check_checkpoint(
     c: Collector, ckpt: Mapping[str, Any], run_dir: object, resume: object
 ) -> CheckpointSettings | None:
-    every_minutes = ckpt.get("every_minutes")
-    if every_minutes is not None:
+    raw_minutes = ckpt.get("every_minutes")  # null: no time-based saves
+    every_minutes = None
+    if raw_minutes is not None:
         every_minutes = c.number(
-            "checkpoint.every_minutes", every_minutes, 0, low_open=True, example=30
+            "checkpoint.every_minutes", raw_minutes, 0, low_open=True, example=30
         )
     values = (
         c.line("job.run_dir", run_dir, "use e.g. job.run_dir=outputs/my_run"),
@@ -119,7 +120,7 @@ def check_checkpoint(
         c.flag("checkpoint.async", ckpt.get("async")),
         c.flag("checkpoint.allow_config_change", ckpt.get("allow_config_change")),
     )
-    if any(v is None for v in values) or (ckpt.get("every_minutes") and every_minutes is None):
+    if any(v is None for v in values) or (raw_minutes is not None and every_minutes is None):
         return None
     run_dir_s, resume_s, every_steps, keep_last, use_async, allow = values
     return CheckpointSettings(

@@ -19,6 +19,7 @@ composed config lists keys in the same order as before the schema existed.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
@@ -310,20 +311,19 @@ def schema_of(section: str, node: Any) -> type | None:
     return None
 
 
-def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str | None]]:
-    """(dotted key, closest known key or None) for every key no schema has.
+def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str | None, str]]:
+    """(dotted key, closest known key or None, schema name) for every key no schema has.
 
     Hydra refuses them while composing, except those added with `+key=value`, which
     bypasses the schema; this catches those, and keys of a config given as plain dicts.
     """
-    import difflib
     from dataclasses import fields
 
     known_root = [f.name for f in fields(RootConfig)]
-    out: list[tuple[str, str | None]] = []
+    out: list[tuple[str, str | None, str]] = []
     for key, node in config.items():
         if key not in known_root:
-            out.append((key, _closest(key, known_root, difflib)))
+            out.append((key, closest(key, known_root), RootConfig.__name__))
             continue
         schema = schema_of(key, node)
         if schema is None or not isinstance(node, dict):
@@ -331,11 +331,12 @@ def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str | None]]:
         names = [f.name for f in fields(schema)]
         for sub in node:
             if sub not in names:
-                near = _closest(sub, names, difflib)
-                out.append((f"{key}.{sub}", f"{key}.{near}" if near else None))
+                near = closest(sub, names)
+                out.append((f"{key}.{sub}", f"{key}.{near}" if near else None, schema.__name__))
     return out
 
 
-def _closest(word: str, candidates: list[str], difflib: Any) -> str | None:
+def closest(word: str, candidates: list[str]) -> str | None:
+    """The known key a misspelt one most likely meant, for "did you mean" hints."""
     near = difflib.get_close_matches(word, candidates, n=1, cutoff=0.6)
     return near[0] if near else None

@@ -44,8 +44,6 @@ from jeanzay_kit.config.sections import (
 )
 from jeanzay_kit.distributed.layout import ParallelLayout
 
-LOCAL_CPU_WORKERS = resource_rules.LOCAL_CPU_WORKERS
-
 
 @dataclass(frozen=True)
 class JobSpec:
@@ -79,8 +77,8 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     """Validate the resolved config (plain dicts) and return the frozen JobSpec.
 
     local_gpus: GPUs visible on this machine, for resources.gpus_per_node=auto on
-    cluster=local (one worker per GPU, or LOCAL_CPU_WORKERS without a GPU). The caller
-    detects them; this function stays pure.
+    cluster=local (one worker per GPU, or resource_rules.LOCAL_CPU_WORKERS without a
+    GPU). The caller detects them; this function stays pure.
     """
     cluster = profile_from_dict(section(cfg, "cluster"))
     res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
@@ -88,9 +86,10 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     c = Collector()
 
     # ---- stage 1: every value on its own --------------------------------------------------
-    for key, near in unknown_keys(dict(cfg)):
+    # Hydra refuses these while composing, except keys added with +key=value.
+    for key, near, schema in unknown_keys(dict(cfg)):
         hint = f"did you mean {near}? " if near else ""
-        c.add(key, _dig(cfg, key), "is not a key of the config schema", hint + _SCHEMA_HINT)
+        c.add(key, _dig(cfg, key), f"is not a key of {schema}", hint + _SCHEMA_HINT)
     job = check_job(c, job_cfg)
     nodes, gpn, minutes, mem = resource_rules.check_counts(c, cluster, res, local_gpus)
     request = layout_rules.read_parallel(c, par, train)
@@ -146,7 +145,7 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     )
 
 
-_SCHEMA_HINT = "jeanzay_kit/config/schema.py lists every key of every section"
+_SCHEMA_HINT = "jeanzay_kit/config/schema.py lists every key"  # as config/compose.py says
 
 
 def _dig(cfg: Mapping[str, Any], dotted: str) -> object:

@@ -4,13 +4,14 @@ Every rank writes `<run_dir>/heartbeat/rank-<N>.json` from a background thread
 (train/heartbeat.py). Two clocks in each beat tell two failures apart:
 
 - `wall_time`: when the file was last written. The writer thread runs whatever the
-  training thread does, so a beat older than the stall limit means the whole process is
+  training thread does, so a beat FROZEN_BEATS intervals old means the whole process is
   frozen or gone (SIGSTOP, a dead node, a hang in C code that holds the GIL).
 - `progress_time`: when the training thread last moved (a new step or phase). A rank
-  alive but without progress for the stall limit is stuck (in a collective a frozen peer
-  never joins, in a deadlock, on a dead filesystem).
+  alive but without progress is stuck (in a collective a frozen peer never joins, in a
+  deadlock, on a dead filesystem).
 
-A frozen rank is the cause of the others being stuck, so it is named first. Beats of
+The run stalls once a rank has not moved for watchdog.stall_seconds. A frozen rank is
+the cause of the others being stuck, so it is named first. Beats of
 another attempt (a token every rank gets from rank 0 at start) and of ranks that have
 finished are left out.
 """

@@ -63,7 +63,7 @@ def test_a_stopped_worker_is_named_dumped_and_the_run_restarts_to_the_same_model
             time.sleep(0.1)
         assert stopped_pid, "rank 1 never reached step 15"
         os.kill(stopped_pid, signal.SIGSTOP)
-        stopped_at = time.monotonic()
+        stopped_at = time.time()
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
@@ -77,14 +77,14 @@ def test_a_stopped_worker_is_named_dumped_and_the_run_restarts_to_the_same_model
     assert f"rank 1 (host {os.uname().nodename}, pid {stopped_pid})" in hang_line
     assert "has written no heartbeat and made no progress" in hang_line
     assert "in phase" in hang_line
-    # Detected within stall_seconds + 30 s, and restarted from the checkpoint.
-    assert time.monotonic() - stopped_at < 5 + 30 + 120  # (the rest of the run included)
     assert "restarting after a hang (1/3)" in err
     assert "resumed from" in out
     hangs = list(run_dir.glob("hang-*"))
     assert len(hangs) == 1
-    report = (hangs[0] / "report.txt").read_text()
-    assert f"pid {stopped_pid}" in report
+    report = hangs[0] / "report.txt"
+    assert f"pid {stopped_pid}" in report.read_text()
+    # Detected within stall_seconds (5) + 30 s of the stop: the report's write time says when.
+    assert report.stat().st_mtime - stopped_at < 5 + 30
     stacks = (hangs[0] / "rank-0.txt").read_text()
     assert "most recent call first" in stacks  # faulthandler's dump of rank 0's threads
     # The same model as the run nobody stopped.

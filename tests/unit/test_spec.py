@@ -393,8 +393,8 @@ SCHEMA_RULES = [
     ),
     (
         ["+train.stpes=3"],
-        "train.stpes=3 is not a key of the config schema. HINT: did you mean train.steps? "
-        "jeanzay_kit/config/schema.py lists every key of every section",
+        "train.stpes=3 is not a key of TrainConfig. HINT: did you mean train.steps? "
+        "jeanzay_kit/config/schema.py lists every key",
     ),
     (
         ["checkpoint.keep_last=-1"],
