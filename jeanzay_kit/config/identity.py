@@ -22,6 +22,7 @@ RESUME_IGNORES = (
     "checkpoint",
     "preemption",
     "watchdog",
+    "metrics",
     "resume",
     "job",
     "cluster",

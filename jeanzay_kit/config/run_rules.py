@@ -12,6 +12,7 @@ from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
     JobSettings,
+    MetricsSettings,
     OptimSettings,
     PreemptionSettings,
     WatchdogSettings,
@@ -158,6 +159,11 @@ def check_watchdog(c: Collector, dog: Mapping[str, Any]) -> WatchdogSettings | N
         )
         return None
     return WatchdogSettings(stall, beat)
+
+
+def check_metrics(c: Collector, met: Mapping[str, Any]) -> MetricsSettings | None:
+    tensorboard = c.flag("metrics.tensorboard", met.get("tensorboard"))
+    return None if tensorboard is None else MetricsSettings(tensorboard)
 
 
 def check_communication(c: Collector, par: Mapping[str, Any], device: str) -> Communication | None:

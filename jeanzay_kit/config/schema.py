@@ -182,6 +182,15 @@ class WatchdogConfig:
 
 
 @dataclass
+class MetricsConfig:
+    """What rank 0 records besides metrics.jsonl (docs/stuck-jobs.md, `jzk report`)."""
+
+    # Also write TensorBoard event files to <run_dir>/tensorboard (offline: nothing is sent
+    # anywhere; `tensorboard --logdir <run_dir>` reads them on a login node or a laptop).
+    tensorboard: bool = False
+
+
+@dataclass
 class JobConfig:
     """The job itself: names, paths, interpreter (docs/configuration.md)."""
 
@@ -255,6 +264,7 @@ class RootConfig:
     checkpoint: Any = None  # CheckpointConfig
     preemption: Any = None  # PreemptionConfig
     watchdog: Any = None  # WatchdogConfig
+    metrics: Any = None  # MetricsConfig
     job: JobConfig = field(default_factory=JobConfig)  # JobConfig
     # auto: the newest complete checkpoint of the run directory; never; or the path of a
     # checkpoint folder (.../checkpoints/step-N).
@@ -273,6 +283,7 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("checkpoint", "base_checkpoint", CheckpointConfig),
     ("preemption", "base_preemption", PreemptionConfig),
     ("watchdog", "base_watchdog", WatchdogConfig),
+    ("metrics", "base_metrics", MetricsConfig),
     ("model", "base_mlp", MLPConfig),
     ("model", "base_gpt", GPTConfig),
     ("data", "base_synthetic", SyntheticConfig),
@@ -289,6 +300,7 @@ _FIXED = {
     "checkpoint": CheckpointConfig,
     "preemption": PreemptionConfig,
     "watchdog": WatchdogConfig,
+    "metrics": MetricsConfig,
     "job": JobConfig,
 }
 _BY_NAME = {"adamw": AdamWConfig, "sgd": SGDConfig}

@@ -115,6 +115,13 @@ class PreemptionSettings:
 
 
 @dataclass(frozen=True)
+class MetricsSettings:
+    """metrics.*: what rank 0 records besides metrics.jsonl."""
+
+    tensorboard: bool  # also <run_dir>/tensorboard event files
+
+
+@dataclass(frozen=True)
 class WatchdogSettings:
     """watchdog.*: heartbeats and hang detection."""
 

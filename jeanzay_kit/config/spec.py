@@ -26,6 +26,7 @@ from jeanzay_kit.config.run_rules import (
     check_checkpoint,
     check_communication,
     check_job,
+    check_metrics,
     check_optim,
     check_preemption,
     check_train_loop,
@@ -36,6 +37,7 @@ from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
     JobSettings,
+    MetricsSettings,
     OptimSettings,
     PreemptionSettings,
     Resources,
@@ -59,6 +61,7 @@ class JobSpec:
     checkpoint: CheckpointSettings
     preemption: PreemptionSettings
     watchdog: WatchdogSettings
+    metrics: MetricsSettings
     model: Mapping[str, Any]  # the `model` node, for hydra.utils.instantiate
     data: Mapping[str, Any]  # the `data` node, likewise
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
@@ -101,10 +104,11 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     preemption = check_preemption(c, section(cfg, "preemption"))
     comm = check_communication(c, par, cluster.device)
     watchdog = check_watchdog(c, section(cfg, "watchdog"))
+    metrics = check_metrics(c, section(cfg, "metrics"))
     c.raise_if_any()  # the checks below need the values above
     assert job and nodes and gpn and minutes and request and loop and optim and ckpt
     assert (
-        preemption and comm and watchdog
+        preemption and comm and watchdog and metrics
     )  # for the type checker: raise_if_any had nothing to raise
 
     # ---- stage 2: against the cluster profile and each other -----------------------------
@@ -134,6 +138,7 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         checkpoint=ckpt,
         preemption=preemption,
         watchdog=watchdog,
+        metrics=metrics,
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
         config=_resolved_config(cfg, resources),

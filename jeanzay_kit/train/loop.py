@@ -251,6 +251,7 @@ def train(
         end_time=allocation_end,
         allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
         lead_s=spec.preemption.lead_seconds,
+        tensorboard=spec.metrics.tensorboard,
     )
     own_stop = stop is None
     stop = stop or StopRequest()

@@ -17,6 +17,10 @@ from jeanzay_kit.train.progress import format_duration, outlook, requeue_note
 
 # Dense peak throughput per GPU (TFLOP/s) for MFU, from NVIDIA's data sheets:
 # H100 SXM 989 (bf16), A100 312 (bf16), V100 125 (fp16 tensor cores).
+TENSORBOARD_DIR = "tensorboard"
+# metrics.jsonl keys -> TensorBoard tags, grouped so the train/eval losses share a panel.
+BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
+
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "V100": 125.0}
 
 
@@ -40,9 +44,11 @@ class MetricsWriter:
         end_time: float | None = None,
         allocation_s: float | None = None,
         lead_s: float = 0.0,
+        tensorboard: bool = False,
     ):
         """end_time: when the Slurm allocation ends (epoch seconds, read once at start);
-        allocation_s and lead_s: resources.time and preemption.lead_seconds in seconds."""
+        allocation_s and lead_s: resources.time and preemption.lead_seconds in seconds;
+        tensorboard: also write event files to <run_dir>/tensorboard (metrics.tensorboard)."""
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
@@ -51,6 +57,7 @@ class MetricsWriter:
         self._noted_requeues = False
         self._file = None
         self._bar: Any = None
+        self._board: Any = None
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)
             # A fresh run starts a fresh file. A resumed one keeps the records up to the
@@ -65,6 +72,15 @@ class MetricsWriter:
                         continue
             self._file = self.path.open("w", buffering=1)
             self._file.writelines(kept)
+            if tensorboard:
+                from torch.utils.tensorboard import SummaryWriter
+
+                # purge_step: after a resume TensorBoard hides what an earlier attempt logged
+                # past the checkpoint, as metrics.jsonl drops it above.
+                self._board = SummaryWriter(
+                    str(run_dir / TENSORBOARD_DIR),
+                    purge_step=resume_step + 1 if resume_step else None,
+                )
             if getattr(self.stream, "isatty", lambda: False)():
                 from tqdm import tqdm
 
@@ -90,6 +106,10 @@ class MetricsWriter:
         )
         record = {**record, "eta_s": view.eta_s}
         self._file.write(json.dumps(record) + "\n")
+        if self._board is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)):
+                    self._board.add_scalar(BOARD_TAGS.get(key, key), value, record["step"])
         parts = [f"step {record['step']}/{self.total_steps}"]
         for key, fmt in (
             ("loss", "loss {:.4f}"),
@@ -121,6 +141,9 @@ class MetricsWriter:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        if self._board is not None:
+            self._board.close()
+            self._board = None
         if self._file is not None:
             self._file.close()
             self._file = None

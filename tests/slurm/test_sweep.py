@@ -68,6 +68,16 @@ def test_three_point_sweep_is_one_array_job(slurm, tmp_path: Path) -> None:
         assert "COMPLETED" in row and "step-20" in row and rec["run_dir"] in row
     assert "3 COMPLETED" in status.stdout
 
+    # `jzk report` on the sweep: its PNGs, and one summary row per run, best eval first.
+    report = run([JZK, "report", str(sweep_dir)], slurm)
+    assert report.returncode == 0, report.stderr
+    for name in ("loss.png", "throughput.png", "step_time.png"):
+        assert (sweep_dir / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = [line for line in report.stdout.splitlines() if line.startswith("optim.lr=")]
+    assert sorted(r.split()[0] for r in rows) == sorted(f"optim.lr={lr}" for lr in lrs)
+    evals = [float(r.split()[3]) for r in rows]
+    assert evals == sorted(evals)
+
 
 def test_a_bad_sweep_point_submits_nothing(slurm, tmp_path: Path) -> None:
     sweep_dir = tmp_path / "sweep"

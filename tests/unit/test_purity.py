@@ -28,6 +28,7 @@ PURE = [
     "train/sampler.py",
     "train/stall.py",
     "train/progress.py",
+    "analysis/summary.py",
     "ckpt/layout.py",
     "ckpt/checksum.py",
     "launch/arrays.py",

@@ -1,0 +1,75 @@
+"""`jzk report`'s PNG files, drawn with matplotlib's object API (no pyplot, no display:
+it runs the same on a login node without X as on a laptop). An edge module: writes files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from jeanzay_kit.analysis.summary import RunSeries, legend_labels
+
+LOSS_PNG = "loss.png"
+THROUGHPUT_PNG = "throughput.png"
+STEP_TIME_PNG = "step_time.png"
+
+
+def _figure():  # noqa: ANN202 - matplotlib's types stay inside this module
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 5), layout="constrained")
+    return figure, figure.add_subplot()
+
+
+def _finish(figure, axes, title: str, ylabel: str, path: Path, labelled: bool) -> Path:  # noqa: ANN001
+    axes.set_title(title)
+    axes.set_xlabel("step")
+    axes.set_ylabel(ylabel)
+    axes.grid(True, alpha=0.3)
+    if labelled:
+        # Below the axes: sweep labels (their overrides) can be long.
+        axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+    figure.savefig(path, dpi=100)
+    return path
+
+
+def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
+    """loss.png (train solid, eval dashed, one colour per run), throughput.png and
+    step_time.png. Returns the files written."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    labels = legend_labels(runs)
+    written = []
+
+    figure, axes = _figure()
+    for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        colour = f"C{index % 10}"
+        if run.loss:
+            axes.plot(*zip(*run.loss, strict=True), color=colour, label=f"{label} train")
+        if run.eval_loss:
+            axes.plot(
+                *zip(*run.eval_loss, strict=True),
+                color=colour,
+                linestyle="--",
+                marker="o",
+                markersize=3,
+                label=f"{label} eval",
+            )
+    if all(v > 0 for run in runs for _, v in run.loss + run.eval_loss):
+        axes.set_yscale("log")
+    labelled = any(run.loss or run.eval_loss for run in runs)
+    written.append(_finish(figure, axes, "loss", "loss", out_dir / LOSS_PNG, labelled))
+
+    for attr, title, path in (
+        ("throughput", "throughput", out_dir / THROUGHPUT_PNG),
+        ("step_time", "step time", out_dir / STEP_TIME_PNG),
+    ):
+        figure, axes = _figure()
+        for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+            points = getattr(run, attr)
+            if points:
+                axes.plot(*zip(*points, strict=True), color=f"C{index % 10}", label=label)
+        unit = runs[0].throughput_unit if runs else "samples/s"
+        ylabel = unit if attr == "throughput" else "seconds per step"
+        labelled = any(getattr(run, attr) for run in runs)
+        written.append(_finish(figure, axes, title, ylabel, path, labelled))
+    return written
