@@ -96,6 +96,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("dir", nargs="?", default=None, metavar="SWEEP_OR_RUN_DIR")
 
+    doctor = sub.add_parser(
+        "doctor",
+        help="check a job's ranks: rank table, a timed all-reduce, bandwidth per rank",
+        description="Start the world of the config (resources.nodes x "
+        "resources.gpus_per_node) and, on every rank: check in with the master, print a "
+        "table (host, rank, local rank, visible devices, CPU affinity, master address and "
+        "port), run one small all-reduce that names the rank that does not answer within "
+        "--timeout, and an all-reduce bus bandwidth per rank, flagging a rank under 0.7x "
+        "the median. Locally (cluster=local) the ranks are processes here; with --submit "
+        "the rendered script runs them as a Slurm job step. Exit 0: every rank answered.",
+    )
+    doctor.add_argument(
+        "--submit", action="store_true", help="render and sbatch it on the Slurm profile"
+    )
+    doctor.add_argument(
+        "--wait", action="store_true", help="with --submit: wait for the job, print its log"
+    )
+    doctor.add_argument(
+        "--timeout", type=float, default=60.0, metavar="S", help="seconds a rank may be silent"
+    )
+    doctor.add_argument(
+        "--size-mb", type=float, default=16.0, metavar="M", help="bandwidth test size (MiB)"
+    )
+    _add_config_args(doctor)
+
     report_cmd = sub.add_parser(
         "report",
         help="PNG plots and a summary table of a run or a sweep",
@@ -458,6 +483,76 @@ def _local_state(rec: dict) -> str:
     return "RUNNING" if age is not None and age < 60 else "STOPPED"
 
 
+# A doctor job is short and never requeued; a longer resources.time given on the
+# command line still wins (overrides come after these).
+DOCTOR_DEFAULTS = ("resources.time=00:10:00", "preemption.requeue=false")
+
+
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from jeanzay_kit.doctor.launch import DoctorOptions, doctor_local
+
+    options = DoctorOptions(timeout_s=args.timeout, size_mb=args.size_mb)
+    if not args.submit:
+        spec = _build_spec(args)
+        if spec.cluster.is_slurm:
+            raise JzkError(
+                f"cluster={spec.cluster.name} is a Slurm profile. HINT: `jzk doctor --submit "
+                f"cluster={spec.cluster.name} ...` runs it as a job (add --wait to see its "
+                "table), or inside an allocation: srun python -m jeanzay_kit.doctor "
+                f"cluster={spec.cluster.name} ..."
+            )
+        return doctor_local(spec, options)
+    args.overrides = [*DOCTOR_DEFAULTS, *args.overrides]
+    spec = _build_spec(args)
+    if not spec.cluster.is_slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: "
+            "drop --submit to run the doctor here"
+        )
+    return _submit_doctor(spec, args, options)
+
+
+def _submit_doctor(spec: JobSpec, args: argparse.Namespace, options) -> int:  # noqa: ANN001
+    import dataclasses
+
+    from jeanzay_kit.doctor.probe import HEALTHY
+    from jeanzay_kit.slurm.commands import sbatch, wait_until_gone
+
+    spec = dataclasses.replace(
+        spec, job=dataclasses.replace(spec.job, name=f"{spec.job.name}-doctor")
+    )
+    workdir = _workdir(spec)
+    command = ["-m", "jeanzay_kit.doctor", f"--timeout={options.timeout_s:g}"]
+    command.append(f"--size-mb={options.size_mb:g}")
+    try:
+        script = render_sbatch(
+            spec,
+            command,
+            rendered_by=[o for o in args.overrides if o not in DOCTOR_DEFAULTS],
+            workdir=str(workdir),
+            rerender="jzk doctor --submit",
+        )
+    except RenderError as err:
+        raise JzkError(str(err)) from err
+    log_dir = workdir / spec.job.log_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
+    path = log_dir / f"{spec.job.name}.sbatch"
+    path.write_text(script)
+    job_id = sbatch(str(path.resolve()), cwd=str(workdir))
+    out = log_dir / f"{spec.job.name}-{job_id}.out"
+    print(f"submitted doctor job {job_id} ({path}); its table goes to {out}")
+    if not args.wait:
+        return 0
+    wait_until_gone(job_id, timeout_s=spec.resources.time_minutes * 60 + 300)
+    text = out.read_text() if out.exists() else ""
+    err_path = out.with_suffix(".err")
+    errors = err_path.read_text() if err_path.exists() else ""
+    sys.stdout.write("\n" + text)
+    if errors.strip():
+        sys.stderr.write(errors)
+    return 0 if HEALTHY in text else 1
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     import csv
 
@@ -625,6 +720,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "submit": _cmd_submit,
         "status": _cmd_status,
         "report": _cmd_report,
+        "doctor": _cmd_doctor,
         "cluster": _cmd_cluster,
         "clusters": _cmd_clusters,
         "ckpt": _cmd_ckpt,

@@ -101,6 +101,12 @@ class DistSetupError(JzkError):
     """The job's tasks do not match the requested layout, or no device fits."""
 
 
+class DoctorError(JzkError):
+    """`jzk doctor` found a rank that does not answer or a wrong all-reduce result."""
+
+    exit_code = 1
+
+
 # ---- checkpoints ------------------------------------------------------------------------------
 
 

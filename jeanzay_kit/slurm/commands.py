@@ -63,6 +63,27 @@ def sbatch(script: str, cwd: str, runner: CommandRunner | None = None) -> str:
     return result.stdout.strip().split(";")[0]
 
 
+def wait_until_gone(
+    job_id: str, timeout_s: float, poll_s: float = 2.0, runner: CommandRunner | None = None
+) -> None:
+    """Block until squeue no longer shows the job pending, running or completing."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        states = _checked(["squeue", "-h", "-j", job_id, "-o", "%T"], runner).stdout.split()
+        if not any(
+            s in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED") for s in states
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise SlurmCommandError(
+                f"job {job_id} is still {states[0]} after {timeout_s:g} s. HINT: `squeue -j "
+                f"{job_id}` says why; `scancel {job_id}` to drop it"
+            )
+        time.sleep(poll_s)
+
+
 def squeue_text(runner: CommandRunner | None = None) -> str:
     """This user's queued, running and recently finished jobs, one row per array task."""
     from jeanzay_kit.slurm.status import SQUEUE_FORMAT

@@ -152,6 +152,7 @@ def render_sbatch(
     array: str | None = None,
     rendered_by: Sequence[str] = (),
     workdir: str | None = None,
+    rerender: str = "jzk render",
 ) -> str:
     """The whole sbatch script for `spec`.
 
@@ -165,6 +166,7 @@ def render_sbatch(
     or the directory `jzk render` ran in. Relative paths of the script (logs, run
     directory, entry point) then mean what they meant there, whatever directory `sbatch`
     is run from. None writes no --chdir (the job runs where sbatch is run).
+    rerender: the command the header names to render the script again.
     """
     argv = list(command) if command is not None else shlex.split(spec.job.entry)
     lay, res, tset = spec.layout, spec.resources, spec.train
@@ -172,7 +174,7 @@ def render_sbatch(
     lines.append(
         f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>"
     )
-    lines.append("# Re-render: jzk render " + " ".join(shell_word(o) for o in rendered_by))
+    lines.append(f"# Re-render: {rerender} " + " ".join(shell_word(o) for o in rendered_by))
     lines.append(
         f"# {res.nodes} node(s) x {res.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
         f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "

@@ -217,3 +217,41 @@ def test_validate_slurm_and_submit_test_only_ask_slurm_and_submit_nothing(
     assert "Slurm refuses this request (sbatch --test-only)" in bad.stderr
     assert "partition" in bad.stderr and "HINT: change resources.partition" in bad.stderr
     assert list(tmp_path.iterdir()) == []  # nothing written, nothing submitted
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(240)
+def test_doctor_submitted_on_two_nodes_prints_four_ranks(slurm, tmp_path: Path) -> None:
+    # From a directory where nothing was prepared: the doctor needs no train.py.
+    result = run(
+        [
+            JZK,
+            "doctor",
+            "--submit",
+            "--wait",
+            "--size-mb=1",
+            "cluster=slurm_local",
+            "resources.nodes=2",
+            "resources.gpus_per_node=2",
+            f"job.python={sys.executable}",
+        ],
+        slurm,
+        tmp_path,
+        timeout=200,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("RANK"))
+    rows = [line.split() for line in lines[header + 1 : header + 5]]
+    assert [r[0] for r in rows] == ["0", "1", "2", "3"]
+    assert [(r[1], r[2], r[3]) for r in rows] == [
+        ("n1", "0", "0"),
+        ("n1", "1", "0"),
+        ("n2", "0", "1"),
+        ("n2", "1", "1"),
+    ]  # host, local rank, node rank: two tasks on each node
+    assert len({r[8] for r in rows}) == 1  # one master address and port for all
+    assert "every rank answered" in result.stdout
+    # The script it submitted is a plain sbatch file the user can read and submit again.
+    script = (tmp_path / "logs" / "jzk-doctor.sbatch").read_text()
+    assert "-m jeanzay_kit.doctor" in script and "# Re-render: jzk doctor --submit" in script

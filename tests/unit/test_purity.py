@@ -29,6 +29,7 @@ PURE = [
     "train/stall.py",
     "train/progress.py",
     "analysis/summary.py",
+    "doctor/table.py",
     "ckpt/layout.py",
     "ckpt/checksum.py",
     "launch/arrays.py",
