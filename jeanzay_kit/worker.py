@@ -54,6 +54,13 @@ def run_worker(
         f"host {socket.gethostname()}",
         flush=True,
     )
+    if spec.watchdog.stall_seconds > 0:
+        import os
+
+        from jeanzay_kit.train.heartbeat import enable_flight_recorder
+
+        # Read when the process group starts: the watchdog dumps it next to the stacks.
+        enable_flight_recorder(run_dir, os.environ)
     ctx = init_distributed(
         info,
         spec.layout,

@@ -30,6 +30,37 @@ from jeanzay_kit.train.stall import Beat, Stall, find_stall, hang_dir_name
 
 EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
 HEARTBEAT_DIR = "heartbeat"
+# torch's flight recorder: the last collectives of each rank, written next to the stacks as
+# hang-<step>/flight_recorder/rank_<N> (read with torch.distributed.flight_recorder.fr_trace).
+FLIGHT_DIR = "flight_recorder"
+FLIGHT_ENTRIES = "2000"
+# Where NCCL's own watchdog dumps the recorder when a collective times out (prefix + rank).
+NCCL_TIMEOUT_DIR = "nccl_timeout"
+
+
+def enable_flight_recorder(run_dir: Path, env: dict[str, str]) -> None:
+    """Switch torch's flight recorder on (every backend since torch 2.8), before the process
+    group starts; settings the user exported win. env: os.environ, passed in by the worker."""
+    env.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_ENTRIES)
+    env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
+    if "TORCH_FR_DUMP_TEMP_FILE" not in env:
+        (run_dir / NCCL_TIMEOUT_DIR).mkdir(parents=True, exist_ok=True)
+        env["TORCH_FR_DUMP_TEMP_FILE"] = str(run_dir / NCCL_TIMEOUT_DIR / "rank_")
+
+
+def dump_flight_recorder(folder: Path, rank: int) -> str:
+    """This rank's flight recorder buffer into folder/flight_recorder/rank_<N>; returns a
+    line for the stack file (where it went, or why there is none)."""
+    try:
+        from torch._C._distributed_c10d import _dump_fr_trace  # private: may move
+
+        data = _dump_fr_trace()
+    except (ImportError, RuntimeError) as err:
+        return f"no flight recorder dump: {err}"
+    out = folder / FLIGHT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"rank_{rank}").write_bytes(data)
+    return f"flight recorder: {out / f'rank_{rank}'}"
 
 
 class Heartbeat:
@@ -145,7 +176,8 @@ class Watchdog:
         folder.mkdir(parents=True, exist_ok=True)
         message = stall.message(self.stall_seconds)
         with open(folder / f"rank-{self.hb.rank}.txt", "w") as out:
-            out.write(f"rank {self.hb.rank} pid {self.hb.pid} host {self.hb.host}\n{message}\n\n")
+            out.write(f"rank {self.hb.rank} pid {self.hb.pid} host {self.hb.host}\n{message}\n")
+            out.write(dump_flight_recorder(folder, self.hb.rank) + "\n\n")
             out.flush()
             faulthandler.dump_traceback(file=out, all_threads=True)
         report = folder / "report.txt"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -87,6 +88,9 @@ def test_a_stopped_worker_is_named_dumped_and_the_run_restarts_to_the_same_model
     assert report.stat().st_mtime - stopped_at < 5 + 30
     stacks = (hangs[0] / "rank-0.txt").read_text()
     assert "most recent call first" in stacks  # faulthandler's dump of rank 0's threads
+    # torch's flight recorder of a live rank: its last collectives, readable by fr_trace.
+    recorder = pickle.loads((hangs[0] / "flight_recorder" / "rank_0").read_bytes())
+    assert recorder["entries"] and all("profiling_name" in e for e in recorder["entries"])
     # The same model as the run nobody stopped.
     assert _digest(run_dir) == _digest(reference.run_dir)
     assert not (run_dir / "restarts.json").exists()  # a finished run clears its budget
