@@ -361,6 +361,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 def _cmd_submit(args: argparse.Namespace) -> int:
     from jeanzay_kit.ckpt.store import check_resume_early
+    from jeanzay_kit.ckpt.writable import check_writable
     from jeanzay_kit.launch.manifest import append_manifest
     from jeanzay_kit.slurm.commands import sbatch
 
@@ -380,7 +381,8 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     check_resume_early(
         run_dir, spec.config, spec.checkpoint.resume, spec.checkpoint.allow_config_change
     )
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # Refused here, not by the job after its wait in the queue.
+    check_writable(run_dir)
     path = run_dir / "job.sbatch"
     path.write_text(script)
     job_id = sbatch(str(path.resolve()), cwd=str(workdir))

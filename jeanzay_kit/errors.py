@@ -114,6 +114,15 @@ class ManifestError(JzkError, ValueError):
     """A manifest.json that cannot be read (ckpt/layout.py)."""
 
 
+class RunDirError(JzkError):
+    """The run directory cannot be created or written (read-only, permissions, full)."""
+
+
+class CheckpointWriteError(JzkError):
+    """A save could not be written (full disk or quota, I/O error); every rank raises it
+    for the same step, the partial folder is gone and the previous checkpoint is kept."""
+
+
 class ResumeError(JzkError):
     """A checkpoint that this run cannot resume from."""
 

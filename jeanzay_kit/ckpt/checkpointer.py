@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_state_dict,
@@ -42,8 +43,8 @@ from torch.distributed.checkpoint.state_dict import (
 from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.background_save import BackgroundSave
 from jeanzay_kit.ckpt.checksum import checksum_of
-from jeanzay_kit.ckpt.commit import TrashEmptier, commit_checkpoint
-from jeanzay_kit.ckpt.layout import FileRecord
+from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
+from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord
 from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.resume import check_compatible, choose_checkpoint
 from jeanzay_kit.ckpt.rng import rng_state, set_rng_state
@@ -51,6 +52,7 @@ from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
+from jeanzay_kit.errors import CheckpointWriteError
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
 # pipeline stages hold different parameters, and a nested "param_groups" list would have
@@ -100,6 +102,7 @@ class Checkpointer:
         # How long the last save held up training: the save call, plus (async) the wait
         # in before_update() for the staging copy.
         self.last_blocking_s = 0.0
+        self._in_flight: int | None = None  # the step of an asynchronous save not yet done
 
     # ---- saving --------------------------------------------------------------------------
 
@@ -108,29 +111,37 @@ class Checkpointer:
         t0 = time.perf_counter()
         self._wait_save()  # the next save waits for the previous one
         tmp = self.store.tmp_dir(step)
+        failure: OSError | None = None
         if self.rank == 0:
-            if tmp.exists():
-                shutil.rmtree(tmp)
-            tmp.mkdir(parents=True)
-        dist.barrier()
+            try:
+                if tmp.exists():
+                    shutil.rmtree(tmp)
+                tmp.mkdir(parents=True)
+            except OSError as err:
+                failure = err
+        self._agree(step, failure)  # also the barrier: the folder exists for everyone
         model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
         state = {"model": model_sd, "optim": optim_sd}
-        records = {
-            f"rank-{self.rank}.pt": _save_torch(
+        records: dict[str, FileRecord] = {}
+        try:
+            records[f"rank-{self.rank}.pt"] = _save_torch(
                 rng_state(self.device), tmp / f"rank-{self.rank}.pt"
             )
-        }
+            if self.rank == 0:
+                records["trainer.pt"] = _save_torch(trainer.to_payload(), tmp / "trainer.pt")
+                records["config.json"] = _save_bytes(
+                    json.dumps(self.config, indent=2, default=str).encode(),
+                    tmp / "config.json",
+                )
+        except OSError as err:
+            failure = err
+        self._agree(step, failure)
         fields = {
             "world": self.world,
             "config_hash": resume_hash(self.config),
             "code_version": __version__,
             "sample_position": trainer.sample_position,
         }
-        if self.rank == 0:
-            records["trainer.pt"] = _save_torch(trainer.to_payload(), tmp / "trainer.pt")
-            records["config.json"] = _save_bytes(
-                json.dumps(self.config, indent=2, default=str).encode(), tmp / "config.json"
-            )
         background = self._background is not None and not force_sync
         # In the background one writer thread is enough and leaves the cores to training
         # (measured in docs/performance.md, "Checkpoint costs").
@@ -148,14 +159,21 @@ class Checkpointer:
                 self.keep_last,
                 self._trash,
                 self.log,
+                self.device if group is None else torch.device("cpu"),
             )
 
         if background:
             assert self._background is not None
             self._background.start(state, writer, commit)
+            self._in_flight = step
         else:
-            dcp.save(state, storage_writer=writer)
-            commit(None)
+            try:
+                dcp.save(state, storage_writer=writer)
+                commit(None)
+            except (OSError, CheckpointException) as err:
+                # DCP gathers every rank's write errors and raises on all of them; the
+                # commit agrees by itself: every rank is here for the same step.
+                raise self._lost(step, err) from None
         self.last_blocking_s = time.perf_counter() - t0
 
     def before_update(self) -> None:
@@ -182,7 +200,53 @@ class Checkpointer:
 
     def _wait_save(self) -> None:
         if self._background is not None:
-            self._background.wait()
+            step, self._in_flight = self._in_flight, None
+            try:
+                self._background.wait()
+            except (OSError, CheckpointException) as err:
+                raise self._lost(step if step is not None else -1, err) from None
+
+    # ---- a save that cannot be written ----------------------------------------------------
+
+    def _agree(self, step: int, failure: OSError | None) -> None:
+        """Collective: when any rank's write failed, every rank raises for this step."""
+        if any_rank_failed(failure is not None, None, self.device):
+            raise self._lost(step, failure)
+
+    def _lost(self, step: int, err: BaseException | None) -> CheckpointWriteError:
+        """Remove what this save wrote (rank 0) and say what happened, the space it needs
+        and has, and that the previous checkpoint is kept."""
+        tmp, final = self.store.tmp_dir(step), self.store.step_dir(step)
+        if self.rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if final.exists() and not (final / MANIFEST).exists():
+                shutil.rmtree(final, ignore_errors=True)  # renamed, but never sealed
+        cause = _root_cause(err)
+        complete = [e for e in self.store.entries() if e.has_manifest]
+        kept = f"step-{complete[0].step} is kept" if complete else "there is none yet"
+        needed = self._size_hint(complete)
+        try:
+            free = f"{shutil.disk_usage(self.store.root).free / 1e6:.1f} MB free there"
+        except OSError:
+            free = "free space unknown"
+        return CheckpointWriteError(
+            f"checkpoint step-{step} could not be written to {tmp}: {cause}. It needs "
+            f"about {needed}; {free}. The partial folder was removed; the newest complete "
+            f"checkpoint {kept}. HINT: free space or raise the quota (Jean Zay: "
+            "idr_quota_user), lower checkpoint.keep_last, or move job.run_dir; then run "
+            "the same command: it resumes from the newest complete checkpoint"
+        )
+
+    def _size_hint(self, complete: list) -> str:
+        for entry in complete:
+            try:
+                size = self.store.manifest(entry.step).total_bytes
+                return f"{size / 1e6:.1f} MB (the size of {entry.name})"
+            except Exception:  # noqa: BLE001 - only a hint for the message
+                continue
+        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
+        tensors = [v for v in [*model_sd.values(), *optim_sd.values()] if torch.is_tensor(v)]
+        return f"{sum(t.nbytes for t in tensors) / 1e6:.1f} MB (this rank's state)"
 
     # ---- loading -------------------------------------------------------------------------
 
@@ -218,3 +282,13 @@ class Checkpointer:
         set_rng_state(torch.load(rng_file, weights_only=True), self.device)
         payload = torch.load(folder / "trainer.pt", weights_only=True)
         return TrainerState.from_payload(payload)
+
+
+def _root_cause(err: BaseException | None) -> str:
+    """The OS error behind a failed save (DCP wraps each rank's error), in one line."""
+    if isinstance(err, CheckpointException):
+        for rank, (inner, _trace) in sorted(err.failures.items()):
+            return f"{_root_cause(inner)} (rank {rank})"
+    if err is None:
+        return "another rank could not write its files"
+    return str(err)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
 import torch.distributed as dist
 
 from jeanzay_kit.ckpt.layout import FileRecord
@@ -33,6 +34,14 @@ class TrashEmptier:
             self._thread = None
 
 
+def any_rank_failed(failed: bool, group: Any, device: torch.device) -> bool:
+    """Collective: True on every rank when any rank failed, so all ranks take the same
+    path after a write error instead of some waiting in a collective for the others."""
+    flag = torch.tensor([1.0 if failed else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return bool(flag.item())
+
+
 def commit_checkpoint(
     store: CheckpointStore,
     step: int,
@@ -44,6 +53,7 @@ def commit_checkpoint(
     keep_last: int,
     trash: TrashEmptier,
     log: Callable[[str], None],
+    device: torch.device,
 ) -> None:
     """Gather every rank's file records; rank 0 seals step-N and applies retention.
 
@@ -61,14 +71,22 @@ def commit_checkpoint(
         dst=dist.get_global_rank(group, 0) if group is not None else 0,
         group=group,
     )
+    failure: OSError | None = None
     if rank == 0:
         known: dict[str, FileRecord] = {}
         for part in gathered:
             known.update(part or {})
-        manifest = store.commit(step, fields, known=known)
-        removed = store.apply_retention(keep_last, newest_good=step, delete=False)
-        if removed:
-            trash.start()
-        note = f", removed {', '.join(removed)}" if removed else ""
-        log(f"checkpoint step-{step} saved ({manifest.total_bytes / 1e6:.1f} MB){note}")
-    dist.barrier(group=group)  # nobody goes on (or exits) before the checkpoint is sealed
+        try:
+            manifest = store.commit(step, fields, known=known)
+            removed = store.apply_retention(keep_last, newest_good=step, delete=False)
+        except OSError as err:  # the manifest or the rename met a full disk
+            failure = err
+        else:
+            if removed:
+                trash.start()
+            note = f", removed {', '.join(removed)}" if removed else ""
+            log(f"checkpoint step-{step} saved ({manifest.total_bytes / 1e6:.1f} MB){note}")
+    # Nobody goes on (or exits) before the checkpoint is sealed, or known to be lost.
+    if any_rank_failed(failure is not None, group, device):
+        # The other ranks learn only that rank 0 failed; rank 0's message has the cause.
+        raise failure or OSError("rank 0 could not seal the checkpoint")

@@ -104,6 +104,9 @@ def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
     return OptimSettings(name=name, **values, **extra)
 
 
+WRITE_ERROR_CHOICES = ("stop", "continue")
+
+
 def check_checkpoint(
     c: Collector, ckpt: Mapping[str, Any], run_dir: object, resume: object
 ) -> CheckpointSettings | None:
@@ -120,12 +123,13 @@ def check_checkpoint(
         c.positive_int("checkpoint.keep_last", ckpt.get("keep_last")),
         c.flag("checkpoint.async", ckpt.get("async")),
         c.flag("checkpoint.allow_config_change", ckpt.get("allow_config_change")),
+        c.choice("checkpoint.on_write_error", ckpt.get("on_write_error"), WRITE_ERROR_CHOICES),
     )
     if any(v is None for v in values) or (raw_minutes is not None and every_minutes is None):
         return None
-    run_dir_s, resume_s, every_steps, keep_last, use_async, allow = values
+    run_dir_s, resume_s, every_steps, keep_last, use_async, allow, on_error = values
     return CheckpointSettings(
-        run_dir_s, resume_s, every_steps, every_minutes, keep_last, use_async, allow
+        run_dir_s, resume_s, every_steps, every_minutes, keep_last, use_async, allow, on_error
     )  # type: ignore[arg-type]
 
 

@@ -142,6 +142,10 @@ class CheckpointConfig:
     # `async` (write in the background with DCP async_save) is added below: it is a Python
     # keyword, so it cannot be written as a class attribute.
     allow_config_change: bool = False  # resume even if the config changed
+    # A save that cannot be written (full disk or quota, I/O error): `stop` ends the run
+    # cleanly (exit 2, not requeued), `continue` warns and trains on, trying again at the
+    # next save. Either way the partial folder is removed and the previous checkpoint kept.
+    on_write_error: str = "stop"
 
 
 # The key `checkpoint.async` is public. A dataclass field named `async` works as long as no
@@ -152,6 +156,7 @@ CheckpointConfig.__annotations__ = {
     "keep_last": int,
     "async": bool,
     "allow_config_change": bool,
+    "on_write_error": str,
 }
 setattr(CheckpointConfig, "async", field(default=False, init=False, repr=False, compare=False))
 CheckpointConfig = dataclass(CheckpointConfig)  # type: ignore[misc]

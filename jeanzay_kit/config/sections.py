@@ -99,6 +99,7 @@ class CheckpointSettings:
     keep_last: int
     use_async: bool  # checkpoint.async
     allow_config_change: bool
+    on_write_error: str = "stop"  # stop | continue
 
 
 @dataclass(frozen=True)

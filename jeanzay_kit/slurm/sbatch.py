@@ -145,6 +145,24 @@ def setup_lines(spec: JobSpec) -> list[str]:
     return lines
 
 
+def run_dir_check_lines(run_dir: str) -> list[str]:
+    """Refuse an unwritable run directory in the batch script, in seconds, before the job
+    step starts (exit 2: the requeue logic leaves a refusal alone)."""
+    probe = '"$JZK_RUN_DIR/.jzk-write-test"'
+    return [
+        "# The run directory must take writes before the job step starts: a read-only",
+        "# filesystem or a folder of someone else's fails the job here, not in a worker.",
+        f"JZK_RUN_DIR={shell_word(run_dir)}",
+        f'if ! {{ mkdir -p -- "$JZK_RUN_DIR" && : > {probe}; }} 2>/dev/null; then',
+        '    echo "train.py: error: job.run_dir=$JZK_RUN_DIR cannot be written on $(hostname)."'
+        ' "HINT: set job.run_dir to a directory you can write (on Jean Zay: under \\$WORK'
+        ' or \\$SCRATCH)" >&2',
+        "    exit 2",
+        "fi",
+        f"rm -f -- {probe}",
+    ]
+
+
 def render_sbatch(
     spec: JobSpec,
     command: Sequence[str] | None = None,
@@ -213,6 +231,9 @@ def render_sbatch(
     lines.append("")
 
     lines += setup_lines(spec)
+    lines.append("")
+
+    lines += run_dir_check_lines(spec.checkpoint.run_dir)
     lines.append("")
 
     body = frozen_config_yaml(spec.config)

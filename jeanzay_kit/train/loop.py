@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
+from jeanzay_kit.errors import CheckpointWriteError
 from jeanzay_kit.train.heartbeat import Heartbeat
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
@@ -263,17 +265,18 @@ def train(
 
     def save(done: int, force_sync: bool = False) -> None:
         hb.beat(done, "checkpoint")
-        ckpt.save(
-            done,
-            TrainerState(
+        with _on_write_error(cset.on_write_error, ctx.is_main):
+            ckpt.save(
                 done,
-                plan.sample_position(done),
-                scheduler.state_dict(),
-                strategy.scaler.state_dict() if strategy.scaler else None,
-                loss_value,
-            ),
-            force_sync=force_sync,
-        )
+                TrainerState(
+                    done,
+                    plan.sample_position(done),
+                    scheduler.state_dict(),
+                    strategy.scaler.state_dict() if strategy.scaler else None,
+                    loss_value,
+                ),
+                force_sync=force_sync,
+            )
 
     # ---- the loop -------------------------------------------------------------------------
     strategy.train(True)
@@ -341,7 +344,8 @@ def train(
             saved_at, last_save_time = done, time.monotonic()
 
     # ---- the end: last save sealed, final weights on rank 0 -------------------------------
-    ckpt.close()
+    with _on_write_error(cset.on_write_error, ctx.is_main):
+        ckpt.close()
     if own_stop:
         stop.restore()
     digest = None
@@ -353,6 +357,25 @@ def train(
             (run_dir / "model_final.sha256").write_text(digest + "\n")
     metrics.close()
     return TrainResult(saved_at, loss_value, digest, stopped_by)
+
+
+@contextlib.contextmanager
+def _on_write_error(policy: str, is_main: bool):
+    """checkpoint.on_write_error: `stop` lets the error end the run (every rank raises it
+    for the same save; exit 2, not requeued); `continue` warns loudly and trains on."""
+    try:
+        yield
+    except CheckpointWriteError as err:
+        if policy == "stop":
+            raise
+        if is_main:
+            print(
+                f"WARNING: {err}. Training goes on (checkpoint.on_write_error=continue): the "
+                "next save tries again; until one succeeds, a stop loses every step since "
+                "the newest complete checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def _eval_loss(strategy: Strategy, eval_rounds: list, ctx: DistContext) -> float:

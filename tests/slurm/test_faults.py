@@ -7,12 +7,24 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import jzk_submit, local_digest, sacct_states, wait_for, wait_until_step
+from tests.slurm.cluster import (
+    JZK,
+    PYTHON,
+    REPO,
+    jzk_submit,
+    local_digest,
+    run,
+    sacct_states,
+    sbatch,
+    wait_for,
+    wait_until_step,
+)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -57,3 +69,46 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     assert not (run_dir / "restarts.json").exists()  # cleared by the run that finished
     reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
     assert (run_dir / "model_final.sha256").read_text().strip() == reference
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path):
+    """A real read-only filesystem (tmpfs mounted ro); the Slurm tests run as root."""
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], check=True)
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_an_unwritable_run_dir_is_refused_before_the_job_step(
+    slurm, tmp_path: Path, read_only_dir: Path
+) -> None:
+    request = [
+        "cluster=slurm_local",
+        "resources.nodes=2",
+        "resources.gpus_per_node=2",
+        f"job.run_dir={read_only_dir / 'run'}",
+        f"job.python={PYTHON}",
+        f"job.entry={REPO / 'train.py'}",
+    ]
+    project = tmp_path / "project"
+    project.mkdir()
+    # jzk submit refuses at once: nothing queued, nothing written.
+    refused = run([JZK, "submit", *request], slurm, project)
+    assert refused.returncode == 2, refused.stdout
+    assert "is on a read-only filesystem" in refused.stderr and "HINT" in refused.stderr
+    assert "submitted job" not in refused.stdout
+    # A rendered script submitted with plain sbatch fails in the batch script, in
+    # seconds, before srun starts a task, and is not requeued.
+    rendered = run([JZK, "render", "-o", str(tmp_path / "scripts"), *request], slurm, project)
+    assert rendered.returncode == 0, rendered.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    job_id = sbatch(tmp_path / "scripts" / "jzk.sbatch", slurm, elsewhere)
+    wait_for(job_id, slurm, timeout=60)
+    err = (project / "logs" / f"jzk-{job_id}.err").read_text()
+    assert f"job.run_dir={read_only_dir / 'run'} cannot be written on" in err, err
+    out = (project / "logs" / f"jzk-{job_id}.out").read_text()
+    assert "jzk: rank" not in out  # no task started
+    assert sacct_states(job_id, slurm, duplicates=True) == ["FAILED"]
