@@ -118,6 +118,10 @@ class RunDirError(JzkError):
     """The run directory cannot be created or written (read-only, permissions, full)."""
 
 
+class NonFiniteLoss(JzkError):
+    """A NaN or infinite loss with train.nonfinite=stop: every rank stops at that step."""
+
+
 class CheckpointWriteError(JzkError):
     """A save could not be written (full disk or quota, I/O error); every rank raises it
     for the same step, the partial folder is gone and the previous checkpoint is kept."""

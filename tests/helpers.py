@@ -29,3 +29,20 @@ class SlowRegression(SyntheticRegression):
     def batch(self, indices):
         time.sleep(self.delay)
         return super().batch(indices)
+
+
+class PoisonedRegression(SyntheticRegression):
+    """Synthetic data in which one sample's inputs are NaN: the step that draws it has a
+    non-finite loss (train.nonfinite)."""
+
+    def __init__(self, poison_index: int, **kwargs):
+        super().__init__(**kwargs)
+        self.poison_index = poison_index
+
+    def batch(self, indices):
+        x, y = super().batch(indices)
+        for row, index in enumerate(indices):
+            if int(index) == self.poison_index:
+                x = x.clone()
+                x[row] = float("nan")
+        return x, y

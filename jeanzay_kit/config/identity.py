@@ -19,6 +19,7 @@ RESUME_IGNORES = (
     "train.steps",
     "train.log_every",
     "train.eval_every",
+    "train.nonfinite",
     "checkpoint",
     "preemption",
     "watchdog",

@@ -70,6 +70,7 @@ def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] |
             "train.activation_checkpointing", train.get("activation_checkpointing")
         ),
         "compile": c.flag("train.compile", train.get("compile")),
+        "nonfinite": c.choice("train.nonfinite", train.get("nonfinite"), NONFINITE_CHOICES),
     }
     return None if any(v is None for v in values.values()) else values
 
@@ -105,6 +106,7 @@ def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
 
 
 WRITE_ERROR_CHOICES = ("stop", "continue")
+NONFINITE_CHOICES = ("stop", "skip")
 
 
 def check_checkpoint(

@@ -104,6 +104,9 @@ class TrainConfig:
     eval_fraction: float = 0.05  # the end of the dataset held out for evaluation
     activation_checkpointing: bool = False  # recompute block activations in backward
     compile: bool = False  # torch.compile the model (ddp, fsdp)
+    # A NaN or infinite loss on any rank: `stop` ends the run before the optimizer applies
+    # it (exit 2; the newest complete checkpoint is kept), `skip` drops that step's update.
+    nonfinite: str = "stop"
 
 
 @dataclass

@@ -72,6 +72,7 @@ class TrainSettings:
     eval_fraction: float
     activation_checkpointing: bool
     compile: bool
+    nonfinite: str = "stop"  # stop | skip: a NaN/inf loss
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
-from jeanzay_kit.errors import CheckpointWriteError
+from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
 from jeanzay_kit.train.heartbeat import Heartbeat
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
@@ -296,12 +296,23 @@ def train(
             strategy.scaler.unscale_(optimizer)
         if spec.optim.grad_clip > 0:
             strategy.clip_grad_norm(spec.optim.grad_clip)
-        ckpt.before_update()  # an asynchronous save may still be copying the weights
-        if strategy.scaler is not None:
-            strategy.scaler.step(optimizer)
-            strategy.scaler.update()
+        # One collective per step, before the update, so every rank decides alike: a
+        # signal, a save due by time, and whether any rank's loss is NaN or infinite (a
+        # flag on the device: no sync of its own).
+        time_due = int(
+            ctx.is_main and every_seconds > 0 and time.monotonic() - last_save_time >= every_seconds
+        )
+        not_finite = (~torch.isfinite(local_loss.detach())).any().reshape(1)
+        signum, time_due, bad = agree([stop.signum, time_due], ctx.device, extra=not_finite)
+        if bad:
+            _on_nonfinite(tset.nonfinite, step + 1, ckpt, ctx.is_main)
         else:
-            optimizer.step()
+            ckpt.before_update()  # an asynchronous save may still be copying the weights
+            if strategy.scaler is not None:
+                strategy.scaler.step(optimizer)
+                strategy.scaler.update()
+            else:
+                optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         scheduler.step()
         window_steps += 1
@@ -328,10 +339,6 @@ def train(
 
         # ---- step boundary: stop, save, or go on; every rank decides the same ----------
         hb.beat(done, "step_boundary")
-        time_due = int(
-            ctx.is_main and every_seconds > 0 and time.monotonic() - last_save_time >= every_seconds
-        )
-        signum, time_due = agree([stop.signum, time_due], ctx.device)
         if signum:
             stopped_by = signal_name(signum)
             save(done, force_sync=True)
@@ -357,6 +364,29 @@ def train(
             (run_dir / "model_final.sha256").write_text(digest + "\n")
     metrics.close()
     return TrainResult(saved_at, loss_value, digest, stopped_by)
+
+
+def _on_nonfinite(policy: str, step: int, ckpt: Checkpointer, is_main: bool) -> None:
+    """train.nonfinite, on every rank alike: `stop` raises before the optimizer applies the
+    step (after any save in flight is sealed); `skip` warns and drops the update."""
+    if policy == "skip":
+        if is_main:
+            print(
+                f"WARNING: non-finite loss at step {step}: its update was skipped "
+                "(train.nonfinite=skip)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return
+    ckpt.wait()  # an asynchronous save of an earlier, good step: let it finish
+    complete = [e.name for e in ckpt.store.entries() if e.has_manifest]
+    kept = f"{complete[0]} is kept" if complete else "there is none yet"
+    raise NonFiniteLoss(
+        f"the loss is NaN or infinite at step {step} (train.nonfinite=stop): stopped before "
+        f"the optimizer applied it; the newest complete checkpoint {kept}. HINT: lower "
+        "optim.lr or set optim.grad_clip, look at the data of this step, or drop such steps "
+        "with train.nonfinite=skip (the run resumes from its checkpoint either way)"
+    )
 
 
 @contextlib.contextmanager

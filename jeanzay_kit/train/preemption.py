@@ -44,12 +44,16 @@ class StopRequest:
             signal.signal(sig, signal.SIG_IGN)
 
 
-def agree(local: list[int], device) -> list[int]:
-    """Element-wise max over all ranks: one collective per step boundary."""
+def agree(local: list[int], device, extra=None) -> list[int]:  # noqa: ANN001
+    """Element-wise max over all ranks: one collective per step boundary. extra: flags
+    already on the device (a 1-D int64 tensor, e.g. "this rank's loss is not finite"),
+    appended without a device sync of their own."""
     import torch  # here, so that installing the handlers does not wait for torch
     import torch.distributed as dist
 
     flags = torch.tensor(local, dtype=torch.int64, device=device)
+    if extra is not None:
+        flags = torch.cat([flags, extra.to(device=device, dtype=torch.int64).reshape(-1)])
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     return [int(v) for v in flags.tolist()]
 
