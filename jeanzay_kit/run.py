@@ -49,6 +49,27 @@ def check_torch() -> None:
         raise JzkError(problem)
 
 
+def check_data_paths(data: Mapping[str, Any]) -> None:
+    """Every path the data node names exists and can be read (before any worker starts)."""
+    import os
+
+    from jeanzay_kit.config.data_paths import path_values
+
+    for key, value in path_values(data):
+        path = Path(value)
+        if not path.exists():
+            problem = "does not exist"
+        elif not os.access(path, os.R_OK):
+            problem = "cannot be read by this user"
+        else:
+            continue
+        raise JzkError(
+            f"{key}={value} {problem} (seen from {os.uname().nodename}, in {Path.cwd()}). "
+            f"HINT: set {key} to the dataset's path; relative paths are relative to "
+            "job.workdir on a cluster, to where you run train.py here"
+        )
+
+
 def main(
     cfg: dict[str, Any],
     env: Mapping[str, str],
@@ -71,6 +92,7 @@ def main(
                 f"cluster={spec.cluster.name} ...` (a sweep of one) or `jzk submit "
                 f"cluster={spec.cluster.name} ...`; to train on this machine use cluster=local"
             )
+        check_data_paths(spec.data)
         if launched_by(env) is not None:
             from jeanzay_kit.worker import run_worker
 

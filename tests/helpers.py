@@ -46,3 +46,14 @@ class PoisonedRegression(SyntheticRegression):
                 x = x.clone()
                 x[row] = float("nan")
         return x, y
+
+
+class FileBackedRegression(SyntheticRegression):
+    """A user's dataset that reads a file named by `data.path` (the synthetic samples are
+    scaled by the file's first number): an unreadable path must be refused at start."""
+
+    def __init__(self, path: str, **kwargs):
+        super().__init__(**kwargs)
+        with open(path) as handle:
+            scale = float(handle.read().split()[0])
+        self.x = self.x * scale

@@ -75,3 +75,36 @@ def test_a_sweep_into_a_read_only_filesystem_is_refused(read_only_dir: Path) -> 
     assert f"hydra.sweep.dir={read_only_dir / 'sweep'} is on a read-only filesystem" in (
         result.stderr
     )
+
+
+@pytest.mark.timeout(120)
+def test_a_missing_dataset_path_is_refused_before_any_worker(tmp_path: Path) -> None:
+    user_data = ("data._target_=tests.helpers.FileBackedRegression", "train.steps=2")
+    missing = tmp_path / "no-such-data"
+    result = subprocess.run(
+        [sys.executable, str(REPO / "train.py"), *user_data, f"+data.path={missing}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert result.returncode == 2, result.stderr
+    assert f"data.path={missing} does not exist" in result.stderr
+    assert "HINT: set data.path" in result.stderr and "Traceback" not in result.stderr
+    assert "jzk: rank" not in result.stdout
+    # The same run with the file there trains.
+    missing.write_text("2.0\n")
+    ok = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "train.py"),
+            *user_data,
+            f"+data.path={missing}",
+            f"job.run_dir={tmp_path / 'run'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert ok.returncode == 0, ok.stderr[-2000:]

@@ -30,6 +30,7 @@ PURE = [
     "train/progress.py",
     "analysis/summary.py",
     "doctor/table.py",
+    "config/data_paths.py",
     "ckpt/layout.py",
     "ckpt/checksum.py",
     "launch/arrays.py",
