@@ -12,6 +12,7 @@ from pathlib import Path
 
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError
 
 PROGRAM = "jzk doctor"
@@ -24,24 +25,28 @@ class DoctorOptions:
     iters: int = 5  # timed all-reduces per test
 
 
-def _rank_main(index: int, spec: JobSpec, infos: list, options: DoctorOptions) -> None:
-    """One local worker (a spawned process): exits 1 with one line on a failed check."""
+def _probe(spec: JobSpec, info: RankInfo, visible: str | None, options: DoctorOptions) -> int:
     from jeanzay_kit.doctor.probe import probe_rank
 
+    return probe_rank(
+        info,
+        spec.cluster.device,
+        visible,
+        spec.comm.backend,
+        options.timeout_s,
+        options.size_mb,
+        options.iters,
+    )
+
+
+def _rank_main(index: int, spec: JobSpec, infos: list, options: DoctorOptions) -> None:
+    """One local worker (a spawned process): exits 1 with one line on a failed check."""
     threads = max(1, (os.cpu_count() or 1) // len(infos))
     import torch
 
     torch.set_num_threads(threads)
     try:
-        code = probe_rank(
-            infos[index],
-            spec.cluster.device,
-            os.environ.get("CUDA_VISIBLE_DEVICES"),
-            spec.comm.backend,
-            options.timeout_s,
-            options.size_mb,
-            options.iters,
-        )
+        code = _probe(spec, infos[index], os.environ.get("CUDA_VISIBLE_DEVICES"), options)
     except JzkError as err:
         report.error(PROGRAM, err)
         sys.exit(err.exit_code)
@@ -80,7 +85,6 @@ def task_main(argv: Sequence[str], env: dict[str, str]) -> int:
 
     from jeanzay_kit.config.spec import build_job_spec
     from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
-    from jeanzay_kit.doctor.probe import probe_rank
 
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.doctor")
     parser.add_argument("--timeout", type=float, default=DoctorOptions.timeout_s)
@@ -99,16 +103,8 @@ def task_main(argv: Sequence[str], env: dict[str, str]) -> int:
             )
         cfg = _task_config(args.config_dir, args.config_name, args.overrides)
         spec = build_job_spec(cfg)
-        info = rank_info_from_env(env)
-        return probe_rank(
-            info,
-            spec.cluster.device,
-            env.get("CUDA_VISIBLE_DEVICES"),
-            spec.comm.backend,
-            args.timeout,
-            args.size_mb,
-            args.iters,
-        )
+        options = DoctorOptions(args.timeout, args.size_mb, args.iters)
+        return _probe(spec, rank_info_from_env(env), env.get("CUDA_VISIBLE_DEVICES"), options)
     except JzkError as err:
         report.error(PROGRAM, err)
         return err.exit_code

@@ -4,7 +4,6 @@ from it once there is space again."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.conftest import REPO
+from tests.mounts import tmpfs
 
 JZK = str(Path(sys.executable).parent / "jzk")
 # Two workers, a save every 5 steps: each checkpoint is ~1.1 MB, so a 3 MiB filesystem
@@ -27,13 +27,8 @@ RUN = (
 
 @pytest.fixture
 def small_fs(tmp_path: Path):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mount = tmp_path / "small"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    with tmpfs(tmp_path / "small", "size=3m") as mount:
+        yield mount
 
 
 def train(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.conftest import REPO
+from tests.mounts import tmpfs
 
 
 def train(*overrides: str) -> subprocess.CompletedProcess:
@@ -25,13 +25,8 @@ def train(*overrides: str) -> subprocess.CompletedProcess:
 @pytest.fixture
 def read_only_dir(tmp_path: Path):
     """A real read-only filesystem (tmpfs mounted ro): needs root, as in CI."""
-    if os.geteuid() != 0:
-        pytest.skip("mounting a read-only tmpfs needs root")
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mount:
+        yield mount
 
 
 def _refused_at_start(result: subprocess.CompletedProcess, says: str) -> None:

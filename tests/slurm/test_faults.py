@@ -7,12 +7,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.mounts import tmpfs
 from tests.slurm.cluster import (
     JZK,
     PYTHON,
@@ -74,11 +74,8 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
 @pytest.fixture
 def read_only_dir(tmp_path: Path):
     """A real read-only filesystem (tmpfs mounted ro); the Slurm tests run as root."""
-    mount = tmp_path / "ro"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], check=True)
-    yield mount
-    subprocess.run(["umount", str(mount)], check=False)
+    with tmpfs(tmp_path / "ro", "ro,size=1m") as mount:
+        yield mount
 
 
 def test_an_unwritable_run_dir_is_refused_before_the_job_step(
