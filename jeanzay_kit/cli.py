@@ -13,6 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jeanzay_kit import report
 from jeanzay_kit.config.compose import DEFAULT_CONFIG_DIR, compose_config
@@ -20,6 +21,9 @@ from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.errors import JzkError, RenderError
 from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm_syntax.timefmt import format_time
+
+if TYPE_CHECKING:  # the doctor imports torch.multiprocessing: only when it runs
+    from jeanzay_kit.doctor.launch import DoctorOptions
 
 OVERRIDES_HELP = (
     "Hydra overrides, e.g. cluster=jeanzay_h100 cluster.account=abc@h100 "
@@ -326,12 +330,26 @@ def _workdir(spec: JobSpec) -> Path:
     return Path(spec.job.workdir) if spec.job.workdir else Path.cwd()
 
 
-def _render(spec: JobSpec, overrides: Sequence[str], array: str | None = None) -> str:
+def _render(
+    spec: JobSpec,
+    overrides: Sequence[str],
+    array: str | None = None,
+    command: Sequence[str] | None = None,
+    rerender: str = "jzk render",
+) -> str:
     """The script, with the log folder created: Slurm opens the logs before the script
-    runs and fails the job (JobLaunchFailure, no log at all) when their folder is missing."""
+    runs and fails the job (JobLaunchFailure, no log at all) when their folder is missing.
+    command and rerender: another entry point than job.entry (`jzk doctor --submit`)."""
     workdir = _workdir(spec)
     try:
-        script = render_sbatch(spec, array=array, rendered_by=overrides, workdir=str(workdir))
+        script = render_sbatch(
+            spec,
+            command,
+            array=array,
+            rendered_by=overrides,
+            workdir=str(workdir),
+            rerender=rerender,
+        )
     except RenderError as err:
         raise JzkError(str(err)) from err
     if workdir.is_dir():
@@ -514,7 +532,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return _submit_doctor(spec, args, options)
 
 
-def _submit_doctor(spec: JobSpec, args: argparse.Namespace, options) -> int:  # noqa: ANN001
+def _submit_doctor(spec: JobSpec, args: argparse.Namespace, options: DoctorOptions) -> int:
     import dataclasses
 
     from jeanzay_kit.doctor.probe import HEALTHY
@@ -526,18 +544,9 @@ def _submit_doctor(spec: JobSpec, args: argparse.Namespace, options) -> int:  # 
     workdir = _workdir(spec)
     command = ["-m", "jeanzay_kit.doctor", f"--timeout={options.timeout_s:g}"]
     command.append(f"--size-mb={options.size_mb:g}")
-    try:
-        script = render_sbatch(
-            spec,
-            command,
-            rendered_by=[o for o in args.overrides if o not in DOCTOR_DEFAULTS],
-            workdir=str(workdir),
-            rerender="jzk doctor --submit",
-        )
-    except RenderError as err:
-        raise JzkError(str(err)) from err
+    rendered_by = [o for o in args.overrides if o not in DOCTOR_DEFAULTS]
+    script = _render(spec, rendered_by, command=command, rerender="jzk doctor --submit")
     log_dir = workdir / spec.job.log_dir
-    log_dir.mkdir(parents=True, exist_ok=True)
     path = log_dir / f"{spec.job.name}.sbatch"
     path.write_text(script)
     job_id = sbatch(str(path.resolve()), cwd=str(workdir))

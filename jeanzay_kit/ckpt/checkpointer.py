@@ -204,7 +204,8 @@ class Checkpointer:
             try:
                 self._background.wait()
             except (OSError, CheckpointException) as err:
-                raise self._lost(step if step is not None else -1, err) from None
+                assert step is not None  # an error comes only from a save that started
+                raise self._lost(step, err) from None
 
     # ---- a save that cannot be written ----------------------------------------------------
 

@@ -3,7 +3,7 @@ read-only filesystem, a folder of someone else's or a full quota is one message 
 instead of a worker's traceback (or a job that burns its allocation to find out).
 
 `unwritable_message` is pure (errno -> what to say); `check_writable` is the edge that
-tries for real: create the folders, write and fsync a small file, remove it. As root,
+tries for real: create the folders, write and fsync a small file (durable_io), remove it. As root,
 permission bits do not stop a write, so asking os.access would lie; trying does not.
 """
 
@@ -14,6 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
+from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import RunDirError
 
 PROBE = ".jzk-write-test"
@@ -48,10 +49,7 @@ def check_writable(path: Path, key: str = "job.run_dir") -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / PROBE
-        with probe.open("wb") as handle:
-            handle.write(b"jeanzay_kit write test\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+        write_synced(probe, b"jeanzay_kit write test\n")  # a full disk shows at the fsync
         probe.unlink()
     except OSError as err:
         free = _free_bytes(path)

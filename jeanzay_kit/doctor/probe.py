@@ -157,8 +157,10 @@ def _checks(
     except RuntimeError as err:
         # Rank 0's message lists the ranks that did not reach the barrier.
         raise DoctorError(
-            f"rank {info.rank}: a rank stopped answering after it joined: {err}. HINT: "
-            "look at that rank's host in the table of an earlier run, or its log"
+            f"rank {info.rank}: a rank stopped answering after it checked in: {err}. HINT: "
+            "the ranks torch names above are stuck or dead: read their task's log (srun "
+            "labels lines with the task number), or run again with a larger --timeout if "
+            "their host is only slow"
         ) from err
 
     gathered: list = [None] * world

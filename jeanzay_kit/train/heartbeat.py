@@ -23,7 +23,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from jeanzay_kit.train.stall import Beat, Stall, find_stall, hang_dir_name
@@ -38,7 +38,7 @@ FLIGHT_ENTRIES = "2000"
 NCCL_TIMEOUT_DIR = "nccl_timeout"
 
 
-def enable_flight_recorder(run_dir: Path, env: dict[str, str]) -> None:
+def enable_flight_recorder(run_dir: Path, env: MutableMapping[str, str]) -> None:
     """Switch torch's flight recorder on (every backend since torch 2.8), before the process
     group starts; settings the user exported win. env: os.environ, passed in by the worker."""
     env.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_ENTRIES)
