@@ -397,7 +397,11 @@ def _cmd_submit(args: argparse.Namespace) -> int:
     # A changed config meeting another experiment's checkpoints: refused now, not after
     # the job has waited in the queue.
     check_resume_early(
-        run_dir, spec.config, spec.checkpoint.resume, spec.checkpoint.allow_config_change
+        run_dir,
+        spec.config,
+        spec.layout.checkpoint_world(),
+        spec.checkpoint.resume,
+        spec.checkpoint.allow_config_change,
     )
     # Refused here, not by the job after its wait in the queue.
     check_writable(run_dir)

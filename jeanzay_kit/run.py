@@ -112,7 +112,13 @@ def main(
 
         # Before torch is imported and any worker starts.
         ckpt = spec.checkpoint
-        check_resume_early(run_dir, spec.config, ckpt.resume, ckpt.allow_config_change)
+        check_resume_early(
+            run_dir,
+            spec.config,
+            spec.layout.checkpoint_world(),
+            ckpt.resume,
+            ckpt.allow_config_change,
+        )
         from jeanzay_kit.launch.local import launch_local
 
         code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)

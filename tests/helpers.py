@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import torch.distributed as dist
 
@@ -57,3 +59,19 @@ class FileBackedRegression(SyntheticRegression):
         with open(path) as handle:
             scale = float(handle.read().split()[0])
         self.x = self.x * scale
+
+
+class RecordingRegression(SyntheticRegression):
+    """Synthetic data that appends the indices of every batch it serves to
+    `<record_dir>/<pid>.txt`, one line per micro-batch: which samples a run trained on,
+    across its restarts and world sizes."""
+
+    def __init__(self, record_dir: str, **kwargs):
+        super().__init__(**kwargs)
+        self.record = Path(record_dir) / f"{os.getpid()}.txt"
+        self.record.parent.mkdir(parents=True, exist_ok=True)
+
+    def batch(self, indices):
+        with self.record.open("a") as handle:
+            handle.write(" ".join(str(int(i)) for i in indices) + "\n")
+        return super().batch(indices)

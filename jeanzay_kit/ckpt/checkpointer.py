@@ -44,7 +44,7 @@ from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.background_save import BackgroundSave
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
-from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord
+from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord, parse_step_dir
 from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.resume import check_compatible, choose_checkpoint
 from jeanzay_kit.ckpt.rng import rng_state, set_rng_state
@@ -279,10 +279,18 @@ class Checkpointer:
             optim_state_dict=state["optim"],
             options=OPTIONS,
         )
-        rng_file = folder / f"rank-{self.rank}.pt"
-        set_rng_state(torch.load(rng_file, weights_only=True), self.device)
+        set_rng_state(torch.load(self._rng_file(folder), weights_only=True), self.device)
         payload = torch.load(folder / "trainer.pt", weights_only=True)
         return TrainerState.from_payload(payload)
+
+    def _rng_file(self, folder: Path) -> Path:
+        """This rank's random generators. Saved on another number of ranks, rank r takes
+        those of rank r mod the saved count: random draws inside the model (dropout)
+        then differ from an uninterrupted run; the data order does not use them."""
+        saved = CheckpointStore(folder.parent).manifest(parse_step_dir(folder.name) or 0)
+        size = int(saved.world.get("world_size", 0) or 0)
+        rank = self.rank % size if size and size != self.world["world_size"] else self.rank
+        return folder / f"rank-{rank}.pt"
 
 
 def _root_cause(err: BaseException | None) -> str:

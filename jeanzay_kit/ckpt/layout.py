@@ -187,3 +187,52 @@ def config_change_message(folder: str, old: Mapping[str, Any], new: Mapping[str,
         "resume=never to start over here, or checkpoint.allow_config_change=true to resume "
         "anyway"
     )
+
+
+# What a checkpoint cannot follow: the keys that shape which rank holds which parameters
+# beyond plain data parallelism. The data-parallel size may change: DCP reshards the model
+# and optimizer, and the global batch (so the data order) does not depend on it.
+_FIXED_WORLD = (
+    ("mode", "parallel.mode"),
+    ("pp_size", "parallel.pipeline_stages"),
+    ("stages_per_rank", "parallel.stages_per_rank"),
+)
+
+
+def world_change(
+    folder: str, saved: Mapping[str, Any], now: Mapping[str, Any]
+) -> tuple[str | None, str | None]:
+    """(refusal, note) for resuming a checkpoint saved with layout `saved` on `now`.
+
+    refusal: a change the checkpoint cannot follow, naming the key. note: what changes
+    when only the number of data-parallel ranks differs (None when nothing does)."""
+    fixed = [(field_, key) for field_, key in _FIXED_WORLD if field_ not in saved]
+    if fixed:
+        return (
+            f"{folder} does not record its {fixed[0][1]} (layout {dict(saved)}). HINT: "
+            "resume it with the code version that wrote it, or resume=never to start over",
+            None,
+        )
+    changed = [
+        (key, saved[field_], now[field_])
+        for field_, key in _FIXED_WORLD
+        if saved[field_] != now[field_]
+    ]
+    if changed:
+        key, old, _new = changed[0]
+        listed = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed)
+        return (
+            f"{folder} cannot be resumed with this layout: {listed}. A checkpoint follows a "
+            "change in the number of data-parallel ranks (resources.nodes, "
+            "resources.gpus_per_node), not in how the model is split. HINT: set "
+            f"{key}={old} again, or resume=never to start over",
+            None,
+        )
+    if saved.get("world_size") == now["world_size"] and saved.get("dp_size") == now["dp_size"]:
+        return None, None
+    return None, (
+        f"resuming {folder}, saved on {saved.get('world_size')} rank(s) "
+        f"(data-parallel {saved.get('dp_size')}), on {now['world_size']} rank(s) "
+        f"(data-parallel {now['dp_size']}): the model and optimizer are resharded, the "
+        "global batch and the data order stay the same, gradient accumulation adapts"
+    )

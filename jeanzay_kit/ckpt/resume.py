@@ -3,7 +3,8 @@
 `choose_checkpoint` (rank 0): resume=auto is the newest complete checkpoint of the run
 directory (unfinished saves are removed first), resume=never is none, and a path must be
 a complete, undamaged step-N folder. `check_compatible` (every rank): the checkpoint's
-layout must be this run's, and its config hash this config's, unless
+layout must split the model as this run does (the number of data-parallel ranks may
+differ: ckpt/layout.py `world_change`), and its config hash must be this config's, unless
 checkpoint.allow_config_change (then the differences are logged).
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.ckpt.layout import config_change_message, parse_step_dir
+from jeanzay_kit.ckpt.layout import config_change_message, parse_step_dir, world_change
 from jeanzay_kit.ckpt.store import CheckpointStore, ResumeError
 from jeanzay_kit.config.identity import RESUME_IGNORES, config_differences, resume_hash
 
@@ -50,12 +51,11 @@ def check_compatible(
     log: Callable[[str], None],
 ) -> None:
     manifest = CheckpointStore(folder.parent).manifest(parse_step_dir(folder.name) or 0)
-    if manifest.world != dict(world):
-        raise ResumeError(
-            f"{folder} was saved with layout {manifest.world}, this run is {dict(world)}. "
-            "HINT: resume with the same parallel.mode, nodes and GPUs per node, or "
-            "resume=never to start over"
-        )
+    refusal, note = world_change(str(folder), manifest.world, world)
+    if refusal:
+        raise ResumeError(refusal)
+    if note:
+        log(note)
     if manifest.config_hash == resume_hash(config):
         return
     old = json.loads((folder / "config.json").read_text())

@@ -37,6 +37,7 @@ from jeanzay_kit.ckpt.layout import (
     tmp_dir_name,
     to_delete,
     trash_dir_name,
+    world_change,
 )
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
@@ -201,16 +202,22 @@ class CheckpointStore:
 
 
 def check_resume_early(
-    run_dir: Path, config: Mapping[str, Any], resume: str, allow_change: bool
+    run_dir: Path,
+    config: Mapping[str, Any],
+    world: Mapping[str, Any],
+    resume: str,
+    allow_change: bool,
 ) -> None:
-    """Refuse a changed config before any worker starts (the workers check again).
+    """Refuse a changed config or layout before any worker starts (the workers check again).
 
     Reads only the newest complete checkpoint's manifest and config.json: no checksums
     and no torch, so `python train.py` with another experiment's run directory fails in
-    well under a second instead of after starting its workers. With resume=never, or
-    allow_change (checkpoint.allow_config_change), there is nothing to refuse.
+    well under a second instead of after starting its workers. `world` is this run's
+    layout (ParallelLayout.checkpoint_world): a different number of data-parallel ranks
+    is fine, a different split of the model is refused even with allow_change
+    (checkpoint.allow_config_change), which only lets other config keys differ.
     """
-    if resume == "never" or allow_change:
+    if resume == "never":
         return
     if resume == "auto":
         store = CheckpointStore(Path(run_dir) / "checkpoints")
@@ -222,7 +229,10 @@ def check_resume_early(
         folder = Path(resume)
     try:
         manifest = parse_manifest((folder / MANIFEST).read_text())
-        if manifest.config_hash == resume_hash(config):
+        refusal, _note = world_change(str(folder), manifest.world, world)
+        if refusal:
+            raise ResumeError(refusal)
+        if allow_change or manifest.config_hash == resume_hash(config):
             return
         old = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):

@@ -28,6 +28,11 @@ RESUME_IGNORES = (
     "job",
     "cluster",
     "resources.time",
+    # The number of data-parallel ranks: a checkpoint resumes on another one (the global
+    # batch is fixed, accumulation adapts). A change in how the model is split is in
+    # `parallel`, which stays in the hash (and ckpt/layout.py world_change refuses it).
+    "resources.nodes",
+    "resources.gpus_per_node",
     "resources.qos",
     "resources.partition",
     "resources.constraint",

@@ -8,6 +8,7 @@ the pipeline's schedule: decided and checked by config/spec.py, used by the proc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -30,3 +31,14 @@ class ParallelLayout:
     @property
     def dp_enabled(self) -> bool:
         return self.dp_size > 1
+
+    def checkpoint_world(self) -> dict[str, Any]:
+        """What a checkpoint records of this layout; a resume compares it
+        (ckpt/layout.py `world_change`)."""
+        return {
+            "mode": self.mode,
+            "world_size": self.world_size,
+            "pp_size": self.pp_size,
+            "dp_size": self.dp_size,
+            "stages_per_rank": self.stages_per_rank if self.schedule == "interleaved_1f1b" else 1,
+        }

@@ -139,21 +139,13 @@ def build_checkpointer(
     ctx: DistContext,
     run_dir: Path,
 ) -> Checkpointer:
-    """The checkpointer of this run; `world` is the layout a resume must match."""
-    lay = spec.layout
-    world = {
-        "mode": lay.mode,
-        "world_size": lay.world_size,
-        "pp_size": lay.pp_size,
-        "dp_size": lay.dp_size,
-        "stages_per_rank": lay.stages_per_rank if lay.schedule == "interleaved_1f1b" else 1,
-    }
+    """The checkpointer of this run; it records the layout a resume is compared with."""
     return Checkpointer(
         run_dir,
         strategy.state_module(),
         optimizer,
         ctx.info.rank,
-        world,
+        spec.layout.checkpoint_world(),
         spec.config,
         ctx.device,
         keep_last=spec.checkpoint.keep_last,
@@ -167,11 +159,12 @@ def resume(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     strategy: Strategy,
     ctx: DistContext,
-) -> tuple[int, float | None]:
-    """Load the checkpoint that checkpoint.resume names, if any: (first step, last loss)."""
+) -> TrainerState:
+    """Load the checkpoint that checkpoint.resume names, if any: its step, global sample
+    index and last loss (step 0 and nothing else for a fresh start)."""
     folder = ckpt.find(spec.checkpoint.resume)
     if folder is None:
-        return 0, None
+        return TrainerState(0, 0, {}, None, None)
     ckpt.check_compatible(folder, spec.checkpoint.allow_config_change)
     state = ckpt.load(folder)
     scheduler.load_state_dict(state.scheduler)
@@ -179,7 +172,7 @@ def resume(
         strategy.scaler.load_state_dict(state.scaler)
     if ctx.is_main:
         print(f"resumed from {folder} (step {state.step})", flush=True)
-    return state.step, state.last_loss
+    return state
 
 
 def _throughput(
@@ -227,7 +220,8 @@ def train(
     ckpt = build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
 
     # ---- resume: the newest complete checkpoint of this run directory -------------------
-    start_step, loss_value = resume(spec, ckpt, scheduler, strategy, ctx)
+    resumed = resume(spec, ckpt, scheduler, strategy, ctx)
+    start_step, loss_value = resumed.step, resumed.last_loss
 
     # ---- data order: the same global batches whatever the world size ----------------------
     # Hold out the end of the dataset for evaluation; train on the rest.
@@ -240,6 +234,10 @@ def train(
         dp_size=lay.dp_size,
         dp_rank=ctx.dp_rank,
         seed=tset.seed,
+        # The checkpoint's global sample index: valid whatever the world size it was
+        # saved on, so no sample of the epoch is seen twice or skipped.
+        start_step=start_step,
+        start_position=resumed.sample_position,
     )
     eval_rounds = _eval_rounds(dataset, plan, eval_count, spec, ctx, tset.eval_batches)
     every_seconds = (cset.every_minutes or 0) * 60
@@ -280,15 +278,14 @@ def train(
 
     # ---- the loop -------------------------------------------------------------------------
     strategy.train(True)
-    if 0 < start_step < steps:
-        first = plan.step_indices(start_step)[0]
-        strategy.before_resumed_steps(to_device(dataset.batch(first)))
     window_start, window_steps = time.perf_counter(), 0
     last_save_time, saved_at = time.monotonic(), start_step
     stopped_by = ""
     for step in range(start_step, steps):
         hb.beat(step, "data")
         batches = [to_device(dataset.batch(idx)) for idx in plan.step_indices(step)]
+        if step == start_step > 0:
+            strategy.before_resumed_steps(batches[0])
         hb.beat(step, "forward_backward")
         local_loss = strategy.train_step(batches)
         hb.beat(step, "optimizer")

@@ -9,7 +9,8 @@ batch belongs to accumulation micro-step j // (dp*m) and data-parallel rank
 * the samples of a step do not depend on the world size: 1 process x 8 accumulation
   steps and 8 processes x 1 step see the same 8m samples;
 * the position to resume from is one integer, the global sample index (step x G),
-  valid mid-epoch and across a change of world size.
+  valid mid-epoch and across a change of world size: a resumed run reads from the
+  position its checkpoint recorded (start_step, start_position).
 """
 
 from __future__ import annotations
@@ -27,6 +28,10 @@ class GlobalBatchPlan:
     dp_size: int
     dp_rank: int
     seed: int
+    # Where a resumed run starts: step `start_step` reads from global sample index
+    # `start_position` (the checkpoint's), the following steps from there on.
+    start_step: int = 0
+    start_position: int = 0
 
     def __post_init__(self) -> None:
         if self.dataset_size <= 0:
@@ -61,7 +66,7 @@ class GlobalBatchPlan:
 
     def step_indices(self, step: int) -> list[np.ndarray]:
         """This rank's micro-batches for optimizer step `step`, in accumulation order."""
-        batch = self.stream(step * self.global_batch, self.global_batch)
+        batch = self.stream(self.sample_position(step), self.global_batch)
         per_round = self.dp_size * self.micro_batch
         return [
             batch[a * per_round + self.dp_rank * self.micro_batch :][: self.micro_batch]
@@ -70,4 +75,4 @@ class GlobalBatchPlan:
 
     def sample_position(self, step: int) -> int:
         """The global sample index where step `step` starts: what a checkpoint stores."""
-        return step * self.global_batch
+        return self.start_position + (step - self.start_step) * self.global_batch

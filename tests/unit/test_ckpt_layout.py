@@ -17,9 +17,11 @@ from jeanzay_kit.ckpt.layout import (
     parse_manifest,
     parse_step_dir,
     to_delete,
+    world_change,
 )
-from jeanzay_kit.ckpt.store import CheckpointStore
-from jeanzay_kit.config.identity import config_differences, config_hash
+from jeanzay_kit.ckpt.store import CheckpointStore, check_resume_early
+from jeanzay_kit.config.identity import config_differences, config_hash, resume_hash
+from jeanzay_kit.errors import ResumeError
 
 
 @pytest.mark.parametrize(
@@ -130,16 +132,94 @@ def test_config_hash_ignores_what_does_not_change_the_computation() -> None:
     assert config_differences(a, c, ignore) == ["train.seed: 0 -> 1"]
 
 
+def world(mode: str = "ddp", size: int = 4, pp: int = 1, spr: int = 1) -> dict:
+    return {
+        "mode": mode,
+        "world_size": size,
+        "pp_size": pp,
+        "dp_size": size // pp,
+        "stages_per_rank": spr,
+    }
+
+
+@pytest.mark.parametrize(
+    ("saved", "now", "refused_key"),
+    [
+        (world(size=4), world(size=2), None),
+        (world(size=4), world(size=8), None),
+        (world("fsdp", 4), world("fsdp", 2), None),
+        (world("pipeline_ddp", 4, pp=2), world("pipeline_ddp", 2, pp=2), None),
+        (
+            world("pipeline_ddp", 4, pp=2),
+            world("pipeline_ddp", 4, pp=4),
+            "parallel.pipeline_stages",
+        ),
+        (
+            world("pipeline", 2, pp=2, spr=2),
+            world("pipeline", 2, pp=2, spr=1),
+            "parallel.stages_per_rank",
+        ),
+        (world("ddp", 4), world("fsdp", 4), "parallel.mode"),
+        ({}, world(), "parallel.mode"),
+    ],
+)
+def test_a_checkpoint_follows_the_data_parallel_size_not_the_model_split(
+    saved: dict, now: dict, refused_key: str | None
+) -> None:
+    refusal, note = world_change("ck/step-5", saved, now)
+    if refused_key is None:
+        assert refusal is None
+        assert (note is None) == (saved == now)
+        if note:
+            assert f"on {saved['world_size']} rank(s)" in note and "accumulation adapts" in note
+    else:
+        assert refusal is not None and refused_key in refusal and note is None
+        assert "ck/step-5" in refusal and "HINT" in refusal
+
+
+def test_resources_do_not_change_the_config_hash_the_split_does() -> None:
+    base = {"resources": {"nodes": 1, "gpus_per_node": 4}, "parallel": {"pipeline_stages": 1}}
+    more = {"resources": {"nodes": 2, "gpus_per_node": 8}, "parallel": {"pipeline_stages": 1}}
+    split = {"resources": {"nodes": 1, "gpus_per_node": 4}, "parallel": {"pipeline_stages": 2}}
+    assert resume_hash(base) == resume_hash(more) != resume_hash(split)
+
+
+def test_a_split_change_is_refused_before_any_worker_even_with_allow_change(
+    tmp_path: Path,
+) -> None:
+    store = CheckpointStore(tmp_path / "checkpoints")
+    config = {"parallel": {"pipeline_stages": 2}}
+    fake_save(store, 10, world=world("pipeline_ddp", 4, pp=2), config=config)
+    # Fewer data-parallel ranks: fine.
+    check_resume_early(tmp_path, config, world("pipeline_ddp", 2, pp=2), "auto", False)
+    with pytest.raises(ResumeError, match="parallel.pipeline_stages: 2 -> 4"):
+        check_resume_early(tmp_path, config, world("pipeline_ddp", 4, pp=4), "auto", True)
+
+
 # ---- the store on disk ----------------------------------------------------------------
 
 
-def fake_save(store: CheckpointStore, step: int, payload: bytes = b"weights") -> None:
+def fake_save(
+    store: CheckpointStore,
+    step: int,
+    payload: bytes = b"weights",
+    world: dict | None = None,
+    config: dict | None = None,
+) -> None:
     tmp = store.tmp_dir(step)
     (tmp / "dcp").mkdir(parents=True)
     (tmp / "dcp" / "__0_0.distcp").write_bytes(payload)
     (tmp / "trainer.pt").write_bytes(b"trainer")
+    if config is not None:
+        (tmp / "config.json").write_text(json.dumps(config))
     store.commit(
-        step, {"world": {}, "config_hash": "h", "code_version": "0", "sample_position": step}
+        step,
+        {
+            "world": world or {},
+            "config_hash": resume_hash(config) if config else "h",
+            "code_version": "0",
+            "sample_position": step,
+        },
     )
 
 

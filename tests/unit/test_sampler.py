@@ -43,6 +43,22 @@ def test_resuming_from_the_sample_position_continues_the_stream() -> None:
     assert np.array_equal(plan.stream(pos, 16), plan.stream(0, 200)[pos : pos + 16])
 
 
+def test_a_resume_on_another_world_size_reads_on_from_the_recorded_position() -> None:
+    # Saved at step 5 on 4 ranks, resumed on 2: steps 5.. read the positions the
+    # uninterrupted 4-rank run would have read (a change of global batch, allowed only
+    # with checkpoint.allow_config_change, would still read on from the recorded index).
+    saved = plans(4, 2)
+    resumed = [
+        GlobalBatchPlan(100, 16, 4, 2, r, 3, start_step=5, start_position=80) for r in (0, 1)
+    ]
+    for step in range(5, 12):
+        straight = sorted(np.concatenate([a for p in saved for a in p.step_indices(step)]))
+        again = sorted(np.concatenate([a for p in resumed for a in p.step_indices(step)]))
+        assert again == straight
+    bigger = GlobalBatchPlan(100, 32, 4, 2, 0, 3, start_step=5, start_position=80)
+    assert bigger.sample_position(6) == 112
+
+
 def test_accumulation_steps() -> None:
     assert plans(2, 4)[0].accumulation_steps == 2
     assert plans(1, 16)[0].accumulation_steps == 1
