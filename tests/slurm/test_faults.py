@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from tests.slurm.cluster import (
     JZK,
     PYTHON,
     REPO,
+    SCRIPT,
     jzk_submit,
     local_digest,
     run,
@@ -109,3 +111,89 @@ def test_an_unwritable_run_dir_is_refused_before_the_job_step(
     out = (project / "logs" / f"jzk-{job_id}.out").read_text()
     assert "jzk: rank" not in out  # no task started
     assert sacct_states(job_id, slurm, duplicates=True) == ["FAILED"]
+
+
+# ---- a node lost in the middle of training (issue 13) -----------------------------------
+
+
+def node_pids(env: dict[str, str], node: str) -> list[int]:
+    """Every process of a local node: its slurmd runs in a UTS namespace of its own
+    (scripts/slurm-local), and its job steps and tasks inherit it."""
+    state = Path(env["SLURM_CONF"]).parents[1]
+    slurmd = int((state / "run" / f"slurmd-{node}.pid").read_text())
+    uts = os.readlink(f"/proc/{slurmd}/ns/uts")
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "ns" / "uts") == uts:
+                    pids.append(int(entry.name))
+            except OSError:
+                continue  # gone meanwhile
+    return pids
+
+
+def node_state(env: dict[str, str], node: str) -> str:
+    return run(["sinfo", "-h", "-n", node, "-o", "%t"], env).stdout.strip()
+
+
+def wait_for_node(env: dict[str, str], node: str, states: tuple[str, ...], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = node_state(env, node)
+        if state.rstrip("*~#") in states or state in states:
+            return state
+        time.sleep(0.5)
+    pytest.fail(f"node {node} is {node_state(env, node)!r}, not one of {states}, after {timeout} s")
+
+
+@pytest.mark.timeout(900)
+def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
+    slurm, tmp_path: Path
+) -> None:
+    every = 250
+    training = ["train.steps=2000", "train.log_every=100", f"checkpoint.every_steps={every}"]
+    job_id, run_dir, log = jzk_submit(
+        slurm,
+        tmp_path,
+        "cluster=slurm_local",
+        "resources.nodes=2",
+        "resources.gpus_per_node=2",
+        "job.name=nodeloss",
+        *training,
+    )
+    wait_until_step(run_dir, 600, log, timeout=300)
+    reached = json.loads((run_dir / "heartbeat" / "rank-0.json").read_text())["step"]
+    # n2, the node of ranks 2 and 3, disappears: its slurmd, its job step and its tasks
+    # are killed at once (no signal handler runs, nothing is saved).
+    assert json.loads((run_dir / "heartbeat" / "rank-3.json").read_text())["host"] == "n2"
+    for pid in node_pids(slurm, "n2"):
+        os.kill(pid, signal.SIGKILL)
+    # The controller notices (SlurmdTimeout=10 in scripts/slurm-local) and sets it DOWN.
+    wait_for_node(slurm, "n2", ("down",), timeout=120)
+    # Meanwhile the job went back to the queue and cannot start without its second node.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = run(["squeue", "-h", "-j", job_id, "-o", "%T"], slurm).stdout.strip()
+        if state == "PENDING":
+            break
+        time.sleep(0.5)
+    assert state == "PENDING", state
+    # The node comes back: slurmd starts again and registers (ReturnToService=2).
+    up = run([str(SCRIPT), "up", str(Path(slurm["SLURM_CONF"]).parents[1])], slurm, timeout=120)
+    assert up.returncode == 0, up.stderr
+    wait_for(job_id, slurm, timeout=420)
+
+    out = log.read_text()
+    err = log.with_suffix(".err").read_text()
+    states = sacct_states(job_id, slurm, duplicates=True)
+    assert states[-1] == "COMPLETED" and len(states) >= 2, (states, err[-2000:])
+    resumed = [int(m) for m in re.findall(r"resumed from \S+ \(step (\d+)\)", out)]
+    assert resumed, out[-2000:]
+    # At most one checkpoint interval of work is lost.
+    assert reached - resumed[0] <= every, (reached, resumed)
+    assert "done: 2000 steps" in out
+    reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
+    assert (run_dir / "model_final.sha256").read_text().strip() == reference
+    print(f"node loss: sacct states {states}; reached step {reached}, resumed from {resumed}")
+    print(err[-1500:])
