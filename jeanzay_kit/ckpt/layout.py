@@ -236,3 +236,28 @@ def world_change(
         f"(data-parallel {now['dp_size']}): the model and optimizer are resharded, the "
         "global batch and the data order stay the same, gradient accumulation adapts"
     )
+
+
+def shape_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """Changes of the model's shape between a checkpoint's config and this one, which no
+    checkpoint can follow even with checkpoint.allow_config_change: the model's class
+    (`model._target_`) and its whole-number settings (widths, depth, heads, vocabulary).
+    Floats and flags (dropout, activation checkpointing) may change."""
+    old_model, new_model = old.get("model") or {}, new.get("model") or {}
+    changes = []
+    for line in config_differences(old_model, new_model, prefix="model."):
+        key = line.split(":")[0]
+        a, b = _lookup(old_model, key), _lookup(new_model, key)
+        if key == "model._target_" or any(
+            isinstance(v, int) and not isinstance(v, bool) for v in (a, b)
+        ):
+            changes.append(line)
+    return changes
+
+
+def _lookup(node: Mapping[str, Any], dotted: str) -> Any:
+    for part in dotted.split(".")[1:]:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node

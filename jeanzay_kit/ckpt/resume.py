@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.ckpt.layout import config_change_message, parse_step_dir, world_change
-from jeanzay_kit.ckpt.store import CheckpointStore, ResumeError
+from jeanzay_kit.ckpt.store import CheckpointStore, ResumeError, check_shape
 from jeanzay_kit.config.identity import RESUME_IGNORES, config_differences, resume_hash
 
 
@@ -61,5 +61,6 @@ def check_compatible(
     old = json.loads((folder / "config.json").read_text())
     if not allow_change:
         raise ResumeError(config_change_message(str(folder), old, dict(config)))
+    check_shape(str(folder), old, config)
     diffs = config_differences(old, dict(config), RESUME_IGNORES)
     log("resuming with a changed config: " + "; ".join(diffs[:10]))

@@ -33,6 +33,7 @@ from jeanzay_kit.ckpt.layout import (
     newest_first,
     parse_manifest,
     parse_step_dir,
+    shape_changes,
     step_dir_name,
     tmp_dir_name,
     to_delete,
@@ -232,9 +233,24 @@ def check_resume_early(
         refusal, _note = world_change(str(folder), manifest.world, world)
         if refusal:
             raise ResumeError(refusal)
-        if allow_change or manifest.config_hash == resume_hash(config):
+        if manifest.config_hash == resume_hash(config):
             return
         old = json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
         return  # unreadable or damaged: the workers' own checks report it precisely
+    if allow_change:
+        check_shape(str(folder), old, config)
+        return
     raise ResumeError(config_change_message(str(folder), old, config))
+
+
+def check_shape(folder: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
+    """Refuse a model shape change, which checkpoint.allow_config_change cannot allow."""
+    changes = shape_changes(old, new)
+    if changes:
+        raise ResumeError(
+            f"{folder} holds another model: {'; '.join(changes)}. Its tensors cannot be "
+            "loaded into this one, even with checkpoint.allow_config_change=true. HINT: set "
+            f"{changes[0].split(':')[0]} back, or resume=never (or another job.run_dir) "
+            "to start this model from scratch"
+        )

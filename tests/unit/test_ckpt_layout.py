@@ -16,6 +16,7 @@ from jeanzay_kit.ckpt.layout import (
     compare_files,
     parse_manifest,
     parse_step_dir,
+    shape_changes,
     to_delete,
     world_change,
 )
@@ -194,6 +195,49 @@ def test_a_split_change_is_refused_before_any_worker_even_with_allow_change(
     check_resume_early(tmp_path, config, world("pipeline_ddp", 2, pp=2), "auto", False)
     with pytest.raises(ResumeError, match="parallel.pipeline_stages: 2 -> 4"):
         check_resume_early(tmp_path, config, world("pipeline_ddp", 4, pp=4), "auto", True)
+
+
+@pytest.mark.parametrize(
+    ("change", "refused"),
+    [
+        ({"hidden": 64}, ["model.hidden: 128 -> 64"]),
+        ({"depth": 6}, ["model.depth: 4 -> 6"]),
+        (
+            {"_target_": "my.Model"},
+            ["model._target_: 'jeanzay_kit.train.models.MLP' -> 'my.Model'"],
+        ),
+        ({"dropout": 0.1}, []),
+        ({"activation_checkpointing": True}, []),
+    ],
+)
+def test_a_model_shape_change_is_named_dropout_is_not(change: dict, refused: list) -> None:
+    old = {
+        "model": {
+            "_target_": "jeanzay_kit.train.models.MLP",
+            "hidden": 128,
+            "depth": 4,
+            "dropout": 0.0,
+            "activation_checkpointing": False,
+        }
+    }
+    new = {"model": {**old["model"], **change}}
+    assert shape_changes(old, new) == refused
+
+
+def test_allow_config_change_still_refuses_another_model_shape(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path / "checkpoints")
+    config = {"model": {"hidden": 128, "dropout": 0.0}, "optim": {"lr": 0.1}}
+    fake_save(store, 10, world=world(), config=config)
+    lr = {**config, "optim": {"lr": 0.2}}
+    with pytest.raises(ResumeError, match="optim.lr"):
+        check_resume_early(tmp_path, lr, world(), "auto", False)
+    check_resume_early(tmp_path, lr, world(), "auto", True)
+    check_resume_early(
+        tmp_path, {**config, "model": {"hidden": 128, "dropout": 0.1}}, world(), "auto", True
+    )
+    wider = {**config, "model": {"hidden": 256, "dropout": 0.0}}
+    with pytest.raises(ResumeError, match=r"model.hidden: 128 -> 256.*even with"):
+        check_resume_early(tmp_path, wider, world(), "auto", True)
 
 
 # ---- the store on disk ----------------------------------------------------------------
