@@ -31,6 +31,9 @@ from tests.slurm.cluster import (
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
+# 2 nodes x 2 tasks: ranks 2 and 3 on n2, the node a fault takes away.
+TWO_NODES = ("cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_node=2")
+
 
 def wait_for_text(path: Path, text: str, timeout: float) -> float:
     """Seconds until `text` appears in the file."""
@@ -49,9 +52,7 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     job_id, run_dir, log = jzk_submit(
         slurm,
         tmp_path,
-        "cluster=slurm_local",
-        "resources.nodes=2",
-        "resources.gpus_per_node=2",
+        *TWO_NODES,
         "job.name=killed",
         *training,
     )
@@ -85,9 +86,7 @@ def test_an_unwritable_run_dir_is_refused_before_the_job_step(
     slurm, tmp_path: Path, read_only_dir: Path
 ) -> None:
     request = [
-        "cluster=slurm_local",
-        "resources.nodes=2",
-        "resources.gpus_per_node=2",
+        *TWO_NODES,
         f"job.run_dir={read_only_dir / 'run'}",
         f"job.python={PYTHON}",
         f"job.entry={REPO / 'train.py'}",
@@ -157,9 +156,7 @@ def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
     job_id, run_dir, log = jzk_submit(
         slurm,
         tmp_path,
-        "cluster=slurm_local",
-        "resources.nodes=2",
-        "resources.gpus_per_node=2",
+        *TWO_NODES,
         "job.name=nodeloss",
         *training,
     )
@@ -197,7 +194,6 @@ def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
     reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
     assert (run_dir / "model_final.sha256").read_text().strip() == reference
     print(f"node loss: sacct states {states}; reached step {reached}, resumed from {resumed}")
-    print(err[-1500:])
 
 
 def test_a_job_saved_on_one_node_resumes_on_two(slurm, tmp_path: Path) -> None:
