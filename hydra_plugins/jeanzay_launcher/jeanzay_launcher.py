@@ -22,11 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
-from hydra.core.hydra_config import HydraConfig
 from hydra.core.utils import JobReturn, JobStatus, configure_log, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ class JeanzayLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
 
-        points, configs = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
+        points = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
         max_size = min(p.spec.cluster.max_array_size for p in points)
         plans = plan_arrays(points, max_size, self.array_parallelism)
         folder = str(Path(self.submitit_folder).absolute())
@@ -129,7 +128,10 @@ class JeanzayLauncher(Launcher):
         for point in points:
             ret = JobReturn(
                 overrides=list(point.overrides),
-                cfg=configs[point.num],
+                # Points share one composed config, changed point by point, so none is
+                # kept (Hydra reads only the return values); the run's config is the
+                # resolved one each job gets (point.spec.config).
+                cfg=None,
                 hydra_cfg=self.config,
                 working_dir=point.run_dir,
                 task_name=str(self.config.hydra.job.name),
@@ -151,38 +153,24 @@ class JeanzayLauncher(Launcher):
 
     def _validated_points(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path
-    ) -> tuple[list[Any], dict[int, DictConfig]]:
-        """Compose, resolve and validate every point; raise once, listing every problem."""
+    ) -> list[Any]:
+        """Compose, resolve and validate every point; raise once, listing every problem.
+
+        Points that differ only in values share one composition (launch/point_configs.py):
+        composing is what a sweep's submission cost (0.2-0.8 s a point)."""
         from jeanzay_kit.config.spec import build_job_spec
         from jeanzay_kit.errors import LaunchError, SpecError
         from jeanzay_kit.launch.arrays import SweepPoint
+        from jeanzay_kit.launch.point_configs import PointConfigs, resolved_task_config
 
         assert self.config is not None and self.hydra_context is not None
-        points, configs, problems = [], {}, []
+        composer = PointConfigs(self.hydra_context.config_loader, self.config)
+        points, problems = [], []
         for idx, overrides in enumerate(job_overrides):
             num = initial_job_idx + idx
-            sweep_config = self.hydra_context.config_loader.load_sweep_config(
-                self.config, list(overrides)
-            )
-            with open_dict(sweep_config):
-                sweep_config.hydra.job.id = f"jzk_{num}"
-                sweep_config.hydra.job.num = num
-            HydraConfig.instance().set_config(sweep_config)
-            run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
-            # Resolved once, here: the job runs exactly what was validated. Section by
-            # section (interpolations still resolve against the whole config), leaving out
-            # Hydra's own section; cheaper than copying the config to delete it.
-            plain: dict[str, Any] = {}
-            for key in sweep_config:
-                if key == "hydra":
-                    continue
-                value = sweep_config[key]
-                plain[str(key)] = (
-                    OmegaConf.to_container(value, resolve=True)
-                    if OmegaConf.is_config(value)
-                    else value
-                )
-            plain.setdefault("job", {})["run_dir"] = run_dir
+            with composer.point(overrides, num) as sweep_config:
+                run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
+                plain = resolved_task_config(sweep_config, run_dir)
             label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
             try:
                 spec = build_job_spec(plain)
@@ -197,11 +185,10 @@ class JeanzayLauncher(Launcher):
                 )
                 continue
             points.append(SweepPoint(num, tuple(overrides), run_dir, spec))
-            configs[num] = sweep_config
         if problems:
             raise LaunchError(
                 "nothing was submitted; fix these sweep points:\n" + "\n".join(problems)
             )
         if not points:
             raise LaunchError("the sweep has no points")
-        return points, configs
+        return points

@@ -1,0 +1,199 @@
+"""The composed config of every sweep point, without composing each from scratch. An edge
+module: it drives Hydra's config loader (and two of its internal helpers).
+
+Hydra builds a config in two phases. First the defaults list: which file of each config
+group (`cluster=...`, `model=...`, `hydra/launcher=...`) and the merge of all of them;
+that is what costs (0.2-0.8 s a point with this config tree on a 2-core machine: every
+file is read, merged and copied again). Then the command line's value overrides
+(`optim.lr=0.1`) are applied to the result one after the other, by
+`ConfigLoaderImpl._apply_overrides_to_config`.
+
+Sweep points usually differ in value overrides only, and a value override can never
+change the defaults list. So the points are grouped by their other overrides (group
+choices, `+`/`++`/`~` forms, package overrides, anything under `hydra`): one full
+composition per group, then each point gets a copy with its own value overrides applied
+by Hydra's own function, in the command line's order, and the two per-point fields
+Hydra derives from them (`hydra.overrides.task`, `hydra.job.override_dirname`) set as
+Hydra sets them. The result equals `load_sweep_config` for the point
+(tests/unit/test_point_configs.py compares them for a table of sweeps), and errors
+(an unknown key, a bad value) are Hydra's own.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, OverrideType
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
+
+
+def is_value_override(override: Override, group_exists) -> bool:
+    """True for `key=value` on a config key: the kind applied after composition."""
+    return (
+        override.type == OverrideType.CHANGE
+        and override.package is None
+        and not override.is_hydra_override()
+        and not override.is_sweep_override()
+        and "/" not in override.key_or_group
+        and not group_exists(override.key_or_group)
+    )
+
+
+class PointConfigs:
+    """`point(overrides)` gives what `config_loader.load_sweep_config(master, overrides)`
+    would, composing only once per distinct set of non-value overrides.
+
+    Points are taken one after the other: the config a `point` block yields is the
+    group's one composed config with the point's values swapped in, and it is put back as
+    it was when the block ends. Use it inside the block (resolve, validate); keep the
+    resolved result, not the config.
+    """
+
+    def __init__(self, config_loader, master_config: DictConfig) -> None:
+        self.loader = config_loader
+        self.master = master_config
+        self.parser = OverridesParser.create()
+        self.bases: dict[tuple[str, ...], DictConfig] = {}
+        repository = getattr(config_loader, "repository", None)
+        # Without the repository (another loader) every override counts as structural:
+        # each point is then composed in full, as Hydra would.
+        exists = repository.group_exists if repository else (lambda _key: True)
+        # One look at the config sources per key, not one per point (it lists folders).
+        self.group_exists = functools.cache(exists)
+        self.parsed: dict[str, Override] = {}
+        self.compositions = 0
+        self.hydra_view_of: DictConfig | None = None
+
+    @contextmanager
+    def point(self, overrides: Sequence[str], num: int) -> Iterator[DictConfig]:
+        parsed = [self._parse(line) for line in overrides]
+        is_value = [is_value_override(o, self.group_exists) for o in parsed]
+        values = [o for o, v in zip(parsed, is_value, strict=True) if v]
+        structural = tuple(o.input_line for o, v in zip(parsed, is_value, strict=True) if not v)
+        task = [o for o in parsed if not o.is_hydra_override()]
+        cfg = self.bases.get(structural)
+        if cfg is None:
+            cfg = self._compose(list(structural))
+            # Kept for the points that share it; a point of group choices only (a sweep
+            # over model=a,b,c) has nothing to share it with.
+            if values:
+                self.bases[structural] = cfg
+        hydra = cfg.hydra
+        fields = _point_fields(hydra, task, num)
+        _set_point_fields(hydra, fields)
+        if self.hydra_view_of is cfg:
+            # Hydra's view (what ${hydra:...} reads) is a copy set_config took of this
+            # config's hydra node: it gets the point's fields too, without a new copy.
+            _set_point_fields(HydraConfig.get(), fields)
+        else:
+            HydraConfig.instance().set_config(cfg)
+            self.hydra_view_of = cfg
+        swapped: list[tuple[Any, Any, Any]] = []
+        try:
+            for override in values:
+                swapped.extend(_swap_in_copy(cfg, override.key_or_group))
+                ConfigLoaderImpl._apply_overrides_to_config([override], cfg)
+            yield cfg
+        except BaseException:
+            # Whatever state a failed override left, this config is not reused.
+            self.bases.pop(structural, None)
+            raise
+        finally:
+            for content, key, original in reversed(swapped):
+                content[key] = original
+            # Resolvers that cache (use_cache=True) start each point from the master's
+            # cache, as a fresh load_sweep_config does.
+            OmegaConf.clear_cache(cfg)
+            OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
+
+    def _parse(self, line: str) -> Override:
+        # Grid points repeat the same override strings: the grammar runs once for each.
+        if line not in self.parsed:
+            self.parsed[line] = self.parser.parse_overrides([line])[0]
+        return self.parsed[line]
+
+    def _compose(self, overrides: list[str]) -> DictConfig:
+        self.compositions += 1
+        return self.loader.load_sweep_config(self.master, overrides)
+
+
+def _swap_in_copy(cfg: DictConfig, key: str) -> list[tuple[Any, Any, Any]]:
+    """Put a copy of the node at `key` in its place and return how to put the original
+    back. An override may change a node in place or replace it (OmegaConf decides); on
+    the copy either way, the original stays as composed. Nothing is swapped when the key
+    does not exist: Hydra then refuses the override before changing anything."""
+    parent_key, _, leaf = key.rpartition(".")
+    parent = OmegaConf.select(cfg, parent_key, throw_on_missing=False) if parent_key else cfg
+    if isinstance(parent, ListConfig) and leaf.isdigit():
+        index: Any = int(leaf)
+        if index >= len(parent):
+            return []
+    elif isinstance(parent, DictConfig) and leaf in parent:
+        index = leaf
+    else:
+        return []
+    content = parent.__dict__["_content"]
+    original = content[index]
+    content[index] = copy.deepcopy(original)
+    return [(content, index, original)]
+
+
+def _point_fields(hydra: DictConfig, task: list[Override], num: int) -> dict[str, Any]:
+    """The hydra fields that differ from point to point, as Hydra (the task overrides and
+    the override dirname) and the launcher (the job id and number) set them."""
+    dirname = hydra.job.config.override_dirname
+    return {
+        "task": [o.input_line for o in task],
+        "override_dirname": get_overrides_dirname(
+            overrides=task,
+            kv_sep=dirname.kv_sep,
+            item_sep=dirname.item_sep,
+            exclude_keys=list(dirname.exclude_keys),
+        ),
+        "id": f"jzk_{num}",
+        "num": num,
+    }
+
+
+def _set_point_fields(hydra: DictConfig, fields: dict[str, Any]) -> None:
+    with read_write(hydra), open_dict(hydra):
+        hydra.overrides.task = fields["task"]
+        job = hydra.job
+        job.override_dirname = fields["override_dirname"]
+        job.id = fields["id"]
+        job.num = fields["num"]
+
+
+def resolved_task_config(cfg: DictConfig, run_dir: str) -> dict[str, Any]:
+    """The run's config as plain values, everything but Hydra's own section, with
+    job.run_dir set to the point's run directory.
+
+    Section by section (interpolations still resolve against the whole config): cheaper
+    than copying the config to delete the hydra node. job.run_dir itself is not resolved:
+    its default, outputs/<name>-${jzk.config_hash:}, hashes the whole config again (half
+    the time of this function) for a value the sweep replaces."""
+    plain: dict[str, Any] = {}
+    for key in cfg:
+        if key == "hydra":
+            continue
+        node = cfg._get_node(key)
+        if key == "job" and isinstance(node, DictConfig):
+            job = {str(k): _resolved(node, k) for k in node if k != "run_dir"}
+            job["run_dir"] = run_dir
+            plain["job"] = job
+            continue
+        plain[str(key)] = _resolved(cfg, key)
+    plain.setdefault("job", {})["run_dir"] = run_dir
+    return plain
+
+
+def _resolved(parent: DictConfig, key: Any) -> Any:
+    value = parent[key]
+    return OmegaConf.to_container(value, resolve=True) if OmegaConf.is_config(value) else value
