@@ -37,6 +37,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common import write_result  # noqa: E402
+
 
 def dd_throughput(folder: Path, nbytes: int) -> float:
     """Bytes/s of dd writing nbytes with O_DIRECT (page cache bypassed) and fsync."""
@@ -264,9 +266,7 @@ def main() -> None:
             "cpus": os.cpu_count(),
         },
     }
-    out = REPO / "bench" / "results" / "checkpoint.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2) + "\n")
+    out = write_result("checkpoint", report)
     w, a, r = report["write"], report["async"], report["resume"]
     print(f"checkpoint of {saves['bytes'] / 1e6:.0f} MB")
     print(

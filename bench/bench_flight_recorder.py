@@ -14,7 +14,6 @@ are printed and written to bench/results/flight_recorder.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -27,6 +26,8 @@ import torch.multiprocessing as mp
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from common import write_result  # noqa: E402
 
 from jeanzay_kit.launch.local import free_port  # noqa: E402
 
@@ -93,9 +94,7 @@ def main() -> None:
             "torch": torch.__version__,
         },
     }
-    path = REPO / "bench" / "results" / "flight_recorder.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path = write_result("flight_recorder", report)
     print(
         f"all-reduce of {args.size_kb} KiB: {report['on_call_us']:.0f} us with the flight "
         f"recorder, {report['off_call_us']:.0f} us without: ratio {report['ratio_median']:.3f}, "

@@ -31,6 +31,8 @@ import torch.multiprocessing as mp
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from common import write_result  # noqa: E402
+
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
 from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
@@ -177,9 +179,7 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             "model": MODEL,
             "torch": torch.__version__,
         }
-        path = REPO / "bench" / "results" / "runtime.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(report, indent=2) + "\n")
+        path = write_result("runtime", report)
         for mode in ("ddp", "pipeline"):
             m = report[mode]
             print(

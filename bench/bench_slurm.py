@@ -33,6 +33,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 JZK = str(Path(PY).parent / "jzk")
+sys.path.insert(0, str(REPO / "bench"))
+
+from common import write_result  # noqa: E402
 
 
 def sbatch_shim(directory: Path) -> Path:
@@ -64,6 +67,7 @@ def cancel_all(env: dict[str, str]) -> None:
 
 def sweep_submit(env: dict[str, str], work: Path, launcher: str, points: int) -> dict:
     shim_dir = work / f"shim-{launcher}"
+    work.mkdir(parents=True, exist_ok=True)
     shim_dir.mkdir(parents=True)
     log = sbatch_shim(shim_dir)
     run_env = dict(env, PATH=f"{shim_dir}:{env['PATH']}")
@@ -144,6 +148,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--points", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--big-points",
+        type=int,
+        default=1000,
+        help="also time one sweep of this many points per round, ours only (0: skip)",
+    )
     args = parser.parse_args()
     try:
         import hydra_plugins.hydra_submitit_launcher  # noqa: F401
@@ -166,6 +176,9 @@ def main() -> None:
             rnd = {name: sweep_submit(env, work, name, args.points) for name in order}
             hows = ["jzk_submit", "bare_srun"] if r % 2 == 0 else ["bare_srun", "jzk_submit"]
             rnd["first_step_s"] = {how: round(first_step(env, work, how), 3) for how in hows}
+            if args.big_points:
+                big = sweep_submit(env, work / "big", "jeanzay", args.big_points)
+                rnd["big_sweep_s"] = big["until_command_returned_s"]
             results["rounds"].append(rnd)
             print(json.dumps(rnd), flush=True)
             shutil.rmtree(work, ignore_errors=True)
@@ -180,7 +193,10 @@ def main() -> None:
     theirs = med(lambda r: r["submitit_slurm"]["until_sbatch_done_s"])
     job = med(lambda r: r["first_step_s"]["jzk_submit"])
     bare = med(lambda r: r["first_step_s"]["bare_srun"])
+    big = [r["big_sweep_s"] for r in results["rounds"] if "big_sweep_s" in r]
     results["summary"] = {
+        "big_sweep_points": args.big_points,
+        "big_sweep_ours_s": statistics.median(big) if big else None,
         "sweep_submit_ours_s": ours,
         "sweep_submit_hydra_submitit_s": theirs,
         "sweep_submit_ratio": round(ours / theirs, 3),
@@ -192,9 +208,7 @@ def main() -> None:
         "first_step_ratio": round(job / bare, 3),
     }
     print(json.dumps(results["summary"], indent=2))
-    out = REPO / "bench" / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "slurm.json").write_text(json.dumps(results, indent=2))
+    write_result("slurm", results)
 
 
 if __name__ == "__main__":

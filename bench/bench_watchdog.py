@@ -11,7 +11,6 @@ printed and written to bench/results/watchdog.json.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench_runtime import overrides, run_workers, toolkit_step_time  # noqa: E402
+from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
@@ -73,9 +73,7 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             "torch": torch.__version__,
         },
     }
-    path = REPO / "bench" / "results" / "watchdog.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path = write_result("watchdog", report)
     print(
         f"heartbeat+watchdog {report['on_step_s'] * 1e3:.1f} ms/step, without "
         f"{report['off_step_s'] * 1e3:.1f} ms/step: ratio {report['ratio_median']:.3f} "

@@ -1,0 +1,66 @@
+"""What the benchmark scripts share: where results go, and how a train.py start is timed.
+
+Every script writes its raw figures to bench/results/<name>.json; bench/run.py reads
+them back, takes ratios and spreads, and writes bench/results.json and the tables of
+docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "bench" / "results"
+
+
+def write_result(name: str, report: dict[str, Any]) -> Path:
+    """bench/results/<name>.json, replaced whole (an earlier run's figures never mix in)."""
+    path = RESULTS / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    return path
+
+
+def logged_steps(metrics: Path) -> list[int]:
+    """The steps metrics.jsonl holds (a file being written may end in half a line)."""
+    steps = []
+    try:
+        lines = metrics.read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if "step" in record and "loss" in record:
+            steps.append(int(record["step"]))
+    return steps
+
+
+def time_to_marker(argv: list[str], done, cwd: Path = REPO, timeout: float = 300) -> float:
+    """Seconds from starting argv until done() is true; the process is then stopped."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    elapsed = None
+    while time.perf_counter() - t0 < timeout:
+        if done():
+            elapsed = time.perf_counter() - t0
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.005)
+    proc.terminate()
+    _, err = proc.communicate(timeout=60)
+    if elapsed is None:
+        raise RuntimeError(f"{argv[:3]}... ended before its first step: {err.decode()[-1500:]}")
+    return elapsed
+
+
+def train_py(*overrides: str) -> list[str]:
+    return [sys.executable, str(REPO / "train.py"), *overrides]
