@@ -86,10 +86,11 @@ def sweep_submit(env: dict[str, str], work: Path, launcher: str, points: int) ->
     if launcher == "submitit_slurm":
         # The same resources as our launcher asks for (slurm_local, 1 task of 1 CPU).
         argv += ["hydra.launcher.partition=debug", "hydra.launcher.timeout_min=60"]
+    # The output goes to a file: a 1000-point sweep logs more than a pipe holds, and an
+    # unread pipe would stop the launcher mid-way.
+    output = open(work / f"{launcher}-{points}.log", "w+b")  # noqa: SIM115
     start = time.time()
-    proc = subprocess.Popen(
-        argv, cwd=REPO, env=run_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
+    proc = subprocess.Popen(argv, cwd=REPO, env=run_env, stdout=output, stderr=subprocess.STDOUT)
     # hydra-submitit-launcher blocks until its jobs end: stop it once sbatch has returned.
     while proc.poll() is None:
         if launcher == "submitit_slurm" and log.exists() and log.read_text().strip():
@@ -102,9 +103,9 @@ def sweep_submit(env: dict[str, str], work: Path, launcher: str, points: int) ->
     calls = [tuple(map(float, line.split())) for line in log.read_text().splitlines()]
     cancel_all(env)
     if not calls:
-        sys.exit(
-            f"bench_slurm: {launcher} made no sbatch call: {proc.stderr.read().decode()[-2000:]}"
-        )
+        output.seek(0)
+        sys.exit(f"bench_slurm: {launcher} made no sbatch call: {output.read().decode()[-2000:]}")
+    output.close()
     return {
         "sbatch_calls": len(calls),
         "until_sbatch_done_s": round(max(end for _, end in calls) - start, 3),

@@ -346,7 +346,7 @@ BENCHES = [
         "preemption",
         "bench_preemption.py",
         ["steps_lost_per_preemption"],
-        ["--rounds", "3"],
+        ["--rounds", "2"],
         ["--rounds", "6"],
         preemption_figures,
     ),

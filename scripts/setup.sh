@@ -25,7 +25,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # torch would pull several GB of CUDA packages).
     # The grep drops pip's notes about local index folders that do not exist here.
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-        -e '.[dev]' \
+        -e '.[dev,bench]' \
         2> >(grep -v -e "^WARNING: Location 'file://" -e BuildBackendWarning >&2)
     echo "$want" > "$stamp"
 fi
