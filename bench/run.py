@@ -120,13 +120,15 @@ def dataparallel_figures(r: dict) -> list[Figure]:
     return [
         Figure(
             "ddp_vs_dataparallel",
-            "step time on the same global batch: `parallel=dataparallel` / `parallel=ddp`",
+            "step time on the same global batch: `parallel=dataparallel` / `parallel=ddp` "
+            "(the other way round: above 1, our DDP is faster)",
             r["ratio_median"],
             r["ratios"],
             f"DDP {ms(median(r['ddp_step_s']))}/step",
             f"DataParallel {ms(median(r['dataparallel_step_s']))}/step",
             ">= 1 (DDP no slower)",
-            note="on a CPU-only machine DataParallel runs the module in one process (no replicas)",
+            note="on a CPU-only machine DataParallel runs the module in one process (no "
+            "replicas) against 2 DDP workers: the GPU comparison needs several GPUs",
         )
     ]
 
