@@ -19,6 +19,7 @@ def load_run_module():
     spec = importlib.util.spec_from_file_location("bench_run", RUN)
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(RUN.parent))
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
