@@ -24,7 +24,6 @@ Results are printed and written to bench/results/checkpoint.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -37,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import write_result  # noqa: E402
+from common import logged_steps, time_to_marker, train_py, write_result  # noqa: E402
 
 
 def dd_throughput(folder: Path, nbytes: int) -> float:
@@ -141,34 +140,12 @@ def save_timings(folder: Path, hidden: int, depth: int, rounds: int, batch: int)
 
 
 def first_step_time(run_dir: Path, overrides: list[str]) -> float:
-    """Seconds from starting train.py until metrics.jsonl holds its first new record."""
+    """Seconds from starting train.py until metrics.jsonl logs a step past those it held
+    (a resumed run rewrites the file with the kept records, then appends)."""
     metrics = run_dir / "metrics.jsonl"
-    before = len(metrics.read_text().splitlines()) if metrics.exists() else 0
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "train.py", *overrides, f"hydra.run.dir={run_dir}"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    elapsed = None
-    while proc.poll() is None:
-        if metrics.exists():
-            lines = metrics.read_text().splitlines()
-            # A resumed run rewrites the file with the kept records, then appends.
-            if len(lines) > before or (
-                before
-                and lines
-                and json.loads(lines[-1])["step"] > json.loads(lines[before - 1])["step"]
-            ):
-                elapsed = time.perf_counter() - t0
-                break
-        time.sleep(0.005)
-    proc.terminate()
-    proc.wait()
-    if elapsed is None:
-        raise RuntimeError("train.py ended before logging a step")
-    return elapsed
+    held = max(logged_steps(metrics), default=0)
+    argv = train_py(*overrides, f"hydra.run.dir={run_dir}")
+    return time_to_marker(argv, lambda: max(logged_steps(metrics), default=0) > held)
 
 
 def resume_timings(folder: Path, hidden: int, depth: int, rounds: int) -> dict:

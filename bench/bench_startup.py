@@ -33,8 +33,7 @@ def ours(folder: Path) -> float:
         "resume=never",
         f"hydra.run.dir={run_dir}",
     )
-    seconds = time_to_marker(argv, lambda: bool(logged_steps(run_dir / "metrics.jsonl")))
-    return seconds
+    return time_to_marker(argv, lambda: bool(logged_steps(run_dir / "metrics.jsonl")))
 
 
 def bare(folder: Path) -> float:

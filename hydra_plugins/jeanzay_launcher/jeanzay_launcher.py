@@ -158,6 +158,10 @@ class JeanzayLauncher(Launcher):
 
         Points that differ only in values share one composition (launch/point_configs.py):
         composing is what a sweep's submission cost (0.2-0.8 s a point)."""
+        from hydra.errors import HydraException
+        from omegaconf.errors import OmegaConfBaseException
+
+        from jeanzay_kit.config.compose import compose_error
         from jeanzay_kit.config.spec import build_job_spec
         from jeanzay_kit.errors import LaunchError, SpecError
         from jeanzay_kit.launch.arrays import SweepPoint
@@ -168,12 +172,17 @@ class JeanzayLauncher(Launcher):
         points, problems = [], []
         for idx, overrides in enumerate(job_overrides):
             num = initial_job_idx + idx
-            with composer.point(overrides, num) as sweep_config:
-                run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
-                plain = resolved_task_config(sweep_config, run_dir)
             label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
             try:
+                with composer.point(overrides, num) as sweep_config:
+                    run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
+                    plain = resolved_task_config(sweep_config, run_dir)
                 spec = build_job_spec(plain)
+            except (HydraException, OmegaConfBaseException) as err:
+                # A value Hydra refuses (train.steps=many): listed with the other points'
+                # problems, in the words `jzk validate` uses, naming the key.
+                problems.append(f"{label}: {compose_error(err, overrides)}")
+                continue
             except SpecError as err:
                 problems.append(f"{label}: {err}")
                 continue

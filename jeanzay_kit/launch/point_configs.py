@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,7 +34,7 @@ from hydra.core.override_parser.types import Override, OverrideType
 from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict, read_write
 
 
-def is_value_override(override: Override, group_exists) -> bool:
+def is_value_override(override: Override, group_exists: Callable[[str], bool]) -> bool:
     """True for `key=value` on a config key: the kind applied after composition."""
     return (
         override.type == OverrideType.CHANGE

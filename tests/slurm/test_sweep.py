@@ -93,6 +93,23 @@ def test_a_bad_sweep_point_submits_nothing(slurm, tmp_path: Path) -> None:
     assert not (sweep_dir / "manifest.jsonl").exists()
 
 
+def test_a_value_hydra_refuses_is_listed_with_the_other_points(slurm, tmp_path: Path) -> None:
+    # Points share one composition (launch/point_configs.py): a refused value must not
+    # stop the check of the points after it, nor leave its value in them.
+    sweep_dir = tmp_path / "sweep"
+    launched = launch_sweep(slurm, sweep_dir, "train.steps=5,many,7", "resources.gpus_per_node=8")
+    assert launched.returncode == 2
+    assert "Traceback" not in launched.stderr
+    assert "nothing was submitted" in launched.stderr
+    assert "#1 (cluster=slurm_local train.steps=many" in launched.stderr
+    assert "train.steps=many is not a whole number" in launched.stderr
+    for num in (0, 2):  # both other points checked, each with its own problem
+        line = next(x for x in launched.stderr.splitlines() if x.startswith(f"#{num} "))
+        assert f"train.steps={5 if num == 0 else 7}" in line
+    assert launched.stderr.count("resources.gpus_per_node=8 but slurm_local nodes") == 2
+    assert not (sweep_dir / "manifest.jsonl").exists()
+
+
 def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
     overrides = [
         "cluster=slurm_local",
