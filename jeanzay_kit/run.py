@@ -70,6 +70,19 @@ def check_data_paths(data: Mapping[str, Any]) -> None:
         )
 
 
+def record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
+    """<run_dir>/provenance/: the code this start runs (project/provenance.py). A record
+    that cannot be written is reported, never a reason to stop training."""
+    import sys
+
+    from jeanzay_kit.project.provenance import record_run_provenance
+
+    try:
+        record_run_provenance(run_dir, env, Path.cwd())
+    except OSError as err:
+        print(f"{report.TRAIN}: warning: provenance not recorded: {err}", file=sys.stderr)
+
+
 def main(
     cfg: dict[str, Any],
     env: Mapping[str, str],
@@ -97,6 +110,8 @@ def main(
             from jeanzay_kit.worker import run_worker
 
             info = rank_info_from_env(env)
+            if info.rank == 0:
+                record_provenance(run_dir, env)
             end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
             run_worker(
                 spec,
@@ -121,6 +136,7 @@ def main(
         )
         from jeanzay_kit.launch.local import launch_local
 
+        record_provenance(run_dir, env)
         code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
         stop.ignore_from_now()  # the workers are gone: nothing left to stop
         return code

@@ -101,7 +101,8 @@ class JeanzayLauncher(Launcher):
 
         points = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
         max_size = min(p.spec.cluster.max_array_size for p in points)
-        plans = plan_arrays(points, max_size, self.array_parallelism)
+        code_dir = _snapshot(points[0].spec)
+        plans = plan_arrays(points, max_size, self.array_parallelism, code_dir)
         folder = str(Path(self.submitit_folder).absolute())
         log.info(
             f"jeanzay launcher: submitting {len(points)} run(s) as {len(plans)} job "
@@ -201,3 +202,15 @@ class JeanzayLauncher(Launcher):
         if not points:
             raise LaunchError("the sweep has no points")
         return points
+
+
+def _snapshot(spec: Any) -> Any:
+    """The project's code frozen once for the whole sweep (its points share it), or None
+    with job.snapshot=false. The launcher runs in the project's directory."""
+    from jeanzay_kit.project.snapshot import take_snapshot
+
+    if not spec.job.snapshot_for(spec.cluster.is_slurm):
+        return None
+    snap = take_snapshot(Path.cwd(), spec.job.log_dir, spec.job.snapshot_include)
+    log.info(f"code: {snap.files} file(s) ({snap.source}) frozen in {snap.path}")
+    return str(snap.path)

@@ -1,22 +1,26 @@
-"""Cluster profiles outside the package: Hydra also searches the user's config folder.
+"""The project's and the user's configs come before the shipped ones.
 
-`jzk cluster discover` writes `<user config>/cluster/<name>.yaml`, where <user config> is
-$JZK_CONFIG_HOME, else $XDG_CONFIG_HOME/jeanzay_kit, else ~/.config/jeanzay_kit. With this
-plugin `cluster=<name>` finds it from `python train.py`, `jzk validate` and `jzk render`
-alike; the package's conf/ still wins for the names it has.
+Hydra searches, first match wins: the project's `conf/` (the directory `jzk` or
+`train.py` runs in), the user's folder ($JZK_CONFIG_HOME, else
+~/.config/jeanzay_kit: profiles from `jzk cluster discover`), then the package's
+`pkg://jeanzay_kit.conf`. With this plugin `cluster=<name>`, `model=<name>` and any other
+group option of the project are found by `jzk train`, `jzk validate` and `jzk render`
+alike (jeanzay_kit/config/compose.py, config_roots).
 """
 
 # No `from __future__ import annotations`: Hydra loads plugin modules outside sys.modules.
 import os
+from pathlib import Path
 
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 
-from jeanzay_kit.config.compose import user_config_dir
+from jeanzay_kit.config.compose import config_roots
 
 
-class JeanzayUserProfiles(SearchPathPlugin):
+class JeanzayConfigRoots(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        search_path.append(
-            provider="jeanzay_kit-user", path=f"file://{user_config_dir(os.environ)}"
-        )
+        project, user, _package = config_roots(os.environ, Path.cwd())
+        # prepend puts each first: the project ends up before the user's folder.
+        search_path.prepend(provider="jeanzay_kit-user", path=f"file://{user.path}")
+        search_path.prepend(provider="jeanzay_kit-project", path=f"file://{project.path}")

@@ -1,19 +1,46 @@
-"""Compose the Hydra config tree (conf/) with command-line overrides into plain dicts.
+"""Compose the Hydra config tree with command-line overrides into plain dicts.
 
-An edge module: it reads files. `jzk` uses it; `train.py` gets the same tree from
-Hydra's own decorator.
+An edge module: it reads files. The tree is one for every entry point (`jzk train`,
+`train.py`, `jzk validate|render|submit|doctor|clusters`), searched in this order, the
+first that has a name wins (docs/your-project.md):
+
+1. the project's `conf/` (the directory `jzk` runs in: your repository);
+2. the user's own folder: $JZK_CONFIG_HOME, else $XDG_CONFIG_HOME/jeanzay_kit, else
+   ~/.config/jeanzay_kit (profiles written by `jzk cluster discover`);
+3. the configs shipped inside the package (`pkg://jeanzay_kit.conf`).
+
+The Hydra search-path plugin (hydra_plugins/jeanzay_launcher/jeanzay_searchpath.py) puts
+1 and 2 in front of 3 with `config_roots`, so Hydra's own entry point sees the same tree.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.errors import ConfigError, JzkError, Problem, SpecError
 
-# conf/ sits next to the package in a source checkout (`pip install -e .`).
-DEFAULT_CONFIG_DIR = Path(__file__).resolve().parents[2] / "conf"
+# The shipped configs live inside the package, so a wheel carries them.
+PACKAGE_CONFIG_DIR = Path(__file__).resolve().parents[1] / "conf"
+PACKAGE_CONFIG_MODULE = "jeanzay_kit.conf"
+# Kept for callers that name the shipped tree.
+DEFAULT_CONFIG_DIR = PACKAGE_CONFIG_DIR
+# A project's own configs: <project>/conf, the project being where jzk runs.
+PROJECT_CONFIG_FOLDER = "conf"
+
+
+@dataclass(frozen=True)
+class ConfigRoot:
+    """One folder of the config tree: where it is and what to call it in listings."""
+
+    origin: str  # "project", "user" or "jeanzay_kit"
+    path: Path
+
+    def describe(self) -> str:
+        return f"{self.origin} {self.path}"
 
 
 def user_config_dir(env: Mapping[str, str]) -> Path:
@@ -23,6 +50,79 @@ def user_config_dir(env: Mapping[str, str]) -> Path:
         return Path(env["JZK_CONFIG_HOME"]).expanduser()
     base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", "~")) / ".config")
     return Path(base).expanduser() / "jeanzay_kit"
+
+
+def config_roots(env: Mapping[str, str], cwd: Path) -> list[ConfigRoot]:
+    """The config tree's folders, first match wins: project, user, package."""
+    return [
+        ConfigRoot("project", (cwd / PROJECT_CONFIG_FOLDER).resolve()),
+        ConfigRoot("user", user_config_dir(env)),
+        ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR),
+    ]
+
+
+@dataclass(frozen=True)
+class GroupOption:
+    name: str
+    root: ConfigRoot
+    shadows: tuple[ConfigRoot, ...] = ()  # later roots with an option of the same name
+
+
+def group_options(roots: Sequence[ConfigRoot], group: str) -> list[GroupOption]:
+    """Every option of a config group (`cluster`, `model`...), where it comes from, and
+    which shipped options of the same name it hides."""
+    found: dict[str, GroupOption] = {}
+    for root in roots:
+        folder = root.path / group
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            if path.stem in found:
+                first = found[path.stem]
+                found[path.stem] = GroupOption(first.name, first.root, (*first.shadows, root))
+            else:
+                found[path.stem] = GroupOption(path.stem, root)
+    return sorted(found.values(), key=lambda o: o.name)
+
+
+def config_groups(roots: Sequence[ConfigRoot]) -> list[str]:
+    """The groups any root has (top-level folders holding YAML files)."""
+    names = {
+        d.name
+        for root in roots
+        if root.path.is_dir()
+        for d in root.path.iterdir()
+        if d.is_dir() and any(d.glob("*.yaml"))
+    }
+    return sorted(names)
+
+
+def check_group_choices(
+    overrides: Sequence[str], roots: Sequence[ConfigRoot], primary: Sequence[ConfigRoot] = ()
+) -> None:
+    """Refuse `group=name` when no root has that option, listing each option with where it
+    comes from (Hydra's own message lists names only, and only after composing)."""
+    groups = set(config_groups([*roots, *primary]))
+    for override in overrides:
+        key, sep, value = override.lstrip("+").partition("=")
+        if not sep or key not in groups or not value or "," in value or "(" in value:
+            continue  # a value, a sweep or a function: Hydra checks those itself
+        options = group_options([*roots, *primary], key)
+        if value in {o.name for o in options} or value == "null":
+            continue
+        from jeanzay_kit.config.schema import closest
+
+        near = closest(value, [o.name for o in options])
+        by_root: dict[ConfigRoot, list[str]] = {}
+        for option in options:
+            by_root.setdefault(option.root, []).append(option.name)
+        listing = "; ".join(
+            f"from {root.describe()}: {', '.join(names)}" for root, names in by_root.items()
+        )
+        hint = f"did you mean {key}={near}? " if near else ""
+        raise ConfigError(
+            f"{key}={value} is not an option of the config group {key} ({listing}). "
+            f"HINT: {hint}{'or add' if near else 'add'} {roots[0].path / key / value}.yaml "
+            "to make one (docs/your-project.md)"
+        )
 
 
 def register_schemas() -> None:
@@ -52,13 +152,20 @@ def compose_config(
 
     register_resolvers()
     register_schemas()
-    directory = Path(config_dir or DEFAULT_CONFIG_DIR).resolve()
+    directory = Path(config_dir or PACKAGE_CONFIG_DIR).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
         raise ConfigError(
-            f"no {config_name}.yaml in {directory}. HINT: pass --config-dir pointing at the "
-            "project's conf/ folder"
+            f"no {config_name}.yaml in {directory}. HINT: --config-dir names a complete "
+            "config tree; a project's own options go in ./conf/<group>/<name>.yaml"
         )
+    check_group_choices(
+        overrides,
+        config_roots(os.environ, Path.cwd())[:2],
+        [ConfigRoot("--config-dir" if config_dir else "jeanzay_kit", directory)],
+    )
     try:
+        # The same search path as Hydra's entry point: the project and user folders come
+        # from the search-path plugin, the primary tree from here.
         with initialize_config_dir(config_dir=str(directory), version_base="1.3", job_name="jzk"):
             cfg = compose(config_name=config_name, overrides=list(overrides))
         container = OmegaConf.to_container(cfg, resolve=True)

@@ -49,9 +49,21 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
             "you render from",
         )
         return None
+    snapshot = job.get("snapshot")
+    if snapshot is not None and not isinstance(snapshot, bool):
+        c.add("job.snapshot", snapshot, "must be true, false or null", "use job.snapshot=false")
+    include = job.get("snapshot_include") or ()
+    if isinstance(include, str) or not all(isinstance(g, str) and g for g in include):
+        c.add(
+            "job.snapshot_include",
+            include,
+            "must be a list of glob patterns",
+            "use e.g. job.snapshot_include='[**/*.py,conf/**/*.yaml]'",
+        )
+        include = ()
     if not (log_dir and python and entry and isinstance(name, str)):
         return None
-    return JobSettings(name, log_dir, python, entry, workdir)
+    return JobSettings(name, log_dir, python, entry, workdir, snapshot, tuple(include))
 
 
 def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] | None:

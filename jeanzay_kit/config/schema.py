@@ -206,10 +206,17 @@ class JobConfig:
     log_dir: str = "logs"  # Slurm's stdout/stderr and the frozen config
     workdir: Optional[str] = None  # --chdir, absolute; null: where you render/submit
     python: str = "python"  # the interpreter the job runs
-    entry: str = "train.py"  # a script, or "-m package.module"
+    # What each task runs: the installed entry point of `jzk train`, or a script path.
+    entry: str = "-m jeanzay_kit.train_app"
     # metrics.jsonl, checkpoints/, model_final.pt: named from the job's identity so a
     # requeued or rerun job finds its checkpoints.
     run_dir: str = "outputs/${job.name}-${jzk.config_hash:}"
+    # Copy the project's code at submission and run the copy (null: on Slurm profiles).
+    snapshot: Optional[bool] = None
+    # The files copied when the project is not a git repository (globs from its root).
+    snapshot_include: list[str] = field(
+        default_factory=lambda: ["**/*.py", "conf/**/*.yaml", "*.toml", "*.cfg", "*.txt"]
+    )
 
 
 @dataclass

@@ -21,6 +21,13 @@ class JobSettings:
     python: str
     entry: str
     workdir: str | None  # #SBATCH --chdir; None: the directory the script is rendered in
+    # Copy the project's code at submission and run that copy (None: on Slurm profiles).
+    snapshot: bool | None = None
+    snapshot_include: tuple[str, ...] = ()  # the files copied outside a git repository
+
+    def snapshot_for(self, is_slurm: bool) -> bool:
+        """job.snapshot, with null meaning: on Slurm profiles, not for cluster=local."""
+        return is_slurm if self.snapshot is None else self.snapshot
 
 
 @dataclass(frozen=True)

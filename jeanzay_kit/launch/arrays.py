@@ -52,10 +52,10 @@ def _plain(key: str, value: object) -> str:
     return text
 
 
-def _setup(spec: JobSpec) -> list[str]:
+def _setup(spec: JobSpec, code_dir: str | None) -> list[str]:
     # The same lines as the rendered script runs before srun.
     try:
-        return setup_lines(spec)
+        return setup_lines(spec, code_dir)
     except RenderError as err:
         raise LaunchError(str(err)) from err
 
@@ -65,8 +65,11 @@ _NUMBERS = {"nodes", "ntasks-per-node", "cpus-per-task", "gpus-per-node"}
 _NAMED = {"job-name", "partition", "account", "constraint", "qos", "mem", "gres"}
 
 
-def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str, Any]:
-    """Keyword arguments for submitit.SlurmExecutor.update_parameters."""
+def submitit_parameters(
+    spec: JobSpec, array_parallelism: int = 256, code_dir: str | None = None
+) -> dict[str, Any]:
+    """Keyword arguments for submitit.SlurmExecutor.update_parameters; code_dir: the
+    snapshot of the project's code the tasks import from."""
     if spec.layout.launcher != "srun":
         raise LaunchError(
             f"parallel.launcher={spec.layout.launcher!r}: the jeanzay launcher starts one "
@@ -76,7 +79,7 @@ def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str
     params: dict[str, Any] = {
         "signal_delay_s": spec.preemption.lead_seconds,
         "array_parallelism": array_parallelism,
-        "setup": _setup(spec),
+        "setup": _setup(spec, code_dir),
         # One failed task ends the step instead of leaving the others in a collective.
         "srun_args": ["--kill-on-bad-exit=1"],
     }
@@ -100,7 +103,10 @@ def submitit_parameters(spec: JobSpec, array_parallelism: int = 256) -> dict[str
 
 
 def plan_arrays(
-    points: Sequence[SweepPoint], max_array_size: int, array_parallelism: int = 256
+    points: Sequence[SweepPoint],
+    max_array_size: int,
+    array_parallelism: int = 256,
+    code_dir: str | None = None,
 ) -> list[ArrayPlan]:
     """Group points by identical submission parameters, keep sweep order, chunk each
     group to `max_array_size` tasks (Slurm's MaxArraySize: indices 0..size-1)."""
@@ -108,7 +114,7 @@ def plan_arrays(
         raise LaunchError(f"cluster.max_array_size={max_array_size} must be at least 1")
     groups: dict[str, tuple[dict[str, Any], str, list[SweepPoint]]] = {}
     for point in points:
-        params = submitit_parameters(point.spec, array_parallelism)
+        params = submitit_parameters(point.spec, array_parallelism, code_dir)
         key = repr(sorted(params.items())) + "\0" + point.spec.job.python
         groups.setdefault(key, (params, point.spec.job.python, []))[2].append(point)
     plans = []

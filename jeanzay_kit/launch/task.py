@@ -18,10 +18,14 @@ def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
     # First: submitit installed its own handlers; ours only note the signal, and the
     # ranks stop together at a step boundary (docs/preemption.md).
     stop = StopRequest()
+    from jeanzay_kit.project.import_path import put_project_on_path
     from jeanzay_kit.run import main
 
     # The environment is read here, once.
-    code = main(config, dict(os.environ), Path(run_dir), cpu_count=os.cpu_count() or 1, stop=stop)
+    env = dict(os.environ)
+    # The project's code: the sweep's snapshot (JZK_CODE_DIR), else the project's root.
+    put_project_on_path(env, Path.cwd())
+    code = main(config, env, Path(run_dir), cpu_count=os.cpu_count() or 1, stop=stop)
     if code:
         raise JzkError(f"training refused to start (exit {code}); see the error above")
     final = Path(run_dir) / "model_final.sha256"

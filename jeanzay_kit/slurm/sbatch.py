@@ -119,8 +119,9 @@ def is_plain(value: object) -> bool:
     return bool(_SBATCH_SAFE.match(str(value)))
 
 
-def setup_lines(spec: JobSpec) -> list[str]:
-    """What a job runs before srun: the profile's modules, thread counts, its env.
+def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
+    """What a job runs before srun: the profile's modules, thread counts, its env, and
+    the snapshot of the project's code every task imports from (code_dir).
 
     Shared by the rendered script and the jeanzay launcher's submitit jobs."""
     lines = []
@@ -142,6 +143,9 @@ def setup_lines(spec: JobSpec) -> list[str]:
         if not _ENV_NAME.match(name):
             raise RenderError(f"cluster.env key {name!r} is not a shell variable name")
         lines.append(f"export {name}={shell_word(value)}")
+    if code_dir:
+        lines.append("# The project's code as it was at submission: every task imports from it")
+        lines.append(f"export JZK_CODE_DIR={shell_word(code_dir)}")
     return lines
 
 
@@ -171,6 +175,7 @@ def render_sbatch(
     rendered_by: Sequence[str] = (),
     workdir: str | None = None,
     rerender: str = "jzk render",
+    code_dir: str | None = None,
 ) -> str:
     """The whole sbatch script for `spec`.
 
@@ -185,6 +190,8 @@ def render_sbatch(
     directory, entry point) then mean what they meant there, whatever directory `sbatch`
     is run from. None writes no --chdir (the job runs where sbatch is run).
     rerender: the command the header names to render the script again.
+    code_dir: the snapshot of the project's code (project/snapshot.py), exported as
+    JZK_CODE_DIR; None: the tasks import the project's live tree.
     """
     argv = list(command) if command is not None else shlex.split(spec.job.entry)
     lay, res, tset = spec.layout, spec.resources, spec.train
@@ -230,7 +237,7 @@ def render_sbatch(
     lines.append("set -eo pipefail")
     lines.append("")
 
-    lines += setup_lines(spec)
+    lines += setup_lines(spec, code_dir)
     lines.append("")
 
     lines += run_dir_check_lines(spec.checkpoint.run_dir)

@@ -39,6 +39,7 @@ PURE = [
     "slurm/flags.py",
     "slurm/test_only.py",
     "torch_version.py",
+    "project/skeleton.py",
 ]
 FORBIDDEN_MODULES = {
     "torch",

@@ -262,9 +262,15 @@ def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:
         f"--rdzv-endpoint=n1:{port}",
         "--rdzv-id=42",
     ]
-    assert argv[9:12] == ["train.py", "--config-dir=logs", "--config-name=jzk-config-42"]
-    assert re.fullmatch(r"hydra.run.dir='outputs/jzk-[0-9a-f]{8}'", argv[12])
-    assert len(argv) == 13
+    # torchrun's -m: each worker runs the installed entry point as a module.
+    assert argv[9:13] == [
+        "-m",
+        "jeanzay_kit.train_app",
+        "--config-dir=logs",
+        "--config-name=jzk-config-42",
+    ]
+    assert re.fullmatch(r"hydra.run.dir='outputs/jzk-[0-9a-f]{8}'", argv[13])
+    assert len(argv) == 14
 
 
 @pytest.mark.parametrize(

@@ -373,8 +373,12 @@ def test_typo_in_a_key_is_caught_by_composition() -> None:
 
 
 def test_a_bad_group_choice_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="Could not find 'optim/adam'"):
+    with pytest.raises(ConfigError) as err:
         compose_config(["optim=adam"])
+    # Every option is listed with where it comes from, and the nearest one is offered.
+    assert "optim=adam is not an option of the config group optim" in str(err.value)
+    assert "from jeanzay_kit " in str(err.value) and "adamw, sgd" in str(err.value)
+    assert "did you mean optim=adamw?" in str(err.value)
 
 
 # ---- the typed schema and the keys that reach torch -----------------------------------
@@ -454,13 +458,16 @@ def test_schema_and_torch_keys_are_checked_before_anything_runs(
 
 
 def test_every_conf_file_extends_its_schema() -> None:
-    from pathlib import Path
 
     from jeanzay_kit.config.schema import SCHEMAS
 
     names = {name for _, name, _ in SCHEMAS}
-    conf = Path(__file__).resolve().parents[2] / "conf"
-    for path in sorted(conf.rglob("*.yaml")):
+    from jeanzay_kit.config.compose import PACKAGE_CONFIG_DIR
+
+    paths = sorted(PACKAGE_CONFIG_DIR.rglob("*.yaml"))
+    assert len(paths) > 20, PACKAGE_CONFIG_DIR
+    # config.yaml is the root: it includes jeanzay_kit.yaml, which names the schema.
+    for path in [p for p in paths if p.name != "config.yaml"]:
         first = [ln.split("#")[0].strip() for ln in path.read_text().splitlines()]
         assert any(ln.removeprefix("- ") in names for ln in first), f"{path} names no schema"
 

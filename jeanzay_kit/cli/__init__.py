@@ -1,0 +1,62 @@
+"""`jzk`: one module per command, listed in COMMANDS in the order `jzk --help` shows them.
+
+Each command module has `add(subparsers)` (its parser, with `run` as its default) and
+`run(args) -> exit code`. An edge package: it reads argv and files, prints and exits.
+Errors a user can cause are printed as one clear message (no traceback), exit code 2.
+`jzk train` hands its whole command line to Hydra (cli/train.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.report import error as report_error
+
+# (command, module under jeanzay_kit.cli): the whole command line at a glance.
+COMMANDS = (
+    ("init", "init"),
+    ("train", "train"),
+    ("validate", "validate"),
+    ("render", "render"),
+    ("submit", "submit"),
+    ("status", "status"),
+    ("report", "report"),
+    ("doctor", "doctor"),
+    ("clusters", "clusters"),
+    ("cluster", "cluster"),
+    ("ckpt", "ckpt"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jzk",
+        description="jeanzay_kit: train a PyTorch project here or on a Slurm cluster: "
+        "validate a request against a cluster profile, render or submit its sbatch script, "
+        "watch and report its runs.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for _name, module in COMMANDS:
+        importlib.import_module(f"jeanzay_kit.cli.{module}").add(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        # Hydra parses the rest (overrides, -m, --cfg, --help), as `python train.py` does.
+        from jeanzay_kit.cli.train import run_train
+
+        return run_train(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except JzkError as err:
+        report_error(f"jzk {args.command}", err)
+        return err.exit_code
+    except BrokenPipeError:  # `jzk render | head`
+        return 0

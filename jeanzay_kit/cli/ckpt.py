@@ -1,0 +1,67 @@
+"""`jzk ckpt list|verify|digest`: inspect the checkpoints of a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    ckpt = sub.add_parser(
+        "ckpt",
+        help="list, verify or digest the checkpoints of a run directory",
+        description="Inspect <RUN_DIR>/checkpoints without starting a job.",
+    )
+    ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="ACTION")
+    c_list = ckpt_sub.add_parser(
+        "list",
+        help="steps, sizes, complete or not",
+        description="List the checkpoints: step, size, complete or not.",
+    )
+    c_list.add_argument("run_dir", metavar="RUN_DIR")
+    c_verify = ckpt_sub.add_parser(
+        "verify",
+        help="check every checksum; exit 1 on damage",
+        description="Check every file of every complete checkpoint against its manifest. "
+        "Exit 1 if any is damaged.",
+    )
+    c_verify.add_argument("run_dir", metavar="RUN_DIR")
+    c_digest = ckpt_sub.add_parser(
+        "digest",
+        help="one hex digest of the full model parameters",
+        description="Print one sha256 of the full model parameters of a checkpoint (the "
+        "newest intact one, or --step N): the same whatever the sharding or parallel mode.",
+    )
+    c_digest.add_argument("run_dir", metavar="RUN_DIR")
+    c_digest.add_argument("--step", type=int, default=None)
+    ckpt.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jeanzay_kit.ckpt import inspection
+
+    if args.ckpt_command == "list":
+        rows = inspection.list_checkpoints(args.run_dir)
+        if not rows:
+            print("no checkpoints")
+        for row in rows:
+            size = f"{row['bytes'] / 1e6:10.1f} MB" if row["bytes"] is not None else " " * 13
+            state = "complete" if row["complete"] else "INCOMPLETE (not loadable)"
+            print(f"{row['name']:>16}  {size}  {state}")
+        return 0
+    if args.ckpt_command == "verify":
+        report = inspection.verify(args.run_dir)
+        damaged = 0
+        for name, problems in sorted(report.items(), key=lambda kv: kv[0]):
+            if problems:
+                damaged += 1
+                print(f"{name}: DAMAGED: " + "; ".join(problems))
+            else:
+                print(f"{name}: ok")
+        if not report:
+            print("no complete checkpoints")
+        return 1 if damaged else 0
+    step, value = inspection.digest(args.run_dir, args.step)
+    print(value)
+    print(f"step-{step}", file=sys.stderr)
+    return 0

@@ -1,0 +1,143 @@
+"""What several commands share: the overrides argument, the spec, the job's working
+directory, and rendering a script with its log folder."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.errors import JzkError, RenderError
+from jeanzay_kit.slurm.sbatch import render_sbatch
+
+OVERRIDES_HELP = (
+    "Hydra overrides, e.g. cluster=jeanzay_h100 cluster.account=abc@h100 "
+    "resources.nodes=2 resources.gpus_per_node=4 resources.time=10:00:00"
+)
+
+
+def add_config_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config-dir",
+        default=None,
+        help="a whole config tree to compose instead of the shipped one (default: the "
+        "package's configs, after ./conf and $JZK_CONFIG_HOME: docs/your-project.md)",
+    )
+    parser.add_argument("overrides", nargs="*", metavar="OVERRIDE", help=OVERRIDES_HELP)
+
+
+def build_spec(args: argparse.Namespace) -> JobSpec:
+    refuse_hydra_dirs(args.overrides)
+    cfg = compose_config(args.overrides, args.config_dir)
+    local_gpus = None
+    if cfg["cluster"].get("scheduler") == "local" and cfg["resources"].get(
+        "gpus_per_node", "auto"
+    ) in (None, "auto"):
+        # Only here is torch imported: the worker count of a local run follows the GPUs.
+        from jeanzay_kit.run import local_gpu_count
+
+        local_gpus = local_gpu_count()
+    return build_job_spec(cfg, local_gpus=local_gpus)
+
+
+def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
+    """`sbatch --test-only` on the rendered script: what Slurm itself says of the request."""
+    import tempfile
+
+    from jeanzay_kit.slurm.commands import sbatch_test_only
+    from jeanzay_kit.slurm.test_only import read_test_only
+
+    if not spec.cluster.is_slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name} is not a Slurm cluster: there is no Slurm to ask. "
+            "HINT: pick a Slurm profile (`jzk clusters`)"
+        )
+    workdir = workdir_of(spec)
+    try:
+        script = render_sbatch(spec, rendered_by=overrides, workdir=str(workdir))
+    except RenderError as err:
+        raise JzkError(str(err)) from err
+    with tempfile.TemporaryDirectory(prefix="jzk-test-only-") as tmp:
+        path = Path(tmp) / f"{spec.job.name}.sbatch"
+        path.write_text(script)
+        result = sbatch_test_only(str(path), cwd=tmp)
+    answer = read_test_only(result.returncode, result.stderr or result.stdout)
+    if answer.accepted:
+        print(f"\nSlurm accepts it (sbatch --test-only): {answer.message}")
+        return 0
+    hint = f". HINT: change {answer.hint}" if answer.hint else ""
+    raise JzkError(f"Slurm refuses this request (sbatch --test-only): {answer.message}{hint}")
+
+
+def workdir_of(spec: JobSpec) -> Path:
+    """Where the job runs: job.workdir, or the directory jzk runs in."""
+    return Path(spec.job.workdir) if spec.job.workdir else Path.cwd()
+
+
+def render(
+    spec: JobSpec,
+    overrides: Sequence[str],
+    array: str | None = None,
+    command: Sequence[str] | None = None,
+    rerender: str = "jzk render",
+) -> str:
+    """The script, with the log folder created: Slurm opens the logs before the script
+    runs and fails the job (JobLaunchFailure, no log at all) when their folder is missing.
+    command and rerender: another entry point than job.entry (`jzk doctor --submit`,
+    which runs the toolkit's own module: no snapshot of the project's code)."""
+    workdir = workdir_of(spec)
+    code_dir = snapshot_code(spec, workdir) if command is None else None
+    try:
+        script = render_sbatch(
+            spec,
+            command,
+            array=array,
+            rendered_by=overrides,
+            workdir=str(workdir),
+            rerender=rerender,
+            code_dir=code_dir,
+        )
+    except RenderError as err:
+        raise JzkError(str(err)) from err
+    if workdir.is_dir():
+        (workdir / spec.job.log_dir).mkdir(parents=True, exist_ok=True)
+    else:  # rendered here for another machine (job.workdir is a path over there)
+        print(
+            f"note: job.workdir={workdir} does not exist here: create "
+            f"{workdir / spec.job.log_dir} where the job runs before you sbatch it",
+            file=sys.stderr,
+        )
+    return script
+
+
+def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
+    """Freeze the project's code for the job (job.snapshot): its path relative to the
+    job's working directory, or None (switched off, or a workdir on another machine)."""
+    from jeanzay_kit.project.snapshot import take_snapshot
+
+    if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
+        return None
+    snap = take_snapshot(workdir, spec.job.log_dir, spec.job.snapshot_include)
+    print(
+        f"code: {snap.files} file(s) of {workdir} ({snap.source}) frozen in {snap.path}",
+        file=sys.stderr,
+    )
+    return str(snap.path.relative_to(workdir.resolve()))
+
+
+# Hydra's own output folders: a job's run directory is job.run_dir (the script passes it).
+_HYDRA_DIRS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def refuse_hydra_dirs(overrides: Sequence[str]) -> None:
+    """`hydra.run.dir=X` on a job would be ignored silently: refuse it, naming job.run_dir."""
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if sep and key in _HYDRA_DIRS:
+            raise JzkError(
+                f"{key}={value} does not apply to a submitted job: its run directory "
+                f"(checkpoints, metrics) is job.run_dir. HINT: use job.run_dir={value}"
+            )

@@ -1,0 +1,36 @@
+"""`jzk render`: print (or write) the standalone sbatch script of a request."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from jeanzay_kit.cli.common import add_config_args, build_spec, render
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    render = sub.add_parser(
+        "render",
+        help="print the sbatch script of a request (or write it with -o DIR)",
+        description="Validate the request, then print a standalone sbatch script for it. "
+        "With -o DIR, write DIR/<job.name>.sbatch instead.",
+    )
+    render.add_argument("-o", "--output-dir", default=None, help="write DIR/<job.name>.sbatch")
+    render.add_argument("--array", default=None, help='make a job array, e.g. "0-9%%4"')
+    add_config_args(render)
+    render.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = build_spec(args)
+    script = render(spec, args.overrides, args.array)
+    if args.output_dir is None:
+        sys.stdout.write(script)
+        return 0
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{spec.job.name}.sbatch"
+    path.write_text(script)
+    print(f"wrote {path}\nsubmit it from any directory with: sbatch {path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,49 @@
+"""`jzk report`: PNG plots and a summary table of a run or a sweep."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from jeanzay_kit.errors import JzkError
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    report_cmd = sub.add_parser(
+        "report",
+        help="PNG plots and a summary table of a run or a sweep",
+        description="Read the metrics.jsonl of a run directory, of every run of a sweep "
+        "(DIR/manifest.jsonl, or numbered run directories of a local Hydra sweep) and write "
+        "loss.png (train and eval loss against step), throughput.png, step_time.png and "
+        "summary.csv to OUT (default DIR/report); print the summary table, best eval loss "
+        "first. A sweep's legend shows each run's overrides.",
+    )
+    report_cmd.add_argument("dir", metavar="RUN_OR_SWEEP_DIR")
+    report_cmd.add_argument(
+        "-o", "--out", default=None, metavar="DIR", help="where to write (default DIR/report)"
+    )
+    report_cmd.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import csv
+
+    from jeanzay_kit.analysis.collect import find_runs
+    from jeanzay_kit.analysis.plots import write_plots
+    from jeanzay_kit.analysis.summary import format_table, run_series, summary_rows, table_cells
+
+    directory = Path(args.dir)
+    if not directory.is_dir():
+        raise JzkError(f"{args.dir} is not a directory. HINT: give a run or sweep directory")
+    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(directory)]
+    out = Path(args.out) if args.out else directory / "report"
+    written = write_plots(runs, out)
+    rows = summary_rows(runs)
+    with (out / "summary.csv").open("w", newline="") as handle:
+        csv.writer(handle).writerows(table_cells(rows))
+    print(format_table(rows))
+    empty = [r.name for r in runs if not r.loss]
+    if empty:
+        print(f"\nno metrics yet: {', '.join(empty)}")
+    print("\nwrote " + ", ".join(str(p) for p in [*written, out / "summary.csv"]))
+    return 0

@@ -1,0 +1,81 @@
+"""`jzk submit`: render the script of a request and sbatch it, recording the job."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+
+from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec, render, workdir_of
+from jeanzay_kit.errors import JzkError
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    submit = sub.add_parser(
+        "submit",
+        help="render the sbatch script of a request and submit it with sbatch",
+        description="Validate the request, write its sbatch script to <job.run_dir>/job.sbatch, "
+        "submit it with sbatch from the current directory (the job's working directory) and "
+        "record the job in <job.run_dir>/manifest.jsonl. Submitting the same request again "
+        "resumes from the run directory's newest complete checkpoint.",
+    )
+    submit.add_argument(
+        "--test-only",
+        action="store_true",
+        help="run `sbatch --test-only` instead: Slurm's expected start or its refusal, "
+        "nothing submitted or written",
+    )
+    add_config_args(submit)
+    submit.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jeanzay_kit.ckpt.store import check_resume_early
+    from jeanzay_kit.ckpt.writable import check_writable
+    from jeanzay_kit.launch.manifest import append_manifest
+    from jeanzay_kit.slurm.commands import sbatch
+
+    spec = build_spec(args)
+    if not spec.cluster.is_slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: pick "
+            "a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
+        )
+    if args.test_only:
+        return ask_slurm(spec, args.overrides)
+    script = render(spec, args.overrides)
+    workdir = workdir_of(spec)
+    run_dir = workdir / spec.checkpoint.run_dir
+    # A changed config meeting another experiment's checkpoints: refused now, not after
+    # the job has waited in the queue.
+    check_resume_early(
+        run_dir,
+        spec.config,
+        spec.layout.checkpoint_world(),
+        spec.checkpoint.resume,
+        spec.checkpoint.allow_config_change,
+    )
+    # Refused here, not by the job after its wait in the queue.
+    check_writable(run_dir)
+    path = run_dir / "job.sbatch"
+    path.write_text(script)
+    job_id = sbatch(str(path.resolve()), cwd=str(workdir))
+    log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}.out"
+    append_manifest(
+        run_dir,
+        {
+            "job_id": job_id,
+            "overrides": list(args.overrides),
+            "run_dir": str(run_dir.resolve()),
+            "script": str(path.resolve()),
+            "log": str(log.resolve()),
+            "cluster": spec.cluster.name,
+            "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
+        },
+    )
+    res = spec.resources
+    print(f"submitted job {job_id} ({res.nodes} node(s) x {res.gpus_per_node} GPU(s), {res.time})")
+    print(f"  script  {path}\n  log     {log}\n  run dir {run_dir}")
+    print(f"  status: jzk status {run_dir}")
+    return 0

@@ -1,0 +1,107 @@
+"""`jzk validate`: check a request against the cluster profile and show what it resolves to."""
+
+from __future__ import annotations
+
+import argparse
+
+from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.slurm_syntax.timefmt import format_time
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    validate = sub.add_parser(
+        "validate",
+        help="check a request against the cluster profile and show what it resolves to",
+        description="Compose the config with the overrides, check it against the cluster "
+        "profile and print the resolved request, or the problems (exit code 2).",
+    )
+    validate.add_argument(
+        "--slurm",
+        action="store_true",
+        help="also ask Slurm: run `sbatch --test-only` on the rendered script (submits nothing)",
+    )
+    add_config_args(validate)
+    validate.set_defaults(run=run)
+
+
+def describe_spec(spec: JobSpec) -> str:
+    """The resolved request as a two-column table."""
+    lay = spec.layout
+    part = spec.resources.partition
+    select = (
+        f"selected with -C {spec.resources.constraint}"
+        if part.select == "constraint"
+        else f"constraint {spec.resources.constraint}"
+        if spec.resources.constraint
+        else ""
+    )
+    launch = (
+        "local worker processes"
+        if not spec.cluster.is_slurm
+        else "torchrun, one task per node"
+        if lay.launcher == "torchrun"
+        else "one process driving every GPU"
+        if lay.mode == "dataparallel"
+        else "srun, one task per GPU"
+    )
+    qos = spec.resources.qos or "(site default)"
+    if spec.cluster.qos and "resources.qos" in spec.auto_keys:
+        qos += f"  (auto: shortest QoS that fits {spec.resources.time})"
+    rows = [
+        ("cluster", f"{spec.cluster.name}  ({spec.cluster.description})"),
+        ("account", spec.resources.account or "-"),
+        ("partition", f"{part.name}  {select}".rstrip() if spec.cluster.is_slurm else "-"),
+        ("qos", qos if spec.cluster.is_slurm else "-"),
+        ("nodes", str(spec.resources.nodes)),
+        ("gpus per node", f"{spec.resources.gpus_per_node}  ({spec.resources.total_gpus} in all)"),
+        ("tasks per node", f"{spec.resources.ntasks_per_node}  ({launch})"),
+        (
+            "cpus per task",
+            f"{spec.resources.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})",
+        ),
+        (
+            "time",
+            spec.resources.time
+            if spec.cluster.is_slurm
+            else format_time(spec.resources.time_minutes),
+        ),
+        (
+            "parallel",
+            f"{lay.mode}: world size {lay.world_size} = {lay.dp_size} data-parallel "
+            f"x {lay.pp_size} pipeline"
+            + (
+                f", {lay.microbatches} micro-batches, {lay.schedule}"
+                if lay.pipeline_enabled
+                else ""
+            ),
+        ),
+        (
+            "batch",
+            f"global {spec.train.global_batch_size} = {lay.dp_size} replica(s) x micro "
+            f"{spec.train.micro_batch_size} x {spec.train.grad_accum_steps} accumulation step(s)",
+        ),
+        (
+            "precision",
+            spec.train.precision
+            + ("  (decided by the hardware at run time)" if spec.train.precision == "auto" else ""),
+        ),
+        (
+            "preemption",
+            f"SIG{spec.preemption.signal} {spec.preemption.lead_seconds} s before the time limit, "
+            + ("requeue" if spec.preemption.requeue else "no requeue"),
+        ),
+        ("job name", spec.job.name),
+        ("run dir", spec.checkpoint.run_dir),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    spec = build_spec(args)
+    print(describe_spec(spec))
+    print("\nOK: the request fits the profile.")
+    if args.slurm:
+        return ask_slurm(spec, args.overrides)
+    return 0

@@ -1,0 +1,60 @@
+"""What git says of a project: its files, commit and uncommitted changes. Edge: runs git
+(argument lists, never a shell). Every function answers None or [] outside a git
+repository or without git, so a project that is no repository still works."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+def _git(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> bytes | None:
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(root), *args], capture_output=True, timeout=120, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode in ok else None
+
+
+def is_repository(root: Path) -> bool:
+    top = _git(root, "rev-parse", "--show-toplevel")
+    return top is not None and Path(top.decode().strip()).resolve() == root.resolve()
+
+
+def project_files(root: Path) -> list[str]:
+    """Tracked files and untracked ones git does not ignore, relative to root (those
+    that exist: a deleted tracked file is not copied)."""
+    out = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    if out is None:
+        return []
+    names = sorted({n for n in out.decode().split("\0") if n})
+    return [n for n in names if (root / n).is_file()]
+
+
+def untracked_files(root: Path) -> list[str]:
+    out = _git(root, "ls-files", "-z", "--others", "--exclude-standard")
+    return sorted(n for n in (out or b"").decode().split("\0") if n)
+
+
+def head_commit(root: Path) -> str | None:
+    out = _git(root, "rev-parse", "HEAD")
+    return out.decode().strip() if out else None
+
+
+def branch(root: Path) -> str | None:
+    out = _git(root, "rev-parse", "--abbrev-ref", "HEAD")
+    return out.decode().strip() if out else None
+
+
+def uncommitted_diff(root: Path) -> bytes:
+    """Every change a commit would not reproduce: tracked files against HEAD (staged or
+    not), then each untracked file as a new-file diff. Never silently dropped."""
+    parts = [_git(root, "diff", "HEAD", "--binary") or b""]
+    for name in untracked_files(root):
+        # --no-index exits 1 when the files differ, which they always do here.
+        parts.append(
+            _git(root, "diff", "--binary", "--no-index", "--", "/dev/null", name, ok=(0, 1)) or b""
+        )
+    return b"".join(parts)

@@ -1,0 +1,100 @@
+"""What code a run ran: `<run_dir>/provenance/`. Edge (files, git, package metadata).
+
+- `source.json`: the git commit and branch, whether the tree had uncommitted changes,
+  the untracked files, the snapshot folder the job imported from, the toolkit's and
+  Python's versions, when and where it was recorded;
+- `uncommitted.diff`: every change the commit does not hold, untracked files included,
+  so `git apply` on a checkout of the commit gives the code that ran (never silently
+  dropped: an archive of the commit alone would lose it);
+- `packages.txt`: the environment's packages in `pip freeze`'s `name==version` form
+  (read from the installed distributions' metadata: no pip process per run).
+
+A submission records it inside the snapshot (`<snapshot>/.jzk-provenance/`) at the moment
+the code is frozen; every run start copies it into its run directory (or, for a run of
+the live tree such as cluster=local, records the tree as it is then). `history.jsonl`
+keeps one line per start, so a run resumed with other code says so.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import socket
+import sys
+import time
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+from jeanzay_kit import __version__
+from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.project import git
+
+PROVENANCE_DIR = ".jzk-provenance"  # inside a snapshot
+RUN_PROVENANCE = "provenance"  # inside a run directory
+FILES = ("source.json", "uncommitted.diff", "packages.txt")
+
+
+def packages_freeze() -> str:
+    lines = {
+        f"{dist.metadata['Name']}=={dist.version}"
+        for dist in metadata.distributions()
+        if dist.metadata["Name"]
+    }
+    return "\n".join(sorted(lines, key=str.lower)) + "\n"
+
+
+def write_submit_provenance(folder: Path, root: Path, code_dir: Path | None) -> None:
+    """Record the project at root as it is now into folder (the three FILES)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    repo = git.is_repository(root)
+    diff = git.uncommitted_diff(root) if repo else b""
+    source = {
+        "project": str(root),
+        "git_commit": git.head_commit(root) if repo else None,
+        "git_branch": git.branch(root) if repo else None,
+        "uncommitted_changes": bool(diff),
+        "untracked_files": git.untracked_files(root) if repo else [],
+        "code_dir": str(code_dir) if code_dir else None,
+        "jeanzay_kit": __version__,
+        "python": platform.python_version(),
+        "executable": sys.executable,
+        "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+    }
+    if not repo:
+        source["note"] = "not a git repository: the snapshot holds job.snapshot_include's files"
+    (folder / "source.json").write_text(json.dumps(source, indent=1) + "\n")
+    (folder / "uncommitted.diff").write_bytes(diff)
+    (folder / "packages.txt").write_text(packages_freeze())
+
+
+def record_run_provenance(run_dir: Path, env: Mapping[str, str], cwd: Path) -> Path:
+    """At a run's start (once per start, by one process): copy the snapshot's record,
+    or record the live tree the run imports from; append a line to history.jsonl."""
+    from jeanzay_kit.project.import_path import CODE_DIR_VAR, project_code_dir
+
+    out = run_dir / RUN_PROVENANCE
+    out.mkdir(parents=True, exist_ok=True)
+    code = project_code_dir(env, cwd)
+    frozen = code / PROVENANCE_DIR if env.get(CODE_DIR_VAR) else None
+    if frozen is not None and frozen.is_dir():
+        for name in FILES:
+            if (frozen / name).exists():
+                shutil.copyfile(frozen / name, out / name)
+    else:
+        write_submit_provenance(out, cwd, None)
+    source = json.loads((out / "source.json").read_text())
+    line = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": socket.gethostname(),
+        "job_id": env.get("SLURM_JOB_ID"),
+        "code_dir": str(code),
+        "git_commit": source.get("git_commit"),
+        "uncommitted_changes": source.get("uncommitted_changes"),
+    }
+    history = out / "history.jsonl"
+    old = history.read_bytes() if history.exists() else b""
+    write_durably(history, old + (json.dumps(line) + "\n").encode())
+    return out

@@ -1,0 +1,95 @@
+"""`jzk train [OVERRIDES]`: the Hydra application that trains, the same program on a
+laptop and on every task of a Slurm job.
+
+`jzk train`, `python -m jeanzay_kit.train_app` (what rendered scripts run on each task)
+and `python train.py` in a checkout are one entry point: the config tree is the project's
+`conf/`, then the user's folder, then the package's (config/compose.py), Hydra's
+command line is the same (`-m` sweeps, `--cfg job`, `--help`), and the project's root is
+importable (project/import_path.py). See docs/your-project.md.
+"""
+
+from __future__ import annotations
+
+# Only light imports above the StopRequest: Slurm's signals (SIGUSR1 before the time
+# limit, SIGTERM at preemption) must be noted from the very start, before Hydra (~0.3 s)
+# is imported: the default action of SIGUSR1 is to kill the process.
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from jeanzay_kit.train.preemption import StopRequest
+
+PROGRAM = "jzk train"
+
+
+def run_app(
+    argv: Sequence[str] | None = None,
+    stop: StopRequest | None = None,
+    prog: str = PROGRAM,
+) -> None:
+    """Run Hydra's command line over `argv` (default sys.argv[1:]); exits like Hydra."""
+    stop = stop or StopRequest()
+    # The environment is read here, once; everything below receives values.
+    env = dict(os.environ)
+    cwd = Path.cwd()
+    args = list(sys.argv[1:] if argv is None else argv)
+
+    from jeanzay_kit.project.import_path import put_project_on_path
+
+    put_project_on_path(env, cwd)
+
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig, OmegaConf
+
+    from jeanzay_kit import report
+    from jeanzay_kit.config.compose import (
+        PACKAGE_CONFIG_DIR,
+        ConfigRoot,
+        check_group_choices,
+        config_roots,
+        register_schemas,
+    )
+    from jeanzay_kit.config.resolvers import register_resolvers
+    from jeanzay_kit.errors import JzkError
+
+    register_resolvers()  # ${jzk.config_hash:} in the default job.run_dir
+    register_schemas()  # the typed schema every conf/ file extends (base_<name>)
+    if not _has_config_dir(args):
+        try:
+            check_group_choices(
+                [a for a in args if not a.startswith("-")],
+                config_roots(env, cwd)[:2],
+                [ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)],
+            )
+        except JzkError as err:
+            report.error(report.TRAIN, err)
+            sys.exit(err.exit_code)
+
+    @hydra.main(version_base="1.3", config_path="pkg://jeanzay_kit.conf", config_name="config")
+    def train(cfg: DictConfig) -> None:
+        from jeanzay_kit.run import main as run_main
+
+        config = OmegaConf.to_container(cfg, resolve=True)
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        code = run_main(config, env, run_dir, cpu_count=os.cpu_count() or 1, stop=stop)
+        if code:
+            sys.exit(code)
+
+    saved = sys.argv
+    # Hydra reads its command line from sys.argv (and its --help names sys.argv[0]).
+    sys.argv = [prog, *args]
+    try:
+        train()
+    finally:
+        sys.argv = saved
+
+
+def _has_config_dir(args: Sequence[str]) -> bool:
+    """A job's frozen config (--config-dir/--config-name) needs no group check."""
+    return any(a.startswith(("--config-dir", "-cd", "--config-name", "-cn")) for a in args)
+
+
+if __name__ == "__main__":
+    run_app(prog="python -m jeanzay_kit.train_app")
