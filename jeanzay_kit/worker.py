@@ -69,27 +69,36 @@ def run_worker(
         timeout_minutes=spec.comm.timeout_minutes,
     )
     heartbeat, watchdog = _start_watch(spec, info, run_dir)
+    failed = True  # until train() returns
     try:
         if info.rank == 0 and allocation_end is None and info.job_id:
             allocation_end = _allocation_end(info.job_id)
         result = train(
             spec, ctx, run_dir, stop=stop, heartbeat=heartbeat, allocation_end=allocation_end
         )
+        failed = False
     except JzkError as err:
         # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
         if info.rank == 0:
             report.error(report.TRAIN, err)
         shutdown(clean=False)
         raise SystemExit(err.exit_code) from err
-    except BaseException:
+    except BaseException as err:
         # Show which rank failed before the launcher tears the others down, and leave
-        # without waiting for peers that may be stuck in a collective.
-        print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+        # without waiting for peers that may be stuck in a collective. A rank that only
+        # lost its peer says so in one line: the launcher names the rank that died.
+        if is_peer_failure(err):
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+            print(f"rank {info.rank} stopped: a peer left the job ({first})", file=sys.stderr)
+        else:
+            print(
+                f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True
+            )
         shutdown(clean=False)
         raise
     finally:
         watchdog.stop()
-        heartbeat.stop()
+        heartbeat.stop(failed=failed)
     shutdown(clean=True)
     # From here a late signal must not kill the finished task (seen on the local cluster: a
     # time-limit SIGUSR1 during exit turned a finished array task FAILED; in CI, the local
@@ -107,6 +116,23 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+# What a collective raises on a rank whose peer died (gloo, NCCL, the TCP store): the
+# follow-on of another rank's failure, not a failure of its own.
+_PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote worker crashing",
+    "Broken pipe",
+    "NCCL communicator was aborted",
+    "Socket Timeout",
+)
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    text = f"{type(err).__name__}: {err}"
+    return any(marker in text for marker in _PEER_GONE)
 
 
 def _allocation_end(job_id: str) -> float | None:

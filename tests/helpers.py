@@ -20,6 +20,21 @@ class FailOnRank(SyntheticRegression):
         super().__init__(**kwargs)
 
 
+class FailAfterBatches(SyntheticRegression):
+    """Fails on one rank at its `after`-th micro-batch in this process: every attempt
+    completes a few steps (progress), then crashes, however often it is restarted."""
+
+    def __init__(self, fail_rank: int, after: int, **kwargs):
+        super().__init__(**kwargs)
+        self.fail_rank, self.after, self.calls = fail_rank, after, 0
+
+    def batch(self, indices):
+        self.calls += 1
+        if self.calls >= self.after and dist.is_initialized() and dist.get_rank() == self.fail_rank:
+            raise RuntimeError(f"injected failure on rank {self.fail_rank} at batch {self.calls}")
+        return super().batch(indices)
+
+
 class SlowRegression(SyntheticRegression):
     """Synthetic data that takes `delay` seconds per micro-batch: a run long enough to
     stop a worker in the middle of it."""

@@ -44,7 +44,7 @@ from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.background_save import BackgroundSave
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
-from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord, parse_step_dir
+from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord, parameter_mismatch, parse_step_dir
 from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.resume import check_compatible, choose_checkpoint
 from jeanzay_kit.ckpt.rng import rng_state, set_rng_state
@@ -52,7 +52,7 @@ from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
-from jeanzay_kit.errors import CheckpointWriteError
+from jeanzay_kit.errors import CheckpointWriteError, ResumeError
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
 # pipeline stages hold different parameters, and a nested "param_groups" list would have
@@ -264,6 +264,7 @@ class Checkpointer:
 
     def load(self, folder: Path) -> TrainerState:
         model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
+        self._check_shapes(folder, model_sd)
         state = {"model": model_sd, "optim": optim_sd}
         # Each rank reads what it holds straight from the checkpoint's metadata: DCP's
         # planning round (gathering every rank's plan on rank 0 and sending it back) adds
@@ -282,6 +283,21 @@ class Checkpointer:
         set_rng_state(torch.load(self._rng_file(folder), weights_only=True), self.device)
         payload = torch.load(folder / "trainer.pt", weights_only=True)
         return TrainerState.from_payload(payload)
+
+    def _check_shapes(self, folder: Path, model_sd: dict) -> None:
+        """Refuse, on every rank alike and before reading any tensor, a model whose
+        parameters no longer fit the checkpoint (its code changed; the config did not):
+        one message naming the parameter and both shapes, exit 2, no restart spent."""
+        metadata = RawReader(folder / "dcp").read_metadata()
+        saved = {
+            key.removeprefix("model."): tuple(meta.size)
+            for key, meta in metadata.state_dict_metadata.items()
+            if key.startswith("model.") and hasattr(meta, "size")
+        }
+        current = {k: tuple(v.shape) for k, v in model_sd.items() if torch.is_tensor(v)}
+        problem = parameter_mismatch(str(folder), saved, current)
+        if problem:
+            raise ResumeError(problem)
 
     def _rng_file(self, folder: Path) -> Path:
         """This rank's random generators. Saved on another number of ranks, rank r takes

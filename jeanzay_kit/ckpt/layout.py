@@ -261,3 +261,36 @@ def _lookup(node: Mapping[str, Any], dotted: str) -> Any:
             return None
         node = node.get(part)
     return node
+
+
+def parameter_mismatch(
+    folder: str,
+    saved: Mapping[str, tuple[int, ...]],
+    current: Mapping[str, tuple[int, ...]],
+) -> str | None:
+    """The first parameter whose shape differs between a checkpoint and the model built
+    now (the model's code changed, the config did not), as a refusal; None when they fit.
+
+    saved and current map a parameter's name to its full shape; saved may hold other
+    entries (optimizer state): only the model's names are compared."""
+    for name, shape in current.items():
+        old = saved.get(name)
+        if old is None:
+            problem = f"the model has {name} {list(shape)}, which the checkpoint lacks"
+        elif tuple(old) != tuple(shape):
+            problem = f"{name} is {list(shape)} in the model, {list(old)} in the checkpoint"
+        else:
+            continue
+        break
+    else:
+        extra = sorted(set(saved) - set(current))
+        if not extra:
+            return None
+        problem = f"the checkpoint has {extra[0]} {list(saved[extra[0]])}, which the model lacks"
+    return (
+        f"cannot resume from {folder}: the model no longer matches it ({problem}); its code "
+        "changed since the checkpoint was saved. HINT: start a fresh run with another "
+        "job.name (a new run directory), or resume=never to start over here; or put the "
+        "model's code back as it was (the run's provenance/ folder records the commit and "
+        "the diff)"
+    )

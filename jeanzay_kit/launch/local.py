@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import torch.multiprocessing as mp
@@ -18,8 +19,9 @@ import torch.multiprocessing as mp
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
-from jeanzay_kit.train.heartbeat import EXIT_HUNG
+from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
+from jeanzay_kit.train.stall import made_progress
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 # After one worker fails: how long the others get to exit before SIGTERM, then SIGKILL.
@@ -71,6 +73,31 @@ def _send(context: mp.ProcessContext, signals: set[int]) -> None:
                 os.kill(proc.pid, signum)
 
 
+def failed_rank(index: int, pid: int, run_dir: Path, since: float) -> str:
+    """A rank named with its pid, host and the step it had reached (its heartbeat)."""
+    beat = next(
+        (
+            b
+            for b in read_beats(run_dir / HEARTBEAT_DIR)
+            if b.rank == index and b.wall_time >= since
+        ),
+        None,
+    )
+    step = f" at step {beat.step} ({beat.phase})" if beat is not None else " before its first step"
+    return f"rank {index} (pid {pid} on {socket.gethostname()}){step}"
+
+
+def dead_rank(err: mp.ProcessExitedException, run_dir: Path, since: float) -> str:
+    """Which rank died, how, where, and the step it had reached."""
+    how = (
+        f"was killed by {err.signal_name}"
+        if err.signal_name
+        else f"exited with code {err.exit_code}"
+    )
+    name, _, step = failed_rank(err.error_index, err.error_pid, run_dir, since).partition(") ")
+    return f"{name}) {how} {step}"
+
+
 def launch_local(
     spec: JobSpec,
     run_dir: Path,
@@ -81,10 +108,22 @@ def launch_local(
     """Run the workers; after a hang or a crash, run them again from the newest complete
     checkpoint while preemption.max_restarts allows (launch/restarts.py)."""
     while True:
-        code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop)
+        since = time.time()
+        code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop, since)
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
             return code
         reason = "hang" if code == EXIT_HUNG else "crash"
+        if not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
+            print(
+                f"train.py: the run failed ({reason}) before completing any step of this "
+                "attempt: not restarted, since it would fail the same way (no restart of "
+                f"preemption.max_restarts={spec.preemption.max_restarts} spent). HINT: read "
+                "the error above, fix its cause, then run the same command again: it "
+                "resumes from the newest complete checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            return code
         done = len(read_restarts(run_dir))
         limit = spec.preemption.max_restarts
         if done >= limit:
@@ -113,6 +152,7 @@ def _launch_once(
     cpu_count: int,
     visible_devices: str | None,
     stop: StopRequest | None,
+    since: float,
 ) -> int:
     world = spec.layout.world_size
     infos = local_rank_infos(world, free_port())
@@ -148,7 +188,12 @@ def _launch_once(
         while not context.join(timeout=0.5, grace_period=GRACE_S):
             _send(context, pending)
     except mp.ProcessRaisedException as err:
-        print(f"train.py: a worker failed; the others were stopped.\n{err}", file=sys.stderr)
+        # The rank printed its own traceback (worker.py): name it, do not repeat it.
+        print(
+            f"train.py: {failed_rank(err.error_index, err.error_pid, run_dir, since)} failed "
+            "(its traceback is above); the others were stopped.",
+            file=sys.stderr,
+        )
         return 1
     except mp.ProcessExitedException as err:
         if err.exit_code == EXIT_PREEMPTED:
@@ -158,9 +203,7 @@ def _launch_once(
         if err.exit_code == EXIT_HUNG:
             return EXIT_HUNG  # the watchdog named the rank and dumped the stacks
         print(
-            f"train.py: worker {err.error_index} exited with code {err.exit_code}; "
-            "the others were stopped.",
-            file=sys.stderr,
+            f"train.py: {dead_rank(err, run_dir, since)}; the others were stopped.", file=sys.stderr
         )
         return 1
     finally:

@@ -19,22 +19,36 @@ from pathlib import Path
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.errors import SlurmCommandError
 from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+from jeanzay_kit.train.stall import made_progress
 
 EXIT_REFUSED = 2
 NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)
 
 
 def restart_after_failure(
-    run_dir: Path, status: int, max_restarts: int, env: Mapping[str, str], runner=None
+    run_dir: Path,
+    status: int,
+    max_restarts: int,
+    env: Mapping[str, str],
+    runner=None,
+    since: float | None = None,
 ) -> str:
-    """Record and requeue (or refuse to); returns the line to print."""
+    """Record and requeue (or refuse to); returns the line to print. since: when the
+    failed job step started (a step failing before any progress is not requeued)."""
     from jeanzay_kit.slurm.commands import requeue
 
     if status in NOT_RESTARTED:
         return ""
     job = array_id(env) or env.get("SLURM_JOB_ID")
     reason = "hang" if status == 4 else f"failure (srun exit {status})"
+    if since is not None and not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
+        return (
+            f"jzk: {reason} before any step of this attempt completed: not requeued, since "
+            "it would fail the same way (no restart spent). HINT: read the errors above, fix "
+            "the cause and submit the job again: it resumes from its newest checkpoint"
+        )
     done = len(read_restarts(run_dir))
     if job is None:
         return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
@@ -61,10 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--status", type=int, required=True)
     parser.add_argument("--max-restarts", type=int, required=True)
+    parser.add_argument("--since", type=float, default=None, help="the step's start (epoch s)")
     args = parser.parse_args(argv)
     # The environment is read here, once.
     line = restart_after_failure(
-        Path(args.run_dir), args.status, args.max_restarts, dict(os.environ)
+        Path(args.run_dir), args.status, args.max_restarts, dict(os.environ), since=args.since
     )
     if line:
         print(line, file=sys.stderr, flush=True)

@@ -19,13 +19,15 @@ def _git(root: Path, *args: str, ok: tuple[int, ...] = (0,)) -> bytes | None:
 
 
 def is_repository(root: Path) -> bool:
-    top = _git(root, "rev-parse", "--show-toplevel")
-    return top is not None and Path(top.decode().strip()).resolve() == root.resolve()
+    """root is inside a git work tree (its top, or a project folder of a larger repo:
+    then the project's files are those under root)."""
+    inside = _git(root, "rev-parse", "--is-inside-work-tree")
+    return inside is not None and inside.strip() == b"true"
 
 
 def project_files(root: Path) -> list[str]:
-    """Tracked files and untracked ones git does not ignore, relative to root (those
-    that exist: a deleted tracked file is not copied)."""
+    """Tracked files and untracked ones git does not ignore under root, relative to root
+    (those that exist: a deleted tracked file is not copied)."""
     out = _git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
     if out is None:
         return []

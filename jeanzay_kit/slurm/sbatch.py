@@ -285,6 +285,7 @@ def render_sbatch(
         lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
         return "\n".join(lines) + "\n"
     lines.append("status=0")
+    lines.append("JZK_STEP_START=$(date +%s)  # a step failing before any progress: no requeue")
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " || status=$?")
     lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
     lines.append("# from the newest checkpoint while preemption.max_restarts allows")
@@ -295,6 +296,7 @@ def render_sbatch(
         shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
         '--status="$status"',
         f"--max-restarts={spec.preemption.max_restarts}",
+        '--since="$JZK_STEP_START"',
     ]
     lines.append('if [ "$status" -ne 0 ]; then')
     lines.append("  " + " ".join(restart) + " || true")

@@ -80,12 +80,15 @@ class Heartbeat:
         self.interval_s = interval_s
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.step, self.phase = 0, "start"
+        self.start_step: int | None = None  # set by the first beat: where this process began
         self.progress_time = time.time()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jzk-heartbeat", daemon=True)
 
     def beat(self, step: int, phase: str) -> None:
-        """Called by the training thread: two attribute writes and a clock read."""
+        """Called by the training thread: a few attribute writes and a clock read."""
+        if self.start_step is None:
+            self.start_step = step
         self.step, self.phase = step, phase
         self.progress_time = time.time()
 
@@ -94,12 +97,14 @@ class Heartbeat:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
-        """The rank is done: say so (the watchdogs of slower ranks ignore it from now)."""
+    def stop(self, failed: bool = False) -> None:
+        """The rank is done: say so (the watchdogs of slower ranks ignore it from now).
+        A failed rank keeps its last step and phase: where it was when it failed."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        self.phase = "done"
+        if not failed:
+            self.phase = "done"
         self.write()
 
     def write(self) -> None:
@@ -115,6 +120,7 @@ class Heartbeat:
             "wall_time": time.time(),
             "token": self.token,
             "interval_s": self.interval_s,
+            "start_step": self.start_step,
         }
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         try:

@@ -222,6 +222,15 @@ def train(
     # ---- resume: the newest complete checkpoint of this run directory -------------------
     resumed = resume(spec, ckpt, scheduler, strategy, ctx)
     start_step, loss_value = resumed.step, resumed.last_loss
+    if start_step >= steps and ctx.is_main:
+        print(
+            f"note: the run directory {run_dir} already holds step {start_step} "
+            f"(train.steps={steps}): nothing left to train. HINT: raise train.steps to "
+            "train on; for a fresh run use another job.name (a new run directory) or "
+            "resume=never",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # ---- data order: the same global batches whatever the world size ----------------------
     # Hold out the end of the dataset for evaluation; train on the rest.

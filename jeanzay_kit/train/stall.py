@@ -38,6 +38,7 @@ class Beat:
     wall_time: float  # wall clock of the write
     token: str  # the attempt: the same on every rank of one launch
     interval_s: float  # how often the rank writes its beat
+    start_step: int | None = None  # the step this process started from (its first beat)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Beat:
@@ -53,6 +54,7 @@ class Beat:
             wall_time=float(data["wall_time"]),
             token=str(data.get("token", "")),
             interval_s=float(data.get("interval_s", 2.0)),
+            start_step=None if data.get("start_step") is None else int(data["start_step"]),
         )
 
 
@@ -114,3 +116,12 @@ def _frozen(beat: Beat, now: float) -> bool:
 def hang_dir_name(stall: Stall) -> str:
     """The folder of one hang's dumps: the same name on every rank that sees it."""
     return f"hang-{stall.beat.step}"
+
+
+def made_progress(beats: Iterable[Beat], since: float) -> bool:
+    """Did any rank of the attempt started at `since` complete a step? Beats written
+    before `since` belong to an earlier attempt; a failure with no progress would only
+    repeat, so it is not worth a restart (NVIDIA Resiliency Extension's rule)."""
+    return any(
+        b.wall_time >= since and b.start_step is not None and b.step > b.start_step for b in beats
+    )

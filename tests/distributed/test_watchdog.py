@@ -101,6 +101,29 @@ def test_a_run_that_always_crashes_stops_after_max_restarts(train_run) -> None:
     run = train_run(
         "crash",
         "resources.gpus_per_node=2",
+        "train.steps=200",
+        "checkpoint.every_steps=2",
+        "data._target_=tests.helpers.FailAfterBatches",
+        "+data.fail_rank=1",
+        "+data.after=12",
+        "preemption.max_restarts=2",
+        check=False,
+    )
+    err = run.result.stderr
+    assert run.result.returncode == 1
+    # Each attempt completes steps before its crash: a restart is worth it, until the
+    # budget is spent.
+    assert err.count("restarting after a crash") == 2
+    assert "has used its 2 restart(s) (preemption.max_restarts=2" in err
+    history = json.loads((run.run_dir / "restarts.json").read_text())["restarts"]
+    assert [r["reason"] for r in history] == ["crash", "crash"]
+
+
+@pytest.mark.timeout(300)
+def test_a_failure_before_any_step_is_reported_once_not_restarted(train_run) -> None:
+    run = train_run(
+        "early",
+        "resources.gpus_per_node=2",
         "train.steps=5",
         "data._target_=tests.helpers.FailOnRank",
         "+data.fail_rank=1",
@@ -109,7 +132,7 @@ def test_a_run_that_always_crashes_stops_after_max_restarts(train_run) -> None:
     )
     err = run.result.stderr
     assert run.result.returncode == 1
-    assert err.count("restarting after a crash") == 2
-    assert "has used its 2 restart(s) (preemption.max_restarts=2" in err
-    history = json.loads((run.run_dir / "restarts.json").read_text())["restarts"]
-    assert [r["reason"] for r in history] == ["crash", "crash"]
+    assert "restarting" not in err
+    assert err.count("injected failure on rank 1") <= 2  # the rank's traceback, the launcher's
+    assert "before completing any step of this attempt: not restarted" in err
+    assert not (run.run_dir / "restarts.json").exists()

@@ -360,3 +360,31 @@ def test_retention_renames_to_trash_first_and_trash_never_counts(tmp_path: Path)
     store.apply_retention(1, newest_good=40, delete=False)
     store.empty_trash()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step-40"]
+
+
+@pytest.mark.parametrize(
+    ("saved", "current", "says"),
+    [
+        ({"w": (8, 1, 3, 3)}, {"w": (8, 1, 3, 3)}, None),
+        # The saved side may hold more than the model (only model keys are passed, but
+        # a removed layer is still named).
+        (
+            {"conv.weight": (8, 1, 3, 3), "fc.weight": (10, 8)},
+            {"conv.weight": (16, 1, 3, 3), "fc.weight": (10, 16)},
+            "conv.weight is [16, 1, 3, 3] in the model, [8, 1, 3, 3] in the checkpoint",
+        ),
+        ({"a": (2,)}, {"a": (2,), "b": (3,)}, "the model has b [3], which the checkpoint lacks"),
+        ({"a": (2,), "old": (4,)}, {"a": (2,)}, "the checkpoint has old [4], which the model"),
+    ],
+)
+def test_a_model_that_no_longer_fits_its_checkpoint_is_named(saved, current, says) -> None:
+    from jeanzay_kit.ckpt.layout import parameter_mismatch
+
+    message = parameter_mismatch("run/checkpoints/step-10", saved, current)
+    if says is None:
+        assert message is None
+        return
+    assert message.startswith("cannot resume from run/checkpoints/step-10: the model no longer")
+    assert says in message
+    assert "HINT: start a fresh run with another job.name" in message
+    assert "resume=never" in message

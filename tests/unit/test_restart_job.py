@@ -65,3 +65,49 @@ def test_outside_slurm_nothing_is_requeued(tmp_path: Path) -> None:
     line = restart_after_failure(tmp_path, 4, 3, {}, runner)
     assert line == "jzk: hang, and this is not a Slurm job: nothing to requeue"
     assert runner.calls == [] and read_restarts(tmp_path) == []
+
+
+def _beat(run_dir: Path, rank: int, step: int, start_step: int | None, wall_time: float) -> None:
+    import json
+
+    folder = run_dir / "heartbeat"
+    folder.mkdir(exist_ok=True)
+    beat = {
+        "rank": rank,
+        "host": "n1",
+        "pid": 100 + rank,
+        "job_id": "42",
+        "step": step,
+        "total_steps": 100,
+        "phase": "done",
+        "progress_time": wall_time,
+        "wall_time": wall_time,
+        "token": "t",
+        "interval_s": 2.0,
+        "start_step": start_step,
+    }
+    (folder / f"rank-{rank}.json").write_text(json.dumps(beat))
+
+
+@pytest.mark.parametrize(
+    ("beats", "requeued"),
+    [
+        ([], False),  # no rank ever beat: it failed while starting
+        ([(0, 20, 20, 1000.0)], False),  # resumed at 20, failed at 20
+        ([(0, 20, None, 1000.0)], False),  # never reached its first step
+        ([(0, 35, 20, 500.0)], False),  # progress, but by an earlier attempt
+        ([(0, 20, 20, 1000.0), (1, 21, 20, 1000.0)], True),  # one rank completed a step
+    ],
+)
+def test_a_step_that_failed_before_any_progress_is_not_requeued(
+    tmp_path: Path, beats: list, requeued: bool
+) -> None:
+    for rank, step, start, wall in beats:
+        _beat(tmp_path, rank, step, start, wall)
+    runner = Scontrol()
+    line = restart_after_failure(tmp_path, 1, 3, JOB, runner, since=900.0)
+    assert (runner.calls == [["scontrol", "requeue", "42"]]) is requeued
+    assert (len(read_restarts(tmp_path)) == 1) is requeued
+    if not requeued:
+        assert "before any step of this attempt completed: not requeued" in line
+        assert "(no restart spent)" in line
