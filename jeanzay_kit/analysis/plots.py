@@ -4,6 +4,7 @@ it runs the same on a login node without X as on a laptop). An edge module: writ
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,11 +15,28 @@ THROUGHPUT_PNG = "throughput.png"
 STEP_TIME_PNG = "step_time.png"
 
 
-def _figure():  # noqa: ANN202 - matplotlib's types stay inside this module
+# Legend labels are wrapped at this many characters: a sweep's overrides can be long.
+LABEL_WIDTH = 90
+# Inches of figure height per legend line (small font), added below the plot.
+LINE_INCHES = 0.19
+
+
+def wrap_label(label: str, width: int = LABEL_WIDTH) -> str:
+    """A legend label on lines of at most `width` characters, broken between overrides."""
+    return "\n".join(textwrap.wrap(label, width, break_on_hyphens=False)) or label
+
+
+def _figure(legend_lines: int = 0):  # noqa: ANN202 - matplotlib's types stay inside
     from matplotlib.figure import Figure
 
-    figure = Figure(figsize=(8, 5), layout="constrained")
+    # The legend goes under the plot, outside it: the figure grows by its height so the
+    # plot keeps its size whatever the number and length of the labels.
+    figure = Figure(figsize=(8, 5 + LINE_INCHES * legend_lines), layout="constrained")
     return figure, figure.add_subplot()
+
+
+def _legend_lines(labels: Sequence[str], per_run: int) -> int:
+    return sum(label.count("\n") + 1 for label in labels) * per_run
 
 
 def _finish(figure, axes, title: str, ylabel: str, path: Path, labelled: bool) -> Path:  # noqa: ANN001
@@ -27,8 +45,7 @@ def _finish(figure, axes, title: str, ylabel: str, path: Path, labelled: bool) -
     axes.set_ylabel(ylabel)
     axes.grid(True, alpha=0.3)
     if labelled:
-        # Below the axes: sweep labels (their overrides) can be long.
-        axes.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2)
+        figure.legend(fontsize="small", loc="outside lower center", ncol=1)
     figure.savefig(path, dpi=100)
     return path
 
@@ -37,10 +54,10 @@ def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
     """loss.png (train solid, eval dashed, one colour per run), throughput.png and
     step_time.png. Returns the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    labels = legend_labels(runs)
+    labels = [wrap_label(label) for label in legend_labels(runs)]
     written = []
 
-    figure, axes = _figure()
+    figure, axes = _figure(_legend_lines(labels, 2))  # train and eval
     for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
         colour = f"C{index % 10}"
         if run.loss:
@@ -63,7 +80,7 @@ def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
         ("throughput", "throughput", out_dir / THROUGHPUT_PNG),
         ("step_time", "step time", out_dir / STEP_TIME_PNG),
     ):
-        figure, axes = _figure()
+        figure, axes = _figure(_legend_lines(labels, 1))
         for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
             points = getattr(run, attr)
             if points:

@@ -257,6 +257,22 @@ def check_time(
     return qos
 
 
+def _no_qos_hint(cluster: ClusterProfile, minutes: int, total_gpus: int) -> str:
+    """Values that would pass: the longest time a QoS allows this many GPUs, and the most
+    GPUs a QoS allows this long (each only where one exists)."""
+    options = []
+    by_time = [q for q in cluster.qos_by_time() if _qos_fits(q, 0, total_gpus)]
+    if by_time:
+        q = by_time[-1]
+        options.append(f"resources.time={format_time(q.max_minutes)} or less ({q.name})")
+    long_enough = [q for q in cluster.qos_by_time() if q.max_minutes >= minutes]
+    capped = [q for q in long_enough if q.max_gpus_per_job]
+    if long_enough and len(capped) == len(long_enough):
+        q = max(capped, key=lambda x: x.max_gpus_per_job or 0)
+        options.append(f"at most {q.max_gpus_per_job} GPUs in all ({q.name})")
+    return ("use " + ", or ".join(options)) if options else "ask for less time or fewer GPUs"
+
+
 def pick_qos(
     c: Collector, cluster: ClusterProfile, requested: object, minutes: int, total_gpus: int
 ) -> str | None:
@@ -276,8 +292,7 @@ def pick_qos(
             "resources.time",
             format_time(minutes),
             f"with {total_gpus} GPUs fits no QoS of {cluster.name} ({_qos_table(cluster)})",
-            f"use resources.time={format_time(cluster.qos_by_time()[-1].max_minutes)} or "
-            "less, or fewer GPUs",
+            _no_qos_hint(cluster, minutes, total_gpus),
         )
         return None
     qos = cluster.qos.get(str(requested))

@@ -19,22 +19,42 @@ from jeanzay_kit.durable_io import write_durably
 RESTARTS_FILE = "restarts.json"
 
 
-def read_restarts(run_dir: Path) -> list[dict[str, Any]]:
+def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(restarts that count against the budget now, those of earlier finished runs)."""
     try:
         data = json.loads((run_dir / RESTARTS_FILE).read_text())
-        return list(data.get("restarts", []))
+        return list(data.get("restarts", [])), list(data.get("history", []))
     except (OSError, ValueError, AttributeError):
-        return []
+        return [], []
+
+
+def _write(run_dir: Path, restarts: list, history: list) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    body = {"restarts": restarts, "history": history}
+    write_durably(run_dir / RESTARTS_FILE, json.dumps(body, indent=1).encode())
+
+
+def read_restarts(run_dir: Path) -> list[dict[str, Any]]:
+    """The restarts that count against preemption.max_restarts now."""
+    return _read(run_dir)[0]
+
+
+def restart_history(run_dir: Path) -> list[dict[str, Any]]:
+    """Every restart the run directory has seen, finished runs' included, oldest first."""
+    current, history = _read(run_dir)
+    return history + current
 
 
 def record_restart(run_dir: Path, reason: str) -> int:
     """Add one restart; returns how many the run has had, this one included."""
-    history = read_restarts(run_dir)
-    history.append({"reason": reason, "time": time.time()})
-    run_dir.mkdir(parents=True, exist_ok=True)
-    write_durably(run_dir / RESTARTS_FILE, json.dumps({"restarts": history}, indent=1).encode())
-    return len(history)
+    current, history = _read(run_dir)
+    current.append({"reason": reason, "time": time.time()})
+    _write(run_dir, current, history)
+    return len(current)
 
 
 def clear_restarts(run_dir: Path) -> None:
-    (run_dir / RESTARTS_FILE).unlink(missing_ok=True)
+    """The run finished: its budget starts afresh; what happened moves to the history."""
+    current, history = _read(run_dir)
+    if current:
+        _write(run_dir, [], history + current)

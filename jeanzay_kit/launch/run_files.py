@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from jeanzay_kit.launch.restarts import read_restarts
+from jeanzay_kit.launch.restarts import restart_history
 from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.stall import FINISHED_PHASES
 
@@ -51,5 +51,5 @@ def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
         loss=record.get("loss"),
         eta_s=record.get("eta_s"),
         oldest_beat_s=max((now - b.wall_time for b in running), default=None),
-        restarts=len(read_restarts(run_dir)),
+        restarts=len(restart_history(run_dir)),  # a finished run's too
     )

@@ -93,7 +93,19 @@ def test_a_stopped_worker_is_named_dumped_and_the_run_restarts_to_the_same_model
     assert recorder["entries"] and all("profiling_name" in e for e in recorder["entries"])
     # The same model as the run nobody stopped.
     assert _digest(run_dir) == _digest(reference.run_dir)
-    assert not (run_dir / "restarts.json").exists()  # a finished run clears its budget
+    # A finished run starts its budget afresh and keeps the history (jzk status shows it).
+    restarts = json.loads((run_dir / "restarts.json").read_text())
+    assert restarts["restarts"] == [] and [r["reason"] for r in restarts["history"]] == ["hang"]
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "jzk"), "status", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert status.returncode == 0, status.stderr
+    header, row = status.stdout.splitlines()[:2]
+    column = header.split().index("RESTARTS")  # the columns before it hold no spaces
+    assert row.split()[1] == "COMPLETED" and row.split()[column] == "1", status.stdout
 
 
 @pytest.mark.timeout(300)

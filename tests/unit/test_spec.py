@@ -113,7 +113,9 @@ RULES = [
         ],
         [
             "resources.time=30:00:00 with 20 GPUs fits no QoS of jeanzay_h100",
-            "HINT: use resources.time=100:00:00 or less, or fewer GPUs",
+            # Both fixes name a value that passes (issue 22: 100:00:00 did not).
+            "HINT: use resources.time=20:00:00 or less (qos_gpu_h100-t3), or at most 16 GPUs "
+            "in all (qos_gpu_h100-t4)",
         ],
         id="auto qos: long job with too many GPUs for t4",
     ),

@@ -1,0 +1,44 @@
+"""`jzk report`'s PNGs keep a sweep's long legend inside the figure (analysis/plots.py)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+from jeanzay_kit.analysis.plots import wrap_label, write_plots
+from jeanzay_kit.analysis.summary import RunSeries
+
+
+def _runs(count: int) -> list[RunSeries]:
+    long = "data.path=/gpfs/scratch/project/abc/a_long_dataset_folder_name/shard-{:04d}.bin"
+    return [
+        RunSeries(
+            f"run{i}",
+            (f"optim.lr={10**-i}", long.format(i), "model.hidden=1024"),
+            loss=[(1, 1.0), (2, 0.5)],
+            eval_loss=[(2, 0.6)],
+            throughput=[(1, 10.0)],
+            step_time=[(1, 0.1)],
+        )
+        for i in range(count)
+    ]
+
+
+def test_a_long_legend_is_wrapped_and_drawn_without_a_layout_warning(tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        # matplotlib warns "constrained_layout not applied" when the legend squeezes the
+        # plot to nothing (what happened before: the legend was cut off).
+        warnings.simplefilter("error")
+        written = write_plots(_runs(6), tmp_path)
+    assert [p.name for p in written] == ["loss.png", "throughput.png", "step_time.png"]
+    from matplotlib.image import imread
+
+    heights = [imread(p).shape[0] for p in written]
+    assert heights[0] > heights[1] > 500  # the figure grows with its legend (2 lines a run)
+
+
+def test_labels_are_wrapped_between_overrides() -> None:
+    label = " ".join(f"key{i}=value{i}" for i in range(20))
+    lines = wrap_label(label, 40).splitlines()
+    assert len(lines) > 3 and all(len(line) <= 40 for line in lines)
+    assert " ".join(lines) == label
