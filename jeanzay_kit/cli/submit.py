@@ -19,6 +19,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         "resumes from the run directory's newest complete checkpoint.",
     )
     submit.add_argument(
+        "--hold",
+        action="store_true",
+        help="submit the job held: it waits until `scontrol release JOBID` (the code it "
+        "runs is still the code of now: job.snapshot)",
+    )
+    submit.add_argument(
         "--test-only",
         action="store_true",
         help="run `sbatch --test-only` instead: Slurm's expected start or its refusal, "
@@ -58,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     check_writable(run_dir)
     path = run_dir / "job.sbatch"
     path.write_text(script)
-    job_id = sbatch(str(path.resolve()), cwd=str(workdir))
+    job_id = sbatch(str(path.resolve()), cwd=str(workdir), hold=args.hold)
     log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}.out"
     append_manifest(
         run_dir,
@@ -78,4 +84,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"submitted job {job_id} ({res.nodes} node(s) x {res.gpus_per_node} GPU(s), {res.time})")
     print(f"  script  {path}\n  log     {log}\n  run dir {run_dir}")
     print(f"  status: jzk status {run_dir}")
+    if args.hold:
+        print(f"  held: it starts after `scontrol release {job_id}`")
     return 0
