@@ -1,0 +1,219 @@
+"""The user's project: config roots, the import path, the code snapshot, provenance, the
+skeleton (jeanzay_kit/project/, config/compose.py). Real files and real git in tmp dirs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.config.compose import (
+    PACKAGE_CONFIG_DIR,
+    ConfigRoot,
+    check_group_choices,
+    config_roots,
+    group_options,
+)
+from jeanzay_kit.errors import ConfigError, JzkError
+from jeanzay_kit.project import snapshot as snapshot_module
+from jeanzay_kit.project.import_path import put_project_on_path
+from jeanzay_kit.project.provenance import record_run_provenance
+from jeanzay_kit.project.skeleton import package_name, skeleton_files
+from jeanzay_kit.project.snapshot import take_snapshot
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+
+
+# ---- where configs come from ----------------------------------------------------------
+
+
+def test_the_project_comes_first_then_the_user_then_the_package(tmp_path: Path) -> None:
+    roots = config_roots({"JZK_CONFIG_HOME": str(tmp_path / "me")}, tmp_path / "proj")
+    assert [(r.origin, r.path) for r in roots] == [
+        ("project", (tmp_path / "proj" / "conf").resolve()),
+        ("user", tmp_path / "me"),
+        ("jeanzay_kit", PACKAGE_CONFIG_DIR),
+    ]
+
+
+def test_an_option_of_the_project_hides_the_shipped_one_of_the_same_name(tmp_path: Path) -> None:
+    _write(tmp_path, {"proj/conf/cluster/local.yaml": "x: 1\n", "proj/conf/cluster/mine.yaml": ""})
+    roots = config_roots({"JZK_CONFIG_HOME": str(tmp_path / "me")}, tmp_path / "proj")
+    options = {o.name: o for o in group_options(roots, "cluster")}
+    assert options["mine"].root.origin == "project"
+    assert options["local"].root.origin == "project"
+    assert [r.origin for r in options["local"].shadows] == ["jeanzay_kit"]
+    assert (
+        options["jeanzay_h100"].root.origin == "jeanzay_kit" and not options["jeanzay_h100"].shadows
+    )
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["model=net"],  # the project's
+        ["cluster=jeanzay_h100"],  # the package's
+        ["model=net,mlp"],  # a sweep: Hydra checks each value itself
+        ["model.hidden=3", "job.name=x"],  # values, not group choices
+    ],
+)
+def test_known_group_choices_pass(tmp_path: Path, overrides: list[str]) -> None:
+    _write(tmp_path, {"conf/model/net.yaml": ""})
+    project = [ConfigRoot("project", tmp_path / "conf")]
+    check_group_choices(overrides, project, [ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)])
+
+
+def test_an_unknown_choice_lists_every_option_with_its_folder(tmp_path: Path) -> None:
+    _write(tmp_path, {"conf/model/net.yaml": "", "conf/model/wide.yaml": ""})
+    project = ConfigRoot("project", tmp_path / "conf")
+    with pytest.raises(ConfigError) as err:
+        check_group_choices(
+            ["model=wid"], [project], [ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)]
+        )
+    message = str(err.value)
+    assert message.startswith("model=wid is not an option of the config group model (")
+    assert f"from project {tmp_path / 'conf'}: net, wide" in message
+    assert f"from jeanzay_kit {PACKAGE_CONFIG_DIR}: gpt, mlp" in message
+    assert "HINT: did you mean model=wide? or add" in message
+    assert str(tmp_path / "conf" / "model" / "wid.yaml") in message
+
+
+# ---- the import path ------------------------------------------------------------------
+
+
+def test_the_snapshot_goes_first_on_the_path_else_the_project(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", ["/somewhere", str(tmp_path)])
+    assert put_project_on_path({}, tmp_path) == tmp_path
+    assert sys.path == [str(tmp_path), "/somewhere"]  # moved to the front, not twice
+    used = put_project_on_path({"JZK_CODE_DIR": "logs/code/abc"}, tmp_path)
+    assert used == tmp_path / "logs" / "code" / "abc" and sys.path[0] == str(used)
+
+
+# ---- the snapshot ---------------------------------------------------------------------
+
+
+def test_a_git_project_snapshot_holds_tracked_and_untracked_but_not_ignored_files(
+    tmp_path: Path,
+) -> None:
+    _write(
+        tmp_path,
+        {
+            ".gitignore": "outputs/\nlogs/\n*.bin\n",
+            "pkg/model.py": "A = 1\n",
+            "conf/model/net.yaml": "_target_: pkg.model.Net\n",
+            "data.bin": "ignored data\n",
+            "outputs/run/metrics.jsonl": "{}\n",
+        },
+    )
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    _write(tmp_path, {"pkg/new.py": "B = 2\n"})  # untracked, not ignored
+    (tmp_path / "pkg" / "model.py").write_text("A = 3\n")  # uncommitted edit
+    snap = take_snapshot(tmp_path, "logs", ["**/*.py"])
+    assert snap.source == "git" and snap.path.parent == tmp_path / "logs" / "code"
+    copied = sorted(
+        p.relative_to(snap.path).as_posix()
+        for p in snap.path.rglob("*")
+        if p.is_file() and ".jzk-provenance" not in p.parts
+    )
+    assert copied == [".gitignore", "conf/model/net.yaml", "pkg/model.py", "pkg/new.py"]
+    assert (snap.path / "pkg" / "model.py").read_text() == "A = 3\n"  # the tree, not HEAD
+    source = json.loads((snap.path / ".jzk-provenance" / "source.json").read_text())
+    assert source["git_commit"] == _git(tmp_path, "rev-parse", "HEAD")
+    assert source["uncommitted_changes"] and source["untracked_files"] == ["pkg/new.py"]
+    diff = (snap.path / ".jzk-provenance" / "uncommitted.diff").read_text()
+    assert "-A = 1" in diff and "+A = 3" in diff and "+B = 2" in diff  # untracked kept too
+
+    # The same content: the same folder, not a second copy; new content: a new folder.
+    assert take_snapshot(tmp_path, "logs", ["**/*.py"]).path == snap.path
+    (tmp_path / "pkg" / "model.py").write_text("A = 4\n")
+    again = take_snapshot(tmp_path, "logs", ["**/*.py"])
+    assert again.path != snap.path and (snap.path / "pkg" / "model.py").read_text() == "A = 3\n"
+
+
+def test_a_project_without_git_is_copied_by_its_include_list(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/model.py": "",
+            "conf/data/d.yaml": "",
+            "notes.md": "",
+            "outputs/x/old.py": "",
+            ".venv/lib/site.py": "",
+            "logs/code/abc/pkg/model.py": "",
+        },
+    )
+    snap = take_snapshot(tmp_path, "logs", ["**/*.py", "conf/**/*.yaml"])
+    assert snap.source == "snapshot_include" and snap.files == 2
+    assert (snap.path / "pkg" / "model.py").exists() and (snap.path / "conf/data/d.yaml").exists()
+    assert not (snap.path / "notes.md").exists() and not (snap.path / "outputs").exists()
+
+
+def test_a_project_too_large_to_be_code_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, {"a.py": "x" * 100, "b.py": "y" * 100})
+    monkeypatch.setattr(snapshot_module, "MAX_BYTES", 150)
+    with pytest.raises(JzkError, match="job.snapshot=false"):
+        take_snapshot(tmp_path, "logs", ["*.py"])
+    assert not (tmp_path / "logs" / "code").exists() or not any((tmp_path / "logs/code").iterdir())
+
+
+# ---- provenance of a run --------------------------------------------------------------
+
+
+def test_a_run_copies_its_snapshot_record_and_keeps_a_history(tmp_path: Path) -> None:
+    _write(tmp_path, {"pkg/m.py": "A = 1\n"})
+    snap = take_snapshot(tmp_path, "logs", ["**/*.py"])
+    env = {"JZK_CODE_DIR": str(snap.path.relative_to(tmp_path)), "SLURM_JOB_ID": "7"}
+    run_dir = tmp_path / "outputs" / "run"
+    record_run_provenance(run_dir, env, tmp_path)
+    record_run_provenance(run_dir, {**env, "SLURM_JOB_ID": "8"}, tmp_path)  # a requeue
+    out = run_dir / "provenance"
+    assert json.loads((out / "source.json").read_text())["code_dir"] == str(snap.path)
+    assert "pytest==" in (out / "packages.txt").read_text()
+    history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
+    assert [h["job_id"] for h in history] == ["7", "8"]
+    assert {h["code_dir"] for h in history} == {str(snap.path)}
+
+
+# ---- jzk init -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("folder", "package"),
+    [
+        ("myproj", "myproj"),
+        ("my-proj", "my_proj"),
+        ("2025 run", "p_2025_run"),
+        ("class", "p_class"),
+    ],
+)
+def test_the_skeleton_package_is_a_python_name(folder: str, package: str) -> None:
+    assert package_name(folder) == package
+    files = skeleton_files(folder)
+    assert f"{package}/model.py" in files
+    assert f"_target_: {package}.model.Net" in files["conf/model/net.yaml"]
+    for name, text in files.items():
+        if name.endswith(".py"):
+            compile(text, name, "exec")  # the files a user gets are valid Python
