@@ -295,7 +295,8 @@ class Checkpointer:
             if key.startswith("model.") and hasattr(meta, "size")
         }
         current = {k: tuple(v.shape) for k, v in model_sd.items() if torch.is_tensor(v)}
-        problem = parameter_mismatch(str(folder), saved, current)
+        pipeline = int(self.world.get("pp_size", 1) or 1) > 1
+        problem = parameter_mismatch(str(folder), saved, current, whole_model=not pipeline)
         if problem:
             raise ResumeError(problem)
 

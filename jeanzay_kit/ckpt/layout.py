@@ -267,12 +267,15 @@ def parameter_mismatch(
     folder: str,
     saved: Mapping[str, tuple[int, ...]],
     current: Mapping[str, tuple[int, ...]],
+    whole_model: bool = True,
 ) -> str | None:
     """The first parameter whose shape differs between a checkpoint and the model built
     now (the model's code changed, the config did not), as a refusal; None when they fit.
 
-    saved and current map a parameter's name to its full shape; saved may hold other
-    entries (optimizer state): only the model's names are compared."""
+    saved and current map a parameter's name to its full shape (the model's entries of
+    the checkpoint only). whole_model: this rank holds every parameter, so one the
+    checkpoint has and the model lacks is a change too; a pipeline stage holds its own
+    part only, and is compared on that part."""
     for name, shape in current.items():
         old = saved.get(name)
         if old is None:
@@ -283,7 +286,7 @@ def parameter_mismatch(
             continue
         break
     else:
-        extra = sorted(set(saved) - set(current))
+        extra = sorted(set(saved) - set(current)) if whole_model else []
         if not extra:
             return None
         problem = f"the checkpoint has {extra[0]} {list(saved[extra[0]])}, which the model lacks"

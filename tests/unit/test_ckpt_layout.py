@@ -388,3 +388,14 @@ def test_a_model_that_no_longer_fits_its_checkpoint_is_named(saved, current, say
     assert says in message
     assert "HINT: start a fresh run with another job.name" in message
     assert "resume=never" in message
+
+
+def test_a_pipeline_stage_is_compared_on_its_own_part() -> None:
+    from jeanzay_kit.ckpt.layout import parameter_mismatch
+
+    saved = {"blocks.0.w": (4, 4), "blocks.1.w": (4, 4)}
+    # Stage 1 of 2 holds blocks.1 only: the other stage's entries are no change.
+    assert parameter_mismatch("f", saved, {"blocks.1.w": (4, 4)}, whole_model=False) is None
+    assert parameter_mismatch("f", saved, {"blocks.1.w": (4, 4)}) is not None
+    changed = parameter_mismatch("f", saved, {"blocks.1.w": (8, 4)}, whole_model=False)
+    assert changed is not None and "blocks.1.w is [8, 4] in the model, [4, 4]" in changed
