@@ -51,7 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Hydra parses the rest (overrides, -m, --cfg, --help), as `python train.py` does.
         from jeanzay_kit.cli.train import run_train
 
-        return run_train(argv[1:])
+        try:
+            return run_train(argv[1:])
+        except BrokenPipeError:  # `jzk train --help | head`
+            return 0
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
