@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch.multiprocessing as mp
 
+from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
@@ -115,7 +116,7 @@ def launch_local(
         reason = "hang" if code == EXIT_HUNG else "crash"
         if not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
             print(
-                f"train.py: the run failed ({reason}) before completing any step of this "
+                f"{report.TRAIN}: the run failed ({reason}) before completing any step of this "
                 "attempt: not restarted, since it would fail the same way (no restart of "
                 f"preemption.max_restarts={spec.preemption.max_restarts} spent). HINT: read "
                 "the error above, fix its cause, then run the same command again: it "
@@ -128,7 +129,7 @@ def launch_local(
         limit = spec.preemption.max_restarts
         if done >= limit:
             print(
-                f"train.py: the run failed ({reason}) and has used its {limit} restart(s) "
+                f"{report.TRAIN}: the run failed ({reason}) and has used its {limit} restart(s) "
                 f"(preemption.max_restarts={limit}, history in {run_dir / RESTARTS_FILE}); "
                 "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
                 "the cause, then run the same command again: it resumes from the newest "
@@ -139,7 +140,7 @@ def launch_local(
             return code
         count = record_restart(run_dir, reason)
         print(
-            f"train.py: restarting after a {reason} ({count}/{limit}), from the newest "
+            f"{report.TRAIN}: restarting after a {reason} ({count}/{limit}), from the newest "
             "complete checkpoint",
             file=sys.stderr,
             flush=True,
@@ -190,7 +191,7 @@ def _launch_once(
     except mp.ProcessRaisedException as err:
         # The rank printed its own traceback (worker.py): name it, do not repeat it.
         print(
-            f"train.py: {failed_rank(err.error_index, err.error_pid, run_dir, since)} failed "
+            f"{report.TRAIN}: {failed_rank(err.error_index, err.error_pid, run_dir, since)} failed "
             "(its traceback is above); the others were stopped.",
             file=sys.stderr,
         )
@@ -203,7 +204,8 @@ def _launch_once(
         if err.exit_code == EXIT_HUNG:
             return EXIT_HUNG  # the watchdog named the rank and dumped the stacks
         print(
-            f"train.py: {dead_rank(err, run_dir, since)}; the others were stopped.", file=sys.stderr
+            f"{report.TRAIN}: {dead_rank(err, run_dir, since)}; the others were stopped.",
+            file=sys.stderr,
         )
         return 1
     finally:

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
+from jeanzay_kit import report
 from jeanzay_kit.train.stall import Beat, Stall, find_stall, hang_dir_name
 
 EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
@@ -186,11 +187,11 @@ class Watchdog:
             out.write(dump_flight_recorder(folder, self.hb.rank) + "\n\n")
             out.flush()
             faulthandler.dump_traceback(file=out, all_threads=True)
-        report = folder / "report.txt"
+        verdict = folder / "report.txt"
         if stall.reporter == self.hb.rank:
-            report.write_text(message + "\n")
+            verdict.write_text(message + "\n")
             print(
-                f"train.py: hang: {message}. Python stacks of the live ranks: {folder}",
+                f"{report.TRAIN}: hang: {message}. Python stacks of the live ranks: {folder}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -198,6 +199,6 @@ class Watchdog:
             # Leave the reporter time to see the stall too: once one rank exits, the
             # launcher ends the others.
             deadline = time.monotonic() + 2 * self.check_s + 5
-            while not report.exists() and time.monotonic() < deadline:
+            while not verdict.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
         self._exit(EXIT_HUNG)

@@ -146,6 +146,7 @@ def test_an_installed_wheel_trains_a_project_of_its_own(venv: Path, tmp_path: Pa
     # An option that exists nowhere: every option is listed with where it comes from.
     typo = _jzk(env, proj, "train", "model=wid")
     assert typo.returncode == 2
+    assert typo.stderr.startswith("jzk train: error: model=wid is not an option")
     assert f"from project {proj / 'conf'}: net, wide" in typo.stderr
     assert "did you mean model=wide?" in typo.stderr
     assert "Traceback" not in typo.stderr
@@ -158,6 +159,7 @@ def test_an_installed_wheel_trains_a_project_of_its_own(venv: Path, tmp_path: Pa
     changed = _jzk(env, proj, "train", "train.steps=30")
     assert changed.returncode == 2, changed.stderr[-3000:]
     assert changed.stderr.count("the model no longer matches it") == 1
+    assert "jzk train: error: cannot resume from" in changed.stderr  # the workers say it too
     assert "layers.2.weight is [2, 64] in the model, [1, 64] in the checkpoint" in changed.stderr
     assert "restarting" not in changed.stderr and "Traceback" not in changed.stderr
 

@@ -142,3 +142,19 @@ def test_status_of_a_local_run_reads_its_files(tmp_path: Path, capsys) -> None:
     assert main(["status", str(run_dir)]) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
     assert row[:9] == ["local", "RUNNING", "-", "151/400", "0.2500", "25s", "5s", "ago", "1"]
+
+
+@pytest.mark.parametrize(
+    ("argv0", "program"),
+    [
+        ("train.py", "train.py"),
+        ("/home/me/jeanzay_kit/train.py", "train.py"),
+        ("jzk train", "jzk train"),
+        ("python -m jeanzay_kit.train_app", "jzk train"),
+        ("/venv/lib/python3.11/site-packages/submitit/core/_submit.py", "jzk train"),
+    ],
+)
+def test_training_messages_name_the_program_the_user_ran(argv0: str, program: str) -> None:
+    from jeanzay_kit.report import training_program
+
+    assert training_program(argv0) == program
