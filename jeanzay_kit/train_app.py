@@ -44,13 +44,7 @@ def run_app(
     from omegaconf import DictConfig, OmegaConf
 
     from jeanzay_kit import report
-    from jeanzay_kit.config.compose import (
-        PACKAGE_CONFIG_DIR,
-        ConfigRoot,
-        check_group_choices,
-        config_roots,
-        register_schemas,
-    )
+    from jeanzay_kit.config.compose import check_group_choices, config_roots, register_schemas
     from jeanzay_kit.config.resolvers import register_resolvers
     from jeanzay_kit.errors import JzkError
 
@@ -58,11 +52,8 @@ def run_app(
     register_schemas()  # the typed schema every conf/ file extends (base_<name>)
     if not _has_config_dir(args):
         try:
-            check_group_choices(
-                [a for a in args if not a.startswith("-")],
-                config_roots(env, cwd)[:2],
-                [ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)],
-            )
+            overrides = [a for a in args if not a.startswith("-")]
+            check_group_choices(overrides, config_roots(env, cwd))
         except JzkError as err:
             report.error(report.TRAIN, err)
             sys.exit(err.exit_code)

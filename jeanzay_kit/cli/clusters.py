@@ -8,7 +8,6 @@ from pathlib import Path
 
 from jeanzay_kit.config.compose import (
     PACKAGE_CONFIG_DIR,
-    ConfigRoot,
     GroupOption,
     compose_config,
     config_roots,
@@ -33,13 +32,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def profile_options(config_dir: str | None) -> list[GroupOption]:
     """Every profile of the config tree, first match wins: the project's conf/cluster,
     the user's folder, then the package's (or --config-dir's) own."""
-    primary = (
-        ConfigRoot("--config-dir", Path(config_dir).resolve())
-        if config_dir
-        else ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)
-    )
-    roots = [*config_roots(os.environ, Path.cwd())[:2], primary]
-    return group_options(roots, "cluster")
+    return group_options(config_roots(os.environ, Path.cwd(), config_dir), "cluster")
 
 
 def run(args: argparse.Namespace) -> int:

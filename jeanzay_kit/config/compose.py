@@ -52,12 +52,20 @@ def user_config_dir(env: Mapping[str, str]) -> Path:
     return Path(base).expanduser() / "jeanzay_kit"
 
 
-def config_roots(env: Mapping[str, str], cwd: Path) -> list[ConfigRoot]:
-    """The config tree's folders, first match wins: project, user, package."""
+def config_roots(
+    env: Mapping[str, str], cwd: Path, config_dir: str | Path | None = None
+) -> list[ConfigRoot]:
+    """The config tree's folders, first match wins: project, user, then the package's
+    configs (or a whole tree given as --config-dir in their place)."""
+    primary = (
+        ConfigRoot("--config-dir", Path(config_dir).resolve())
+        if config_dir
+        else ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)
+    )
     return [
         ConfigRoot("project", (cwd / PROJECT_CONFIG_FOLDER).resolve()),
         ConfigRoot("user", user_config_dir(env)),
-        ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR),
+        primary,
     ]
 
 
@@ -95,17 +103,16 @@ def config_groups(roots: Sequence[ConfigRoot]) -> list[str]:
     return sorted(names)
 
 
-def check_group_choices(
-    overrides: Sequence[str], roots: Sequence[ConfigRoot], primary: Sequence[ConfigRoot] = ()
-) -> None:
+def check_group_choices(overrides: Sequence[str], roots: Sequence[ConfigRoot]) -> None:
     """Refuse `group=name` when no root has that option, listing each option with where it
-    comes from (Hydra's own message lists names only, and only after composing)."""
-    groups = set(config_groups([*roots, *primary]))
+    comes from (Hydra's own message lists names only, and only after composing); the hint
+    offers the first root (the project's) as the place to add it."""
+    groups = set(config_groups(roots))
     for override in overrides:
         key, sep, value = override.lstrip("+").partition("=")
         if not sep or key not in groups or not value or "," in value or "(" in value:
             continue  # a value, a sweep or a function: Hydra checks those itself
-        options = group_options([*roots, *primary], key)
+        options = group_options(roots, key)
         if value in {o.name for o in options} or value == "null":
             continue
         from jeanzay_kit.config.schema import closest
@@ -158,11 +165,7 @@ def compose_config(
             f"no {config_name}.yaml in {directory}. HINT: --config-dir names a complete "
             "config tree; a project's own options go in ./conf/<group>/<name>.yaml"
         )
-    check_group_choices(
-        overrides,
-        config_roots(os.environ, Path.cwd())[:2],
-        [ConfigRoot("--config-dir" if config_dir else "jeanzay_kit", directory)],
-    )
+    check_group_choices(overrides, config_roots(os.environ, Path.cwd(), config_dir))
     try:
         # The same search path as Hydra's entry point: the project and user folders come
         # from the search-path plugin, the primary tree from here.

@@ -74,29 +74,17 @@ def _send(context: mp.ProcessContext, signals: set[int]) -> None:
                 os.kill(proc.pid, signum)
 
 
-def failed_rank(index: int, pid: int, run_dir: Path, since: float) -> str:
-    """A rank named with its pid, host and the step it had reached (its heartbeat)."""
-    beat = next(
-        (
-            b
-            for b in read_beats(run_dir / HEARTBEAT_DIR)
-            if b.rank == index and b.wall_time >= since
-        ),
-        None,
-    )
-    step = f" at step {beat.step} ({beat.phase})" if beat is not None else " before its first step"
-    return f"rank {index} (pid {pid} on {socket.gethostname()}){step}"
+def describe_rank(index: int, pid: int, run_dir: Path, since: float) -> str:
+    """`rank N (pid P on HOST) at step S (phase)`, the step from the rank's heartbeat of
+    this attempt (`since`), or `before its first step` when it wrote none."""
+    beats = read_beats(run_dir / HEARTBEAT_DIR)
+    beat = next((b for b in beats if b.rank == index and b.wall_time >= since), None)
+    step = f"at step {beat.step} ({beat.phase})" if beat is not None else "before its first step"
+    return f"rank {index} (pid {pid} on {socket.gethostname()}) {step}"
 
 
-def dead_rank(err: mp.ProcessExitedException, run_dir: Path, since: float) -> str:
-    """Which rank died, how, where, and the step it had reached."""
-    how = (
-        f"was killed by {err.signal_name}"
-        if err.signal_name
-        else f"exited with code {err.exit_code}"
-    )
-    name, _, step = failed_rank(err.error_index, err.error_pid, run_dir, since).partition(") ")
-    return f"{name}) {how} {step}"
+def how_it_ended(err: mp.ProcessExitedException) -> str:
+    return f"killed by {err.signal_name}" if err.signal_name else f"exit code {err.exit_code}"
 
 
 def launch_local(
@@ -191,8 +179,8 @@ def _launch_once(
     except mp.ProcessRaisedException as err:
         # The rank printed its own traceback (worker.py): name it, do not repeat it.
         print(
-            f"{report.TRAIN}: {failed_rank(err.error_index, err.error_pid, run_dir, since)} failed "
-            "(its traceback is above); the others were stopped.",
+            f"{report.TRAIN}: {describe_rank(err.error_index, err.error_pid, run_dir, since)} "
+            "failed (its traceback is above); the others were stopped.",
             file=sys.stderr,
         )
         return 1
@@ -204,7 +192,8 @@ def _launch_once(
         if err.exit_code == EXIT_HUNG:
             return EXIT_HUNG  # the watchdog named the rank and dumped the stacks
         print(
-            f"{report.TRAIN}: {dead_rank(err, run_dir, since)}; the others were stopped.",
+            f"{report.TRAIN}: {describe_rank(err.error_index, err.error_pid, run_dir, since)} "
+            f"ended: {how_it_ended(err)}; the others were stopped.",
             file=sys.stderr,
         )
         return 1

@@ -43,6 +43,9 @@ def snapshot_files(root: Path, include: Sequence[str], log_dir: str) -> tuple[li
     if git.is_repository(root):
         return git.project_files(root), "git"
     skip = _SKIP_DIRS | {Path(log_dir).parts[0] if log_dir else "logs"}
+    # A virtual environment in the project (venv/, env/: pyvenv.cfg marks one) is not
+    # the project's code: its site-packages would fill the snapshot.
+    skip |= {d.name for d in root.iterdir() if d.is_dir() and (d / "pyvenv.cfg").exists()}
     found: set[str] = set()
     for pattern in include:
         for path in root.glob(pattern):

@@ -148,3 +148,39 @@ def test_a_failure_before_any_step_is_reported_once_not_restarted(train_run) -> 
     assert err.count("injected failure on rank 1") <= 2  # the rank's traceback, the launcher's
     assert "before completing any step of this attempt: not restarted" in err
     assert not (run.run_dir / "restarts.json").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_worker_is_named_and_its_peers_say_so_in_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "train.py",
+        *SLOW_RUN,
+        "preemption.max_restarts=0",
+        f"hydra.run.dir={run_dir}",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    killed_pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and killed_pid is None:
+            beat = _beat(run_dir, 1)
+            if beat and beat["step"] >= 5 and beat["phase"] != "done":
+                killed_pid = beat["pid"]
+            time.sleep(0.1)
+        assert killed_pid, "rank 1 never reached step 5"
+        os.kill(killed_pid, signal.SIGKILL)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, err[-3000:]
+    line = next(x for x in err.splitlines() if "ended: killed by SIGKILL" in x)
+    assert line.startswith(f"train.py: rank 1 (pid {killed_pid} on {os.uname().nodename}) at step ")
+    assert line.endswith("; the others were stopped.")
+    # Rank 0 lost its peer inside a collective: one line, not a traceback of its own.
+    assert "rank 0 stopped: a peer left the job" in err
+    assert "rank 0 failed" not in err and "Traceback" not in err

@@ -12,7 +12,6 @@ import pytest
 
 from jeanzay_kit.config.compose import (
     PACKAGE_CONFIG_DIR,
-    ConfigRoot,
     check_group_choices,
     config_roots,
     group_options,
@@ -44,6 +43,11 @@ def _write(root: Path, files: dict[str, str]) -> None:
 # ---- where configs come from ----------------------------------------------------------
 
 
+def _no_user_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose user folder is empty (not the tester's own profiles)."""
+    return {"JZK_CONFIG_HOME": str(tmp_path / "no-user-config")}
+
+
 def test_the_project_comes_first_then_the_user_then_the_package(tmp_path: Path) -> None:
     roots = config_roots({"JZK_CONFIG_HOME": str(tmp_path / "me")}, tmp_path / "proj")
     assert [(r.origin, r.path) for r in roots] == [
@@ -51,6 +55,9 @@ def test_the_project_comes_first_then_the_user_then_the_package(tmp_path: Path) 
         ("user", tmp_path / "me"),
         ("jeanzay_kit", PACKAGE_CONFIG_DIR),
     ]
+    # --config-dir names a whole tree, which takes the package's place.
+    other = config_roots({}, tmp_path, tmp_path / "tree")[-1]
+    assert (other.origin, other.path) == ("--config-dir", (tmp_path / "tree").resolve())
 
 
 def test_an_option_of_the_project_hides_the_shipped_one_of_the_same_name(tmp_path: Path) -> None:
@@ -76,17 +83,13 @@ def test_an_option_of_the_project_hides_the_shipped_one_of_the_same_name(tmp_pat
 )
 def test_known_group_choices_pass(tmp_path: Path, overrides: list[str]) -> None:
     _write(tmp_path, {"conf/model/net.yaml": ""})
-    project = [ConfigRoot("project", tmp_path / "conf")]
-    check_group_choices(overrides, project, [ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)])
+    check_group_choices(overrides, config_roots(_no_user_env(tmp_path), tmp_path))
 
 
 def test_an_unknown_choice_lists_every_option_with_its_folder(tmp_path: Path) -> None:
     _write(tmp_path, {"conf/model/net.yaml": "", "conf/model/wide.yaml": ""})
-    project = ConfigRoot("project", tmp_path / "conf")
     with pytest.raises(ConfigError) as err:
-        check_group_choices(
-            ["model=wid"], [project], [ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)]
-        )
+        check_group_choices(["model=wid"], config_roots(_no_user_env(tmp_path), tmp_path))
     message = str(err.value)
     assert message.startswith("model=wid is not an option of the config group model (")
     assert f"from project {tmp_path / 'conf'}: net, wide" in message
@@ -161,6 +164,8 @@ def test_a_project_without_git_is_copied_by_its_include_list(tmp_path: Path) -> 
             "outputs/x/old.py": "",
             ".venv/lib/site.py": "",
             "logs/code/abc/pkg/model.py": "",
+            "venv/pyvenv.cfg": "home = /usr/bin\n",  # a virtual environment, not hidden
+            "venv/lib/python3.11/site-packages/torch/__init__.py": "",
         },
     )
     snap = take_snapshot(tmp_path, "logs", ["**/*.py", "conf/**/*.yaml"])
