@@ -69,8 +69,8 @@ def save_timings(folder: Path, hidden: int, depth: int, rounds: int, batch: int)
 
     from jeanzay_kit.ckpt.checkpointer import Checkpointer
     from jeanzay_kit.ckpt.trainer_state import TrainerState
-    from jeanzay_kit.launch.local import free_port
-    from jeanzay_kit.train.models import MLP
+    from jeanzay_kit.examples.models import MLP
+    from jeanzay_kit.node.local import free_port
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1

@@ -38,7 +38,7 @@ from jeanzay_kit.ckpt import hashing_fs  # noqa: E402
 from jeanzay_kit.ckpt.checkpointer import OPTIONS  # noqa: E402
 from jeanzay_kit.ckpt.hashing_fs import HashingFileSystem  # noqa: E402
 from jeanzay_kit.ckpt.raw_storage import RawWriter  # noqa: E402
-from jeanzay_kit.train.models import MLP  # noqa: E402
+from jeanzay_kit.examples.models import MLP  # noqa: E402
 
 THREADS = 4
 
@@ -111,7 +111,7 @@ def staging(hidden: int, rounds: int, base: Path) -> dict[str, list[float]]:
 
     from jeanzay_kit.ckpt.checkpointer import Checkpointer
     from jeanzay_kit.ckpt.trainer_state import TrainerState
-    from jeanzay_kit.launch.local import free_port
+    from jeanzay_kit.node.local import free_port
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1

@@ -29,7 +29,7 @@ sys.path.insert(0, str(REPO))
 
 from common import write_result  # noqa: E402
 
-from jeanzay_kit.launch.local import free_port  # noqa: E402
+from jeanzay_kit.node.local import free_port  # noqa: E402
 
 
 def world(rank: int, port: int, buffer: str, calls: int, numel: int, out) -> None:  # noqa: ANN001

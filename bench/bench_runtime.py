@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch.utils.data import default_collate
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -36,11 +37,12 @@ from common import write_result  # noqa: E402
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
 from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
-from jeanzay_kit.launch.local import free_port, local_rank_infos  # noqa: E402
-from jeanzay_kit.train.data import StdlibText  # noqa: E402
-from jeanzay_kit.train.loop import seed_everything, train  # noqa: E402
-from jeanzay_kit.train.models import TinyGPT  # noqa: E402
+from jeanzay_kit.examples.datasets import StdlibText  # noqa: E402
+from jeanzay_kit.examples.models import TinyGPT  # noqa: E402
+from jeanzay_kit.node.local import free_port, local_rank_infos  # noqa: E402
+from jeanzay_kit.train.loop import train  # noqa: E402
 from jeanzay_kit.train.sampler import GlobalBatchPlan  # noqa: E402
+from jeanzay_kit.train.schedule import seed_everything  # noqa: E402
 
 MODEL = dict(vocab_size=256, block_size=64, n_layer=4, n_embd=128, n_head=4)
 
@@ -90,7 +92,7 @@ def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> float:
     for step in range(warmup + steps):
         if step == warmup:
             t0 = time.perf_counter()
-        micro = [data.batch(i) for i in plan.step_indices(step)]
+        micro = [default_collate(data.__getitems__(i.tolist())) for i in plan.step_indices(step)]
         for k, (x, y) in enumerate(micro):
             if k < len(micro) - 1:
                 with model.no_sync():
@@ -120,7 +122,7 @@ def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> float:
     for step in range(warmup + steps):
         if step == warmup:
             t0 = time.perf_counter()
-        micro = [data.batch(i) for i in plan.step_indices(step)]
+        micro = [default_collate(data.__getitems__(i.tolist())) for i in plan.step_indices(step)]
         x = torch.cat([m[0] for m in micro])
         y = torch.cat([m[1] for m in micro])
         if rank == 0:

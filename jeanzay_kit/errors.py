@@ -135,3 +135,16 @@ class CheckpointNotFound(JzkError):
     """`jzk checkpoints` found nothing to show."""
 
     exit_code = 1
+
+
+class ContractError(JzkError):
+    """Your model, data or loss does not meet a contract of train/contracts.py: found by
+    `jzk check` or the check at the start of a run, said once, never retried."""
+
+
+class LoaderWorkerDied(JzkError):
+    """A DataLoader worker process of one rank died (killed, out of memory): a failure of
+    that rank, reported by it and retried within the restart budget."""
+
+    exit_code = 1
+    rank_local = True  # only the rank that saw it knows: it reports it, not rank 0

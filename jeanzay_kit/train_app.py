@@ -60,7 +60,7 @@ def run_app(
 
     @hydra.main(version_base="1.3", config_path="pkg://jeanzay_kit.conf", config_name="config")
     def train(cfg: DictConfig) -> None:
-        from jeanzay_kit.run import main as run_main
+        from jeanzay_kit.node.entry import main as run_main
 
         config = OmegaConf.to_container(cfg, resolve=True)
         run_dir = Path(HydraConfig.get().runtime.output_dir)

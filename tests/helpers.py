@@ -6,9 +6,10 @@ import os
 import time
 from pathlib import Path
 
+import torch
 import torch.distributed as dist
 
-from jeanzay_kit.train.data import SyntheticRegression
+from jeanzay_kit.examples.datasets import SyntheticRegression
 
 
 class FailOnRank(SyntheticRegression):
@@ -28,11 +29,11 @@ class FailAfterBatches(SyntheticRegression):
         super().__init__(**kwargs)
         self.fail_rank, self.after, self.calls = fail_rank, after, 0
 
-    def batch(self, indices):
+    def __getitems__(self, indices):
         self.calls += 1
         if self.calls >= self.after and dist.is_initialized() and dist.get_rank() == self.fail_rank:
             raise RuntimeError(f"injected failure on rank {self.fail_rank} at batch {self.calls}")
-        return super().batch(indices)
+        return super().__getitems__(indices)
 
 
 class SlowRegression(SyntheticRegression):
@@ -43,9 +44,9 @@ class SlowRegression(SyntheticRegression):
         super().__init__(**kwargs)
         self.delay = delay
 
-    def batch(self, indices):
+    def __getitems__(self, indices):
         time.sleep(self.delay)
-        return super().batch(indices)
+        return super().__getitems__(indices)
 
 
 class PoisonedRegression(SyntheticRegression):
@@ -56,13 +57,12 @@ class PoisonedRegression(SyntheticRegression):
         super().__init__(**kwargs)
         self.poison_index = poison_index
 
-    def batch(self, indices):
-        x, y = super().batch(indices)
-        for row, index in enumerate(indices):
-            if int(index) == self.poison_index:
-                x = x.clone()
-                x[row] = float("nan")
-        return x, y
+    def __getitem__(self, index):
+        x, y = super().__getitem__(index)
+        return (torch.full_like(x, float("nan")), y) if index == self.poison_index else (x, y)
+
+    def __getitems__(self, indices):
+        return [self[int(i)] for i in indices]
 
 
 class FileBackedRegression(SyntheticRegression):
@@ -86,7 +86,9 @@ class RecordingRegression(SyntheticRegression):
         self.record = Path(record_dir) / f"{os.getpid()}.txt"
         self.record.parent.mkdir(parents=True, exist_ok=True)
 
-    def batch(self, indices):
-        with self.record.open("a") as handle:
+    def __getitems__(self, indices):
+        # Opened by the process that reads (a loader worker has a pid of its own).
+        record = self.record.parent / f"{os.getpid()}.txt"
+        with record.open("a") as handle:
             handle.write(" ".join(str(int(i)) for i in indices) + "\n")
-        return super().batch(indices)
+        return super().__getitems__(indices)

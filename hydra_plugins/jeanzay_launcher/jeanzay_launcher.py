@@ -68,7 +68,7 @@ class JeanzayLauncher(Launcher):
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
         # The task function is not pickled: every task runs jeanzay_kit's trainer
-        # (jeanzay_kit.launch.task) on the frozen config, as train.py would.
+        # (jeanzay_kit.node.task) on the frozen config, as train.py would.
         self.config = config
         self.hydra_context = hydra_context
 

@@ -20,6 +20,7 @@ from jeanzay_kit.report import error as report_error
 COMMANDS = (
     ("init", "init"),
     ("train", "train"),
+    ("check", "check"),
     ("validate", "validate"),
     ("render", "render"),
     ("submit", "submit"),

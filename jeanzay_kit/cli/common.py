@@ -4,6 +4,7 @@ directory, and rendering a script with its log folder."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -37,10 +38,11 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
         "gpus_per_node", "auto"
     ) in (None, "auto"):
         # Only here is torch imported: the worker count of a local run follows the GPUs.
-        from jeanzay_kit.run import local_gpu_count
+        from jeanzay_kit.node.entry import local_gpu_count
 
         local_gpus = local_gpu_count()
-    return build_job_spec(cfg, local_gpus=local_gpus)
+    # The CPUs of this machine: loader.num_workers=auto of a local run is resolved from them.
+    return build_job_spec(cfg, local_gpus=local_gpus, local_cpus=os.cpu_count())
 
 
 def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:

@@ -40,6 +40,8 @@ RESUME_IGNORES = (
     "resources.cpus_per_task",
     "parallel.backend",
     "parallel.timeout_minutes",
+    # How batches are loaded, never which: the order comes from the global-batch plan.
+    "loader",
 )
 
 

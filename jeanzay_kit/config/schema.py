@@ -110,6 +110,39 @@ class TrainConfig:
 
 
 @dataclass
+class LoaderConfig:
+    """torch's DataLoader over the toolkit's global-batch plan (docs/your-model-and-data.md).
+
+    The batch order comes from the plan, never from the loader, so none of these keys
+    changes what is trained: they may change between a checkpoint and its resume."""
+
+    # Worker processes per training process. auto: the process's CPUs (as Slurm gives
+    # them: cpus-per-task / processes per task) minus one for the training loop; 0: load
+    # in the training process.
+    num_workers: Any = "auto"
+    pin_memory: Any = "auto"  # auto: on CUDA devices (page-locked host batches copy async)
+    persistent_workers: bool = False  # keep workers between iterations (eval re-reads)
+    prefetch_factor: Optional[int] = None  # batches each worker loads ahead (null: torch's 2)
+    # A batch from a list of samples: null (torch's default_collate), or a node with a
+    # _target_ (a class is built with the node's other keys, a function used as it is).
+    collate_fn: Any = None
+
+
+@dataclass
+class LossConfig:
+    """How a micro-batch's loss is computed (docs/your-model-and-data.md).
+
+    loss=criterion calls criterion(output, target), built from `criterion._target_`;
+    loss=output takes the loss the model returns (a scalar tensor, `.loss`, or a
+    mapping's "loss"); loss=model calls model.loss(output, target) (the shipped examples)."""
+
+    form: str = "model"  # criterion | output | model
+    criterion: Any = None  # loss=criterion: a node with a _target_ (torch.nn.CrossEntropyLoss)
+    # Dict batches with a criterion: the key holding the target (left out of model(**batch)).
+    target_key: Optional[str] = None
+
+
+@dataclass
 class AdamWConfig:
     """AdamW with linear warmup, then cosine decay to min_lr_ratio x lr."""
 
@@ -223,7 +256,7 @@ class JobConfig:
 class MLPConfig:
     """The residual-free MLP of the synthetic regression task (data=synthetic)."""
 
-    _target_: str = "jeanzay_kit.train.models.MLP"  # the class hydra.utils.instantiate builds
+    _target_: str = "jeanzay_kit.examples.models.MLP"  # the class hydra.utils.instantiate builds
     in_dim: int = 32  # input features (${data.in_dim} in conf/)
     hidden: int = 128  # width of the hidden layers
     depth: int = 4  # hidden layers (pipeline stages split them)
@@ -234,7 +267,8 @@ class MLPConfig:
 class GPTConfig:
     """A small byte-level GPT; pair it with data=stdlib_text."""
 
-    _target_: str = "jeanzay_kit.train.models.TinyGPT"  # the class hydra.utils.instantiate builds
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "jeanzay_kit.examples.models.TinyGPT"
     vocab_size: int = 256  # bytes: 256
     block_size: int = 64  # context length (${data.block_size} in conf/)
     n_layer: int = 4  # transformer blocks (pipeline stages split them)
@@ -248,7 +282,7 @@ class SyntheticConfig:
     """y = tanh(x A) B + noise, generated from a seed."""
 
     # The class hydra.utils.instantiate builds.
-    _target_: str = "jeanzay_kit.train.data.SyntheticRegression"
+    _target_: str = "jeanzay_kit.examples.datasets.SyntheticRegression"
     size: int = 8192  # samples (the end is held out: train.eval_fraction)
     in_dim: int = 32  # input features
     out_dim: int = 8  # targets per sample
@@ -260,7 +294,8 @@ class SyntheticConfig:
 class StdlibTextConfig:
     """Byte-level text: the Python standard library's own sources."""
 
-    _target_: str = "jeanzay_kit.train.data.StdlibText"  # the class hydra.utils.instantiate builds
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "jeanzay_kit.examples.datasets.StdlibText"
     block_size: int = 64  # bytes per sample
     max_bytes: int = 2_000_000  # how much of the standard library to read
 
@@ -275,6 +310,8 @@ class RootConfig:
     model: Any = None  # MLPConfig, GPTConfig, or a user's own node with a _target_
     data: Any = None  # SyntheticConfig, StdlibTextConfig, or a user's own node
     optim: Any = None  # AdamWConfig or SGDConfig
+    loss: Any = None  # LossConfig (loss=criterion | output | model)
+    loader: Any = None  # LoaderConfig
     train: Any = None  # TrainConfig
     checkpoint: Any = None  # CheckpointConfig
     preemption: Any = None  # PreemptionConfig
@@ -293,6 +330,8 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("resources", "base_resources", ResourcesConfig),
     ("parallel", "base_parallel", ParallelConfig),
     ("train", "base_train", TrainConfig),
+    ("loader", "base_loader", LoaderConfig),
+    ("loss", "base_loss", LossConfig),
     ("optim", "base_adamw", AdamWConfig),
     ("optim", "base_sgd", SGDConfig),
     ("checkpoint", "base_checkpoint", CheckpointConfig),
@@ -312,6 +351,8 @@ _FIXED = {
     "resources": ResourcesConfig,
     "parallel": ParallelConfig,
     "train": TrainConfig,
+    "loader": LoaderConfig,
+    "loss": LossConfig,
     "checkpoint": CheckpointConfig,
     "preemption": PreemptionConfig,
     "watchdog": WatchdogConfig,

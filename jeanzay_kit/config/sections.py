@@ -6,7 +6,9 @@ value object like torchtitan's ParallelDims); the cluster profile is config/clus
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from jeanzay_kit.config.clusters import Partition
 from jeanzay_kit.slurm_syntax.timefmt import format_time
@@ -80,6 +82,36 @@ class TrainSettings:
     activation_checkpointing: bool
     compile: bool
     nonfinite: str = "stop"  # stop | skip: a NaN/inf loss
+
+
+@dataclass(frozen=True)
+class LoaderSettings:
+    """loader.*: torch's DataLoader. num_workers is resolved (auto: the CPUs of one
+    training process minus one) where the CPUs are known: on Slurm profiles at validation,
+    on cluster=local by the worker (`workers_for`)."""
+
+    num_workers: int | None  # None: auto, decided by the worker from its CPUs
+    pin_memory: bool | None  # None: auto (on CUDA)
+    persistent_workers: bool
+    prefetch_factor: int | None
+    collate_fn: Mapping[str, Any] | None
+    cpus_per_process: int | None = None  # what auto was resolved from, for display
+
+    def workers_for(self, cpus: int) -> int:
+        """auto: one CPU for the training loop, the others load data."""
+        return self.num_workers if self.num_workers is not None else max(0, cpus - 1)
+
+    def pin_for(self, device_type: str) -> bool:
+        return self.pin_memory if self.pin_memory is not None else device_type == "cuda"
+
+
+@dataclass(frozen=True)
+class LossSettings:
+    """loss.*: criterion(output, target), the model's own output, or model.loss()."""
+
+    form: str  # criterion | output | model
+    criterion: Mapping[str, Any] | None  # the node to instantiate (form=criterion)
+    target_key: str | None  # dict batches with a criterion: the target's key
 
 
 @dataclass(frozen=True)

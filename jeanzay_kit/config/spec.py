@@ -22,6 +22,7 @@ from typing import Any
 from jeanzay_kit.config import layout_rules, resource_rules
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.collector import Collector, section
+from jeanzay_kit.config.data_rules import check_loader, check_loader_cpus, check_loss
 from jeanzay_kit.config.run_rules import (
     check_checkpoint,
     check_communication,
@@ -37,6 +38,8 @@ from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
     JobSettings,
+    LoaderSettings,
+    LossSettings,
     MetricsSettings,
     OptimSettings,
     PreemptionSettings,
@@ -62,11 +65,15 @@ class JobSpec:
     preemption: PreemptionSettings
     watchdog: WatchdogSettings
     metrics: MetricsSettings
+    loader: LoaderSettings
+    loss: LossSettings
     model: Mapping[str, Any]  # the `model` node, for hydra.utils.instantiate
     data: Mapping[str, Any]  # the `data` node, likewise
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
     # Keys whose value was chosen automatically ("resources.qos", ...), for display only.
     auto_keys: tuple[str, ...] = field(default=(), compare=False)
+    # Accepted, but worth a line in `jzk validate` (e.g. more loader workers than CPUs).
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def omp_num_threads(self) -> int:
@@ -76,12 +83,15 @@ class JobSpec:
         return max(1, res.cpus_per_task // procs_per_task)
 
 
-def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> JobSpec:
+def build_job_spec(
+    cfg: Mapping[str, Any], local_gpus: int | None = None, local_cpus: int | None = None
+) -> JobSpec:
     """Validate the resolved config (plain dicts) and return the frozen JobSpec.
 
     local_gpus: GPUs visible on this machine, for resources.gpus_per_node=auto on
     cluster=local (one worker per GPU, or resource_rules.LOCAL_CPU_WORKERS without a
-    GPU). The caller detects them; this function stays pure.
+    GPU). local_cpus: this machine's CPUs, for loader.num_workers=auto on cluster=local.
+    The caller detects them; this function stays pure.
     """
     cluster = profile_from_dict(section(cfg, "cluster"))
     res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
@@ -105,10 +115,12 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     comm = check_communication(c, par, cluster.device)
     watchdog = check_watchdog(c, section(cfg, "watchdog"))
     metrics = check_metrics(c, section(cfg, "metrics"))
+    loader = check_loader(c, cfg.get("loader"))
+    loss = check_loss(c, cfg.get("loss"), par.get("mode"))
     c.raise_if_any()  # the checks below need the values above
     assert job and nodes and gpn and minutes and request and loop and optim and ckpt
     assert (
-        preemption and comm and watchdog and metrics
+        preemption and comm and watchdog and metrics and loader and loss
     )  # for the type checker: raise_if_any had nothing to raise
 
     # ---- stage 2: against the cluster profile and each other -----------------------------
@@ -120,6 +132,9 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
     c.raise_if_any()
     assert resources is not None and precision is not None
+    cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
+    loader, notes = check_loader_cpus(c, loader, cpus, where)
+    c.raise_if_any()
 
     return JobSpec(
         cluster=cluster,
@@ -139,6 +154,8 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
         preemption=preemption,
         watchdog=watchdog,
         metrics=metrics,
+        loader=loader,
+        loss=loss,
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
         config=_resolved_config(cfg, resources),
@@ -147,6 +164,24 @@ def build_job_spec(cfg: Mapping[str, Any], local_gpus: int | None = None) -> Job
             for k in ("gpus_per_node", "cpus_per_task", "qos")
             if res.get(k, "auto") in (None, "auto")
         ),
+        notes=notes,
+    )
+
+
+def _cpus_per_process(
+    is_slurm: bool, res: Resources, layout: ParallelLayout, local_cpus: int | None
+) -> tuple[int | None, str]:
+    """The CPUs one training process has, and where that figure comes from."""
+    if is_slurm:
+        per_task = res.gpus_per_node if layout.launcher == "torchrun" else 1
+        return max(1, res.cpus_per_task // per_task), (
+            f"resources.cpus_per_task={res.cpus_per_task}"
+            + (f" shared by {per_task} processes" if per_task > 1 else "")
+        )
+    if local_cpus is None:
+        return None, ""
+    return max(1, local_cpus // layout.world_size), (
+        f"{local_cpus} CPU(s) here shared by {layout.world_size} worker(s)"
     )
 
 

@@ -57,7 +57,7 @@ def doctor_local(spec: JobSpec, options: DoctorOptions) -> int:
     """Start the run's world size of workers on this machine, as `python train.py` does."""
     import torch.multiprocessing as mp
 
-    from jeanzay_kit.launch.local import free_port, local_rank_infos
+    from jeanzay_kit.node.local import free_port, local_rank_infos
 
     infos = local_rank_infos(spec.layout.world_size, free_port())
     context = mp.start_processes(

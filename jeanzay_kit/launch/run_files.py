@@ -9,7 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from jeanzay_kit.launch.restarts import restart_history
+from jeanzay_kit.node.restarts import restart_history
 from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.stall import FINISHED_PHASES
 

@@ -16,7 +16,7 @@ from typing import Any
 from jeanzay_kit.errors import LaunchError
 from jeanzay_kit.launch.arrays import ArrayPlan
 from jeanzay_kit.launch.manifest import write_manifest
-from jeanzay_kit.launch.task import run_training
+from jeanzay_kit.node.task import run_training
 
 
 def submit_arrays(

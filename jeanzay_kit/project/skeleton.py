@@ -51,10 +51,16 @@ defaults:
   - jeanzay_kit  # every toolkit default: `jzk train --cfg job` shows them all
   - override model: net
   - override data: points
+  - override loss: criterion
   - _self_
 
 job:
   name: {pkg}
+
+# The loss: criterion(output, target) with any torch.nn loss (docs/your-model-and-data.md).
+loss:
+  criterion:
+    _target_: torch.nn.MSELoss
 """
 
 _MODEL_YAML = """\
@@ -73,7 +79,7 @@ seed: 0
 """
 
 _MODEL_PY = '''\
-"""The model: any torch.nn.Module, with the loss it is trained on."""
+"""The model: any torch.nn.Module (its loss is conf/config.yaml's loss.criterion)."""
 
 import torch
 from torch import nn
@@ -88,16 +94,11 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
-
-    @staticmethod
-    def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        return nn.functional.mse_loss(output, target)
 '''
 
 _DATA_PY = '''\
-"""The data: a map-style dataset (len, one sample by index, a batch of samples)."""
+"""The data: a map-style torch Dataset; each sample is (inputs, target)."""
 
-import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -116,11 +117,6 @@ class NoisyPoints(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[i], self.y[i]
-
-    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        # The toolkit fetches a micro-batch in one call (vectorised).
-        idx = torch.as_tensor(np.asarray(indices), dtype=torch.long)
-        return self.x[idx], self.y[idx]
 '''
 
 _README = """\

@@ -264,10 +264,10 @@ def render_sbatch(
         lines.append('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"')
         lines.append(f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))")
         # torch.distributed.run, with the preemption signals passed on to the workers
-        # (launch/torchrun_agent.py: plain torchrun dies of SIGUSR1).
+        # (node/torchrun_agent.py: plain torchrun dies of SIGUSR1).
         program += [
             "-m",
-            "jeanzay_kit.launch.torchrun_agent",
+            "jeanzay_kit.node.torchrun_agent",
             '--nnodes="$SLURM_NNODES"',
             f"--nproc-per-node={spec.resources.gpus_per_node}",
             "--rdzv-backend=c10d",
@@ -292,7 +292,7 @@ def render_sbatch(
     restart = [
         shell_word(spec.job.python),
         "-m",
-        "jeanzay_kit.launch.restart_job",
+        "jeanzay_kit.node.restart_job",
         shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
         '--status="$status"',
         f"--max-restarts={spec.preemption.max_restarts}",

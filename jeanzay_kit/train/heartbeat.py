@@ -10,7 +10,7 @@ on a filesystem every node sees) and judges them with train/stall.py. It needs n
 collective, so a rank blocked in one still detects a frozen peer. On a stall it dumps
 this rank's Python stacks (faulthandler, every thread) into `<run_dir>/hang-<step>/`,
 the lowest live rank writes `report.txt` and prints the verdict, and the process exits
-with EXIT_HUNG: the launcher (launch/local.py, or srun's --kill-on-bad-exit) ends the
+with EXIT_HUNG: the launcher (node/local.py, or srun's --kill-on-bad-exit) ends the
 rest and the restart budget (preemption.max_restarts) decides what comes next.
 """
 

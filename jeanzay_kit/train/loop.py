@@ -3,38 +3,42 @@
 Receives values (the JobSpec and the process-group context); reads no environment.
 The global batch is the same whatever the world size: each step, every data-parallel
 rank runs `grad_accum_steps` micro-batches of `micro_batch_size` samples (see
-train/sampler.py), and the strategy averages gradients across ranks. `train` builds
-(data, model, strategy, optimizer, checkpointer, each by a named helper), resumes, then
-loops.
+train/sampler.py), read by torch's DataLoader (train/loader.py), and the strategy averages
+gradients across ranks. `train` prepares an attempt (components from train/components.py,
+resume, the loader), runs its steps, then seals the last save.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
-import random
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from hydra.utils import instantiate
 
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
-from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
+from jeanzay_kit.train import components as build
 from jeanzay_kit.train.heartbeat import Heartbeat
+from jeanzay_kit.train.loader import (
+    PlanBatchSampler,
+    StepBatches,
+    build_collate,
+    build_loader,
+    fetch,
+)
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
 from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.train.schedule import seed_everything
 from jeanzay_kit.train.strategies.base import Strategy
 
 
@@ -46,110 +50,175 @@ class TrainResult:
     stopped_by: str = ""  # the signal that stopped training early ("" if it finished)
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+class _NoHeartbeat:
+    def beat(self, step: int, phase: str) -> None:
+        pass
 
 
-def lr_lambda(warmup: int, total: int, min_ratio: float) -> Callable[[int], float]:
-    """Linear warmup to the peak, then cosine decay to min_ratio x peak."""
+@dataclass
+class Attempt:
+    """What one attempt trains with, and where it stands: the loop's whole state."""
 
-    def factor(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        progress = min(1.0, (step - warmup) / max(1, total - warmup))
-        return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-    return factor
-
-
-def make_autocast(precision: str, device: torch.device) -> Callable[[], Any]:
-    if precision in ("bf16", "fp16"):
-        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
-        return lambda: torch.autocast(device_type=device.type, dtype=dtype)
-    return contextlib.nullcontext
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """precision=auto on the local profile: bf16 on a GPU that has it, fp16 on older GPUs,
-    fp32 on the CPU (CPU autocast is rarely faster for these models)."""
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "fp32"
-
-
-def build_strategy(
-    spec: JobSpec, ctx: DistContext, model: torch.nn.Module, precision: str
-) -> Strategy:
-    loss_fn = model.loss  # type: ignore[attr-defined]
-    autocast = make_autocast(precision, ctx.device)
-    scaler = (
-        torch.amp.GradScaler("cuda") if precision == "fp16" and ctx.device.type == "cuda" else None
-    )
-    common = dict(ctx=ctx, loss_fn=loss_fn, autocast=autocast, scaler=scaler)
-    mode = spec.layout.mode
-    if mode == "ddp":
-        from jeanzay_kit.train.strategies.ddp import DDPStrategy
-
-        return DDPStrategy(
-            model,
-            bucket_cap_mb=spec.comm.bucket_cap_mb,
-            compile_model=spec.train.compile,
-            **common,
-        )
-    if mode == "fsdp":
-        from jeanzay_kit.train.strategies.fsdp import FSDPStrategy
-
-        return FSDPStrategy(model, compile_model=spec.train.compile, **common)
-    if mode == "dataparallel":
-        from jeanzay_kit.train.strategies.dataparallel import DataParallelStrategy
-
-        return DataParallelStrategy(model, **common)
-    from jeanzay_kit.train.strategies.pipeline import PipelineStrategy
-
-    n_micro = spec.layout.microbatches * spec.train.grad_accum_steps
-    return PipelineStrategy(model, n_microbatches=n_micro, **common)
+    spec: JobSpec
+    ctx: DistContext
+    run_dir: Path
+    hb: Any  # Heartbeat, or _NoHeartbeat
+    stop: StopRequest
+    strategy: Strategy
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    ckpt: Checkpointer
+    plan: GlobalBatchPlan
+    batches: StepBatches
+    eval_rounds: list[list[Any]]
+    metrics: MetricsWriter
+    start_step: int
+    loss_value: float | None
+    flops: float = 0.0  # training FLOPs per sample (the model's flops_per_sample)
+    peak: float | None = None  # the GPU's peak FLOP/s, for MFU
+    tokens: int = 0  # the dataset's tokens_per_sample
+    saved_at: int = 0
+    last_save_time: float = field(default_factory=time.monotonic)
+    window_start: float = field(default_factory=time.perf_counter)
+    window_steps: int = 0
+    stopped_by: str = ""
 
 
-def build_optimizer(params, optim: OptimSettings) -> torch.optim.Optimizer:
-    """optim.name: adamw or sgd (with momentum)."""
-    if optim.name == "sgd":
-        return torch.optim.SGD(
-            params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay
-        )
-    return torch.optim.AdamW(
-        params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
-    )
-
-
-def build_scheduler(
-    optimizer: torch.optim.Optimizer, optim: OptimSettings, steps: int
-) -> torch.optim.lr_scheduler.LambdaLR:
-    factor = lr_lambda(optim.warmup_steps or 1, steps, optim.min_lr_ratio)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def build_checkpointer(
+def train(
     spec: JobSpec,
-    strategy: Strategy,
-    optimizer: torch.optim.Optimizer,
     ctx: DistContext,
     run_dir: Path,
-) -> Checkpointer:
-    """The checkpointer of this run; it records the layout a resume is compared with."""
-    return Checkpointer(
+    stop: StopRequest | None = None,
+    heartbeat: Heartbeat | None = None,
+    allocation_end: float | None = None,
+) -> TrainResult:
+    """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
+    save) when `stop` notes a signal. allocation_end: when the Slurm allocation ends
+    (epoch seconds), for the time left in the progress lines."""
+    own_stop = stop is None
+    attempt = prepare(spec, ctx, run_dir, stop or StopRequest(), heartbeat, allocation_end)
+    try:
+        run_steps(attempt)
+    finally:
+        attempt.batches.close()  # the loader's workers go now, before the last save's wait
+    with _on_write_error(spec.checkpoint.on_write_error, ctx.is_main):
+        attempt.ckpt.close()
+    if own_stop:
+        attempt.stop.restore()
+    digest = None if attempt.stopped_by else save_final_model(attempt)
+    attempt.metrics.close()
+    return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
+
+
+def prepare(
+    spec: JobSpec,
+    ctx: DistContext,
+    run_dir: Path,
+    stop: StopRequest,
+    heartbeat: Heartbeat | None,
+    allocation_end: float | None,
+) -> Attempt:
+    """Build (data, model, loss, strategy, optimizer, checkpointer), resume, and open the
+    loader at the resumed step."""
+    tset = spec.train
+    # Same seed on every rank: every rank builds the same initial model, whatever the
+    # mode, before it is wrapped, sharded or split.
+    seed_everything(tset.seed)
+    dataset = build.build_dataset(spec)
+    model = build.build_model(spec, warn=ctx.is_main)
+    compute_loss = build.build_loss(spec, model)
+    precision = build.resolve_precision(tset.precision, ctx.device)
+    strategy = build.build_strategy(spec, ctx, model, compute_loss, precision)
+    optimizer = build.build_optimizer(strategy.parameters(), spec.optim)
+    scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
+    ckpt = build.build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
+    resumed = resume(spec, ckpt, scheduler, strategy, ctx)
+    if resumed.step >= tset.steps and ctx.is_main:
+        _note_nothing_left(run_dir, resumed.step, tset.steps)
+    # Hold out the end of the dataset for evaluation; train on the rest.
+    eval_count = int(len(dataset) * tset.eval_fraction)
+    plan = make_plan(spec, ctx, len(dataset) - eval_count, resumed)
+    return Attempt(
+        spec=spec,
+        ctx=ctx,
+        run_dir=run_dir,
+        hb=heartbeat or _NoHeartbeat(),  # the phase a watchdog reports if this rank stalls
+        stop=stop,
+        strategy=strategy,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        ckpt=ckpt,
+        plan=plan,
+        batches=open_batches(spec, ctx, dataset, plan, resumed.step),
+        eval_rounds=_eval_rounds(dataset, plan, eval_count, spec, ctx),
+        metrics=_metrics_writer(spec, ctx, run_dir, resumed.step, allocation_end),
+        start_step=resumed.step,
+        loss_value=resumed.last_loss,
+        flops=getattr(model, "flops_per_sample", lambda: 0.0)(),
+        peak=peak_flops(torch.cuda.get_device_name(ctx.device))
+        if ctx.device.type == "cuda"
+        else None,
+        tokens=getattr(dataset, "tokens_per_sample", 0) or 0,
+        saved_at=resumed.step,
+    )
+
+
+def _note_nothing_left(run_dir: Path, step: int, steps: int) -> None:
+    print(
+        f"note: the run directory {run_dir} already holds step {step} "
+        f"(train.steps={steps}): nothing left to train. HINT: raise train.steps to "
+        "train on; for a fresh run use another job.name (a new run directory) or "
+        "resume=never",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def make_plan(
+    spec: JobSpec, ctx: DistContext, train_size: int, resumed: TrainerState
+) -> GlobalBatchPlan:
+    """The data order: the same global batches whatever the world size."""
+    return GlobalBatchPlan(
+        dataset_size=train_size,
+        global_batch=spec.train.global_batch_size,
+        micro_batch=spec.train.micro_batch_size,
+        dp_size=spec.layout.dp_size,
+        dp_rank=ctx.dp_rank,
+        seed=spec.train.seed,
+        # The checkpoint's global sample index: valid whatever the world size it was
+        # saved on, so no sample of the epoch is seen twice or skipped.
+        start_step=resumed.step,
+        start_position=resumed.sample_position,
+    )
+
+
+def open_batches(
+    spec: JobSpec, ctx: DistContext, dataset: Any, plan: GlobalBatchPlan, start_step: int
+) -> StepBatches:
+    """torch's DataLoader over this rank's micro-batches from `start_step` on."""
+    loader_set = spec.loader
+    # auto, where validation could not resolve it: the CPUs this process was given.
+    workers = loader_set.workers_for(max(1, torch.get_num_threads()))
+    sampler = PlanBatchSampler(plan, start_step, spec.train.steps)
+    loader = build_loader(
+        dataset, sampler, loader_set, workers, ctx.device.type, spec.train.seed + start_step
+    )
+    where = f"data._target_={spec.data.get('_target_')} (loader.num_workers={workers})"
+    return StepBatches(loader, plan.accumulation_steps, ctx.device, where)
+
+
+def _metrics_writer(
+    spec: JobSpec, ctx: DistContext, run_dir: Path, start_step: int, allocation_end: float | None
+) -> MetricsWriter:
+    return MetricsWriter(
         run_dir,
-        strategy.state_module(),
-        optimizer,
-        ctx.info.rank,
-        spec.layout.checkpoint_world(),
-        spec.config,
-        ctx.device,
-        keep_last=spec.checkpoint.keep_last,
-        use_async=spec.checkpoint.use_async,
+        ctx.is_main,
+        spec.train.steps,
+        resume_step=start_step,
+        end_time=allocation_end,
+        allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
+        lead_s=spec.preemption.lead_seconds,
+        tensorboard=spec.metrics.tensorboard,
     )
 
 
@@ -175,201 +244,137 @@ def resume(
     return state
 
 
-def _throughput(
-    spec: JobSpec, step: int, loss: float | None, lr: float, step_time: float
-) -> dict[str, Any]:
-    return {
-        "step": step,
-        "loss": loss,
-        "lr": lr,
-        "step_time_s": step_time,
-        "samples_per_s": spec.train.global_batch_size / step_time,
-    }
+# ---- the loop ---------------------------------------------------------------------------
 
 
-class _NoHeartbeat:
-    def beat(self, step: int, phase: str) -> None:
-        pass
-
-
-def train(
-    spec: JobSpec,
-    ctx: DistContext,
-    run_dir: Path,
-    stop: StopRequest | None = None,
-    heartbeat: Heartbeat | None = None,
-    allocation_end: float | None = None,
-) -> TrainResult:
-    """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
-    save) when `stop` notes a signal. allocation_end: when the Slurm allocation ends
-    (epoch seconds), for the time left in the progress lines."""
-    tset, cset = spec.train, spec.checkpoint
-    steps = tset.steps
-    hb = heartbeat or _NoHeartbeat()  # the phase a watchdog reports if this rank stalls
-
-    # ---- build: data, model, strategy, optimizer, checkpointer ----------------------------
-    # Same seed on every rank: every rank builds the same initial model, whatever the
-    # mode, before it is wrapped, sharded or split.
-    seed_everything(tset.seed)
-    dataset = instantiate(spec.data)
-    model = instantiate(spec.model)
-    model.activation_checkpointing = tset.activation_checkpointing
-    strategy = build_strategy(spec, ctx, model, resolve_precision(tset.precision, ctx.device))
-    optimizer = build_optimizer(strategy.parameters(), spec.optim)
-    scheduler = build_scheduler(optimizer, spec.optim, steps)
-    ckpt = build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
-
-    # ---- resume: the newest complete checkpoint of this run directory -------------------
-    resumed = resume(spec, ckpt, scheduler, strategy, ctx)
-    start_step, loss_value = resumed.step, resumed.last_loss
-    if start_step >= steps and ctx.is_main:
-        print(
-            f"note: the run directory {run_dir} already holds step {start_step} "
-            f"(train.steps={steps}): nothing left to train. HINT: raise train.steps to "
-            "train on; for a fresh run use another job.name (a new run directory) or "
-            "resume=never",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    # ---- data order: the same global batches whatever the world size ----------------------
-    # Hold out the end of the dataset for evaluation; train on the rest.
-    eval_count = int(len(dataset) * tset.eval_fraction)
-    lay = spec.layout
-    plan = GlobalBatchPlan(
-        dataset_size=len(dataset) - eval_count,
-        global_batch=tset.global_batch_size,
-        micro_batch=tset.micro_batch_size,
-        dp_size=lay.dp_size,
-        dp_rank=ctx.dp_rank,
-        seed=tset.seed,
-        # The checkpoint's global sample index: valid whatever the world size it was
-        # saved on, so no sample of the epoch is seen twice or skipped.
-        start_step=start_step,
-        start_position=resumed.sample_position,
-    )
-    eval_rounds = _eval_rounds(dataset, plan, eval_count, spec, ctx, tset.eval_batches)
-    every_seconds = (cset.every_minutes or 0) * 60
-    flops = getattr(model, "flops_per_sample", lambda: 0.0)()
-    peak = peak_flops(torch.cuda.get_device_name(ctx.device)) if ctx.device.type == "cuda" else None
-    metrics = MetricsWriter(
-        run_dir,
-        ctx.is_main,
-        steps,
-        resume_step=start_step,
-        end_time=allocation_end,
-        allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
-        lead_s=spec.preemption.lead_seconds,
-        tensorboard=spec.metrics.tensorboard,
-    )
-    own_stop = stop is None
-    stop = stop or StopRequest()
-
-    def to_device(batch: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return batch[0].to(ctx.device, non_blocking=True), batch[1].to(
-            ctx.device, non_blocking=True
-        )
-
-    def save(done: int, force_sync: bool = False) -> None:
-        hb.beat(done, "checkpoint")
-        with _on_write_error(cset.on_write_error, ctx.is_main):
-            ckpt.save(
-                done,
-                TrainerState(
-                    done,
-                    plan.sample_position(done),
-                    scheduler.state_dict(),
-                    strategy.scaler.state_dict() if strategy.scaler else None,
-                    loss_value,
-                ),
-                force_sync=force_sync,
-            )
-
-    # ---- the loop -------------------------------------------------------------------------
-    strategy.train(True)
-    window_start, window_steps = time.perf_counter(), 0
-    last_save_time, saved_at = time.monotonic(), start_step
-    stopped_by = ""
-    for step in range(start_step, steps):
-        hb.beat(step, "data")
-        batches = [to_device(dataset.batch(idx)) for idx in plan.step_indices(step)]
-        if step == start_step > 0:
-            strategy.before_resumed_steps(batches[0])
-        hb.beat(step, "forward_backward")
-        local_loss = strategy.train_step(batches)
-        hb.beat(step, "optimizer")
-        if strategy.scaler is not None:
-            strategy.scaler.unscale_(optimizer)
-        if spec.optim.grad_clip > 0:
-            strategy.clip_grad_norm(spec.optim.grad_clip)
-        # One collective per step, before the update, so every rank decides alike: a
-        # signal, a save due by time, and whether any rank's loss is NaN or infinite (a
-        # flag on the device: no sync of its own).
-        time_due = int(
-            ctx.is_main and every_seconds > 0 and time.monotonic() - last_save_time >= every_seconds
-        )
-        not_finite = (~torch.isfinite(local_loss.detach())).any().reshape(1)
-        signum, time_due, bad = agree([stop.signum, time_due], ctx.device, extra=not_finite)
-        if bad:
-            _on_nonfinite(tset.nonfinite, step + 1, ckpt, ctx.is_main)
-        else:
-            ckpt.before_update()  # an asynchronous save may still be copying the weights
-            if strategy.scaler is not None:
-                strategy.scaler.step(optimizer)
-                strategy.scaler.update()
-            else:
-                optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        scheduler.step()
-        window_steps += 1
-        metrics.advance(step + 1)
-
+def run_steps(a: Attempt) -> None:
+    """Every step from the resumed one to train.steps, or until a signal stops them."""
+    a.strategy.train(True)
+    a.window_start, a.window_steps = time.perf_counter(), 0
+    for step in range(a.start_step, a.spec.train.steps):
+        a.hb.beat(step, "data")
+        batches = a.batches.next_step()
+        if step == a.start_step > 0:
+            a.strategy.before_resumed_steps(batches[0])
+        a.hb.beat(step, "forward_backward")
+        local_loss = a.strategy.train_step(batches)
+        a.hb.beat(step, "optimizer")
+        signum, time_due = optimizer_step(a, step, local_loss)
+        a.window_steps += 1
+        a.metrics.advance(step + 1)
         done = step + 1
-        if done % tset.log_every == 0 or done == steps:
-            # One all-reduce of the loss per logged step, not per step.
-            loss_value = strategy.global_mean(local_loss)
-            if ctx.device.type == "cuda":
-                torch.cuda.synchronize(ctx.device)
-            elapsed = (time.perf_counter() - window_start) / window_steps
-            record = _throughput(spec, done, loss_value, scheduler.get_last_lr()[0], elapsed)
-            tokens = getattr(dataset, "tokens_per_sample", 0)
-            if tokens:
-                record["tokens_per_s"] = tset.global_batch_size * tokens / elapsed
-            if peak and flops:
-                record["mfu"] = flops * tset.global_batch_size / elapsed / (peak * lay.world_size)
-            if tset.eval_every and (done % tset.eval_every == 0 or done == steps) and eval_rounds:
-                hb.beat(done, "eval")
-                record["eval_loss"] = _eval_loss(strategy, eval_rounds, ctx)
-            metrics.log(record)
-            window_start, window_steps = time.perf_counter(), 0
-
+        if done % a.spec.train.log_every == 0 or done == a.spec.train.steps:
+            log_step(a, done, local_loss)
         # ---- step boundary: stop, save, or go on; every rank decides the same ----------
-        hb.beat(done, "step_boundary")
-        if signum:
-            stopped_by = signal_name(signum)
-            save(done, force_sync=True)
-            saved_at = done
-            if ctx.is_main:
-                print(f"{stopped_by} received: saved step-{done} and stopping", flush=True)
+        a.hb.beat(done, "step_boundary")
+        if at_boundary(a, done, signum, time_due):
             break
-        if (cset.every_steps and done % cset.every_steps == 0) or time_due or done == steps:
-            save(done, force_sync=done == steps)
-            saved_at, last_save_time = done, time.monotonic()
 
-    # ---- the end: last save sealed, final weights on rank 0 -------------------------------
-    with _on_write_error(cset.on_write_error, ctx.is_main):
-        ckpt.close()
-    if own_stop:
-        stop.restore()
-    digest = None
-    if not stopped_by:
-        state = strategy.full_state_dict()
-        if ctx.is_main and state is not None:
-            digest = state_digest(state)
-            torch.save(state, run_dir / "model_final.pt")
-            (run_dir / "model_final.sha256").write_text(digest + "\n")
-    metrics.close()
-    return TrainResult(saved_at, loss_value, digest, stopped_by)
+
+def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[int, int]:
+    """Clip, agree with the other ranks, then apply the update (or not): returns the
+    agreed (signal, save due by time)."""
+    strategy, optimizer = a.strategy, a.optimizer
+    if strategy.scaler is not None:
+        strategy.scaler.unscale_(optimizer)
+    if a.spec.optim.grad_clip > 0:
+        strategy.clip_grad_norm(a.spec.optim.grad_clip)
+    # One collective per step, before the update, so every rank decides alike: a
+    # signal, a save due by time, and whether any rank's loss is NaN or infinite (a
+    # flag on the device: no sync of its own).
+    every_seconds = (a.spec.checkpoint.every_minutes or 0) * 60
+    time_due = int(
+        a.ctx.is_main and every_seconds > 0 and time.monotonic() - a.last_save_time >= every_seconds
+    )
+    not_finite = (~torch.isfinite(local_loss.detach())).any().reshape(1)
+    signum, time_due, bad = agree([a.stop.signum, time_due], a.ctx.device, extra=not_finite)
+    if bad:
+        _on_nonfinite(a.spec.train.nonfinite, step + 1, a.ckpt, a.ctx.is_main)
+    else:
+        a.ckpt.before_update()  # an asynchronous save may still be copying the weights
+        if strategy.scaler is not None:
+            strategy.scaler.step(optimizer)
+            strategy.scaler.update()
+        else:
+            optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    a.scheduler.step()
+    return signum, time_due
+
+
+def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
+    """One all-reduce of the loss per logged step, not per step; the throughput of the
+    steps since the last line; the held-out loss when due."""
+    tset = a.spec.train
+    a.loss_value = a.strategy.global_mean(local_loss)
+    if a.ctx.device.type == "cuda":
+        torch.cuda.synchronize(a.ctx.device)
+    elapsed = (time.perf_counter() - a.window_start) / a.window_steps
+    record: dict[str, Any] = {
+        "step": done,
+        "loss": a.loss_value,
+        "lr": a.scheduler.get_last_lr()[0],
+        "step_time_s": elapsed,
+        "samples_per_s": tset.global_batch_size / elapsed,
+    }
+    if a.tokens:
+        record["tokens_per_s"] = tset.global_batch_size * a.tokens / elapsed
+    if a.peak and a.flops:
+        world = a.spec.layout.world_size
+        record["mfu"] = a.flops * tset.global_batch_size / elapsed / (a.peak * world)
+    eval_due = tset.eval_every and (done % tset.eval_every == 0 or done == tset.steps)
+    if eval_due and a.eval_rounds:
+        a.hb.beat(done, "eval")
+        record["eval_loss"] = _eval_loss(a.strategy, a.eval_rounds, a.ctx)
+    a.metrics.log(record)
+    a.window_start, a.window_steps = time.perf_counter(), 0
+
+
+def at_boundary(a: Attempt, done: int, signum: int, time_due: int) -> bool:
+    """Save when a signal, the schedule or the end asks; True: stop here."""
+    cset = a.spec.checkpoint
+    if signum:
+        a.stopped_by = signal_name(signum)
+        save(a, done, force_sync=True)
+        a.saved_at = done
+        if a.ctx.is_main:
+            print(f"{a.stopped_by} received: saved step-{done} and stopping", flush=True)
+        return True
+    if (
+        (cset.every_steps and done % cset.every_steps == 0)
+        or time_due
+        or done == a.spec.train.steps
+    ):
+        save(a, done, force_sync=done == a.spec.train.steps)
+        a.saved_at, a.last_save_time = done, time.monotonic()
+    return False
+
+
+def save(a: Attempt, done: int, force_sync: bool = False) -> None:
+    a.hb.beat(done, "checkpoint")
+    with _on_write_error(a.spec.checkpoint.on_write_error, a.ctx.is_main):
+        a.ckpt.save(
+            done,
+            TrainerState(
+                done,
+                a.plan.sample_position(done),
+                a.scheduler.state_dict(),
+                a.strategy.scaler.state_dict() if a.strategy.scaler else None,
+                a.loss_value,
+            ),
+            force_sync=force_sync,
+        )
+
+
+def save_final_model(a: Attempt) -> str | None:
+    """The finished model's weights on rank 0 (model_final.pt) and their digest."""
+    state = a.strategy.full_state_dict()
+    if not a.ctx.is_main or state is None:
+        return None
+    digest = state_digest(state)
+    torch.save(state, a.run_dir / "model_final.pt")
+    (a.run_dir / "model_final.sha256").write_text(digest + "\n")
+    return digest
 
 
 def _on_nonfinite(policy: str, step: int, ckpt: Checkpointer, is_main: bool) -> None:
@@ -426,21 +431,25 @@ def _eval_loss(strategy: Strategy, eval_rounds: list, ctx: DistContext) -> float
 
 
 def _eval_rounds(
-    dataset, plan: GlobalBatchPlan, eval_count: int, spec: JobSpec, ctx: DistContext, rounds: int
-) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    dataset: Any, plan: GlobalBatchPlan, eval_count: int, spec: JobSpec, ctx: DistContext
+) -> list[list[Any]]:
     """Held-out global batches, each split across ranks exactly like a training step.
 
-    The eval set is the first `rounds` global batches after the training samples, so it
-    is the same whatever the world size, and a pipeline evaluates it step by step.
+    The eval set is the first `train.eval_batches` global batches after the training
+    samples, so it is the same whatever the world size, and a pipeline evaluates it step
+    by step. Read once, in this process, with the loader's collate function.
     """
+    from jeanzay_kit.train.batch import to_device
+
     g, m, dp = spec.train.global_batch_size, spec.train.micro_batch_size, spec.layout.dp_size
+    collate = build_collate(spec.loader.collate_fn)
     out = []
-    for r in range(min(rounds, eval_count // g)):
+    for r in range(min(spec.train.eval_batches, eval_count // g)):
         first = plan.dataset_size + r * g
         micro = []
         for a in range(spec.train.grad_accum_steps):
             start = first + a * dp * m + ctx.dp_rank * m
-            x, y = dataset.batch(np.arange(start, start + m))
-            micro.append((x.to(ctx.device), y.to(ctx.device)))
+            indices = np.arange(start, start + m)
+            micro.append(to_device(fetch(dataset, indices, collate), ctx.device))
         out.append(micro)
     return out

@@ -25,7 +25,7 @@ SCRIPT = textwrap.dedent(
 
     from jeanzay_kit.ckpt.checkpointer import OPTIONS, Checkpointer
     from jeanzay_kit.ckpt.trainer_state import TrainerState
-    from jeanzay_kit.launch.local import free_port
+    from jeanzay_kit.node.local import free_port
 
     run_dir, skip_wait = Path(sys.argv[1]), sys.argv[2] == "skip"
     dist.init_process_group(

@@ -10,7 +10,7 @@ import pytest
 import torch.multiprocessing as mp
 
 from jeanzay_kit.errors import DoctorError
-from jeanzay_kit.launch.local import free_port, local_rank_infos
+from jeanzay_kit.node.local import free_port, local_rank_infos
 
 JZK = str(Path(sys.executable).parent / "jzk")
 

@@ -104,6 +104,13 @@ def expected_indices() -> Counter:
     return Counter(plan.stream(0, STEPS * GLOBAL_BATCH).tolist())
 
 
+def checked_indices(attempts: int) -> Counter:
+    """What the start-of-run check reads: rank 0's first micro-batch (4 samples) of step 0."""
+    train_size = DATA_SIZE - int(DATA_SIZE * 0.05)
+    plan = GlobalBatchPlan(train_size, GLOBAL_BATCH, GLOBAL_BATCH, 1, 0, seed=0)
+    return Counter({i: attempts for i in plan.stream(0, 4).tolist()})
+
+
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_a_run_saved_on_4_ranks_resumes_on_another_number(tmp_path: Path, mode: str) -> None:
@@ -146,10 +153,11 @@ def test_a_run_saved_on_4_ranks_resumes_on_another_number(tmp_path: Path, mode: 
     assert f"(step {at_second})" in third.stdout and f"on {n3} rank(s)" in third.stdout
     assert run_dir_of(tmp_path, "elastic") == run_dir
 
-    # Every sample position of the 40 steps once: none twice, none skipped.
+    # Every sample position of the 40 steps once: none twice, none skipped. Besides, the
+    # contract check at each start (train/check.py) reads the run's first micro-batch once.
     expected = Counter({i: n * SERVED_PER_SAMPLE[mode] for i, n in expected_indices().items()})
-    assert trained_indices(record) == expected
-    assert trained_indices(tmp_path / "straight-record") == expected
+    assert trained_indices(record) == expected + checked_indices(attempts=3)
+    assert trained_indices(tmp_path / "straight-record") == expected + checked_indices(1)
 
     a = torch.load(run_dir_of(tmp_path, "straight") / "model_final.pt", weights_only=True)
     b = torch.load(run_dir / "model_final.pt", weights_only=True)

@@ -204,7 +204,7 @@ def test_a_split_change_is_refused_before_any_worker_even_with_allow_change(
         ({"depth": 6}, ["model.depth: 4 -> 6"]),
         (
             {"_target_": "my.Model"},
-            ["model._target_: 'jeanzay_kit.train.models.MLP' -> 'my.Model'"],
+            ["model._target_: 'jeanzay_kit.examples.models.MLP' -> 'my.Model'"],
         ),
         ({"dropout": 0.1}, []),
         ({"activation_checkpointing": True}, []),
@@ -213,7 +213,7 @@ def test_a_split_change_is_refused_before_any_worker_even_with_allow_change(
 def test_a_model_shape_change_is_named_dropout_is_not(change: dict, refused: list) -> None:
     old = {
         "model": {
-            "_target_": "jeanzay_kit.train.models.MLP",
+            "_target_": "jeanzay_kit.examples.models.MLP",
             "hidden": 128,
             "depth": 4,
             "dropout": 0.0,

@@ -1,4 +1,4 @@
-"""After a failed job step: requeue within the restart budget (launch/restart_job.py).
+"""After a failed job step: requeue within the restart budget (node/restart_job.py).
 
 The Slurm command goes through the runner seam; the budget file is real."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.launch.restart_job import restart_after_failure
-from jeanzay_kit.launch.restarts import read_restarts
+from jeanzay_kit.node.restart_job import restart_after_failure
+from jeanzay_kit.node.restarts import read_restarts
 
 
 class Scontrol:

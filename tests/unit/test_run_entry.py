@@ -7,7 +7,7 @@ from pathlib import Path
 
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.distributed.ranks import launched_by
-from jeanzay_kit.run import main
+from jeanzay_kit.node.entry import main
 
 
 def test_a_slurm_profile_outside_a_job_step_is_refused(tmp_path: Path, capsys) -> None:

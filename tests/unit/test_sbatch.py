@@ -255,7 +255,7 @@ def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:
         "--kill-on-bad-exit=1",
         "python",
         "-m",
-        "jeanzay_kit.launch.torchrun_agent",
+        "jeanzay_kit.node.torchrun_agent",
         "--nnodes=2",
         "--nproc-per-node=4",
         "--rdzv-backend=c10d",

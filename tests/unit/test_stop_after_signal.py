@@ -10,7 +10,7 @@ import pytest
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.worker import stop_after_signal
+from jeanzay_kit.node.worker import stop_after_signal
 
 
 @dataclass

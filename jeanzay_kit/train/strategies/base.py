@@ -5,15 +5,17 @@ from __future__ import annotations
 import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from jeanzay_kit.distributed.process_group import DistContext
+from jeanzay_kit.train.contracts import Batch
 
-Batch = tuple[torch.Tensor, torch.Tensor]
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# compute_loss(module, batch) -> scalar tensor: train/loss.py's ComputeLoss.
+ComputeLossFn = Callable[[nn.Module, Any], torch.Tensor]
 
 
 class Strategy(ABC):
@@ -28,12 +30,12 @@ class Strategy(ABC):
     def __init__(
         self,
         ctx: DistContext,
-        loss_fn: LossFn,
+        compute_loss: ComputeLossFn,
         autocast: Callable[[], contextlib.AbstractContextManager],
         scaler: torch.amp.GradScaler | None,
     ):
         self.ctx = ctx
-        self.loss_fn = loss_fn
+        self.compute_loss = compute_loss
         self.autocast = autocast
         self.scaler = scaler
 
@@ -102,10 +104,10 @@ class ReplicatedStrategy(Strategy):
     def train_step(self, batches: list[Batch]) -> torch.Tensor:
         total = torch.zeros((), device=self.ctx.device)
         n = len(batches)
-        for i, (x, y) in enumerate(batches):
+        for i, batch in enumerate(batches):
             with self.sync_gradients(last=i == n - 1):
                 with self.autocast():
-                    loss = self.loss_fn(self.model(x), y)
+                    loss = self.compute_loss(self.model, batch)
                 # Each micro-batch weighs 1/n: the step's gradient is the mean over it.
                 self.backward(loss / n)
             total += loss.detach()
@@ -114,7 +116,7 @@ class ReplicatedStrategy(Strategy):
     @torch.no_grad()
     def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
         losses = []
-        for x, y in batches:
+        for batch in batches:
             with self.autocast():
-                losses.append(self.loss_fn(self.eval_module()(x), y).float())
+                losses.append(self.compute_loss(self.eval_module(), batch).float())
         return torch.stack(losses).mean() if losses else None

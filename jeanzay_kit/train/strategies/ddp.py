@@ -53,9 +53,8 @@ class DDPStrategy(ReplicatedStrategy):
         """
         devices = [self.ctx.device] if self.ctx.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
-            x, y = batch
             with self.autocast():
-                loss = self.loss_fn(self.model(x), y)
+                loss = self.compute_loss(self.model, batch)
             loss.float().backward()
         for param in self.model.parameters():
             param.grad = None

@@ -22,9 +22,10 @@ class FSDPStrategy(ReplicatedStrategy):
         mesh = self.ctx.mesh["dp"]
         # Shard block by block, then the root: each block's parameters are gathered just
         # before it runs and freed after, so peak memory holds one block unsharded.
+        # (A model without `blocks` is one unit: train/components.py warns about it.)
         blocks = getattr(model, "blocks", None)
-        if isinstance(blocks, nn.ModuleDict):
-            for block in blocks.values():
+        if isinstance(blocks, (nn.ModuleDict, nn.ModuleList)):
+            for block in blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks:
                 fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         self.model = torch.compile(model) if compile_model else model

@@ -28,6 +28,8 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
+from jeanzay_kit.errors import ContractError
+from jeanzay_kit.train.batch import concat
 from jeanzay_kit.train.strategies.base import Batch, Strategy, cpu_state
 
 SCHEDULES = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}
@@ -53,6 +55,12 @@ class PipelineStrategy(Strategy):
         self.ids = stage_ids(self.ctx.pp_rank, lay.pp_size, per_rank)
         self.chunks: list[nn.Module] = []
         stages = []
+        if not callable(getattr(model, "pipeline_chunk", None)):
+            raise ContractError(
+                f"parallel.mode={lay.mode}: {type(model).__name__} has no "
+                "pipeline_chunk(index, count) to split it into stages. HINT: add one "
+                "(train/contracts.py: PipelineSplittable), or use parallel=ddp or fsdp"
+            )
         for sid in self.ids:
             chunk = model.pipeline_chunk(sid, self.num_stages).to(self.ctx.device)
             self.chunks.append(chunk)
@@ -66,10 +74,11 @@ class PipelineStrategy(Strategy):
         self.first = 0 in self.ids
         self.last = (self.num_stages - 1) in self.ids
         self.n_microbatches = n_microbatches
+        last_stage_loss = self.compute_loss.pipeline_loss()  # type: ignore[attr-defined]
 
         def scaled_loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
             # The schedule runs backward itself, so fp16 loss scaling happens here.
-            loss = self.loss_fn(output, target)
+            loss = last_stage_loss(output, target)
             return self.scaler.scale(loss) if self.scaler is not None else loss
 
         if interleaved:
@@ -85,7 +94,9 @@ class PipelineStrategy(Strategy):
         yield from self.chunks
 
     def _run(self, batch: Batch, evaluate: bool) -> torch.Tensor:
-        x, y = batch
+        # A pipeline's first stage takes one tensor and its last stage meets the target:
+        # (inputs, target) batches (train/check.py refuses others before the run).
+        x, y = batch[0], batch[-1]
         losses: list[torch.Tensor] = []
         args = (x,) if self.first else ()
         kwargs = {"target": y, "losses": losses} if self.last else {}
@@ -102,9 +113,7 @@ class PipelineStrategy(Strategy):
         return total
 
     def train_step(self, batches: list[Batch]) -> torch.Tensor:
-        x = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
-        loss = self._run((x, y), evaluate=False)
+        loss = self._run(concat(batches), evaluate=False)
         if self.ctx.layout.dp_size > 1:
             self._average_gradients()
         return loss
@@ -124,9 +133,7 @@ class PipelineStrategy(Strategy):
     def eval_loss(self, batches: list[Batch]) -> torch.Tensor | None:
         if not batches:
             return None
-        x = torch.cat([b[0] for b in batches])
-        y = torch.cat([b[1] for b in batches])
-        return self._run((x, y), evaluate=True)
+        return self._run(concat(batches), evaluate=True)
 
     def global_mean(self, local: torch.Tensor) -> float:
         # Only last-stage ranks computed a loss: sum over everyone, divide by their number.

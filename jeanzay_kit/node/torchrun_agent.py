@@ -1,4 +1,4 @@
-"""torchrun as a Slurm task (parallel.launcher=torchrun): `python -m jeanzay_kit.launch.
+"""torchrun as a Slurm task (parallel.launcher=torchrun): `python -m jeanzay_kit.node.
 torchrun_agent TORCHRUN_ARGS...` runs torch.distributed.run with Slurm's signals handled.
 
 torchrun handles SIGTERM/SIGINT/SIGHUP/SIGQUIT by stopping its workers, but not SIGUSR1 or

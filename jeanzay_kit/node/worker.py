@@ -1,7 +1,7 @@
 """One training process: join the process group, train, leave it, and after a signal,
 requeue (rank 0) and exit.
 
-run.py calls `run_worker` in a task launched by srun or torchrun; launch/local.py calls it
+node/entry.py calls `run_worker` in a task launched by srun or torchrun; node/local.py calls it
 in each local worker process. It receives values (spec, RankInfo, run directory), never
 reads the environment itself.
 """
@@ -54,6 +54,8 @@ def run_worker(
         f"host {socket.gethostname()}",
         flush=True,
     )
+    if info.rank == 0:
+        _check_contracts_once(spec, device, threads)
     if spec.watchdog.stall_seconds > 0:
         import os
 
@@ -79,8 +81,10 @@ def run_worker(
         failed = False
     except JzkError as err:
         # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
-        if info.rank == 0:
-            report.error(report.TRAIN, err)
+        # A failure of one rank's own (a loader worker died) is said by that rank.
+        if info.rank == 0 or getattr(err, "rank_local", False):
+            prefix = f"rank {info.rank}: " if getattr(err, "rank_local", False) else ""
+            report.error(report.TRAIN, f"{prefix}{err}")
         shutdown(clean=False)
         raise SystemExit(err.exit_code) from err
     except BaseException as err:
@@ -107,7 +111,7 @@ def run_worker(
     if result.stopped_by:
         stop_after_signal(spec, info, result)
     if info.rank == 0:
-        from jeanzay_kit.launch.restarts import clear_restarts
+        from jeanzay_kit.node.restarts import clear_restarts
 
         clear_restarts(run_dir)  # the run finished: its restart budget starts afresh
         loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
@@ -116,6 +120,27 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def _check_contracts_once(spec: JobSpec, device, threads: int) -> None:  # noqa: ANN001
+    """The dataset, model and loss tried on one micro-batch, on rank 0 before any
+    collective (train/check.py): a contract break is one line and exit 2, not a traceback
+    per rank, and never retried."""
+    from jeanzay_kit.train.check import check_contracts
+    from jeanzay_kit.train.components import resolve_precision
+
+    precision = resolve_precision(spec.train.precision, device)
+    cpus = threads if threads > 0 else spec.omp_num_threads
+    try:
+        found = check_contracts(spec, device, precision, cpus)
+    except JzkError as err:
+        report.error(report.TRAIN, err)
+        raise SystemExit(err.exit_code) from None
+    print(found.summary(), flush=True)
+    if device.type == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()  # the check's model copy is gone; give its memory back
 
 
 # What a collective raises on a rank whose peer died (gloo, NCCL, the TCP store): the

@@ -18,8 +18,8 @@ def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
     # First: submitit installed its own handlers; ours only note the signal, and the
     # ranks stop together at a step boundary (docs/preemption.md).
     stop = StopRequest()
+    from jeanzay_kit.node.entry import main
     from jeanzay_kit.project.import_path import put_project_on_path
-    from jeanzay_kit.run import main
 
     # The environment is read here, once.
     env = dict(os.environ)

@@ -1,9 +1,9 @@
 """After a failed job step: requeue the Slurm job while the restart budget allows.
 
-The rendered script runs `python -m jeanzay_kit.launch.restart_job` when srun ends with
+The rendered script runs `python -m jeanzay_kit.node.restart_job` when srun ends with
 an error: a hang (the watchdog's exit 4), a crashed rank (srun's --kill-on-bad-exit has
 already ended the others), a lost node. The restart is recorded in
-`<run_dir>/restarts.json` (launch/restarts.py) and the job requeued: it resumes from its
+`<run_dir>/restarts.json` (node/restarts.py) and the job requeued: it resumes from its
 newest complete checkpoint. A refusal (exit 2) or a preemption stop (exit 3, already
 requeued by rank 0) is left alone, and a run out of budget stops with a message saying so.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.errors import SlurmCommandError
-from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 from jeanzay_kit.train.stall import made_progress
@@ -71,7 +71,7 @@ def restart_after_failure(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.launch.restart_job")
+    parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.node.restart_job")
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--status", type=int, required=True)
     parser.add_argument("--max-restarts", type=int, required=True)

@@ -96,7 +96,7 @@ def main(
     stop = stop or StopRequest()
     try:
         check_torch()
-        spec = build_job_spec(cfg, local_gpus=local_gpu_count())
+        spec = build_job_spec(cfg, local_gpus=local_gpu_count(), local_cpus=cpu_count)
         if spec.cluster.is_slurm and launched_by(env) is None:
             # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.
             raise JzkError(
@@ -107,7 +107,7 @@ def main(
             )
         check_data_paths(spec.data)
         if launched_by(env) is not None:
-            from jeanzay_kit.worker import run_worker
+            from jeanzay_kit.node.worker import run_worker
 
             info = rank_info_from_env(env)
             if info.rank == 0:
@@ -134,7 +134,7 @@ def main(
             ckpt.resume,
             ckpt.allow_config_change,
         )
-        from jeanzay_kit.launch.local import launch_local
+        from jeanzay_kit.node.local import launch_local
 
         record_provenance(run_dir, env)
         code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)

@@ -1,8 +1,9 @@
 """Example datasets that need no download: synthetic regression and Python stdlib text.
 
-A dataset here is a map-style object with `__len__` and `batch(indices) -> (inputs,
-targets)` returning whole tensors, so a micro-batch is built in one vectorised call.
-Replace them through `_target_` in conf/data/.
+Each is a map-style `torch.utils.data.Dataset` (`__getitem__`, `__len__`) whose samples are
+(inputs, target) pairs. They also implement torch's batched fetch, `__getitems__`: the
+DataLoader then gathers a micro-batch with one indexing operation instead of one call
+per sample. Replace them through `_target_` in conf/data/ (docs/your-model-and-data.md).
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ from __future__ import annotations
 import sysconfig
 from pathlib import Path
 
-import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 
-class SyntheticRegression:
+class SyntheticRegression(Dataset):
     """y = tanh(x A) B + noise: a smooth target an MLP learns in a few hundred steps."""
 
     def __init__(
@@ -35,12 +36,15 @@ class SyntheticRegression:
     def __len__(self) -> int:
         return self.x.shape[0]
 
-    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-        return self.x[idx], self.y[idx]
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[index], self.y[index]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return list(zip(self.x[idx].unbind(0), self.y[idx].unbind(0), strict=True))
 
 
-class StdlibText:
+class StdlibText(Dataset):
     """Byte-level language modelling on the Python standard library's own sources.
 
     Every machine with Python has this text, so nothing is downloaded. Sample i is the
@@ -73,8 +77,13 @@ class StdlibText:
     def __len__(self) -> int:
         return (len(self.data) - self.block_size - 1) // self.stride + 1
 
-    def batch(self, indices: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = torch.from_numpy(np.asarray(indices, dtype=np.int64)) * self.stride
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = index * self.stride
+        window = self.data[start : start + self.block_size + 1]
+        return window[:-1], window[1:]
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        starts = torch.as_tensor(indices, dtype=torch.long) * self.stride
         offsets = torch.arange(self.block_size + 1)
         windows = self.data[starts[:, None] + offsets[None, :]]
-        return windows[:, :-1], windows[:, 1:]
+        return list(zip(windows[:, :-1].unbind(0), windows[:, 1:].unbind(0), strict=True))

@@ -19,7 +19,7 @@ import torch.multiprocessing as mp
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.launch.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 from jeanzay_kit.train.stall import made_progress
@@ -62,7 +62,7 @@ def _worker(
     threads: int,
     visible: str | None,
 ) -> None:
-    from jeanzay_kit.worker import run_worker
+    from jeanzay_kit.node.worker import run_worker
 
     run_worker(spec, infos[index], run_dir, visible, threads)
 
@@ -95,7 +95,7 @@ def launch_local(
     stop: StopRequest | None = None,
 ) -> int:
     """Run the workers; after a hang or a crash, run them again from the newest complete
-    checkpoint while preemption.max_restarts allows (launch/restarts.py)."""
+    checkpoint while preemption.max_restarts allows (node/restarts.py)."""
     while True:
         since = time.time()
         code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop, since)
@@ -148,7 +148,7 @@ def _launch_once(
     # Share the cores: N CPU workers each with all cores would fight over them.
     threads = max(1, cpu_count // world)
     if world == 1:
-        from jeanzay_kit.worker import run_worker
+        from jeanzay_kit.node.worker import run_worker
 
         run_worker(spec, infos[0], run_dir, visible_devices, threads, stop=stop)
         return 0

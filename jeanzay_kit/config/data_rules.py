@@ -1,0 +1,121 @@
+"""Validators of how batches are loaded and the loss computed: `loader.*` and `loss.*`.
+Pure; see config/collector.py for the message shape.
+
+A section missing from the config (a config written before these groups existed, or a
+test's plain dict) takes the defaults of conf/loader/default.yaml and conf/loss/model.yaml.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.config.sections import LoaderSettings, LossSettings
+
+LOSS_FORMS = ("criterion", "output", "model")
+# Above this many loader workers per CPU of a training process the workers only fight over
+# the CPUs (IDRIS: light loaders may use a multiple of cpus-per-task, heavy ones fewer).
+WORKERS_PER_CPU_LIMIT = 4
+
+
+def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettings | None:
+    loader = loader or {}
+    workers_value = loader.get("num_workers", "auto")
+    workers = None
+    if workers_value not in ("auto", None):
+        workers = c.positive_int("loader.num_workers", workers_value, minimum=0)
+        if workers is None:
+            return None
+    pin_value = loader.get("pin_memory", "auto")
+    pin = None if pin_value in ("auto", None) else c.flag("loader.pin_memory", pin_value)
+    persistent = c.flag("loader.persistent_workers", loader.get("persistent_workers", False))
+    prefetch = loader.get("prefetch_factor")
+    if prefetch is not None:
+        prefetch = c.positive_int("loader.prefetch_factor", prefetch)
+    collate = loader.get("collate_fn")
+    if collate is not None and not (isinstance(collate, Mapping) and collate.get("_target_")):
+        c.add(
+            "loader.collate_fn",
+            collate,
+            "must be null or a node with a _target_",
+            "use +loader.collate_fn._target_=mypkg.data.collate (a function, or a class "
+            "built with the node's other keys)",
+        )
+        return None
+    if persistent is None or (pin_value not in ("auto", None) and pin is None):
+        return None
+    if persistent and workers == 0:
+        c.add(
+            "loader.persistent_workers",
+            True,
+            "needs worker processes (loader.num_workers=0)",
+            "set loader.num_workers=auto or more, or loader.persistent_workers=false",
+        )
+        return None
+    return LoaderSettings(workers, pin, persistent, prefetch, dict(collate) if collate else None)
+
+
+def check_loader_cpus(
+    c: Collector, loader: LoaderSettings, cpus: int | None, where: str
+) -> tuple[LoaderSettings, tuple[str, ...]]:
+    """Against the CPUs of one training process (`where` says where they come from):
+    resolve auto, refuse a count far beyond them, and note one above them."""
+    if cpus is None:
+        return loader, ()
+    resolved = replace(loader, num_workers=loader.workers_for(cpus), cpus_per_process=cpus)
+    workers = loader.num_workers
+    if workers is None or workers <= cpus:
+        return resolved, ()
+    if workers > WORKERS_PER_CPU_LIMIT * cpus:
+        c.add(
+            "loader.num_workers",
+            workers,
+            f"is more than {WORKERS_PER_CPU_LIMIT}x the {cpus} CPU(s) of a training process "
+            f"({where}): the workers would only fight over the CPUs",
+            f"use loader.num_workers=auto ({max(0, cpus - 1)}), at most "
+            f"{WORKERS_PER_CPU_LIMIT * cpus}, or ask for more CPUs (resources.cpus_per_task)",
+        )
+        return loader, ()
+    note = (
+        f"loader.num_workers={workers} is more than the {cpus} CPU(s) of a training process "
+        f"({where}): fine for light loaders that wait on I/O, slower for decoding-heavy ones"
+    )
+    return resolved, (note,)
+
+
+def check_loss(c: Collector, loss: Mapping[str, Any] | None, mode: object) -> LossSettings | None:
+    loss = loss or {}
+    form = c.choice("loss.form", loss.get("form", "model"), LOSS_FORMS)
+    criterion = loss.get("criterion")
+    target_key = loss.get("target_key")
+    if target_key is not None and not isinstance(target_key, str):
+        c.add("loss.target_key", target_key, "must be a key name or null", "use e.g. labels")
+        return None
+    if form == "criterion" and not (
+        isinstance(criterion, Mapping)
+        and isinstance(criterion.get("_target_"), str)
+        and criterion.get("_target_") not in ("", "???")
+    ):
+        c.add(
+            "loss.criterion._target_",
+            criterion.get("_target_") if isinstance(criterion, Mapping) else criterion,
+            "is not set: loss=criterion calls criterion(output, target)",
+            "name the class, e.g. loss.criterion._target_=torch.nn.CrossEntropyLoss",
+        )
+        return None
+    if form == "output" and mode in ("pipeline", "pipeline_ddp"):
+        c.add(
+            "loss",
+            "output",
+            f"cannot be used with parallel.mode={mode}: a pipeline computes the loss on its "
+            "last stage, from that stage's output and the target, while the model's own loss "
+            "needs the whole model called on the whole batch",
+            "use loss=criterion (loss.criterion._target_=...) or loss=model (a "
+            "loss(output, target) method of the model)",
+        )
+        return None
+    if form is None:
+        return None
+    return LossSettings(form, dict(criterion) if form == "criterion" else None, target_key)

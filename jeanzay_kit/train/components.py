@@ -1,0 +1,236 @@
+"""The one place that builds what a run trains from the config's `_target_`s: the dataset,
+the model, the loss, and around them the strategy, optimizer, scheduler and checkpointer.
+
+A `_target_` that cannot be built is a ContractError naming its key (`data._target_`,
+`model._target_`, `loss.criterion._target_`) with what went wrong, said once. A setting
+the model cannot honour is said, never skipped in silence (`warn_unsupported`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from jeanzay_kit import report
+from jeanzay_kit.ckpt.checkpointer import Checkpointer
+from jeanzay_kit.config.sections import OptimSettings
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.distributed.process_group import DistContext
+from jeanzay_kit.errors import ContractError
+from jeanzay_kit.train.loss import ComputeLoss
+from jeanzay_kit.train.schedule import lr_lambda
+from jeanzay_kit.train.strategies.base import Strategy
+
+# What a user who named a class without a YAML of its own most likely hit.
+_LEAK_HINT = (
+    "a class named on the command line keeps the keys of the shipped example: use "
+    "{key}=custom {key}._target_=... (+{key}.arg=value for its arguments), or a YAML "
+    "in your conf/{key}/"
+)
+
+
+def build_target(key: str, node: Mapping[str, Any], what: str) -> Any:
+    """hydra.utils.instantiate(node), or a ContractError naming `key._target_`."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    target = node.get("_target_")
+    if not isinstance(target, str) or target in ("", "???"):
+        raise ContractError(
+            f"{key}._target_ is not set: nothing names the {what}'s class. HINT: "
+            f"{key}._target_=mypkg.module.ClassName (with {key}=custom on the command line, "
+            f"or in your conf/{key.split('.')[0]}/*.yaml)"
+        )
+    try:
+        return instantiate(dict(node))
+    except InstantiationException as err:
+        cause = err.__cause__ or err
+        text = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+        hint = (
+            _LEAK_HINT.format(key=key)
+            if "unexpected keyword argument" in text
+            else (f"check {key}._target_ and its arguments")
+        )
+        raise ContractError(
+            f"{key}._target_={target}: could not build the {what}: {text}. HINT: {hint}"
+        ) from None
+
+
+def build_dataset(spec: JobSpec) -> Any:
+    dataset = build_target("data", spec.data, "dataset")
+    if not hasattr(dataset, "__getitem__") and not hasattr(dataset, "__getitems__"):
+        raise ContractError(
+            f"data._target_={spec.data.get('_target_')}: {type(dataset).__name__} has no "
+            "__getitem__: the toolkit reads map-style datasets. HINT: implement "
+            "__getitem__(index) and __len__ (torch.utils.data.Dataset)"
+        )
+    try:
+        size = len(dataset)
+    except TypeError:
+        raise ContractError(
+            f"data._target_={spec.data.get('_target_')}: {type(dataset).__name__} has no "
+            "__len__: the global-batch plan needs the number of samples. HINT: implement "
+            "__len__ (an iterable stream is issue 24's streaming data)"
+        ) from None
+    if size <= 0:
+        raise ContractError(f"data._target_={spec.data.get('_target_')}: the dataset is empty")
+    return dataset
+
+
+def build_model(spec: JobSpec, warn: bool) -> nn.Module:
+    model = build_target("model", spec.model, "model")
+    if not isinstance(model, nn.Module):
+        raise ContractError(
+            f"model._target_={spec.model.get('_target_')}: built a {type(model).__name__}, "
+            "not a torch.nn.Module. HINT: name the model's class (or a function returning it)"
+        )
+    warn_unsupported(spec, model, warn)
+    return model
+
+
+def warn_unsupported(spec: JobSpec, model: nn.Module, warn: bool) -> None:
+    """train.activation_checkpointing and FSDP per-block sharding need the model's help
+    (train/contracts.py): without it, say so instead of running at full memory."""
+    name = type(model).__name__
+    if spec.train.activation_checkpointing:
+        if hasattr(model, "activation_checkpointing"):
+            model.activation_checkpointing = True
+        elif warn:
+            _warning(
+                f"train.activation_checkpointing=true, but {name} has no "
+                "`activation_checkpointing` attribute: activations are stored as usual "
+                "(full memory). HINT: recompute blocks with torch.utils.checkpoint when "
+                "self.activation_checkpointing is true (docs/your-model-and-data.md)"
+            )
+    blocks = getattr(model, "blocks", None)
+    if (
+        spec.layout.mode == "fsdp"
+        and warn
+        and not isinstance(blocks, (nn.ModuleDict, nn.ModuleList))
+    ):
+        _warning(
+            f"parallel.mode=fsdp: {name} has no `blocks` (nn.ModuleDict or nn.ModuleList): "
+            "the whole model is one FSDP unit, gathered unsharded for every forward. "
+            "HINT: keep the repeated layers in self.blocks"
+        )
+
+
+def _warning(text: str) -> None:
+    print(f"{report.TRAIN}: warning: {text}", file=sys.stderr, flush=True)
+
+
+def build_loss(spec: JobSpec, model: nn.Module) -> ComputeLoss:
+    settings = spec.loss
+    criterion = None
+    if settings.form == "criterion":
+        assert settings.criterion is not None  # config/data_rules.py checked it
+        criterion = build_target("loss.criterion", settings.criterion, "criterion")
+        if not callable(criterion):
+            raise ContractError(
+                f"loss.criterion._target_={settings.criterion.get('_target_')}: built a "
+                f"{type(criterion).__name__}, which cannot be called as criterion(output, "
+                "target). HINT: name a loss class such as torch.nn.CrossEntropyLoss"
+            )
+    elif settings.form == "model" and not callable(getattr(model, "loss", None)):
+        raise ContractError(
+            f"loss=model: {type(model).__name__} (model._target_={spec.model.get('_target_')})"
+            " has no loss(output, target) method. HINT: use loss=criterion "
+            "loss.criterion._target_=torch.nn.CrossEntropyLoss, or loss=output when the "
+            "model returns its loss"
+        )
+    return ComputeLoss(settings, model, criterion)
+
+
+def make_autocast(precision: str, device: torch.device) -> Callable[[], Any]:
+    if precision in ("bf16", "fp16"):
+        dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+        return lambda: torch.autocast(device_type=device.type, dtype=dtype)
+    return contextlib.nullcontext
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """precision=auto on the local profile: bf16 on a GPU that has it, fp16 on older GPUs,
+    fp32 on the CPU (CPU autocast is rarely faster for these models)."""
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+def build_strategy(
+    spec: JobSpec, ctx: DistContext, model: nn.Module, compute_loss: ComputeLoss, precision: str
+) -> Strategy:
+    scaler = (
+        torch.amp.GradScaler("cuda") if precision == "fp16" and ctx.device.type == "cuda" else None
+    )
+    common = dict(
+        ctx=ctx,
+        compute_loss=compute_loss,
+        autocast=make_autocast(precision, ctx.device),
+        scaler=scaler,
+    )
+    mode = spec.layout.mode
+    if mode == "ddp":
+        from jeanzay_kit.train.strategies.ddp import DDPStrategy
+
+        return DDPStrategy(
+            model, bucket_cap_mb=spec.comm.bucket_cap_mb, compile_model=spec.train.compile, **common
+        )
+    if mode == "fsdp":
+        from jeanzay_kit.train.strategies.fsdp import FSDPStrategy
+
+        return FSDPStrategy(model, compile_model=spec.train.compile, **common)
+    if mode == "dataparallel":
+        from jeanzay_kit.train.strategies.dataparallel import DataParallelStrategy
+
+        return DataParallelStrategy(model, **common)
+    from jeanzay_kit.train.strategies.pipeline import PipelineStrategy
+
+    n_micro = spec.layout.microbatches * spec.train.grad_accum_steps
+    return PipelineStrategy(model, n_microbatches=n_micro, **common)
+
+
+def build_optimizer(params, optim: OptimSettings) -> torch.optim.Optimizer:
+    """optim.name: adamw or sgd (with momentum)."""
+    if optim.name == "sgd":
+        return torch.optim.SGD(
+            params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay
+        )
+    return torch.optim.AdamW(
+        params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+    )
+
+
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, optim: OptimSettings, steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
+    factor = lr_lambda(optim.warmup_steps or 1, steps, optim.min_lr_ratio)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def build_checkpointer(
+    spec: JobSpec,
+    strategy: Strategy,
+    optimizer: torch.optim.Optimizer,
+    ctx: DistContext,
+    run_dir: Path,
+) -> Checkpointer:
+    """The checkpointer of this run; it records the layout a resume is compared with."""
+    return Checkpointer(
+        run_dir,
+        strategy.state_module(),
+        optimizer,
+        ctx.info.rank,
+        spec.layout.checkpoint_world(),
+        spec.config,
+        ctx.device,
+        keep_last=spec.checkpoint.keep_last,
+        use_async=spec.checkpoint.use_async,
+    )

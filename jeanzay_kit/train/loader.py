@@ -1,0 +1,141 @@
+"""torch's DataLoader over the toolkit's global-batch plan.
+
+The plan (train/sampler.py) decides which samples each rank reads at each step, keyed by
+the global sample index; it is given to torch's `DataLoader` as its `batch_sampler`, so
+worker processes, pinned memory, prefetching, a dataset's `__getitems__` and any collate
+function work as torch documents them, while resuming mid-epoch or on another number of
+GPUs stays sample-exact: a resumed run builds a new loader whose sampler starts at the
+checkpoint's step. There is no loader state to save.
+
+Loader workers and signals: Slurm signals every process of a job step, the loader's
+workers too. A worker ignores the preemption signals (the training process notes them
+and saves at the next step boundary, then shuts the workers down); with the default
+action a worker would die of SIGUSR1 and take the step, and the save, with it.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Sampler, default_collate
+
+from jeanzay_kit.config.sections import LoaderSettings
+from jeanzay_kit.errors import LoaderWorkerDied
+from jeanzay_kit.train.batch import to_device
+from jeanzay_kit.train.sampler import GlobalBatchPlan
+
+
+class PlanBatchSampler(Sampler[list[int]]):
+    """This rank's micro-batches of steps [first_step, last_step), in order: each one a
+    list of dataset indices (`grad_accum` of them per step)."""
+
+    def __init__(self, plan: GlobalBatchPlan, first_step: int, last_step: int):
+        self.plan, self.first_step, self.last_step = plan, first_step, last_step
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for step in range(self.first_step, self.last_step):
+            for indices in self.plan.step_indices(step):
+                yield indices.tolist()
+
+    def __len__(self) -> int:
+        return max(0, self.last_step - self.first_step) * self.plan.accumulation_steps
+
+
+def ignore_stop_signals(_worker_id: int) -> None:
+    """worker_init_fn: the training process handles preemption, not its loader workers."""
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def build_collate(node: Mapping[str, Any] | None) -> Callable[[list[Any]], Any]:
+    """loader.collate_fn: torch's default_collate, a function, or a class built from the
+    node (e.g. a padding collator with its tokenizer)."""
+    if node is None:
+        return default_collate
+    from hydra.utils import get_object, instantiate
+
+    target = get_object(node["_target_"])
+    if isinstance(target, type) or len(node) > 1:
+        return instantiate(node)
+    return target
+
+
+def build_loader(
+    dataset: Any,
+    sampler: Sampler[list[int]],
+    settings: LoaderSettings,
+    workers: int,
+    device_type: str,
+    seed: int,
+) -> DataLoader:
+    extra: dict[str, Any] = {}
+    if workers > 0:
+        extra["worker_init_fn"] = ignore_stop_signals
+        extra["persistent_workers"] = settings.persistent_workers
+        if settings.prefetch_factor is not None:
+            extra["prefetch_factor"] = settings.prefetch_factor
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=workers,
+        collate_fn=build_collate(settings.collate_fn),
+        pin_memory=settings.pin_for(device_type),
+        # Worker seeds come from this generator, not from the global RNG, which stays
+        # exactly where model initialisation left it (dropout draws from it).
+        generator=torch.Generator().manual_seed(seed),
+        **extra,
+    )
+
+
+def fetch(dataset: Any, indices: np.ndarray, collate: Callable[[list[Any]], Any]) -> Any:
+    """One batch in this process, as a loader without workers would build it."""
+    index_list = [int(i) for i in indices]
+    getitems = getattr(dataset, "__getitems__", None)
+    samples = getitems(index_list) if getitems else [dataset[i] for i in index_list]
+    return collate(samples)
+
+
+class StepBatches:
+    """The loader's micro-batches, `grad_accum` per optimizer step, on the device."""
+
+    def __init__(
+        self,
+        loader: DataLoader,
+        grad_accum: int,
+        device: torch.device,
+        describe: str,
+    ):
+        self.loader, self.grad_accum, self.device = loader, grad_accum, device
+        self.non_blocking = bool(loader.pin_memory)
+        self.describe = describe  # e.g. "data._target_=mypkg.Images, loader.num_workers=4"
+        self._it: Iterator[Any] | None = None
+
+    def next_step(self) -> list[Any]:
+        if self._it is None:
+            self._it = iter(self.loader)
+        try:
+            return [
+                to_device(next(self._it), self.device, self.non_blocking)
+                for _ in range(self.grad_accum)
+            ]
+        except RuntimeError as err:
+            if "DataLoader worker" not in str(err):
+                raise
+            raise LoaderWorkerDied(
+                f"a DataLoader worker of {self.describe} died: {str(err).splitlines()[0]}. "
+                "HINT: a worker killed by the kernel is usually out of memory (lower "
+                "loader.num_workers or loader.prefetch_factor, or ask for more memory); "
+                "loader.num_workers=0 loads in the training process and shows the dataset's "
+                "own error"
+            ) from err
+
+    def close(self) -> None:
+        """Stop the workers now (not whenever the iterator is collected)."""
+        shutdown = getattr(self._it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+        self._it = None
