@@ -87,17 +87,23 @@ def run_worker(
             report.error(report.TRAIN, f"{prefix}{err}")
         shutdown(clean=False)
         raise SystemExit(err.exit_code) from err
+    except RuntimeError as err:
+        # A loader worker's death reaches this rank through torch's SIGCHLD handler,
+        # anywhere in a step: name the loader, not a bare traceback (train/loader.py).
+        from jeanzay_kit.train.loader import is_loader_death, loader_death
+
+        if not is_loader_death(err):
+            _report_failure(err, info)
+            shutdown(clean=False)
+            raise
+        report.error(report.TRAIN, f"rank {info.rank}: {loader_death(err, _data_key(spec))}")
+        shutdown(clean=False)
+        raise SystemExit(1) from None
     except BaseException as err:
         # Show which rank failed before the launcher tears the others down, and leave
         # without waiting for peers that may be stuck in a collective. A rank that only
         # lost its peer says so in one line: the launcher names the rank that died.
-        if is_peer_failure(err):
-            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
-            print(f"rank {info.rank} stopped: a peer left the job ({first})", file=sys.stderr)
-        else:
-            print(
-                f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True
-            )
+        _report_failure(err, info)
         shutdown(clean=False)
         raise
     finally:
@@ -120,6 +126,22 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def _report_failure(err: BaseException, info: RankInfo) -> None:
+    """Show which rank failed before the launcher tears the others down. A rank that only
+    lost its peer says so in one line: the launcher names the rank that died."""
+    if is_peer_failure(err):
+        first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+        print(f"rank {info.rank} stopped: a peer left the job ({first})", file=sys.stderr)
+    else:
+        print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
+
+
+def _data_key(spec: JobSpec) -> str:
+    return (
+        f"data._target_={spec.data.get('_target_')} (loader.num_workers={spec.loader.num_workers})"
+    )
 
 
 def _check_contracts_once(spec: JobSpec, device, threads: int) -> None:  # noqa: ANN001

@@ -99,6 +99,22 @@ def fetch(dataset: Any, indices: np.ndarray, collate: Callable[[list[Any]], Any]
     return collate(samples)
 
 
+def is_loader_death(err: BaseException) -> bool:
+    """torch's words for a dead loader worker: raised by next() on the iterator, or by
+    the SIGCHLD handler it installs, wherever the training process is at that moment."""
+    return isinstance(err, RuntimeError) and "DataLoader worker (pid" in str(err)
+
+
+def loader_death(err: BaseException, where: str) -> LoaderWorkerDied:
+    return LoaderWorkerDied(
+        f"a DataLoader worker of {where} died: {str(err).strip().splitlines()[0]}. "
+        "HINT: a worker killed by the kernel is usually out of memory (lower "
+        "loader.num_workers or loader.prefetch_factor, or ask for more memory); "
+        "loader.num_workers=0 loads in the training process and shows the dataset's "
+        "own error"
+    )
+
+
 class StepBatches:
     """The loader's micro-batches, `grad_accum` per optimizer step, on the device."""
 
@@ -123,15 +139,9 @@ class StepBatches:
                 for _ in range(self.grad_accum)
             ]
         except RuntimeError as err:
-            if "DataLoader worker" not in str(err):
+            if not is_loader_death(err):
                 raise
-            raise LoaderWorkerDied(
-                f"a DataLoader worker of {self.describe} died: {str(err).splitlines()[0]}. "
-                "HINT: a worker killed by the kernel is usually out of memory (lower "
-                "loader.num_workers or loader.prefetch_factor, or ask for more memory); "
-                "loader.num_workers=0 loads in the training process and shows the dataset's "
-                "own error"
-            ) from err
+            raise loader_death(err, self.describe) from err
 
     def close(self) -> None:
         """Stop the workers now (not whenever the iterator is collected)."""

@@ -1,0 +1,361 @@
+"""Your model, your data, your loss (docs/your-model-and-data.md), trained as a user does.
+
+The project is docs/examples/your_model, copied into a folder of its own: a map-style
+`Dataset` of images with int labels, a small CNN, `torch.nn.CrossEntropyLoss`, and a dict-
+batch model that returns its own loss; nothing in it imports jeanzay_kit. `jzk` runs from
+that folder with real loader worker processes (loader.num_workers=2) and gloo ranks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from jeanzay_kit.train.sampler import GlobalBatchPlan
+from tests.distributed.conftest import REPO
+from tests.distributed.test_resume import last_step
+
+EXAMPLE = REPO / "docs" / "examples" / "your_model"
+JZK = str(Path(sys.executable).with_name("jzk"))
+# The user's own test helpers, in their own package: a dataset that writes down every
+# index it serves, from whichever process reads it (a loader worker has its own pid), and
+# two broken pieces for the contract checks.
+USER_TEST_CODE = """
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from userpkg.images import RandomImages
+
+
+class RecordedImages(RandomImages):
+    def __init__(self, record_dir: str, **kwargs):
+        super().__init__(**kwargs)
+        self.record_dir = record_dir
+
+    def __getitem__(self, index):
+        with (Path(self.record_dir) / f"{os.getpid()}.txt").open("a") as handle:
+            handle.write(f"{index}\\n")
+        return super().__getitem__(index)
+
+
+class BadImages(RandomImages):
+    def __getitem__(self, index):
+        raise KeyError(f"no image {index} in the archive")
+
+
+class TupleCriterion(nn.Module):
+    def forward(self, output, target):
+        loss = nn.functional.cross_entropy(output, target)
+        return loss, {"accuracy": (output.argmax(1) == target).float().mean()}
+"""
+SIZE, HELD_OUT = 2000, 100  # train.eval_fraction=0.05 holds out the last 100 samples
+STEPS, GLOBAL, MICRO = 24, 64, 16
+BASE = (
+    f"train.steps={STEPS}",
+    f"train.global_batch_size={GLOBAL}",
+    f"train.micro_batch_size={MICRO}",
+    "train.log_every=1",
+    "train.eval_every=0",
+    "checkpoint.every_steps=100",
+)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "images-project"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("outputs", "__pycache__"))
+    (folder / "userpkg" / "testing.py").write_text(USER_TEST_CODE)
+    return folder
+
+
+def user_env() -> dict[str, str]:
+    # The installed toolkit (the virtual environment's jzk), nothing of the checkout.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def jzk(cwd: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [JZK, *args], cwd=cwd, env=user_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def run_dir_of(cwd: Path, name: str) -> Path:
+    found = sorted((cwd / "outputs").glob(f"{name}-*"))
+    assert len(found) == 1, found
+    return found[0]
+
+
+def losses(run_dir: Path) -> list[float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["loss"] for line in lines if '"loss"' in line]
+
+
+@pytest.mark.timeout(300)
+def test_a_dataset_and_a_criterion_train_with_loader_workers(project: Path) -> None:
+    done = jzk(project, "train", "resources.gpus_per_node=2", "train.steps=30")
+    assert done.returncode == 0, done.stderr[-3000:]
+    # The start-of-run check saw the user's batch, through torch's default_collate.
+    assert "check: batch list(Tensor[16, 1, 8, 8] float32, Tensor[16] int64)" in done.stdout
+    assert "done: 30 steps" in done.stdout
+    seen = losses(run_dir_of(project, "images"))
+    assert seen[-1] < seen[0] - 0.1, seen  # it learns
+
+    # The same classes named on the command line, without a YAML: no example key leaks.
+    named = jzk(
+        project,
+        "train",
+        "model=custom",
+        "model._target_=userpkg.cnn.SmallCNN",
+        "+model.channels=4",
+        "data=custom",
+        "data._target_=userpkg.images.RandomImages",
+        "+data.size=256",
+        "job.name=named",
+        "train.steps=4",
+        "train.eval_every=0",
+    )
+    assert named.returncode == 0, named.stderr[-3000:]
+    assert "done: 4 steps" in named.stdout
+
+
+@pytest.mark.timeout(300)
+def test_dict_batches_and_a_model_that_returns_its_loss(project: Path) -> None:
+    done = jzk(
+        project,
+        "train",
+        "model=custom",
+        "model._target_=userpkg.dict_batches.Regressor",
+        "data=custom",
+        "data._target_=userpkg.dict_batches.Regression",
+        "loss=output",
+        "resources.gpus_per_node=2",
+        "job.name=dicts",
+        "train.steps=30",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "check: batch dict(features: Tensor[16, 16] float32, labels: Tensor[16, 1]" in (
+        done.stdout
+    )
+    assert "-> Output" in done.stdout
+    seen = losses(run_dir_of(project, "dicts"))
+    assert seen[-1] < seen[0] / 2, seen
+
+
+def start(cwd: Path, *args: str) -> subprocess.Popen:
+    # A session of its own: the test signals the whole process group, loader workers
+    # included, as Slurm signals every process of a job step.
+    return subprocess.Popen(
+        [JZK, "train", *args],
+        cwd=cwd,
+        env=user_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=300)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def wait_for_step(proc: subprocess.Popen, cwd: Path, name: str, step: int) -> Path:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list((cwd / "outputs").glob(f"{name}-*"))
+        if found and last_step(found[0]) >= step:
+            return found[0]
+        time.sleep(0.02)
+    raise AssertionError(f"{name} never reached step {step}: {finish(proc).stderr[-3000:]}")
+
+
+def served(record: Path) -> Counter:
+    """Training sample indices read (the held-out ones, read for evaluation, left out)."""
+    seen: Counter = Counter()
+    for file in record.glob("*.txt"):
+        seen.update(i for i in map(int, file.read_text().split()) if i < SIZE - HELD_OUT)
+    return seen
+
+
+def positions(first: int, count: int) -> Counter:
+    """The dataset indices at global sample positions [first, first + count)."""
+    plan = GlobalBatchPlan(SIZE - HELD_OUT, GLOBAL, GLOBAL, 1, 0, seed=0)
+    return Counter(plan.stream(first, count).tolist())
+
+
+def recorded(project: Path, record: Path, *args: str) -> tuple[str, ...]:
+    record.mkdir(exist_ok=True)
+    return (
+        *BASE,
+        "data._target_=userpkg.testing.RecordedImages",
+        f"+data.record_dir={record}",
+        *args,
+    )
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("resume_gpus", [2, 1], ids=["same_world", "other_world"])
+def test_a_preempted_run_with_loader_workers_resumes_sample_exact(
+    project: Path, resume_gpus: int
+) -> None:
+    straight = finish(
+        start(
+            project,
+            *recorded(project, project / "straight"),
+            "job.name=straight",
+            "resources.gpus_per_node=2",
+        )
+    )
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    first_record, second_record = project / "first", project / "second"
+    proc = start(
+        project, *recorded(project, first_record), "job.name=cut", "resources.gpus_per_node=2"
+    )
+    run_dir = wait_for_step(proc, project, "cut", 8)
+    os.killpg(proc.pid, signal.SIGUSR1)  # the launcher, its ranks and their loader workers
+    stopped = finish(proc)
+    assert stopped.returncode == 3, stopped.stderr[-3000:]
+    saved = last_step(run_dir)
+    assert f"saved step-{saved}" in stopped.stdout and 8 <= saved < STEPS
+    resumed = finish(
+        start(
+            project,
+            *recorded(project, second_record),
+            "job.name=cut",
+            f"resources.gpus_per_node={resume_gpus}",
+        )
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"(step {saved})" in resumed.stdout
+
+    # Each start's check reads rank 0's first micro-batch once; the rest is the plan's.
+    check = positions(0, MICRO)
+    assert served(project / "straight") == positions(0, STEPS * GLOBAL) + check
+    # The resumed attempt reads exactly the positions after the checkpoint, once each.
+    assert served(second_record) == positions(saved * GLOBAL, (STEPS - saved) * GLOBAL) + check
+    # The stopped one read everything before it once; what its workers had prefetched
+    # past the stop was never trained (and is read again by the resumed attempt).
+    before = served(first_record) - check
+    assert before - positions(0, saved * GLOBAL) <= positions(saved * GLOBAL, 8 * GLOBAL)
+    assert positions(0, saved * GLOBAL) - before == Counter()
+
+    a = torch.load(run_dir_of(project, "straight") / "model_final.pt", weights_only=True)
+    b = torch.load(run_dir / "model_final.pt", weights_only=True)
+    if resume_gpus == 2:
+        assert (run_dir / "model_final.sha256").read_text() == (
+            run_dir_of(project, "straight") / "model_final.sha256"
+        ).read_text()
+    else:  # another world size sums the same gradients in another order
+        worst = max(float((a[k] - b[k]).abs().max()) for k in a)
+        assert worst < 1e-5, worst
+
+
+def loader_workers(launcher: int, record: Path) -> list[int]:
+    """Live processes that read samples and are not a rank (a rank's parent is the
+    launcher; a loader worker's parent is a rank)."""
+    out = []
+    for file in record.glob("*.txt"):
+        pid = int(file.stem)
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        parent = int(next(ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid")))
+        if pid != launcher and parent != launcher:
+            out.append(pid)
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_loader_worker_is_named_and_restarted(project: Path) -> None:
+    record = project / "record"
+    proc = start(
+        project,
+        *recorded(project, record),
+        "job.name=killed",
+        "resources.gpus_per_node=2",
+        "train.steps=40",
+        "checkpoint.every_steps=5",
+    )
+    wait_for_step(proc, project, "killed", 6)
+    victims = loader_workers(proc.pid, record)
+    assert victims, list(record.glob("*.txt"))
+    os.kill(victims[0], signal.SIGKILL)
+    done = finish(proc)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "a DataLoader worker of data._target_=userpkg.testing.RecordedImages" in done.stderr
+    assert "restarting after a crash (1/3)" in done.stderr, done.stderr[-3000:]
+    assert "done: 40 steps" in done.stdout
+
+
+# (overrides, the one line jzk check prints): each contract break of train/check.py.
+BREAKS = [
+    (
+        ("data=synthetic", "data._target_=userpkg.images.RandomImages"),
+        "data._target_=userpkg.images.RandomImages: could not build the dataset: "
+        "RandomImages.__init__() got an unexpected keyword argument",
+    ),
+    (("loss=model",), "loss=model: SmallCNN (model._target_=userpkg.cnn.SmallCNN) has no loss("),
+    (("loss=output",), "loss=output: the loss has shape [16, 4], not a scalar tensor"),
+    (
+        ("loss.criterion._target_=userpkg.testing.TupleCriterion",),
+        "(loss.criterion._target_=userpkg.testing.TupleCriterion): the loss is a tuple, not a "
+        "scalar tensor",
+    ),
+    (
+        ("data._target_=userpkg.testing.BadImages",),
+        "data._target_=userpkg.testing.BadImages: reading a micro-batch of 16 samples failed "
+        "in a loader worker: KeyError",
+    ),
+    (
+        (
+            "data=custom",
+            "data._target_=userpkg.dict_batches.Regression",
+            "model=custom",
+            "model._target_=userpkg.dict_batches.Regressor",
+        ),
+        "loss=criterion: the batch has no target (dict(features:",
+    ),
+    (
+        ("parallel=pipeline", "resources.gpus_per_node=2"),
+        "parallel.mode=pipeline: SmallCNN (model._target_=userpkg.cnn.SmallCNN) has no "
+        "pipeline_chunk(index, count)",
+    ),
+    (
+        ("parallel=pipeline", "resources.gpus_per_node=2", "loss=output"),
+        "loss=output cannot be used with parallel.mode=pipeline",
+    ),
+]
+
+
+@pytest.mark.timeout(300)
+def test_each_contract_break_is_one_line_before_the_queue(project: Path) -> None:
+    for overrides, expected in BREAKS:
+        result = jzk(project, "check", *overrides, f"train.micro_batch_size={MICRO}")
+        assert result.returncode == 2, (overrides, result.stderr[-2000:])
+        lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("jzk check: error: "), result.stderr
+        assert expected in lines[0], (overrides, lines[0])
+
+    # The same check starts every run: one line, exit 2, not retried, no worker traceback.
+    t0 = time.monotonic()
+    refused = jzk(project, "train", "loss=model", "resources.gpus_per_node=2")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    errors = [ln for ln in refused.stderr.splitlines() if "error:" in ln]
+    assert len(errors) == 1 and "has no loss(output, target) method" in errors[0], errors
+    assert "Traceback" not in refused.stderr and "restarting" not in refused.stderr
+    assert time.monotonic() - t0 < 60
