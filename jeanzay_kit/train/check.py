@@ -22,7 +22,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.batch import describe, split_batch, to_device
-from jeanzay_kit.train.loader import PlanBatchSampler, build_loader
+from jeanzay_kit.train.loader import build_loader
 from jeanzay_kit.train.sampler import GlobalBatchPlan
 
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")
@@ -61,14 +61,15 @@ def check_contracts(
     spec: JobSpec, device: torch.device, precision: str, cpus: int = 1
 ) -> CheckReport:
     """Try the run's components on its first micro-batch; ContractError on a break."""
-    dataset = build.build_dataset(spec)
+    dataset = _guard("data", "dataset", lambda: build.build_dataset(spec), spec.data)
     workers = spec.loader.workers_for(cpus)
     started = time.perf_counter()
     batch = _first_micro_batch(spec, dataset, workers, device)
     fetch_s = time.perf_counter() - started
     _check_batch_shape(spec, batch)
     torch.manual_seed(spec.train.seed)
-    model = build.build_model(spec, warn=False).to(device)
+    model = _guard("model", "model", lambda: build.build_model(spec, warn=False), spec.model)
+    model = model.to(device)
     _check_pipeline_split(spec, model)
     compute_loss = build.build_loss(spec, model)
     model.train(True)
@@ -90,6 +91,18 @@ def check_contracts(
     )
 
 
+def _guard(key: str, what: str, make: Any, node: Mapping[str, Any]) -> Any:
+    """Whatever the class raises while it is built: one line naming its key."""
+    try:
+        return make()
+    except JzkError:
+        raise
+    except Exception as err:
+        raise ContractError(
+            f"{key}._target_={node.get('_target_')}: building the {what} failed: {_last_line(err)}"
+        ) from None
+
+
 def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.device) -> Any:
     """Rank 0's first micro-batch of the run, read as the loop reads it."""
     plan = GlobalBatchPlan(
@@ -100,8 +113,9 @@ def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.
         dp_rank=0,
         seed=spec.train.seed,
     )
-    sampler = PlanBatchSampler(plan, 0, 1)
-    loader = build_loader(dataset, sampler, spec.loader, workers, device.type, spec.train.seed)
+    # One micro-batch and no more: the workers must not prefetch the rest of the step.
+    only_first = [plan.step_indices(0)[0].tolist()]
+    loader = build_loader(dataset, only_first, spec.loader, workers, device.type, spec.train.seed)
     data_key = f"data._target_={spec.data.get('_target_')}"
     iterator = iter(loader)
     try:

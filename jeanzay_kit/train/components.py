@@ -51,6 +51,10 @@ def build_target(key: str, node: Mapping[str, Any], what: str) -> Any:
         return instantiate(dict(node))
     except InstantiationException as err:
         cause = err.__cause__ or err
+        if not _is_contract_break(err):
+            # The class ran and failed (a file missing on one node...): its own error,
+            # with its traceback, through the restart budget like any failure.
+            raise cause from None
         text = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
         hint = (
             _LEAK_HINT.format(key=key)
@@ -60,6 +64,16 @@ def build_target(key: str, node: Mapping[str, Any], what: str) -> Any:
         raise ContractError(
             f"{key}._target_={target}: could not build the {what}: {text}. HINT: {hint}"
         ) from None
+
+
+def _is_contract_break(err: Exception) -> bool:
+    """The target could not be found, or was called with arguments it does not take."""
+    cause = err.__cause__
+    return (
+        cause is None
+        or "Error locating target" in str(err)
+        or (isinstance(cause, TypeError) and "argument" in str(cause))
+    )
 
 
 def build_dataset(spec: JobSpec) -> Any:

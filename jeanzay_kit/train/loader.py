@@ -66,7 +66,7 @@ def build_collate(node: Mapping[str, Any] | None) -> Callable[[list[Any]], Any]:
 
 def build_loader(
     dataset: Any,
-    sampler: Sampler[list[int]],
+    sampler: Sampler[list[int]] | list[list[int]],
     settings: LoaderSettings,
     workers: int,
     device_type: str,

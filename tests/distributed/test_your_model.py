@@ -221,26 +221,28 @@ def test_a_preempted_run_with_loader_workers_resumes_sample_exact(
         )
     )
     assert straight.returncode == 0, straight.stderr[-3000:]
-    first_record, second_record = project / "first", project / "second"
-    proc = start(
-        project, *recorded(project, first_record), "job.name=cut", "resources.gpus_per_node=2"
-    )
+    # One record folder (data.record_dir is in the config, so in the run directory's
+    # name), emptied between the attempts.
+    record, first_record, second_record = project / "record", project / "first", project / "second"
+    proc = start(project, *recorded(project, record), "job.name=cut", "resources.gpus_per_node=2")
     run_dir = wait_for_step(proc, project, "cut", 8)
     os.killpg(proc.pid, signal.SIGUSR1)  # the launcher, its ranks and their loader workers
     stopped = finish(proc)
     assert stopped.returncode == 3, stopped.stderr[-3000:]
     saved = last_step(run_dir)
     assert f"saved step-{saved}" in stopped.stdout and 8 <= saved < STEPS
+    record.rename(first_record)
     resumed = finish(
         start(
             project,
-            *recorded(project, second_record),
+            *recorded(project, record),
             "job.name=cut",
             f"resources.gpus_per_node={resume_gpus}",
         )
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"(step {saved})" in resumed.stdout
+    record.rename(second_record)
 
     # Each start's check reads rank 0's first micro-batch once; the rest is the plan's.
     check = positions(0, MICRO)
@@ -297,7 +299,9 @@ def test_a_killed_loader_worker_is_named_and_restarted(project: Path) -> None:
     os.kill(victims[0], signal.SIGKILL)
     done = finish(proc)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "a DataLoader worker of data._target_=userpkg.testing.RecordedImages" in done.stderr
+    assert "a DataLoader worker of data._target_=userpkg.testing.RecordedImages" in done.stderr, (
+        done.stderr
+    )
     assert "restarting after a crash (1/3)" in done.stderr, done.stderr[-3000:]
     assert "done: 40 steps" in done.stdout
 
