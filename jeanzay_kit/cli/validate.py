@@ -91,6 +91,8 @@ def describe_spec(spec: JobSpec) -> str:
             f"SIG{spec.preemption.signal} {spec.preemption.lead_seconds} s before the time limit, "
             + ("requeue" if spec.preemption.requeue else "no requeue"),
         ),
+        ("loader", _describe_loader(spec)),
+        ("loss", _describe_loss(spec)),
         ("job name", spec.job.name),
         ("run dir", spec.checkpoint.run_dir),
     ]
@@ -98,9 +100,41 @@ def describe_spec(spec: JobSpec) -> str:
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
+def _describe_loader(spec: JobSpec) -> str:
+    loader = spec.loader
+    if loader.num_workers is None:
+        workers = "auto (the CPUs of each process, minus one)"
+    else:
+        auto = "auto: " if "loader.num_workers" not in _explicit(spec) else ""
+        cpus = f", {loader.cpus_per_process} CPU(s) each" if loader.cpus_per_process else ""
+        workers = f"{auto}{loader.num_workers} per training process{cpus}"
+    pin = {None: "auto (on CUDA)", True: "true", False: "false"}[loader.pin_memory]
+    prefetch = loader.prefetch_factor or "one step's worth"
+    collate = (loader.collate_fn or {}).get("_target_", "torch's default_collate")
+    return f"workers {workers}; pin_memory {pin}; prefetch {prefetch}; collate {collate}"
+
+
+def _explicit(spec: JobSpec) -> set[str]:
+    value = (spec.config.get("loader") or {}).get("num_workers", "auto")
+    return set() if value in (None, "auto") else {"loader.num_workers"}
+
+
+def _describe_loss(spec: JobSpec) -> str:
+    loss = spec.loss
+    if loss.form == "criterion" and loss.criterion:
+        key = f", target loss.target_key={loss.target_key}" if loss.target_key else ""
+        return f"criterion(output, target): {loss.criterion.get('_target_')}{key}"
+    return {
+        "output": "the loss the model returns (tensor, .loss or ['loss'])",
+        "model": "model.loss(output, target)",
+    }[loss.form]
+
+
 def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     print(describe_spec(spec))
+    for note in spec.notes:
+        print(f"note: {note}")
     print("\nOK: the request fits the profile.")
     if args.slurm:
         return ask_slurm(spec, args.overrides)

@@ -122,7 +122,8 @@ class LoaderConfig:
     num_workers: Any = "auto"
     pin_memory: Any = "auto"  # auto: on CUDA devices (page-locked host batches copy async)
     persistent_workers: bool = False  # keep workers between iterations (eval re-reads)
-    prefetch_factor: Optional[int] = None  # batches each worker loads ahead (null: torch's 2)
+    # Batches each worker loads ahead; null: enough for one optimizer step (at least 2).
+    prefetch_factor: Optional[int] = None
     # A batch from a list of samples: null (torch's default_collate), or a node with a
     # _target_ (a class is built with the node's other keys, a function used as it is).
     collate_fn: Any = None

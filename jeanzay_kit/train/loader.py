@@ -15,6 +15,7 @@ action a worker would die of SIGUSR1 and take the step, and the save, with it.
 
 from __future__ import annotations
 
+import math
 import signal
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -71,13 +72,14 @@ def build_loader(
     workers: int,
     device_type: str,
     seed: int,
+    per_step: int = 1,
 ) -> DataLoader:
+    """per_step: micro-batches one optimizer step takes at once (its accumulation)."""
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["worker_init_fn"] = ignore_stop_signals
         extra["persistent_workers"] = settings.persistent_workers
-        if settings.prefetch_factor is not None:
-            extra["prefetch_factor"] = settings.prefetch_factor
+        extra["prefetch_factor"] = prefetch_for(settings.prefetch_factor, workers, per_step)
     return DataLoader(
         dataset,
         batch_sampler=sampler,
@@ -89,6 +91,16 @@ def build_loader(
         generator=torch.Generator().manual_seed(seed),
         **extra,
     )
+
+
+def prefetch_for(setting: int | None, workers: int, per_step: int) -> int:
+    """loader.prefetch_factor, or by default enough batches in flight for a whole step:
+    a step takes its `per_step` micro-batches at once, and with torch's 2 per worker the
+    workers would idle while the step computes, then make it wait (measured in
+    bench/bench_loader.py)."""
+    if setting is not None:
+        return setting
+    return max(2, math.ceil(per_step / workers))
 
 
 def fetch(dataset: Any, indices: np.ndarray, collate: Callable[[list[Any]], Any]) -> Any:

@@ -201,7 +201,13 @@ def open_batches(
     workers = loader_set.workers_for(max(1, torch.get_num_threads()))
     sampler = PlanBatchSampler(plan, start_step, spec.train.steps)
     loader = build_loader(
-        dataset, sampler, loader_set, workers, ctx.device.type, spec.train.seed + start_step
+        dataset,
+        sampler,
+        loader_set,
+        workers,
+        ctx.device.type,
+        spec.train.seed + start_step,
+        per_step=plan.accumulation_steps,
     )
     where = f"data._target_={spec.data.get('_target_')} (loader.num_workers={workers})"
     return StepBatches(loader, plan.accumulation_steps, ctx.device, where)
