@@ -62,7 +62,9 @@ def check_contracts(
 ) -> CheckReport:
     """Try the run's components on its first micro-batch; ContractError on a break."""
     dataset = _guard("data", "dataset", lambda: build.build_dataset(spec), spec.data)
-    workers = spec.loader.workers_for(cpus)
+    # One micro-batch is read by one worker: start at most two (the worker path and its
+    # pickling are what is tried), not the 23 a Jean Zay H100 task would run.
+    workers = min(spec.loader.workers_for(cpus), 2)
     started = time.perf_counter()
     batch = _first_micro_batch(spec, dataset, workers, device)
     fetch_s = time.perf_counter() - started
