@@ -81,6 +81,8 @@ class Attempt:
     last_save_time: float = field(default_factory=time.monotonic)
     window_start: float = field(default_factory=time.perf_counter)
     window_steps: int = 0
+    window_wait: float = 0.0  # seconds the loop waited for batches in this window
+    windows_logged: int = 0
     stopped_by: str = ""
 
 
@@ -138,6 +140,7 @@ def prepare(
     # Hold out the end of the dataset for evaluation; train on the rest.
     eval_count = int(len(dataset) * tset.eval_fraction)
     plan = make_plan(spec, ctx, len(dataset) - eval_count, resumed)
+    batches = open_batches(spec, ctx, dataset, plan, resumed.step)
     return Attempt(
         spec=spec,
         ctx=ctx,
@@ -149,9 +152,11 @@ def prepare(
         scheduler=scheduler,
         ckpt=ckpt,
         plan=plan,
-        batches=open_batches(spec, ctx, dataset, plan, resumed.step),
+        batches=batches,
         eval_rounds=_eval_rounds(dataset, plan, eval_count, spec, ctx),
-        metrics=_metrics_writer(spec, ctx, run_dir, resumed.step, allocation_end),
+        metrics=_metrics_writer(
+            spec, ctx, run_dir, resumed.step, allocation_end, batches.loader.num_workers
+        ),
         start_step=resumed.step,
         loss_value=resumed.last_loss,
         flops=getattr(model, "flops_per_sample", lambda: 0.0)(),
@@ -214,8 +219,18 @@ def open_batches(
 
 
 def _metrics_writer(
-    spec: JobSpec, ctx: DistContext, run_dir: Path, start_step: int, allocation_end: float | None
+    spec: JobSpec,
+    ctx: DistContext,
+    run_dir: Path,
+    start_step: int,
+    allocation_end: float | None,
+    workers: int,
 ) -> MetricsWriter:
+    cpus = (
+        f", {spec.loader.cpus_per_process} CPU(s) per process"
+        if spec.loader.cpus_per_process
+        else ""
+    )
     return MetricsWriter(
         run_dir,
         ctx.is_main,
@@ -225,6 +240,7 @@ def _metrics_writer(
         allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
         lead_s=spec.preemption.lead_seconds,
         tensorboard=spec.metrics.tensorboard,
+        loader=f"loader.num_workers={workers}{cpus}",
     )
 
 
@@ -259,7 +275,10 @@ def run_steps(a: Attempt) -> None:
     a.window_start, a.window_steps = time.perf_counter(), 0
     for step in range(a.start_step, a.spec.train.steps):
         a.hb.beat(step, "data")
+        # How long the loop waits for its batches (host time: no device sync is added).
+        waited = time.perf_counter()
         batches = a.batches.next_step()
+        a.window_wait += time.perf_counter() - waited
         if step == a.start_step > 0:
             a.strategy.before_resumed_steps(batches[0])
         a.hb.beat(step, "forward_backward")
@@ -322,6 +341,8 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
         "lr": a.scheduler.get_last_lr()[0],
         "step_time_s": elapsed,
         "samples_per_s": tset.global_batch_size / elapsed,
+        "data_wait_s": a.window_wait / a.window_steps,
+        "data_wait_share": min(1.0, a.window_wait / a.window_steps / elapsed),
     }
     if a.tokens:
         record["tokens_per_s"] = tset.global_batch_size * a.tokens / elapsed
@@ -332,8 +353,10 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     if eval_due and a.eval_rounds:
         a.hb.beat(done, "eval")
         record["eval_loss"] = _eval_loss(a.strategy, a.eval_rounds, a.ctx)
-    a.metrics.log(record)
-    a.window_start, a.window_steps = time.perf_counter(), 0
+    # An attempt's first window holds the loader workers' start: not judged input-bound.
+    a.metrics.log(record, judge_input=a.windows_logged > 0)
+    a.window_start, a.window_steps, a.window_wait = time.perf_counter(), 0, 0.0
+    a.windows_logged += 1
 
 
 def at_boundary(a: Attempt, done: int, signum: int, time_due: int) -> bool:

@@ -13,7 +13,13 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from jeanzay_kit.train.progress import format_duration, outlook, requeue_note
+from jeanzay_kit.train.progress import (
+    format_duration,
+    input_bound,
+    input_bound_note,
+    outlook,
+    requeue_note,
+)
 
 # Dense peak throughput per GPU (TFLOP/s) for MFU, from NVIDIA's data sheets:
 # H100 SXM 989 (bf16), A100 312 (bf16), V100 125 (fp16 tensor cores).
@@ -45,16 +51,22 @@ class MetricsWriter:
         allocation_s: float | None = None,
         lead_s: float = 0.0,
         tensorboard: bool = False,
+        loader: str = "",
     ):
         """end_time: when the Slurm allocation ends (epoch seconds, read once at start);
         allocation_s and lead_s: resources.time and preemption.lead_seconds in seconds;
-        tensorboard: also write event files to <run_dir>/tensorboard (metrics.tensorboard)."""
+        tensorboard: also write event files to <run_dir>/tensorboard (metrics.tensorboard);
+        loader: what the data is loaded with, for the input-bound note."""
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
         self.path = run_dir / "metrics.jsonl"
         self.end_time, self.allocation_s, self.lead_s = end_time, allocation_s, lead_s
         self._noted_requeues = False
+        self.loader = loader
+        self._wait_shares: list[float] = []  # data_wait_share of each logged window
+        self._waits: list[float] = []  # data_wait_s (per step) of each logged window
+        self._noted_input_bound = False
         self._file = None
         self._bar: Any = None
         self._board: Any = None
@@ -93,7 +105,9 @@ class MetricsWriter:
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
 
-    def log(self, record: dict[str, Any]) -> None:
+    def log(self, record: dict[str, Any], judge_input: bool = True) -> None:
+        """One logged window. judge_input=False for a window the input-bound verdict must
+        not count (an attempt's first, which holds the loader workers' start)."""
         if not self.enabled or self._file is None:
             return
         view = outlook(
@@ -119,6 +133,7 @@ class MetricsWriter:
             ("samples_per_s", "{:.0f} samples/s"),
             ("tokens_per_s", "{:.0f} tok/s"),
             ("mfu", "MFU {:.1%}"),
+            ("data_wait_share", "data {:.0%}"),
         ):
             if record.get(key) is not None:
                 parts.append(fmt.format(record[key]))
@@ -126,10 +141,22 @@ class MetricsWriter:
         if view.left_s is not None:
             parts.append(f"{format_duration(view.left_s)} left in the allocation")
         self._print(" | ".join(parts))
+        if judge_input:
+            self._judge_input(record)
         if view.requeues and not self._noted_requeues:
             self._noted_requeues = True
             remaining = self.total_steps - record["step"]
             self._print(requeue_note(view, remaining, record["step_time_s"]))
+
+    def _judge_input(self, record: dict[str, Any]) -> None:
+        share = record.get("data_wait_share")
+        if share is None:
+            return
+        self._wait_shares.append(share)
+        self._waits.append(record.get("data_wait_s", 0.0))
+        if not self._noted_input_bound and input_bound(self._wait_shares, self._waits):
+            self._noted_input_bound = True
+            self._print(input_bound_note(self._wait_shares, self.loader))
 
     def _print(self, line: str) -> None:
         if self._bar is not None:

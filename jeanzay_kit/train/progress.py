@@ -55,3 +55,38 @@ def requeue_note(o: Outlook, remaining_steps: int, step_time_s: float) -> str:
         f"left: the run needs {o.requeues} more allocation(s); with preemption.requeue=true "
         "it requeues itself at each time limit and resumes from its checkpoint"
     )
+
+
+# The input-bound verdict: the loop waited for its next batch for more than this share of
+# the step time, over this many logged windows in a row (the first window of an attempt,
+# which holds the loader workers' start, is not judged).
+INPUT_BOUND_SHARE = 0.10
+INPUT_BOUND_WINDOWS = 3
+# A wait shorter than this per step is the loader's own bookkeeping (fetch, collate: about
+# 0.5 ms for 4 small micro-batches on the 2-core VM), which no setting removes: a toy
+# model's 5 ms step is not called input-bound for it.
+INPUT_BOUND_MIN_WAIT_S = 0.002
+
+
+def input_bound(shares: list[float], waits: list[float] | None = None) -> bool:
+    """Whether the last INPUT_BOUND_WINDOWS windows all waited more than the threshold
+    share of their step time (and, given `waits` in seconds per step, at least
+    INPUT_BOUND_MIN_WAIT_S per step)."""
+    recent = shares[-INPUT_BOUND_WINDOWS:]
+    if len(recent) < INPUT_BOUND_WINDOWS or min(recent) <= INPUT_BOUND_SHARE:
+        return False
+    return waits is None or min(waits[-INPUT_BOUND_WINDOWS:]) >= INPUT_BOUND_MIN_WAIT_S
+
+
+def input_bound_note(shares: list[float], loader: str) -> str:
+    """The one line a run prints when it is input-bound; `loader` says what it loads with."""
+    recent = shares[-INPUT_BOUND_WINDOWS:]
+    return (
+        f"note: this run is input-bound: the training loop waited for its next batch "
+        f"{min(recent):.0%}-{max(recent):.0%} of the step time over the last {len(recent)} "
+        f"logged windows ({loader}). HINT: raise loader.num_workers (up to the CPUs of a "
+        "process), ask for more CPUs (resources.cpus_per_task), or make __getitem__ "
+        "cheaper (decode once and cache, smaller files); a dataset that is cheap to read "
+        "can be faster with loader.num_workers=0 (a worker's batches cross a process "
+        "boundary); docs/your-model-and-data.md"
+    )

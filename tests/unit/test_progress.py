@@ -85,3 +85,16 @@ def test_job_end_time_reads_squeue_once(text: str, expected: str | None) -> None
     end = job_end_time("42", runner)
     assert runner.argv == ["squeue", "-h", "-j", "42", "-o", "%e"]
     assert end == (datetime.fromisoformat(expected).timestamp() if expected else None)
+
+
+def test_the_input_bound_verdict_needs_three_windows_over_the_threshold() -> None:
+    from jeanzay_kit.train.progress import input_bound, input_bound_note
+
+    assert not input_bound([0.5, 0.5])  # too few windows
+    assert input_bound([0.0, 0.2, 0.5, 0.11])
+    assert not input_bound([0.5, 0.5, 0.09])
+    # 11% of a toy 5 ms step is the loader's own bookkeeping, not a reason to act.
+    assert not input_bound([0.11, 0.11, 0.11], [0.0005] * 3)
+    assert input_bound([0.11, 0.11, 0.11], [0.004] * 3)
+    note = input_bound_note([0.2, 0.4, 0.3], "loader.num_workers=2")
+    assert "20%-40%" in note and "loader.num_workers=2" in note and "HINT" in note
