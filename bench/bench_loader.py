@@ -20,13 +20,11 @@ CPU ranks with gloo; results in bench/results/loader.json.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import sys
 import time
 import zlib
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_runtime import run_workers  # noqa: E402
+from bench_runtime import run_workers, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
@@ -46,7 +44,6 @@ from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
 from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
 from jeanzay_kit.examples.models import MLP  # noqa: E402
 from jeanzay_kit.node.local import local_rank_infos  # noqa: E402
-from jeanzay_kit.train.loop import train  # noqa: E402
 from jeanzay_kit.train.schedule import seed_everything  # noqa: E402
 
 MODEL = dict(in_dim=64, hidden=1024, depth=4, out_dim=8)
@@ -93,18 +90,6 @@ def spec_for(ranks: int, steps: int, workers: str, decode_kb: int):
         ]
     )
     return build_job_spec(cfg, local_cpus=os.cpu_count())
-
-
-def toolkit_step_time(spec, ctx, run_dir: Path, steps: int, warmup: int) -> float:
-    """Mean step time of the measured steps (the first window holds the warmup, and the
-    loader workers' start)."""
-    longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
-    train(replace(spec, train=longer), ctx, run_dir)
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    measured = [r for r in records if r["step"] > warmup]
-    previous = [warmup] + [r["step"] for r in measured[:-1]]
-    total = sum(r["step_time_s"] * (r["step"] - p) for r, p in zip(measured, previous, strict=True))
-    return total / steps
 
 
 def fresh_dirs(base: Path):

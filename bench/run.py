@@ -118,38 +118,36 @@ def runtime_figures(r: dict) -> list[Figure]:
 
 def loader_figures(r: dict) -> list[Figure]:
     s, setup = r["step_s"], r["setup"]
-    workers = setup["auto_workers"]
-    return [
-        Figure(
+    kb, workers = setup["decode_kb_per_sample"], setup["auto_workers"]
+    rows = (  # (key, what, ours, baseline, target)
+        (
             "loader_vs_hand_ddp",
             "DDP step through torch's DataLoader over the plan: `train()` / a hand-written "
             "loop with `DataLoader` + `DistributedSampler` (same map-style dataset and model)",
-            r["loader_vs_hand_ddp"]["ratio_median"],
-            r["loader_vs_hand_ddp"]["ratios"],
             f"{ms(s['toolkit'])}/step",
             f"{ms(s['hand'])}/step (hand-written DDP + DistributedSampler)",
             "<= 1.02",
         ),
-        Figure(
+        (
             "input_bound_auto_vs_0",
-            f"input-bound dataset (inflating {setup['decode_kb_per_sample']} KB per sample): "
-            f"steps/s with loader.num_workers=auto ({workers}) / with 0",
-            r["input_bound_auto_vs_0"]["ratio_median"],
-            r["input_bound_auto_vs_0"]["ratios"],
+            f"input-bound dataset (inflating {kb} KB per sample): steps/s with "
+            f"loader.num_workers=auto ({workers}) / with 0",
             f"{ms(s['auto'])}/step (workers=auto)",
             f"{ms(s['zero'])}/step (workers=0)",
             "> 1 (a speed-up)",
         ),
-        Figure(
+        (
             "input_bound_vs_preloaded",
             "the same input-bound run's step time with loader.num_workers=auto / the same "
             "model fed from preloaded tensors",
-            r["input_bound_vs_preloaded"]["ratio_median"],
-            r["input_bound_vs_preloaded"]["ratios"],
             f"{ms(s['auto'])}/step (workers=auto)",
             f"{ms(s['preloaded'])}/step (preloaded)",
             "<= 1.10 where the CPUs suffice",
         ),
+    )
+    return [
+        Figure(key, what, r[key]["ratio_median"], r[key]["ratios"], ours, base, target)
+        for key, what, ours, base, target in rows
     ]
 
 

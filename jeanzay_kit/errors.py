@@ -14,6 +14,9 @@ class JzkError(Exception):
     """Base class of the errors jeanzay_kit raises on purpose."""
 
     exit_code = 2
+    # False: every rank meets it alike and rank 0 reports it; True: only the rank that
+    # saw it knows, and that rank reports it.
+    rank_local = False
 
 
 @dataclass(frozen=True)

@@ -79,30 +79,20 @@ def run_worker(
             spec, ctx, run_dir, stop=stop, heartbeat=heartbeat, allocation_end=allocation_end
         )
         failed = False
-    except JzkError as err:
-        # A refusal every rank reaches alike (e.g. a changed config): one message, exit 2.
-        # A failure of one rank's own (a loader worker died) is said by that rank.
-        if info.rank == 0 or getattr(err, "rank_local", False):
-            prefix = f"rank {info.rank}: " if getattr(err, "rank_local", False) else ""
-            report.error(report.TRAIN, f"{prefix}{err}")
-        shutdown(clean=False)
-        raise SystemExit(err.exit_code) from err
-    except RuntimeError as err:
-        # A loader worker's death reaches this rank through torch's SIGCHLD handler,
-        # anywhere in a step: name the loader, not a bare traceback (train/loader.py).
-        from jeanzay_kit.train.loader import is_loader_death, loader_death
-
-        if not is_loader_death(err):
-            _report_failure(err, info)
+    except BaseException as caught:
+        # A loader worker's death reaches this rank from next() or from torch's SIGCHLD
+        # handler, anywhere in a step: it is named as the loader's (train/loader.py).
+        err = _as_loader_death(caught, spec)
+        if isinstance(err, JzkError):
+            # A refusal every rank meets alike (e.g. a changed config): rank 0 says it once,
+            # exit 2. A failure of one rank's own (rank_local) is said by that rank.
+            if info.rank == 0 or err.rank_local:
+                prefix = f"rank {info.rank}: " if err.rank_local else ""
+                report.error(report.TRAIN, f"{prefix}{err}")
             shutdown(clean=False)
-            raise
-        report.error(report.TRAIN, f"rank {info.rank}: {loader_death(err, _data_key(spec))}")
-        shutdown(clean=False)
-        raise SystemExit(1) from None
-    except BaseException as err:
+            raise SystemExit(err.exit_code) from None
         # Show which rank failed before the launcher tears the others down, and leave
-        # without waiting for peers that may be stuck in a collective. A rank that only
-        # lost its peer says so in one line: the launcher names the rank that died.
+        # without waiting for peers that may be stuck in a collective.
         _report_failure(err, info)
         shutdown(clean=False)
         raise
@@ -138,10 +128,12 @@ def _report_failure(err: BaseException, info: RankInfo) -> None:
         print(f"rank {info.rank} failed:\n{traceback.format_exc()}", file=sys.stderr, flush=True)
 
 
-def _data_key(spec: JobSpec) -> str:
-    return (
-        f"data._target_={spec.data.get('_target_')} (loader.num_workers={spec.loader.num_workers})"
-    )
+def _as_loader_death(err: BaseException, spec: JobSpec) -> BaseException:
+    from jeanzay_kit.train.loader import describe_loader, is_loader_death, loader_death
+
+    if not is_loader_death(err):
+        return err
+    return loader_death(err, describe_loader(spec, spec.loader.num_workers))
 
 
 def _check_contracts_once(spec: JobSpec, device, threads: int) -> None:  # noqa: ANN001

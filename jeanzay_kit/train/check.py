@@ -22,8 +22,8 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.batch import describe, split_batch, to_device
-from jeanzay_kit.train.loader import build_loader
-from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.train.loader import build_loader, stop_workers
+from jeanzay_kit.train.sampler import plan_for
 
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")
 
@@ -107,14 +107,7 @@ def _guard(key: str, what: str, make: Any, node: Mapping[str, Any]) -> Any:
 
 def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.device) -> Any:
     """Rank 0's first micro-batch of the run, read as the loop reads it."""
-    plan = GlobalBatchPlan(
-        dataset_size=max(1, len(dataset) - int(len(dataset) * spec.train.eval_fraction)),
-        global_batch=spec.train.global_batch_size,
-        micro_batch=spec.train.micro_batch_size,
-        dp_size=spec.layout.dp_size,
-        dp_rank=0,
-        seed=spec.train.seed,
-    )
+    plan = plan_for(spec, 0, len(dataset))
     # One micro-batch and no more: the workers must not prefetch the rest of the step.
     only_first = [plan.step_indices(0)[0].tolist()]
     loader = build_loader(dataset, only_first, spec.loader, workers, device.type, spec.train.seed)
@@ -131,9 +124,7 @@ def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.
             f"{_fetch_hint(err, workers)}"
         ) from None
     finally:
-        shutdown = getattr(iterator, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        stop_workers(iterator)
     return to_device(batch, device)
 
 

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
 from jeanzay_kit.config.sections import LoaderSettings
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LoaderWorkerDied
 from jeanzay_kit.train.batch import to_device
 from jeanzay_kit.train.sampler import GlobalBatchPlan
@@ -111,6 +112,20 @@ def fetch(dataset: Any, indices: np.ndarray, collate: Callable[[list[Any]], Any]
     return collate(samples)
 
 
+def describe_loader(spec: JobSpec, workers: int | None) -> str:
+    """What the data is read with, as error and notes name it."""
+    cpus = spec.loader.cpus_per_process
+    per = f", {cpus} CPU(s) per process" if cpus else ""
+    return f"data._target_={spec.data.get('_target_')} (loader.num_workers={workers}{per})"
+
+
+def stop_workers(iterator: Any) -> None:
+    """Stop a loader iterator's worker processes now, not whenever it is collected."""
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
+
 def is_loader_death(err: BaseException) -> bool:
     """torch's words for a dead loader worker: raised by next() on the iterator, or by
     the SIGCHLD handler it installs, wherever the training process is at that moment."""
@@ -139,7 +154,7 @@ class StepBatches:
     ):
         self.loader, self.grad_accum, self.device = loader, grad_accum, device
         self.non_blocking = bool(loader.pin_memory)
-        self.describe = describe  # e.g. "data._target_=mypkg.Images, loader.num_workers=4"
+        self.describe = describe  # describe_loader(...)
         self._it: Iterator[Any] | None = None
 
     def next_step(self) -> list[Any]:
@@ -156,8 +171,5 @@ class StepBatches:
             raise loader_death(err, self.describe) from err
 
     def close(self) -> None:
-        """Stop the workers now (not whenever the iterator is collected)."""
-        shutdown = getattr(self._it, "_shutdown_workers", None)
-        if shutdown is not None:
-            shutdown()
+        stop_workers(self._it)
         self._it = None

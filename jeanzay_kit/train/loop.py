@@ -33,11 +33,12 @@ from jeanzay_kit.train.loader import (
     StepBatches,
     build_collate,
     build_loader,
+    describe_loader,
     fetch,
 )
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
-from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.train.sampler import GlobalBatchPlan, held_out, plan_for
 from jeanzay_kit.train.schedule import seed_everything
 from jeanzay_kit.train.strategies.base import Strategy
 
@@ -137,9 +138,10 @@ def prepare(
     resumed = resume(spec, ckpt, scheduler, strategy, ctx)
     if resumed.step >= tset.steps and ctx.is_main:
         _note_nothing_left(run_dir, resumed.step, tset.steps)
-    # Hold out the end of the dataset for evaluation; train on the rest.
-    eval_count = int(len(dataset) * tset.eval_fraction)
-    plan = make_plan(spec, ctx, len(dataset) - eval_count, resumed)
+    # The end of the dataset is held out for evaluation; the plan trains on the rest, from
+    # the checkpoint's global sample index (valid whatever the world size it was saved on,
+    # so no sample of the epoch is seen twice or skipped).
+    plan = plan_for(spec, ctx.dp_rank, len(dataset), resumed.step, resumed.sample_position)
     batches = open_batches(spec, ctx, dataset, plan, resumed.step)
     return Attempt(
         spec=spec,
@@ -153,7 +155,7 @@ def prepare(
         ckpt=ckpt,
         plan=plan,
         batches=batches,
-        eval_rounds=_eval_rounds(dataset, plan, eval_count, spec, ctx),
+        eval_rounds=_eval_rounds(dataset, plan, held_out(spec, len(dataset)), spec, ctx),
         metrics=_metrics_writer(
             spec, ctx, run_dir, resumed.step, allocation_end, batches.loader.num_workers
         ),
@@ -179,24 +181,6 @@ def _note_nothing_left(run_dir: Path, step: int, steps: int) -> None:
     )
 
 
-def make_plan(
-    spec: JobSpec, ctx: DistContext, train_size: int, resumed: TrainerState
-) -> GlobalBatchPlan:
-    """The data order: the same global batches whatever the world size."""
-    return GlobalBatchPlan(
-        dataset_size=train_size,
-        global_batch=spec.train.global_batch_size,
-        micro_batch=spec.train.micro_batch_size,
-        dp_size=spec.layout.dp_size,
-        dp_rank=ctx.dp_rank,
-        seed=spec.train.seed,
-        # The checkpoint's global sample index: valid whatever the world size it was
-        # saved on, so no sample of the epoch is seen twice or skipped.
-        start_step=resumed.step,
-        start_position=resumed.sample_position,
-    )
-
-
 def open_batches(
     spec: JobSpec, ctx: DistContext, dataset: Any, plan: GlobalBatchPlan, start_step: int
 ) -> StepBatches:
@@ -214,8 +198,7 @@ def open_batches(
         spec.train.seed + start_step,
         per_step=plan.accumulation_steps,
     )
-    where = f"data._target_={spec.data.get('_target_')} (loader.num_workers={workers})"
-    return StepBatches(loader, plan.accumulation_steps, ctx.device, where)
+    return StepBatches(loader, plan.accumulation_steps, ctx.device, describe_loader(spec, workers))
 
 
 def _metrics_writer(
@@ -226,11 +209,6 @@ def _metrics_writer(
     allocation_end: float | None,
     workers: int,
 ) -> MetricsWriter:
-    cpus = (
-        f", {spec.loader.cpus_per_process} CPU(s) per process"
-        if spec.loader.cpus_per_process
-        else ""
-    )
     return MetricsWriter(
         run_dir,
         ctx.is_main,
@@ -240,7 +218,7 @@ def _metrics_writer(
         allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
         lead_s=spec.preemption.lead_seconds,
         tensorboard=spec.metrics.tensorboard,
-        loader=f"loader.num_workers={workers}{cpus}",
+        loader=describe_loader(spec, workers),
     )
 
 

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jeanzay_kit.config.spec import JobSpec
+
 
 @dataclass(frozen=True)
 class GlobalBatchPlan:
@@ -76,3 +78,25 @@ class GlobalBatchPlan:
     def sample_position(self, step: int) -> int:
         """The global sample index where step `step` starts: what a checkpoint stores."""
         return self.start_position + (step - self.start_step) * self.global_batch
+
+
+def held_out(spec: JobSpec, dataset_size: int) -> int:
+    """Samples at the end of the dataset held out for evaluation (train.eval_fraction)."""
+    return int(dataset_size * spec.train.eval_fraction)
+
+
+def plan_for(
+    spec: JobSpec, dp_rank: int, dataset_size: int, start_step: int = 0, start_position: int = 0
+) -> GlobalBatchPlan:
+    """The job's plan over the training part of a dataset of `dataset_size` samples, for
+    data-parallel rank `dp_rank`, from a checkpoint's (step, global sample index)."""
+    return GlobalBatchPlan(
+        dataset_size=dataset_size - held_out(spec, dataset_size),
+        global_batch=spec.train.global_batch_size,
+        micro_batch=spec.train.micro_batch_size,
+        dp_size=spec.layout.dp_size,
+        dp_rank=dp_rank,
+        seed=spec.train.seed,
+        start_step=start_step,
+        start_position=start_position,
+    )

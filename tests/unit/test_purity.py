@@ -18,6 +18,7 @@ PURE = [
     "config/resource_rules.py",
     "config/layout_rules.py",
     "config/run_rules.py",
+    "config/data_rules.py",
     "config/identity.py",
     "slurm_syntax/hostlist.py",
     "slurm_syntax/timefmt.py",
