@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import signal
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -132,7 +133,27 @@ def is_loader_death(err: BaseException) -> bool:
     return isinstance(err, RuntimeError) and "DataLoader worker (pid" in str(err)
 
 
-def loader_death(err: BaseException, where: str) -> LoaderWorkerDied:
+def dead_worker(iterator: Any, grace_s: float = 1.0) -> str | None:
+    """How one of the iterator's worker processes ended, if one has: a worker killed while
+    it hands a batch over surfaces in the training process as whatever the hand-over
+    raised (a ConnectionResetError from the shared-memory file descriptor it was
+    sending, an EOFError), not as torch's "DataLoader worker (pid ...)" error. The kernel
+    closes the worker's sockets as it exits, so its exit status may trail the error by a
+    moment: look again for up to `grace_s`."""
+    workers = getattr(iterator, "_workers", None) or []  # torch's multi-process iterator
+    deadline = time.monotonic() + grace_s
+    while True:
+        for worker in workers:
+            code = worker.exitcode
+            if code is not None and code != 0:
+                how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
+                return f"DataLoader worker (pid {worker.pid}) ended: {how}"
+        if time.monotonic() >= deadline or not workers:
+            return None
+        time.sleep(0.05)
+
+
+def loader_death(err: BaseException | str, where: str) -> LoaderWorkerDied:
     return LoaderWorkerDied(
         f"a DataLoader worker of {where} died: {str(err).strip().splitlines()[0]}. "
         "HINT: a worker killed by the kernel is usually out of memory (lower "
@@ -165,10 +186,13 @@ class StepBatches:
                 to_device(next(self._it), self.device, self.non_blocking)
                 for _ in range(self.grad_accum)
             ]
-        except RuntimeError as err:
-            if not is_loader_death(err):
+        except Exception as err:
+            if is_loader_death(err):
+                raise loader_death(err, self.describe) from err
+            ended = dead_worker(self._it) if not isinstance(err, StopIteration) else None
+            if ended is None:
                 raise
-            raise loader_death(err, self.describe) from err
+            raise loader_death(ended, self.describe) from err
 
     def close(self) -> None:
         stop_workers(self._it)

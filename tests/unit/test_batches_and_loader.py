@@ -4,6 +4,7 @@ config/data_rules.py)."""
 
 from __future__ import annotations
 
+import os
 import signal
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from jeanzay_kit.train.loader import (
     StepBatches,
     build_collate,
     build_loader,
+    dead_worker,
     ignore_stop_signals,
     is_loader_death,
 )
@@ -146,6 +148,55 @@ def test_a_dead_loader_worker_is_recognised_in_torch_words() -> None:
     assert is_loader_death(RuntimeError("DataLoader worker (pid(s) 123) exited unexpectedly"))
     assert is_loader_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."))
     assert not is_loader_death(RuntimeError("CUDA out of memory"))
+
+
+class _Indices(Dataset):
+    """index i -> i; index 13 fails the way a broken hand-over would, with live workers."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        if index == 13:
+            raise ConnectionResetError("the dataset's own error")
+        return torch.tensor(index)
+
+
+PLAN = GlobalBatchPlan(64, 4, 4, dp_size=1, dp_rank=0, seed=0)
+
+
+def _two_worker_batches(first_step: int) -> StepBatches:
+    plan = PLAN
+    settings = LoaderSettings(2, False, False, None, None)
+    loader = build_loader(_Indices(), PlanBatchSampler(plan, first_step, 16), settings, 1, "cpu", 0)
+    return StepBatches(loader, 1, CPU, "data._target_=test._Indices")
+
+
+def test_a_killed_worker_is_found_whatever_the_error_it_left() -> None:
+    """A worker killed while it hands a batch over leaves a ConnectionResetError (seen in
+    CI), not torch's 'DataLoader worker (pid ...)' error: the worker's exit names it."""
+    batches = _two_worker_batches(0)
+    batches.next_step()
+    assert dead_worker(batches._it, grace_s=0) is None
+    victim = batches._it._workers[0]
+    # torch's SIGCHLD handler would raise its own error in this process first.
+    handler = signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(5)
+        found = dead_worker(batches._it)
+        batches.close()
+    finally:
+        signal.signal(signal.SIGCHLD, handler)
+    assert found == f"DataLoader worker (pid {victim.pid}) ended: killed by SIGKILL"
+
+
+def test_an_error_of_the_dataset_with_live_workers_stays_its_own() -> None:
+    failing = next(step for step in range(16) if 13 in PLAN.step_indices(step)[0].tolist())
+    batches = _two_worker_batches(failing)
+    with pytest.raises(ConnectionResetError, match="the dataset's own error"):
+        batches.next_step()
+    batches.close()
 
 
 def test_loader_workers_ignore_the_preemption_signals() -> None:
