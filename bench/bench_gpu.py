@@ -49,16 +49,22 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument(
+        "overrides", nargs="*", help="more train.py overrides, e.g. train.compile=true"
+    )
     args = parser.parse_args()
     import torch
 
     if not torch.cuda.is_available():
         sys.exit("bench_gpu: no CUDA device")
-    tps, mfu = [], []
+    tps, mfu, wait = [], [], []
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="jzk-bench-gpu-") as tmp:
             argv = train_py(
-                *GPT2_124M, f"train.steps={args.warmup + args.steps}", f"hydra.run.dir={tmp}"
+                *GPT2_124M,
+                *args.overrides,
+                f"train.steps={args.warmup + args.steps}",
+                f"job.run_dir={tmp}",
             )
             done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
             if done.returncode != 0:
@@ -68,14 +74,23 @@ def main() -> None:
             measured = [x for x in records if x.get("step", 0) > args.warmup and "mfu" in x]
             tps.append(statistics.median(x["tokens_per_s"] for x in measured))
             mfu.append(statistics.median(x["mfu"] for x in measured))
-        print(f"round {r}: {tps[-1]:.0f} tokens/s, MFU {mfu[-1]:.3f}", flush=True)
+            wait.append(statistics.median(x.get("data_wait_share", 0.0) for x in measured))
+        print(
+            f"round {r}: {tps[-1]:.0f} tokens/s, MFU {mfu[-1]:.3f}, data wait {wait[-1]:.2%}",
+            flush=True,
+        )
     report = {
         "device": torch.cuda.get_device_name(0),
         "tokens_per_s": statistics.median(tps),
         "tokens_per_s_rounds": tps,
         "mfu": statistics.median(mfu),
         "mfu_rounds": mfu,
-        "setup": {"overrides": GPT2_124M, "steps": args.steps, "warmup": args.warmup},
+        "data_wait_share": statistics.median(wait),
+        "setup": {
+            "overrides": [*GPT2_124M, *args.overrides],
+            "steps": args.steps,
+            "warmup": args.warmup,
+        },
     }
     path = write_result("gpu", report)
     print(f"GPT-2 124M: {report['tokens_per_s']:.0f} tokens/s, MFU {report['mfu']:.3f}")

@@ -33,6 +33,16 @@ def check_counts(
         # machine, every visible GPU, or LOCAL_CPU_WORKERS processes without one.
         raw_gpn = 1 if cluster.is_slurm else (local_gpus or LOCAL_CPU_WORKERS)
     gpn = c.positive_int("resources.gpus_per_node", raw_gpn)
+    if not cluster.is_slurm and cluster.device != "cpu" and local_gpus and (gpn or 0) > local_gpus:
+        # Seen on an H100: two ranks on the one GPU, and NCCL's init failed in rank 1.
+        c.add(
+            "resources.gpus_per_node",
+            gpn,
+            f"is more than the {local_gpus} GPU(s) this machine shows: a local run starts "
+            "one process per GPU, and NCCL does not share a GPU between processes",
+            f"use resources.gpus_per_node={local_gpus} (or auto), or cluster.device=cpu "
+            "for CPU workers with gloo",
+        )
     minutes: int | None = None
     try:
         minutes = parse_time(res.get("time"))

@@ -89,6 +89,12 @@ def init_distributed(
         )
     if backend == "auto":
         backend = "nccl" if device.type == "cuda" else "gloo"
+    elif backend == "nccl" and device.type != "cuda":
+        raise DistSetupError(
+            "parallel.backend=nccl but this rank trains on the CPU (no GPU visible, or "
+            "cluster.device=cpu): NCCL only joins GPUs. HINT: parallel.backend=auto picks "
+            "gloo on the CPU and NCCL on GPUs"
+        )
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,

@@ -13,12 +13,16 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
 
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.preemption import StopRequest
+
+if TYPE_CHECKING:
+    from jeanzay_kit.distributed.process_group import DistContext
 
 
 def run_worker(
@@ -39,37 +43,18 @@ def run_worker(
     # First thing: from here on a signal is noted, not fatal, even during start-up.
     stop = stop or StopRequest()
 
-    from jeanzay_kit.distributed.process_group import init_distributed, pick_device, shutdown
+    from jeanzay_kit.distributed.process_group import shutdown
     from jeanzay_kit.train.loop import train
 
     if threads > 0:
         torch.set_num_threads(threads)
-    want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
-    device = pick_device(info, want, visible_devices)
-    # One line per task: where it sits in the job (the Slurm tests read it back).
-    print(
-        f"jzk: rank {info.rank}/{info.world_size} local_rank {info.local_rank}/"
-        f"{info.local_world_size} node {info.node_rank}/{info.num_nodes} master "
-        f"{info.master_addr}:{info.master_port} launcher {info.launcher} "
-        f"host {socket.gethostname()}",
-        flush=True,
-    )
-    if info.rank == 0:
-        _check_contracts_once(spec, device, threads)
-    if spec.watchdog.stall_seconds > 0:
-        import os
-
-        from jeanzay_kit.train.heartbeat import enable_flight_recorder
-
-        # Read when the process group starts: the watchdog dumps it next to the stacks.
-        enable_flight_recorder(run_dir, os.environ)
-    ctx = init_distributed(
-        info,
-        spec.layout,
-        device,
-        backend=spec.comm.backend,
-        timeout_minutes=spec.comm.timeout_minutes,
-    )
+    # Start-up failures are said like any other: under the local launcher torch's spawn
+    # wrapper hands an escaping traceback to the parent without printing it (seen on an
+    # H100, where NCCL's init failed in rank 1 and nothing was shown).
+    try:
+        ctx = _join(spec, info, run_dir, visible_devices, threads)
+    except BaseException as caught:
+        _leave(caught, spec, info)
     heartbeat, watchdog = _start_watch(spec, info, run_dir)
     failed = True  # until train() returns
     try:
@@ -80,22 +65,7 @@ def run_worker(
         )
         failed = False
     except BaseException as caught:
-        # A loader worker's death reaches this rank from next() or from torch's SIGCHLD
-        # handler, anywhere in a step: it is named as the loader's (train/loader.py).
-        err = _as_loader_death(caught, spec)
-        if isinstance(err, JzkError):
-            # A refusal every rank meets alike (e.g. a changed config): rank 0 says it once,
-            # exit 2. A failure of one rank's own (rank_local) is said by that rank.
-            if info.rank == 0 or err.rank_local:
-                prefix = f"rank {info.rank}: " if err.rank_local else ""
-                report.error(report.TRAIN, f"{prefix}{err}")
-            shutdown(clean=False)
-            raise SystemExit(err.exit_code) from None
-        # Show which rank failed before the launcher tears the others down, and leave
-        # without waiting for peers that may be stuck in a collective.
-        _report_failure(err, info)
-        shutdown(clean=False)
-        raise
+        _leave(caught, spec, info)
     finally:
         watchdog.stop()
         heartbeat.stop(failed=failed)
@@ -116,6 +86,64 @@ def run_worker(
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def _join(
+    spec: JobSpec, info: RankInfo, run_dir: Path, visible_devices: str | None, threads: int
+) -> DistContext:
+    """The device, the start-of-run check (rank 0), then the process group."""
+    from jeanzay_kit.distributed.process_group import init_distributed, pick_device
+
+    want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
+    device = pick_device(info, want, visible_devices)
+    # One line per task: where it sits in the job (the Slurm tests read it back).
+    print(
+        f"jzk: rank {info.rank}/{info.world_size} local_rank {info.local_rank}/"
+        f"{info.local_world_size} node {info.node_rank}/{info.num_nodes} master "
+        f"{info.master_addr}:{info.master_port} launcher {info.launcher} "
+        f"host {socket.gethostname()}",
+        flush=True,
+    )
+    if info.rank == 0:
+        _check_contracts_once(spec, device, threads)
+    if spec.watchdog.stall_seconds > 0:
+        import os
+
+        from jeanzay_kit.train.heartbeat import enable_flight_recorder
+
+        # Read when the process group starts: the watchdog dumps it next to the stacks.
+        enable_flight_recorder(run_dir, os.environ)
+    return init_distributed(
+        info,
+        spec.layout,
+        device,
+        backend=spec.comm.backend,
+        timeout_minutes=spec.comm.timeout_minutes,
+    )
+
+
+def _leave(caught: BaseException, spec: JobSpec, info: RankInfo) -> NoReturn:
+    """Say why this rank stops, once, and leave the group without waiting for peers that
+    may be stuck in a collective."""
+    from jeanzay_kit.distributed.process_group import shutdown
+
+    if isinstance(caught, (SystemExit, KeyboardInterrupt)):
+        raise caught  # already said (a refused check exits 2), or the user's own ^C
+    # A loader worker's death reaches this rank from next() or from torch's SIGCHLD
+    # handler, anywhere in a step: it is named as the loader's (train/loader.py).
+    err = _as_loader_death(caught, spec)
+    if isinstance(err, JzkError):
+        # A refusal every rank meets alike (e.g. a changed config): rank 0 says it once,
+        # exit 2. A failure of one rank's own (rank_local) is said by that rank.
+        if info.rank == 0 or err.rank_local:
+            prefix = f"rank {info.rank}: " if err.rank_local else ""
+            report.error(report.TRAIN, f"{prefix}{err}")
+        shutdown(clean=False)
+        raise SystemExit(err.exit_code) from None
+    # Show which rank failed before the launcher tears the others down.
+    _report_failure(err, info)
+    shutdown(clean=False)
+    raise caught
 
 
 def _report_failure(err: BaseException, info: RankInfo) -> None:

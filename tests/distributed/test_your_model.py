@@ -56,6 +56,11 @@ class BadImages(RandomImages):
         raise KeyError(f"no image {index} in the archive")
 
 
+class MissingImages(RandomImages):
+    def __init__(self, **kwargs):
+        raise FileNotFoundError("no such archive: /scratch/images.tar")
+
+
 class TupleCriterion(nn.Module):
     def forward(self, output, target):
         loss = nn.functional.cross_entropy(output, target)
@@ -363,3 +368,20 @@ def test_each_contract_break_is_one_line_before_the_queue(project: Path) -> None
     assert len(errors) == 1 and "has no loss(output, target) method" in errors[0], errors
     assert "Traceback" not in refused.stderr and "restarting" not in refused.stderr
     assert time.monotonic() - t0 < 60
+
+    # A dataset that fails as it is built: one line with its own error, exit 2.
+    failed = jzk(project, "train", "data._target_=userpkg.testing.MissingImages")
+    assert failed.returncode == 2, failed.stderr[-3000:]
+    assert "building the dataset failed: FileNotFoundError: no such archive" in failed.stderr
+
+    # A failure while the ranks join is said too: under the local launcher, torch's spawn
+    # wrapper hands an escaping error to the parent without printing it (met on an H100,
+    # where rank 1's NCCL init failed and the run showed no reason at all).
+    if not torch.cuda.is_available():
+        nccl = jzk(project, "train", "parallel.backend=nccl", "resources.gpus_per_node=2")
+        assert nccl.returncode == 2, nccl.stderr[-3000:]
+        errors = [ln for ln in nccl.stderr.splitlines() if "error:" in ln]
+        assert (
+            len(errors) == 1
+            and "parallel.backend=nccl but this rank trains on the CPU" in (errors[0])
+        ), nccl.stderr[-3000:]

@@ -490,3 +490,30 @@ def test_every_schema_field_is_documented() -> None:
             at = next(i for i, ln in enumerate(lines) if ln.strip().startswith(f"{f.name}:"))
             documented = "#" in lines[at] or lines[at - 1].strip().startswith("#")
             assert documented, f"{cls.__name__}.{f.name} has no comment"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "local_gpus", "refused"),
+    [
+        (["resources.gpus_per_node=2"], 1, True),  # seen on an H100: NCCL failed in rank 1
+        (["resources.gpus_per_node=1"], 1, False),
+        ([], 1, False),  # auto: one worker per GPU
+        (["resources.gpus_per_node=2", "cluster.device=cpu"], 1, False),  # gloo workers
+        (["resources.gpus_per_node=2"], 0, False),  # no GPU: CPU workers
+    ],
+)
+def test_a_local_run_asks_for_no_more_gpus_than_the_machine_shows(
+    overrides: list[str], local_gpus: int, refused: bool
+) -> None:
+    cfg = compose_config(overrides)
+    if not refused:
+        build_job_spec(cfg, local_gpus=local_gpus)
+        return
+    with pytest.raises(SpecError) as info:
+        build_job_spec(cfg, local_gpus=local_gpus)
+    assert [str(p) for p in info.value.problems] == [
+        "resources.gpus_per_node=2 is more than the 1 GPU(s) this machine shows: a local run "
+        "starts one process per GPU, and NCCL does not share a GPU between processes. "
+        "HINT: use resources.gpus_per_node=1 (or auto), or cluster.device=cpu for CPU "
+        "workers with gloo"
+    ]
