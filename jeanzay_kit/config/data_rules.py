@@ -1,4 +1,5 @@
-"""Validators of how batches are loaded and the loss computed: `loader.*` and `loss.*`.
+"""Validators of how batches are loaded, the loss computed and the model evaluated:
+`loader.*`, `loss.*` and `eval.*`.
 Pure; see config/collector.py for the message shape.
 
 A section missing from the config (a config written before these groups existed, or a
@@ -7,14 +8,18 @@ test's plain dict) takes the defaults of conf/loader/default.yaml and conf/loss/
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from jeanzay_kit.config.collector import Collector
-from jeanzay_kit.config.sections import LoaderSettings, LossSettings
+from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings
 
 LOSS_FORMS = ("criterion", "output", "model")
+PIPELINE_MODES = ("pipeline", "pipeline_ddp")
+# A metric is logged as eval_<name>: a name that is a word keeps the key plain.
+METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Above this many loader workers per CPU of a training process the workers only fight over
 # the CPUs (IDRIS: light loaders may use a multiple of cpus-per-task, heavy ones fewer).
 WORKERS_PER_CPU_LIMIT = 4
@@ -105,7 +110,7 @@ def check_loss(c: Collector, loss: Mapping[str, Any] | None, mode: object) -> Lo
             "name the class, e.g. loss.criterion._target_=torch.nn.CrossEntropyLoss",
         )
         return None
-    if form == "output" and mode in ("pipeline", "pipeline_ddp"):
+    if form == "output" and mode in PIPELINE_MODES:
         c.add(
             "loss",
             "output",
@@ -119,3 +124,87 @@ def check_loss(c: Collector, loss: Mapping[str, Any] | None, mode: object) -> Lo
     if form is None:
         return None
     return LossSettings(form, dict(criterion) if form == "criterion" else None, target_key)
+
+
+def _names_a_class(node: object) -> bool:
+    target = node.get("_target_") if isinstance(node, Mapping) else None
+    return isinstance(target, str) and target not in ("", "???")
+
+
+def check_eval(
+    c: Collector,
+    ev: Mapping[str, Any] | None,
+    loop: Mapping[str, Any],
+    micro_batch: int,
+    mode: object,
+) -> EvalSettings | None:
+    """eval.*; where a new key is null, the older train.eval_every / train.eval_batches."""
+    ev = ev or {}
+    data = ev.get("data")
+    if data is not None and not _names_a_class(data):
+        c.add(
+            "eval.data._target_",
+            data.get("_target_") if isinstance(data, Mapping) else data,
+            "is not set: eval.data is a dataset node, built like data",
+            "name your validation set's class, e.g. +eval.data._target_=mypkg.data.Validation "
+            "(its arguments as +eval.data.KEY=VALUE), or eval.data=null for the held-out "
+            "end of the training data (train.eval_fraction)",
+        )
+    every = ev.get("every_steps")
+    every = loop["eval_every"] if every is None else c.positive_int("eval.every_steps", every, 0)
+    batches = ev.get("max_batches")
+    if batches is None:
+        batches = loop["eval_batches"]
+        if batches == 0:  # the older spelling of "never"
+            every = 0
+    else:
+        batches = c.positive_int("eval.max_batches", batches)
+    micro = ev.get("micro_batch_size")
+    micro = micro_batch if micro is None else c.positive_int("eval.micro_batch_size", micro)
+    metrics = _check_metrics(c, ev.get("metrics") or {}, mode)
+    if every is None or micro is None or metrics is None or (data and not _names_a_class(data)):
+        return None
+    return EvalSettings(dict(data) if data else None, every, batches or None, micro, metrics)
+
+
+def _check_metrics(c: Collector, metrics: object, mode: object) -> dict[str, dict[str, Any]] | None:
+    if not isinstance(metrics, Mapping):
+        c.add(
+            "eval.metrics",
+            metrics,
+            "must map a name to a metric node",
+            "use e.g. +eval.metrics.accuracy._target_=torchmetrics.classification."
+            "MulticlassAccuracy +eval.metrics.accuracy.num_classes=10",
+        )
+        return None
+    ok = True
+    for name, node in metrics.items():
+        if not METRIC_NAME.fullmatch(str(name)):
+            c.add(
+                f"eval.metrics.{name}",
+                name,
+                "is not a plain name (it is logged as eval_<name>)",
+                "use letters, digits and _, e.g. eval.metrics.top1",
+            )
+            ok = False
+        elif not _names_a_class(node):
+            c.add(
+                f"eval.metrics.{name}._target_",
+                node.get("_target_") if isinstance(node, Mapping) else node,
+                "is not set: a metric is a node with a _target_ (torchmetrics' interface: "
+                "update(output, target), compute(), reset())",
+                f"use e.g. +eval.metrics.{name}._target_=torchmetrics.classification."
+                f"MulticlassAccuracy +eval.metrics.{name}.num_classes=10",
+            )
+            ok = False
+    if metrics and mode in PIPELINE_MODES:
+        c.add(
+            "eval.metrics",
+            ", ".join(map(str, metrics)),
+            f"cannot be used with parallel.mode={mode}: only the last stage sees the model's "
+            "output, while a metric is updated with it on every data-parallel rank",
+            "evaluate metrics in a run with parallel=ddp or fsdp, or leave eval.metrics "
+            "empty (the eval loss is still reported)",
+        )
+        ok = False
+    return {str(k): dict(v) for k, v in metrics.items()} if ok else None

@@ -19,6 +19,12 @@ RESUME_IGNORES = (
     "train.steps",
     "train.log_every",
     "train.eval_every",
+    "train.eval_batches",
+    # eval.data stays: with a validation set of its own, nothing of data is held out.
+    "eval.every_steps",
+    "eval.max_batches",
+    "eval.micro_batch_size",
+    "eval.metrics",
     "train.nonfinite",
     "checkpoint",
     "preemption",

@@ -74,7 +74,9 @@ def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] |
         "seed": c.positive_int("train.seed", train.get("seed"), minimum=0),
         "log_every": c.positive_int("train.log_every", train.get("log_every")),
         "eval_every": c.positive_int("train.eval_every", train.get("eval_every"), minimum=0),
-        "eval_batches": c.positive_int("train.eval_batches", train.get("eval_batches"), 0),
+        "eval_batches": None
+        if train.get("eval_batches") is None
+        else c.positive_int("train.eval_batches", train.get("eval_batches"), 0),
         "eval_fraction": c.number(
             "train.eval_fraction", train.get("eval_fraction"), 0, 1, high_open=True, example=0.05
         ),
@@ -84,7 +86,9 @@ def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] |
         "compile": c.flag("train.compile", train.get("compile")),
         "nonfinite": c.choice("train.nonfinite", train.get("nonfinite"), NONFINITE_CHOICES),
     }
-    return None if any(v is None for v in values.values()) else values
+    if any(v is None for k, v in values.items() if k != "eval_batches"):
+        return None
+    return values
 
 
 def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:

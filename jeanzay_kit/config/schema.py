@@ -99,14 +99,35 @@ class TrainConfig:
     steps: int = 200  # optimizer steps
     seed: int = 0  # model init and data order; the same on every rank
     log_every: int = 10  # metrics (stdout, metrics.jsonl) every N steps
-    eval_every: int = 50  # held-out loss every N steps (0: never)
-    eval_batches: int = 2  # held-out global batches per evaluation
+    # The older spelling of eval.every_steps and eval.max_batches (still read when the
+    # new keys are null).
+    eval_every: int = 50  # evaluate every N steps (0: never)
+    eval_batches: Optional[int] = None  # at most N global batches per evaluation
     eval_fraction: float = 0.05  # the end of the dataset held out for evaluation
     activation_checkpointing: bool = False  # recompute block activations in backward
     compile: bool = False  # torch.compile the model (ddp, fsdp)
     # A NaN or infinite loss on any rank: `stop` ends the run before the optimizer applies
     # it (exit 2; the newest complete checkpoint is kept), `skip` drops that step's update.
     nonfinite: str = "stop"
+
+
+@dataclass
+class EvalConfig:
+    """Evaluation: a validation set, how often, how much, and metrics beyond the loss
+    (docs/your-model-and-data.md). None of it changes what is trained."""
+
+    # A dataset node with a _target_ (your validation set); null: the held-out end of the
+    # training dataset (train.eval_fraction).
+    data: Any = None
+    every_steps: Optional[int] = None  # evaluate every N steps (0: never); null: train.eval_every
+    # At most N global batches (train.global_batch_size samples each) per evaluation; null:
+    # train.eval_batches if set, else the whole set.
+    max_batches: Optional[int] = None
+    micro_batch_size: Optional[int] = None  # samples per forward; null: train.micro_batch_size
+    # name -> a node with a _target_ with torchmetrics' interface (update(output, target),
+    # compute(), reset()), e.g. accuracy: {_target_: torchmetrics.classification.
+    # MulticlassAccuracy, num_classes: 10}; logged as eval_<name>.
+    metrics: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -313,6 +334,7 @@ class RootConfig:
     optim: Any = None  # AdamWConfig or SGDConfig
     loss: Any = None  # LossConfig (loss=criterion | output | model)
     loader: Any = None  # LoaderConfig
+    eval: Any = None  # EvalConfig
     train: Any = None  # TrainConfig
     checkpoint: Any = None  # CheckpointConfig
     preemption: Any = None  # PreemptionConfig
@@ -332,6 +354,7 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("parallel", "base_parallel", ParallelConfig),
     ("train", "base_train", TrainConfig),
     ("loader", "base_loader", LoaderConfig),
+    ("eval", "base_eval", EvalConfig),
     ("loss", "base_loss", LossConfig),
     ("optim", "base_adamw", AdamWConfig),
     ("optim", "base_sgd", SGDConfig),
@@ -353,6 +376,7 @@ _FIXED = {
     "parallel": ParallelConfig,
     "train": TrainConfig,
     "loader": LoaderConfig,
+    "eval": EvalConfig,
     "loss": LossConfig,
     "checkpoint": CheckpointConfig,
     "preemption": PreemptionConfig,

@@ -77,11 +77,22 @@ class TrainSettings:
     precision: str  # bf16 | fp16 | fp32, or "auto" on cluster=local (decided at run time)
     log_every: int
     eval_every: int  # 0: never
-    eval_batches: int
+    eval_batches: int | None  # older spelling of eval.max_batches
     eval_fraction: float
     activation_checkpointing: bool
     compile: bool
     nonfinite: str = "stop"  # stop | skip: a NaN/inf loss
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    """eval.*, with the older train.eval_* spellings folded in."""
+
+    data: Mapping[str, Any] | None  # the validation set's node; None: the held-out tail
+    every_steps: int  # 0: never
+    max_batches: int | None  # global batches per evaluation; None: the whole set
+    micro_batch_size: int
+    metrics: Mapping[str, Mapping[str, Any]]  # name -> node with a _target_
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any
 from jeanzay_kit.config import layout_rules, resource_rules
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.collector import Collector, section
-from jeanzay_kit.config.data_rules import check_loader, check_loader_cpus, check_loss
+from jeanzay_kit.config.data_rules import check_eval, check_loader, check_loader_cpus, check_loss
 from jeanzay_kit.config.run_rules import (
     check_checkpoint,
     check_communication,
@@ -37,6 +37,7 @@ from jeanzay_kit.config.schema import unknown_keys
 from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
+    EvalSettings,
     JobSettings,
     LoaderSettings,
     LossSettings,
@@ -67,6 +68,7 @@ class JobSpec:
     metrics: MetricsSettings
     loader: LoaderSettings
     loss: LossSettings
+    eval: EvalSettings
     model: Mapping[str, Any]  # the `model` node, for hydra.utils.instantiate
     data: Mapping[str, Any]  # the `data` node, likewise
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
@@ -130,8 +132,9 @@ def build_job_spec(
     layout = layout_rules.check_layout(c, request, nodes, gpn)
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
+    evaluation = check_eval(c, cfg.get("eval"), loop, request.micro_batch, par.get("mode"))
     c.raise_if_any()
-    assert resources is not None and precision is not None
+    assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
     loader, notes = check_loader_cpus(c, loader, cpus, where)
     c.raise_if_any()
@@ -156,6 +159,7 @@ def build_job_spec(
         metrics=metrics,
         loader=loader,
         loss=loss,
+        eval=evaluation,
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
         config=_resolved_config(cfg, resources),

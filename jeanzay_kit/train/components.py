@@ -77,24 +77,53 @@ def _is_contract_break(err: Exception) -> bool:
 
 
 def build_dataset(spec: JobSpec) -> Any:
-    dataset = build_target("data", spec.data, "dataset")
+    return build_map_dataset("data", spec.data)
+
+
+def build_eval_dataset(spec: JobSpec) -> Any | None:
+    """eval.data, the validation set of its own; None: the held-out end of data."""
+    return build_map_dataset("eval.data", spec.eval.data) if spec.eval.data else None
+
+
+def build_map_dataset(key: str, node: Mapping[str, Any]) -> Any:
+    dataset = build_target(key, node, "dataset")
+    named = f"{key}._target_={node.get('_target_')}"
     if not hasattr(dataset, "__getitem__") and not hasattr(dataset, "__getitems__"):
         raise ContractError(
-            f"data._target_={spec.data.get('_target_')}: {type(dataset).__name__} has no "
-            "__getitem__: the toolkit reads map-style datasets. HINT: implement "
-            "__getitem__(index) and __len__ (torch.utils.data.Dataset)"
+            f"{named}: {type(dataset).__name__} has no __getitem__: the toolkit reads "
+            "map-style datasets. HINT: implement __getitem__(index) and __len__ "
+            "(torch.utils.data.Dataset)"
         )
     try:
         size = len(dataset)
     except TypeError:
         raise ContractError(
-            f"data._target_={spec.data.get('_target_')}: {type(dataset).__name__} has no "
-            "__len__: the global-batch plan needs the number of samples. HINT: implement "
-            "__len__ (an iterable stream is issue 24's streaming data)"
+            f"{named}: {type(dataset).__name__} has no __len__: the global-batch plan needs "
+            "the number of samples. HINT: implement __len__ (an iterable stream is issue "
+            "24's streaming data)"
         ) from None
     if size <= 0:
-        raise ContractError(f"data._target_={spec.data.get('_target_')}: the dataset is empty")
+        raise ContractError(f"{named}: the dataset is empty")
     return dataset
+
+
+def build_metrics(spec: JobSpec, device: torch.device) -> dict[str, Any]:
+    """eval.metrics: each a torchmetrics-style object on the training device."""
+    metrics = {}
+    for name, node in spec.eval.metrics.items():
+        metric = build_target(f"eval.metrics.{name}", node, "metric")
+        missing = [
+            m for m in ("update", "compute", "reset") if not callable(getattr(metric, m, None))
+        ]
+        if missing:
+            raise ContractError(
+                f"eval.metrics.{name}._target_={node.get('_target_')}: a "
+                f"{type(metric).__name__} has no {', '.join(missing)}(): a metric has "
+                "torchmetrics' interface. HINT: use a torchmetrics class, e.g. "
+                "torchmetrics.classification.MulticlassAccuracy"
+            )
+        metrics[name] = metric.to(device) if hasattr(metric, "to") else metric
+    return metrics
 
 
 def build_model(spec: JobSpec, warn: bool) -> nn.Module:

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
@@ -27,14 +26,13 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
 from jeanzay_kit.train import components as build
+from jeanzay_kit.train.evaluate import Evaluator, eval_indices
 from jeanzay_kit.train.heartbeat import Heartbeat
 from jeanzay_kit.train.loader import (
     PlanBatchSampler,
     StepBatches,
-    build_collate,
     build_loader,
     describe_loader,
-    fetch,
 )
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
@@ -71,7 +69,7 @@ class Attempt:
     ckpt: Checkpointer
     plan: GlobalBatchPlan
     batches: StepBatches
-    eval_rounds: list[list[Any]]
+    evaluator: Evaluator | None  # None: no evaluation (eval.every_steps=0, or no samples)
     metrics: MetricsWriter
     start_step: int
     loss_value: float | None
@@ -155,7 +153,7 @@ def prepare(
         ckpt=ckpt,
         plan=plan,
         batches=batches,
-        eval_rounds=_eval_rounds(dataset, plan, held_out(spec, len(dataset)), spec, ctx),
+        evaluator=_evaluator(spec, ctx, dataset, compute_loss),
         metrics=_metrics_writer(
             spec, ctx, run_dir, resumed.step, allocation_end, batches.loader.num_workers
         ),
@@ -327,10 +325,10 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     if a.peak and a.flops:
         world = a.spec.layout.world_size
         record["mfu"] = a.flops * tset.global_batch_size / elapsed / (a.peak * world)
-    eval_due = tset.eval_every and (done % tset.eval_every == 0 or done == tset.steps)
-    if eval_due and a.eval_rounds:
+    every = a.spec.eval.every_steps
+    if a.evaluator is not None and every and (done % every == 0 or done == tset.steps):
         a.hb.beat(done, "eval")
-        record["eval_loss"] = _eval_loss(a.strategy, a.eval_rounds, a.ctx)
+        record.update(a.evaluator.run(a.strategy))
     # An attempt's first window holds the loader workers' start: not judged input-bound.
     a.metrics.log(record, judge_input=a.windows_logged > 0)
     a.window_start, a.window_steps, a.window_wait = time.perf_counter(), 0, 0.0
@@ -426,37 +424,27 @@ def _on_write_error(policy: str, is_main: bool):
             )
 
 
-def _eval_loss(strategy: Strategy, eval_rounds: list, ctx: DistContext) -> float:
-    """The held-out loss, averaged over the eval rounds and the ranks."""
-    strategy.train(False)
-    losses = [strategy.eval_loss(batches) for batches in eval_rounds]
-    strategy.train(True)
-    local = torch.stack(
-        [loss if loss is not None else torch.zeros((), device=ctx.device) for loss in losses]
-    )
-    return strategy.global_mean(local.mean())
-
-
-def _eval_rounds(
-    dataset: Any, plan: GlobalBatchPlan, eval_count: int, spec: JobSpec, ctx: DistContext
-) -> list[list[Any]]:
-    """Held-out global batches, each split across ranks exactly like a training step.
-
-    The eval set is the first `train.eval_batches` global batches after the training
-    samples, so it is the same whatever the world size, and a pipeline evaluates it step
-    by step. Read once, in this process, with the loader's collate function.
-    """
-    from jeanzay_kit.train.batch import to_device
-
-    g, m, dp = spec.train.global_batch_size, spec.train.micro_batch_size, spec.layout.dp_size
-    collate = build_collate(spec.loader.collate_fn)
-    out = []
-    for r in range(min(spec.train.eval_batches, eval_count // g)):
-        first = plan.dataset_size + r * g
-        micro = []
-        for a in range(spec.train.grad_accum_steps):
-            start = first + a * dp * m + ctx.dp_rank * m
-            indices = np.arange(start, start + m)
-            micro.append(to_device(fetch(dataset, indices, collate), ctx.device))
-        out.append(micro)
-    return out
+def _evaluator(
+    spec: JobSpec, ctx: DistContext, dataset: Any, compute_loss: Any
+) -> Evaluator | None:
+    """eval.data, or the held-out end of the training data; None (said once) when there is
+    nothing to evaluate."""
+    if not spec.eval.every_steps:
+        return None
+    own = build.build_eval_dataset(spec)
+    if own is not None:
+        data, indices = own, eval_indices(spec, len(own))
+    else:
+        held = held_out(spec, len(dataset))
+        data, indices = dataset, eval_indices(spec, held, first=len(dataset) - held)
+    if len(indices) == 0:
+        if ctx.is_main:
+            print(
+                f"note: no evaluation: train.eval_fraction={spec.train.eval_fraction} of "
+                f"{len(dataset)} samples holds none out. HINT: give a validation set "
+                "(eval.data), raise train.eval_fraction, or eval.every_steps=0 to say so",
+                flush=True,
+            )
+        return None
+    metrics = build.build_metrics(spec, ctx.device)
+    return Evaluator(spec, ctx, data, indices, compute_loss, metrics)

@@ -30,6 +30,18 @@ BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "V100": 125.0}
 
 
+def is_eval_metric(key: str) -> bool:
+    """eval_<name> of eval.metrics (not the eval loss or the sample count)."""
+    return key.startswith("eval_") and key not in ("eval_loss", "eval_samples")
+
+
+def board_tag(key: str) -> str:
+    """The TensorBoard tag of a metrics.jsonl key: eval metrics in an eval/ panel."""
+    if key in BOARD_TAGS:
+        return BOARD_TAGS[key]
+    return f"eval/{key[5:]}" if is_eval_metric(key) else key
+
+
 def peak_flops(device_name: str) -> float | None:
     for key, tflops in PEAK_TFLOPS.items():
         if key in device_name.upper():
@@ -123,7 +135,7 @@ class MetricsWriter:
         if self._board is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
-                    self._board.add_scalar(BOARD_TAGS.get(key, key), value, record["step"])
+                    self._board.add_scalar(board_tag(key), value, record["step"])
         parts = [f"step {record['step']}/{self.total_steps}"]
         for key, fmt in (
             ("loss", "loss {:.4f}"),
@@ -137,6 +149,8 @@ class MetricsWriter:
         ):
             if record.get(key) is not None:
                 parts.append(fmt.format(record[key]))
+            if key == "eval_loss":  # eval.metrics next to the eval loss: "accuracy 0.912"
+                parts.extend(f"{k[5:]} {v:.4g}" for k, v in record.items() if is_eval_metric(k))
         parts.append(f"ETA {format_duration(view.eta_s)}")
         if view.left_s is not None:
             parts.append(f"{format_duration(view.left_s)} left in the allocation")

@@ -15,6 +15,7 @@ batch belongs to accumulation micro-step j // (dp*m) and data-parallel rank
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,7 +82,10 @@ class GlobalBatchPlan:
 
 
 def held_out(spec: JobSpec, dataset_size: int) -> int:
-    """Samples at the end of the dataset held out for evaluation (train.eval_fraction)."""
+    """Samples at the end of the dataset held out for evaluation (train.eval_fraction);
+    none when the validation set is a dataset of its own (eval.data)."""
+    if spec.eval.data:
+        return 0
     return int(dataset_size * spec.train.eval_fraction)
 
 
@@ -100,3 +104,21 @@ def plan_for(
         start_step=start_step,
         start_position=start_position,
     )
+
+
+@dataclass(frozen=True)
+class EvalShare:
+    """One data-parallel rank's part of an evaluation over positions [0, count)."""
+
+    batches: list[np.ndarray]  # positions in the eval set, micro-batch by micro-batch
+    rounds: int  # forward calls every rank makes: the most any rank needs
+
+
+def eval_share(count: int, dp_size: int, dp_rank: int, micro_batch: int) -> EvalShare:
+    """Every `dp_size`-th position from `dp_rank`: each sample of the set on exactly one
+    rank, the ranks' counts differing by at most one (no remainder dropped, none counted
+    twice). A rank with fewer batches than `rounds` makes discarded calls so that sharded
+    models (FSDP) meet their peers in the same collectives."""
+    mine = np.arange(dp_rank, count, dp_size)
+    batches = [mine[i : i + micro_batch] for i in range(0, len(mine), micro_batch)]
+    return EvalShare(batches, math.ceil(math.ceil(count / dp_size) / micro_batch))

@@ -159,6 +159,60 @@ def test_dict_batches_and_a_model_that_returns_its_loss(project: Path) -> None:
     assert seen[-1] < seen[0] / 2, seen
 
 
+@pytest.mark.timeout(300)
+def test_a_validation_set_of_its_own_with_a_metric(project: Path) -> None:
+    """101 validation samples on 2 ranks: each read exactly once per evaluation (through
+    the loader's workers), and the accuracy logged for the last step is the final model's,
+    computed here by hand."""
+    val_record = project / "val_record"
+    val_record.mkdir()
+    done = jzk(
+        project,
+        "train",
+        "resources.gpus_per_node=2",
+        "job.name=validated",
+        "train.steps=20",
+        "eval.every_steps=10",
+        "+eval.data._target_=userpkg.testing.RecordedImages",
+        f"+eval.data.record_dir={val_record}",
+        "+eval.data.size=101",
+        "+eval.data.seed=1",
+        "+eval.metrics.accuracy._target_=torchmetrics.classification.MulticlassAccuracy",
+        "+eval.metrics.accuracy.num_classes=4",
+        "+eval.metrics.accuracy.average=micro",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    reads: Counter = Counter()
+    for file in val_record.glob("*.txt"):
+        reads.update(map(int, file.read_text().split()))
+    assert reads == Counter({i: 2 for i in range(101)})  # two evaluations, once each
+    assert len(list(val_record.glob("*.txt"))) >= 2  # read by loader workers (their pids)
+
+    run_dir = run_dir_of(project, "validated")
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if "eval_loss" in r][-1]
+    assert last["step"] == 20 and last["eval_samples"] == 101
+    assert "| accuracy " in done.stdout
+
+    sys.path.insert(0, str(project))
+    try:
+        from userpkg.cnn import SmallCNN
+        from userpkg.images import RandomImages
+    finally:  # the user's package, imported here only
+        sys.path.remove(str(project))
+        for name in [m for m in sys.modules if m == "userpkg" or m.startswith("userpkg.")]:
+            del sys.modules[name]
+    model = SmallCNN()
+    model.load_state_dict(torch.load(run_dir / "model_final.pt", weights_only=True))
+    data = RandomImages(size=101, seed=1)
+    with torch.no_grad():
+        logits = model(data.images)
+    accuracy = float((logits.argmax(1) == data.labels).float().mean())
+    loss = float(torch.nn.functional.cross_entropy(logits, data.labels))
+    assert abs(last["eval_accuracy"] - accuracy) < 1e-6, (last, accuracy)
+    assert abs(last["eval_loss"] - loss) < 1e-5, (last, loss)
+
+
 def start(cwd: Path, *args: str) -> subprocess.Popen:
     # A session of its own: the test signals the whole process group, loader workers
     # included, as Slurm signals every process of a job step.

@@ -1,0 +1,113 @@
+"""Evaluation's pure parts: which rank reads which validation sample (train/sampler.py:
+eval_share), the eval.* keys with their older train.eval_* spellings
+(config/data_rules.py: check_eval), and what a metric is updated with
+(train/evaluate.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import build_job_spec
+from jeanzay_kit.errors import ContractError, SpecError
+from jeanzay_kit.train.evaluate import metric_target, prediction
+from jeanzay_kit.train.sampler import eval_share
+
+
+@pytest.mark.parametrize(
+    ("count", "dp", "micro"),
+    [(100, 1, 16), (101, 2, 16), (7, 3, 2), (2, 4, 8), (64, 4, 16), (1000, 3, 7)],
+)
+def test_each_validation_sample_is_read_once_by_one_rank(count: int, dp: int, micro: int) -> None:
+    shares = [eval_share(count, dp, rank, micro) for rank in range(dp)]
+    seen = Counter(int(i) for share in shares for batch in share.batches for i in batch)
+    assert seen == Counter(range(count))  # none dropped, none twice
+    sizes = [sum(len(b) for b in share.batches) for share in shares]
+    assert max(sizes) - min(sizes) <= 1
+    # Every rank makes the same number of forward calls (FSDP's collectives meet).
+    assert len({share.rounds for share in shares}) == 1
+    assert all(len(share.batches) <= share.rounds for share in shares)
+    assert all(len(b) <= micro for share in shares for b in share.batches)
+
+
+def spec(*overrides: str):
+    return build_job_spec(compose_config(list(overrides)))
+
+
+ACCURACY = (
+    "+eval.metrics.accuracy._target_=torchmetrics.classification.MulticlassAccuracy",
+    "+eval.metrics.accuracy.num_classes=4",
+)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "every", "max_batches", "micro"),
+    [
+        ((), 50, None, 8),  # the whole held-out set, every train.eval_every steps
+        (("train.eval_every=20", "train.eval_batches=3"), 20, 3, 8),  # the older spelling
+        (("eval.every_steps=5", "eval.max_batches=2", "train.eval_every=20"), 5, 2, 8),
+        (("train.eval_batches=0",), 0, None, 8),  # older "never"
+        (("eval.micro_batch_size=32",), 50, None, 32),
+    ],
+)
+def test_eval_keys_and_their_older_spelling(
+    overrides: tuple[str, ...], every: int, max_batches: int | None, micro: int
+) -> None:
+    ev = spec(*overrides).eval
+    assert (ev.every_steps, ev.max_batches, ev.micro_batch_size) == (every, max_batches, micro)
+
+
+def test_a_validation_set_of_its_own_holds_nothing_of_data_out() -> None:
+    from jeanzay_kit.train.sampler import held_out
+
+    assert held_out(spec(), 1000) == 50
+    own = spec("+eval.data._target_=mypkg.Validation", "+eval.data.root=/scratch/val")
+    assert own.eval.data == {"_target_": "mypkg.Validation", "root": "/scratch/val"}
+    assert held_out(own, 1000) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (("eval.every_steps=-1",), "eval.every_steps=-1"),
+        (("eval.max_batches=0",), "eval.max_batches=0"),
+        (("+eval.data.root=/x",), "eval.data._target_=null is not set"),
+        (
+            ("+eval.metrics.accuracy.num_classes=4",),
+            "eval.metrics.accuracy._target_=null is not set",
+        ),
+        (
+            ("+eval.metrics.top-1._target_=torchmetrics.Accuracy",),
+            "eval.metrics.top-1=top-1 is not a plain name",
+        ),
+        (
+            ("parallel=pipeline", "resources.gpus_per_node=2", *ACCURACY),
+            "eval.metrics=accuracy cannot be used with parallel.mode=pipeline",
+        ),
+    ],
+)
+def test_bad_eval_keys_are_refused_naming_the_key(
+    overrides: tuple[str, ...], fragment: str
+) -> None:
+    with pytest.raises(SpecError) as info:
+        spec(*overrides)
+    problems = [str(p) for p in info.value.problems]
+    assert any(fragment in p for p in problems), problems
+    assert all("HINT" in p for p in problems)
+
+
+def test_a_metric_is_updated_with_logits_and_labels() -> None:
+    logits = torch.randn(4, 3)
+    assert prediction(logits) is logits
+    assert prediction({"loss": torch.zeros(()), "logits": logits}) is logits
+    assert prediction(SimpleNamespace(loss=torch.zeros(()), logits=logits)) is logits
+    labels = torch.tensor([0, 1, 2, 0])
+    assert metric_target({"input_ids": logits, "labels": labels}, None) is labels
+    assert metric_target((logits, labels), labels) is labels
+    with pytest.raises(ContractError, match="eval.metrics: the batch has no target"):
+        metric_target({"input_ids": np.zeros(3)}, None)
