@@ -87,6 +87,7 @@ class Checkpointer:
         keep_last: int = 3,
         use_async: bool = False,
         log: Callable[[str], None] = print,
+        keep_best: tuple[str, str] | None = None,
     ):
         self.store = CheckpointStore(run_dir / "checkpoints")
         self.module = module
@@ -96,6 +97,7 @@ class Checkpointer:
         self.config = config
         self.device = device
         self.keep_last = keep_last
+        self.keep_best = keep_best  # (metrics.jsonl key, "min" | "max"): kept by retention
         self.log = log if rank == 0 else (lambda _msg: None)
         self._trash = TrashEmptier(self.store)
         self._background = BackgroundSave(device) if use_async else None
@@ -106,8 +108,15 @@ class Checkpointer:
 
     # ---- saving --------------------------------------------------------------------------
 
-    def save(self, step: int, trainer: TrainerState, force_sync: bool = False) -> None:
-        """Collective: every rank calls it at the same step."""
+    def save(
+        self,
+        step: int,
+        trainer: TrainerState,
+        force_sync: bool = False,
+        evaluated: Mapping[str, float] | None = None,
+    ) -> None:
+        """Collective: every rank calls it at the same step. evaluated: the evaluation of
+        this step (eval_loss, eval_<name>), recorded in the manifest for keep_best."""
         t0 = time.perf_counter()
         self._wait_save()  # the next save waits for the previous one
         tmp = self.store.tmp_dir(step)
@@ -141,6 +150,7 @@ class Checkpointer:
             "config_hash": resume_hash(self.config),
             "code_version": __version__,
             "sample_position": trainer.sample_position,
+            "extra": _extra(evaluated, self.keep_best),
         }
         background = self._background is not None and not force_sync
         # In the background one writer thread is enough and leaves the cores to training
@@ -160,6 +170,7 @@ class Checkpointer:
                 self._trash,
                 self.log,
                 self.device if group is None else torch.device("cpu"),
+                self.keep_best,
             )
 
         if background:
@@ -318,3 +329,14 @@ def _root_cause(err: BaseException | None) -> str:
     if err is None:
         return "another rank could not write its files"
     return str(err)
+
+
+def _extra(evaluated: Mapping[str, float] | None, keep_best: tuple[str, str] | None) -> dict:
+    """What the manifest records besides the files: the step's evaluation, and which of
+    its values keep_best ranks checkpoints by (`jzk ckpt list` marks the best)."""
+    extra: dict[str, Any] = {}
+    if evaluated:
+        extra["eval"] = dict(evaluated)
+    if keep_best is not None:
+        extra["keep_best"] = {"key": keep_best[0], "mode": keep_best[1]}
+    return extra

@@ -54,6 +54,7 @@ def commit_checkpoint(
     trash: TrashEmptier,
     log: Callable[[str], None],
     device: torch.device,
+    keep_best: tuple[str, str] | None = None,
 ) -> None:
     """Gather every rank's file records; rank 0 seals step-N and applies retention.
 
@@ -78,7 +79,9 @@ def commit_checkpoint(
             known.update(part or {})
         try:
             manifest = store.commit(step, fields, known=known)
-            removed = store.apply_retention(keep_last, newest_good=step, delete=False)
+            removed = store.apply_retention(
+                keep_last, newest_good=step, delete=False, keep_best=keep_best
+            )
         except OSError as err:  # the manifest or the rename met a full disk
             failure = err
         else:

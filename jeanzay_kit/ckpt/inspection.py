@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from jeanzay_kit.ckpt.layout import best_step
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import CheckpointNotFound
 
@@ -19,9 +20,11 @@ def _store(run_dir: str | Path) -> CheckpointStore:
 
 
 def list_checkpoints(run_dir: str | Path) -> list[dict]:
-    """One row per step folder: step, size, complete or not (manifest present)."""
+    """One row per step folder: step, size, complete or not (manifest present), its
+    evaluation, and `best` on the one checkpoint.keep_best keeps."""
     store = _store(run_dir)
     rows = []
+    keep_best = None
     for entry in store.entries():
         row = {
             "step": entry.step,
@@ -35,10 +38,19 @@ def list_checkpoints(run_dir: str | Path) -> list[dict]:
                 manifest = store.manifest(entry.step)
                 row["bytes"] = manifest.total_bytes
                 row["sample_position"] = manifest.sample_position
+                row["eval"] = dict(manifest.extra.get("eval") or {})
+                keep_best = manifest.extra.get("keep_best") or keep_best
             except Exception as err:  # noqa: BLE001 - shown to the user as the row's state
                 row["complete"] = False
                 row["error"] = str(err)
         rows.append(row)
+    if keep_best:
+        key, mode = keep_best["key"], keep_best["mode"]
+        evaluated = {r["step"]: r["eval"] for r in rows if r["complete"] and r.get("eval")}
+        best = best_step(evaluated, key, mode)
+        for row in rows:
+            if row["step"] == best:
+                row["best"] = f"best {key}={row['eval'][key]:.4g} ({mode})"
     return rows
 
 

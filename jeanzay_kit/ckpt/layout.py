@@ -155,15 +155,18 @@ def newest_first(entries: Iterable[Entry]) -> list[Entry]:
     return sorted(entries, key=lambda e: e.step, reverse=True)
 
 
-def to_delete(entries: Iterable[Entry], keep_last: int, good: Iterable[int]) -> list[Entry]:
+def to_delete(
+    entries: Iterable[Entry], keep_last: int, good: Iterable[int], protect: Iterable[int] = ()
+) -> list[Entry]:
     """Folders retention removes: complete ones beyond the newest `keep_last` good ones.
 
     `good` lists the steps known to be complete and intact. The newest good checkpoint is
     always kept, even with keep_last=0 or when newer folders are damaged, so there is
-    always something to resume from. Incomplete folders are left to `stale_incomplete`.
+    always something to resume from. `protect`: steps kept besides (the best evaluated
+    one, checkpoint.keep_best). Incomplete folders are left to `stale_incomplete`.
     """
     good_steps = sorted(set(good), reverse=True)
-    keep = set(good_steps[: max(1, keep_last)])
+    keep = set(good_steps[: max(1, keep_last)]) | set(protect)
     newest_good = good_steps[0] if good_steps else None
     out = []
     for entry in newest_first(entries):
@@ -173,6 +176,21 @@ def to_delete(entries: Iterable[Entry], keep_last: int, good: Iterable[int]) -> 
             continue  # newer than what we trust: leave it for a human to look at
         out.append(entry)
     return out
+
+
+def best_step(evaluated: Mapping[int, Mapping[str, Any]], key: str, mode: str) -> int | None:
+    """The step whose evaluation holds the best `key` (min or max); the newest on a tie.
+    `evaluated`: step -> the eval record its manifest holds."""
+    scored = [
+        (float(record[key]), step)
+        for step, record in evaluated.items()
+        if isinstance(record.get(key), (int, float))
+    ]
+    if not scored:
+        return None
+    if mode == "max":
+        return max(scored)[1]
+    return min(scored, key=lambda vs: (vs[0], -vs[1]))[1]
 
 
 def config_change_message(folder: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:

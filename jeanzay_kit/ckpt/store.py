@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from jeanzay_kit.ckpt.layout import (
     FileRecord,
     Manifest,
     ManifestError,
+    best_step,
     compare_files,
     config_change_message,
     newest_first,
@@ -171,7 +172,11 @@ class CheckpointStore:
         return removed
 
     def apply_retention(
-        self, keep_last: int, newest_good: int | None, delete: bool = True
+        self,
+        keep_last: int,
+        newest_good: int | None,
+        delete: bool = True,
+        keep_best: tuple[str, str] | None = None,
     ) -> list[str]:
         """Keep the newest `keep_last` complete checkpoints (and always the newest good one).
 
@@ -184,8 +189,9 @@ class CheckpointStore:
             for e in entries
             if e.has_manifest and (newest_good is None or e.step <= newest_good)
         ]
+        protect = [] if keep_best is None else [self.best(keep_best, good)]
         removed = []
-        for entry in to_delete(entries, keep_last, good):
+        for entry in to_delete(entries, keep_last, good, [s for s in protect if s is not None]):
             trash = self.root / trash_dir_name(entry.step)
             if trash.exists():  # an older copy of this step, still being deleted
                 shutil.rmtree(trash, ignore_errors=True)
@@ -196,6 +202,16 @@ class CheckpointStore:
         if delete:
             self.empty_trash()
         return removed
+
+    def best(self, keep_best: tuple[str, str], steps: Iterable[int]) -> int | None:
+        """Of these complete steps, the one whose manifest's evaluation is the best."""
+        evaluated = {}
+        for step in steps:
+            try:
+                evaluated[step] = dict(self.manifest(step).extra.get("eval") or {})
+            except (OSError, ManifestError):
+                continue
+        return best_step(evaluated, *keep_best)
 
     def empty_trash(self) -> None:
         for child in self.root.glob(f"{TRASH_PREFIX}*"):

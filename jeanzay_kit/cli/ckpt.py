@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
         for row in rows:
             size = f"{row['bytes'] / 1e6:10.1f} MB" if row["bytes"] is not None else " " * 13
             state = "complete" if row["complete"] else "INCOMPLETE (not loadable)"
-            print(f"{row['name']:>16}  {size}  {state}")
+            best = f"  {row['best']}" if row.get("best") else ""
+            print(f"{row['name']:>16}  {size}  {state}{best}")
         return 0
     if args.ckpt_command == "verify":
         report = inspection.verify(args.run_dir)

@@ -208,3 +208,33 @@ def _check_metrics(c: Collector, metrics: object, mode: object) -> dict[str, dic
         )
         ok = False
     return {str(k): dict(v) for k, v in metrics.items()} if ok else None
+
+
+def check_keep_best(
+    c: Collector, ckpt: Mapping[str, Any], ev: EvalSettings | None
+) -> tuple[str | None, str]:
+    """checkpoint.keep_best: `loss` or a name of eval.metrics, as its metrics.jsonl key."""
+    name, mode = ckpt.get("keep_best"), ckpt.get("keep_best_mode", "min")
+    mode = c.choice("checkpoint.keep_best_mode", mode, ("min", "max")) or "min"
+    if name is None or ev is None:
+        return None, mode
+    names = ["loss", *ev.metrics]
+    bare = str(name).removeprefix("eval_")
+    if bare not in names:
+        c.add(
+            "checkpoint.keep_best",
+            name,
+            f"is not an evaluated value (these are: {', '.join(names)})",
+            "use checkpoint.keep_best=loss, or a name of eval.metrics (with "
+            "checkpoint.keep_best_mode=max for accuracy-like metrics)",
+        )
+        return None, mode
+    if not ev.every_steps:
+        c.add(
+            "checkpoint.keep_best",
+            name,
+            "needs evaluations, and eval.every_steps=0 runs none",
+            "set eval.every_steps to a divisor of checkpoint.every_steps",
+        )
+        return None, mode
+    return f"eval_{bare}", mode

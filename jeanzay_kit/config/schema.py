@@ -204,6 +204,10 @@ class CheckpointConfig:
     # cleanly (exit 2, not requeued), `continue` warns and trains on, trying again at the
     # next save. Either way the partial folder is removed and the previous checkpoint kept.
     on_write_error: str = "stop"
+    # Keep the checkpoint with the best evaluation out of retention: `loss` (eval_loss) or
+    # the name of one of eval.metrics; null: none. keep_best_mode: min or max.
+    keep_best: Optional[str] = None
+    keep_best_mode: str = "min"  # min | max: which value of keep_best is the best
 
 
 # The key `checkpoint.async` is public. A dataclass field named `async` works as long as no
@@ -215,6 +219,8 @@ CheckpointConfig.__annotations__ = {
     "async": bool,
     "allow_config_change": bool,
     "on_write_error": str,
+    "keep_best": Optional[str],
+    "keep_best_mode": str,
 }
 setattr(CheckpointConfig, "async", field(default=False, init=False, repr=False, compare=False))
 CheckpointConfig = dataclass(CheckpointConfig)  # type: ignore[misc]

@@ -151,6 +151,10 @@ class CheckpointSettings:
     use_async: bool  # checkpoint.async
     allow_config_change: bool
     on_write_error: str = "stop"  # stop | continue
+    # The metrics.jsonl key whose best checkpoint retention keeps (eval_loss, eval_<name>),
+    # and "min" or "max"; None: none.
+    keep_best: str | None = None
+    keep_best_mode: str = "min"
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,19 @@ checkpoint's config.json and its hash).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jeanzay_kit.config import layout_rules, resource_rules
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.collector import Collector, section
-from jeanzay_kit.config.data_rules import check_eval, check_loader, check_loader_cpus, check_loss
+from jeanzay_kit.config.data_rules import (
+    check_eval,
+    check_keep_best,
+    check_loader,
+    check_loader_cpus,
+    check_loss,
+)
 from jeanzay_kit.config.run_rules import (
     check_checkpoint,
     check_communication,
@@ -133,6 +139,7 @@ def build_job_spec(
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
     evaluation = check_eval(c, cfg.get("eval"), loop, request.micro_batch, par.get("mode"))
+    keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
     c.raise_if_any()
     assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
@@ -153,7 +160,7 @@ def build_job_spec(
             **loop,
         ),
         optim=optim,
-        checkpoint=ckpt,
+        checkpoint=replace(ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
         preemption=preemption,
         watchdog=watchdog,
         metrics=metrics,

@@ -276,4 +276,7 @@ def build_checkpointer(
         ctx.device,
         keep_last=spec.checkpoint.keep_last,
         use_async=spec.checkpoint.use_async,
+        keep_best=(spec.checkpoint.keep_best, spec.checkpoint.keep_best_mode)
+        if spec.checkpoint.keep_best
+        else None,
     )

@@ -82,6 +82,7 @@ class Attempt:
     window_steps: int = 0
     window_wait: float = 0.0  # seconds the loop waited for batches in this window
     windows_logged: int = 0
+    last_eval: dict[str, float] = field(default_factory=dict)  # the newest evaluation, its step
     stopped_by: str = ""
 
 
@@ -264,7 +265,7 @@ def run_steps(a: Attempt) -> None:
         a.window_steps += 1
         a.metrics.advance(step + 1)
         done = step + 1
-        if done % a.spec.train.log_every == 0 or done == a.spec.train.steps:
+        if done % a.spec.train.log_every == 0 or done == a.spec.train.steps or eval_due(a, done):
             log_step(a, done, local_loss)
         # ---- step boundary: stop, save, or go on; every rank decides the same ----------
         a.hb.beat(done, "step_boundary")
@@ -325,14 +326,24 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     if a.peak and a.flops:
         world = a.spec.layout.world_size
         record["mfu"] = a.flops * tset.global_batch_size / elapsed / (a.peak * world)
-    every = a.spec.eval.every_steps
-    if a.evaluator is not None and every and (done % every == 0 or done == tset.steps):
+    if eval_due(a, done):
         a.hb.beat(done, "eval")
-        record.update(a.evaluator.run(a.strategy))
+        a.last_eval = {"step": done, **a.evaluator.run(a.strategy)}
+        record.update({k: v for k, v in a.last_eval.items() if k != "step"})
     # An attempt's first window holds the loader workers' start: not judged input-bound.
     a.metrics.log(record, judge_input=a.windows_logged > 0)
     a.window_start, a.window_steps, a.window_wait = time.perf_counter(), 0, 0.0
     a.windows_logged += 1
+
+
+def eval_due(a: Attempt, done: int) -> bool:
+    """Every eval.every_steps steps, and at the last one (a logged step either way)."""
+    every = a.spec.eval.every_steps
+    return (
+        a.evaluator is not None
+        and bool(every)
+        and (done % every == 0 or done == a.spec.train.steps)
+    )
 
 
 def at_boundary(a: Attempt, done: int, signum: int, time_due: int) -> bool:
@@ -368,6 +379,7 @@ def save(a: Attempt, done: int, force_sync: bool = False) -> None:
                 a.loss_value,
             ),
             force_sync=force_sync,
+            evaluated=a.last_eval if a.last_eval.get("step") == done else None,
         )
 
 

@@ -180,6 +180,12 @@ def test_a_validation_set_of_its_own_with_a_metric(project: Path) -> None:
         "+eval.metrics.accuracy._target_=torchmetrics.classification.MulticlassAccuracy",
         "+eval.metrics.accuracy.num_classes=4",
         "+eval.metrics.accuracy.average=micro",
+        # Retention keeps one checkpoint, and the best evaluated one besides: by the
+        # largest loss, so that the best is the first evaluation's, not the newest.
+        "checkpoint.every_steps=10",
+        "checkpoint.keep_last=1",
+        "checkpoint.keep_best=loss",
+        "checkpoint.keep_best_mode=max",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     reads: Counter = Counter()
@@ -211,6 +217,17 @@ def test_a_validation_set_of_its_own_with_a_metric(project: Path) -> None:
     loss = float(torch.nn.functional.cross_entropy(logits, data.labels))
     assert abs(last["eval_accuracy"] - accuracy) < 1e-6, (last, accuracy)
     assert abs(last["eval_loss"] - loss) < 1e-5, (last, loss)
+
+    first = [r for r in records if "eval_loss" in r][0]
+    assert first["step"] == 10 and first["eval_loss"] > last["eval_loss"]
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("step-*")) == [
+        "step-10",
+        "step-20",
+    ]
+    listed = jzk(project, "ckpt", "list", str(run_dir)).stdout.splitlines()  # newest first
+    assert [ln.split()[0] for ln in listed] == ["step-20", "step-10"], listed
+    assert f"best eval_loss={first['eval_loss']:.4g} (max)" in listed[1], listed
+    assert "best" not in listed[0], listed
 
 
 def start(cwd: Path, *args: str) -> subprocess.Popen:

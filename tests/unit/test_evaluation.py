@@ -111,3 +111,51 @@ def test_a_metric_is_updated_with_logits_and_labels() -> None:
     assert metric_target((logits, labels), labels) is labels
     with pytest.raises(ContractError, match="eval.metrics: the batch has no target"):
         metric_target({"input_ids": np.zeros(3)}, None)
+
+
+@pytest.mark.parametrize(
+    ("mode", "expected"),
+    [("min", 20), ("max", 10)],
+)
+def test_the_best_evaluated_checkpoint(mode: str, expected: int) -> None:
+    from jeanzay_kit.ckpt.layout import best_step
+
+    evaluated = {10: {"eval_loss": 0.9}, 20: {"eval_loss": 0.2}, 30: {}, 40: {"eval_loss": 0.5}}
+    assert best_step(evaluated, "eval_loss", mode) == expected
+    assert best_step({10: {}}, "eval_loss", mode) is None
+    # A tie goes to the newest.
+    assert best_step({10: {"a": 1.0}, 20: {"a": 1.0}}, "a", mode) == 20
+
+
+def test_retention_keeps_the_protected_step() -> None:
+    from jeanzay_kit.ckpt.layout import Entry, to_delete
+
+    entries = [Entry(s, f"step-{s}", True) for s in (10, 20, 30, 40)]
+    dropped = to_delete(entries, keep_last=1, good=[10, 20, 30, 40], protect=[20])
+    assert sorted(e.step for e in dropped) == [10, 30]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragment"),
+    [
+        (("checkpoint.keep_best=accuracy",), "checkpoint.keep_best=accuracy is not an evaluated"),
+        (
+            ("checkpoint.keep_best=loss", "eval.every_steps=0"),
+            "checkpoint.keep_best=loss needs evaluations",
+        ),
+        (("checkpoint.keep_best=loss", "checkpoint.keep_best_mode=best"), "keep_best_mode=best"),
+    ],
+)
+def test_keep_best_names_an_evaluated_value(overrides: tuple[str, ...], fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        spec(*overrides)
+    assert any(fragment in str(p) for p in info.value.problems), info.value.problems
+
+
+def test_keep_best_takes_the_metrics_jsonl_key() -> None:
+    assert spec("checkpoint.keep_best=loss").checkpoint.keep_best == "eval_loss"
+    chosen = spec(*ACCURACY, "checkpoint.keep_best=accuracy", "checkpoint.keep_best_mode=max")
+    assert (chosen.checkpoint.keep_best, chosen.checkpoint.keep_best_mode) == (
+        "eval_accuracy",
+        "max",
+    )
