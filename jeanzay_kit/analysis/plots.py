@@ -13,6 +13,7 @@ from jeanzay_kit.analysis.summary import RunSeries, legend_labels
 LOSS_PNG = "loss.png"
 THROUGHPUT_PNG = "throughput.png"
 STEP_TIME_PNG = "step_time.png"
+DATA_WAIT_PNG = "data_wait.png"
 
 
 # Legend labels are wrapped at this many characters: a sweep's overrides can be long.
@@ -51,8 +52,8 @@ def _finish(figure, axes, title: str, ylabel: str, path: Path, labelled: bool) -
 
 
 def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
-    """loss.png (train solid, eval dashed, one colour per run), throughput.png and
-    step_time.png. Returns the files written."""
+    """loss.png (train solid, eval dashed, one colour per run), throughput.png,
+    step_time.png and data_wait.png. Returns the files written."""
     out_dir.mkdir(parents=True, exist_ok=True)
     labels = [wrap_label(label) for label in legend_labels(runs)]
     written = []
@@ -79,6 +80,7 @@ def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
     for attr, title, path in (
         ("throughput", "throughput", out_dir / THROUGHPUT_PNG),
         ("step_time", "step time", out_dir / STEP_TIME_PNG),
+        ("data_wait", "time waiting for batches", out_dir / DATA_WAIT_PNG),
     ):
         figure, axes = _figure(_legend_lines(labels, 1))
         for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
@@ -86,7 +88,11 @@ def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
             if points:
                 axes.plot(*zip(*points, strict=True), color=f"C{index % 10}", label=label)
         unit = runs[0].throughput_unit if runs else "samples/s"
-        ylabel = unit if attr == "throughput" else "seconds per step"
+        ylabel = {
+            "throughput": unit,
+            "step_time": "seconds per step",
+            "data_wait": "share of the step time",
+        }[attr]
         labelled = any(getattr(run, attr) for run in runs)
         written.append(_finish(figure, axes, title, ylabel, path, labelled))
     return written

@@ -25,6 +25,10 @@ class RunSeries:
     throughput: list[tuple[int, float]] = field(default_factory=list)
     step_time: list[tuple[int, float]] = field(default_factory=list)
     throughput_unit: str = "samples/s"  # or tokens/s when the run counted tokens
+    data_wait: list[tuple[int, float]] = field(default_factory=list)  # share of step time
+    data_wait_s: list[tuple[int, float]] = field(default_factory=list)  # seconds per step
+    # eval.metrics: name -> (step, value) of each evaluation
+    eval_metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
 
 def _number(value: object) -> float | None:
@@ -46,7 +50,10 @@ def run_series(
         "eval_loss": [],
         unit_key: [],
         "step_time_s": [],
+        "data_wait_share": [],
+        "data_wait_s": [],
     }
+    metrics: dict[str, list[tuple[int, float]]] = {}
     for record in sorted(records, key=lambda r: r.get("step", 0)):
         step = record.get("step")
         if not isinstance(step, int):
@@ -55,6 +62,11 @@ def run_series(
             value = _number(record.get(key))
             if value is not None:
                 points.append((step, value))
+        for key, value in record.items():
+            if key.startswith("eval_") and key not in ("eval_loss", "eval_samples"):
+                number = _number(value)
+                if number is not None:
+                    metrics.setdefault(key[5:], []).append((step, number))
     return RunSeries(
         name=name,
         overrides=tuple(overrides),
@@ -63,6 +75,9 @@ def run_series(
         throughput=curves[unit_key],
         step_time=curves["step_time_s"],
         throughput_unit=unit_key.removesuffix("_per_s") + "/s",
+        data_wait=curves["data_wait_share"],
+        data_wait_s=curves["data_wait_s"],
+        eval_metrics=metrics,
     )
 
 
@@ -90,6 +105,22 @@ class SummaryRow:
     throughput: float | None  # median over the logged steps
     throughput_unit: str
     step_time_s: float | None  # median
+    data_wait: float | None = None  # median share of the step time waiting for batches
+    input_bound: bool = False  # the run's verdict (train/progress.py: input_bound)
+    eval_metrics: dict[str, float] = field(default_factory=dict)  # the last of each
+
+
+def input_verdict(run: RunSeries) -> bool:
+    """Input-bound when some 3 logged windows in a row waited past the threshold, as the
+    run's own note judges (its first window, the workers' start, is not judged)."""
+    from jeanzay_kit.train.progress import input_bound
+
+    shares = [v for _, v in run.data_wait[1:]]
+    waits = [v for _, v in run.data_wait_s[1:]]
+    return any(
+        input_bound(shares[: end + 1], waits[: end + 1] if waits else None)
+        for end in range(len(shares))
+    )
 
 
 def summary_rows(runs: Sequence[RunSeries]) -> list[SummaryRow]:
@@ -112,6 +143,9 @@ def summary_rows(runs: Sequence[RunSeries]) -> list[SummaryRow]:
                 step_time_s=statistics.median(v for _, v in run.step_time)
                 if run.step_time
                 else None,
+                data_wait=statistics.median(v for _, v in run.data_wait) if run.data_wait else None,
+                input_bound=input_verdict(run),
+                eval_metrics={name: points[-1][1] for name, points in run.eval_metrics.items()},
             )
         )
 
@@ -131,7 +165,20 @@ def _fmt(value: float | None, spec: str) -> str:
 def table_cells(rows: Sequence[SummaryRow]) -> list[list[str]]:
     """The header and one list of cells per row (the text table and summary.csv)."""
     unit = rows[0].throughput_unit if rows else "samples/s"
-    cells = [["RUN", "STEPS", "FINAL LOSS", "BEST EVAL", "AT STEP", unit.upper(), "S/STEP"]]
+    names = list(dict.fromkeys(name for row in rows for name in row.eval_metrics))
+    cells = [
+        [
+            "RUN",
+            "STEPS",
+            "FINAL LOSS",
+            "BEST EVAL",
+            "AT STEP",
+            *(f"EVAL {name.upper()}" for name in names),
+            unit.upper(),
+            "S/STEP",
+            "DATA WAIT",
+        ]
+    ]
     for row in rows:
         cells.append(
             [
@@ -140,8 +187,10 @@ def table_cells(rows: Sequence[SummaryRow]) -> list[list[str]]:
                 _fmt(row.final_loss, ".4f"),
                 _fmt(row.best_eval, ".4f"),
                 "-" if row.best_eval_step is None else str(row.best_eval_step),
+                *(_fmt(row.eval_metrics.get(name), ".4g") for name in names),
                 _fmt(row.throughput, ".0f"),
                 _fmt(row.step_time_s, ".4f"),
+                _fmt(row.data_wait, ".0%") + (" INPUT-BOUND" if row.input_bound else ""),
             ]
         )
     return cells
@@ -154,3 +203,20 @@ def format_table(rows: Sequence[SummaryRow]) -> str:
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in cells
     )
+
+
+def verdict_lines(rows: Sequence[SummaryRow]) -> list[str]:
+    """Per run: is it input-bound? (what its own note said while it ran)."""
+    lines = []
+    for row in rows:
+        if row.data_wait is None:
+            continue
+        if row.input_bound:
+            lines.append(
+                f"{row.label}: input-bound (the loop waited {row.data_wait:.0%} of the step "
+                "time for its batches, median). HINT: raise loader.num_workers, ask for more "
+                "CPUs, or make __getitem__ cheaper; docs/your-model-and-data.md"
+            )
+        else:
+            lines.append(f"{row.label}: not input-bound (waited {row.data_wait:.0%}, median)")
+    return lines

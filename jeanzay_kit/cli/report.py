@@ -14,9 +14,11 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="PNG plots and a summary table of a run or a sweep",
         description="Read the metrics.jsonl of a run directory, of every run of a sweep "
         "(DIR/manifest.jsonl, or numbered run directories of a local Hydra sweep) and write "
-        "loss.png (train and eval loss against step), throughput.png, step_time.png and "
+        "loss.png (train and eval loss against step), throughput.png, step_time.png, "
+        "data_wait.png (the share of the step time spent waiting for batches) and "
         "summary.csv to OUT (default DIR/report); print the summary table, best eval loss "
-        "first. A sweep's legend shows each run's overrides.",
+        "first (with the last value of each eval.metrics), and whether each run is "
+        "input-bound. A sweep's legend shows each run's overrides.",
     )
     report_cmd.add_argument("dir", metavar="RUN_OR_SWEEP_DIR")
     report_cmd.add_argument(
@@ -30,7 +32,13 @@ def run(args: argparse.Namespace) -> int:
 
     from jeanzay_kit.analysis.collect import find_runs
     from jeanzay_kit.analysis.plots import write_plots
-    from jeanzay_kit.analysis.summary import format_table, run_series, summary_rows, table_cells
+    from jeanzay_kit.analysis.summary import (
+        format_table,
+        run_series,
+        summary_rows,
+        table_cells,
+        verdict_lines,
+    )
 
     directory = Path(args.dir)
     if not directory.is_dir():
@@ -42,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     with (out / "summary.csv").open("w", newline="") as handle:
         csv.writer(handle).writerows(table_cells(rows))
     print(format_table(rows))
+    verdicts = verdict_lines(rows)
+    if verdicts:
+        print("\ninput:\n" + "\n".join(f"  {line}" for line in verdicts))
     empty = [r.name for r in runs if not r.loss]
     if empty:
         print(f"\nno metrics yet: {', '.join(empty)}")

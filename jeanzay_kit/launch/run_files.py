@@ -22,19 +22,32 @@ class RunProgress:
     eta_s: float | None = None
     oldest_beat_s: float | None = None  # age of the stalest heartbeat of a running rank
     restarts: int = 0
+    data_wait_share: float | None = None  # of the last logged window's step time
+    evaluation: dict | None = None  # eval_loss and eval_<name> of the newest evaluation
+
+
+def _records_newest_first(run_dir: Path):  # noqa: ANN202 - a generator of dicts
+    try:
+        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    except OSError:
+        return
+    for line in reversed(lines):
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue  # a line being written
 
 
 def last_metrics(run_dir: Path) -> dict | None:
-    path = run_dir / "metrics.jsonl"
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            return json.loads(line)
-        except ValueError:
-            continue  # a line being written
+    return next(_records_newest_first(run_dir), None)
+
+
+def last_evaluation(run_dir: Path) -> dict | None:
+    """The eval values of the newest record that has them (evaluations are sparser than
+    logged steps)."""
+    for record in _records_newest_first(run_dir):
+        if "eval_loss" in record:
+            return {k: v for k, v in record.items() if k.startswith("eval_")}
     return None
 
 
@@ -52,4 +65,6 @@ def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
         eta_s=record.get("eta_s"),
         oldest_beat_s=max((now - b.wall_time for b in running), default=None),
         restarts=len(restart_history(run_dir)),  # a finished run's too
+        data_wait_share=record.get("data_wait_share"),
+        evaluation=last_evaluation(run_dir),
     )

@@ -58,13 +58,17 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
 
     records carry `job_id`, `run_dir`, `overrides` (manifest.jsonl) and optionally what
     the caller read in the run directory: `checkpoint` (newest complete step), `step`,
-    `total`, `loss`, `eta_s`, `oldest_beat_s` (a stuck rank shows here) and `restarts`."""
+    `total`, `loss`, `eta_s`, `oldest_beat_s` (a stuck rank shows here), `restarts`,
+    `evaluation` (the newest eval_* values) and `data_wait_share` (the last window's time
+    waiting for batches)."""
     header = (
         "JOB",
         "STATE",
         "ELAPSED",
         "STEP",
         "LOSS",
+        "EVAL",
+        "DATA",
         "ETA",
         "BEAT",
         "RESTARTS",
@@ -87,6 +91,8 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
                 st.elapsed if st else "-",
                 f"{step}/{total or '?'}" if step is not None else "-",
                 f"{rec['loss']:.4f}" if rec.get("loss") is not None else "-",
+                _evaluation(rec.get("evaluation")),
+                f"{rec['data_wait_share']:.0%}" if rec.get("data_wait_share") is not None else "-",
                 _duration(rec.get("eta_s")),
                 _duration(rec.get("oldest_beat_s")) + (" ago" if rec.get("oldest_beat_s") else ""),
                 str(rec.get("restarts", 0)),
@@ -116,3 +122,14 @@ def summary(states: Iterable[str]) -> str:
     for s in states:
         counts[s] = counts.get(s, 0) + 1
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+
+
+def _evaluation(values: Mapping | None) -> str:
+    """`0.4321 accuracy=0.912`: the eval loss, then each metric of eval.metrics."""
+    if not values or values.get("eval_loss") is None:
+        return "-"
+    parts = [f"{values['eval_loss']:.4f}"]
+    for key, value in values.items():
+        if key not in ("eval_loss", "eval_samples") and isinstance(value, (int, float)):
+            parts.append(f"{key[5:]}={value:.4g}")
+    return " ".join(parts)

@@ -121,9 +121,9 @@ def test_status_of_a_local_run_reads_its_files(tmp_path: Path, capsys) -> None:
 
     run_dir = tmp_path / "run"
     (run_dir / "heartbeat").mkdir(parents=True)
-    (run_dir / "metrics.jsonl").write_text(
-        json.dumps({"step": 150, "loss": 0.25, "step_time_s": 0.1, "eta_s": 25.0}) + "\n"
-    )
+    evaluated = {"step": 100, "loss": 0.3, "eval_loss": 0.5, "eval_accuracy": 0.875}
+    last = {"step": 150, "loss": 0.25, "step_time_s": 0.1, "eta_s": 25.0, "data_wait_share": 0.12}
+    (run_dir / "metrics.jsonl").write_text(json.dumps(evaluated) + "\n" + json.dumps(last) + "\n")
     beat = {
         "rank": 0,
         "host": "h",
@@ -141,7 +141,21 @@ def test_status_of_a_local_run_reads_its_files(tmp_path: Path, capsys) -> None:
     (run_dir / "restarts.json").write_text(json.dumps({"restarts": [{"reason": "hang"}]}))
     assert main(["status", str(run_dir)]) == 0
     row = capsys.readouterr().out.splitlines()[1].split()
-    assert row[:9] == ["local", "RUNNING", "-", "151/400", "0.2500", "25s", "5s", "ago", "1"]
+    # The newest evaluation (an earlier record than the last) and the last window's wait.
+    assert row[:12] == [
+        "local",
+        "RUNNING",
+        "-",
+        "151/400",
+        "0.2500",
+        "0.5000",
+        "accuracy=0.875",
+        "12%",
+        "25s",
+        "5s",
+        "ago",
+        "1",
+    ]
 
 
 @pytest.mark.parametrize(

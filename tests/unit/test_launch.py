@@ -151,6 +151,8 @@ def test_status_table_shows_state_progress_heartbeat_and_exit_code() -> None:
         "ELAPSED",
         "STEP",
         "LOSS",
+        "EVAL",
+        "DATA",
         "ETA",
         "BEAT",
         "RESTARTS",
@@ -166,6 +168,8 @@ def test_status_table_shows_state_progress_heartbeat_and_exit_code() -> None:
         "1:02",
         "300/2000",
         "0.5000",
+        "-",  # no evaluation yet
+        "-",
         "2m05s",
         "4s",
         "ago",

@@ -30,7 +30,12 @@ def test_a_long_legend_is_wrapped_and_drawn_without_a_layout_warning(tmp_path: P
         # plot to nothing (what happened before: the legend was cut off).
         warnings.simplefilter("error")
         written = write_plots(_runs(6), tmp_path)
-    assert [p.name for p in written] == ["loss.png", "throughput.png", "step_time.png"]
+    assert [p.name for p in written] == [
+        "loss.png",
+        "throughput.png",
+        "step_time.png",
+        "data_wait.png",
+    ]
     from matplotlib.image import imread
 
     heights = [imread(p).shape[0] for p in written]

@@ -74,4 +74,35 @@ def test_summary_puts_the_best_eval_first_and_runs_without_eval_last() -> None:
     assert best.throughput == 20.0 and best.step_time_s == 2.0  # medians
     table = format_table(rows).splitlines()
     assert table[0].split()[:3] == ["RUN", "STEPS", "FINAL"]
-    assert table[-1].split() == ["lr=4", "-", "-", "-", "-", "-", "-"]
+    assert table[-1].split() == ["lr=4", "-", "-", "-", "-", "-", "-", "-"]
+
+
+def test_eval_metrics_and_the_input_verdict_per_run() -> None:
+    from jeanzay_kit.analysis.summary import table_cells, verdict_lines
+
+    def windows(shares: list[float], wait_s: float) -> list[dict]:
+        out = []
+        for i, share in enumerate(shares):
+            out.append(
+                {"step": 10 * (i + 1), "loss": 1.0, "data_wait_share": share, "data_wait_s": wait_s}
+            )
+        out[-1] |= {"eval_loss": 0.5, "eval_accuracy": 0.75, "eval_samples": 100}
+        return out
+
+    slow = run_series("slow", ("loader.num_workers=0",), windows([0.9, 0.4, 0.5, 0.6], 0.01))
+    # Over the threshold only in its first window (the workers' start), and in two others:
+    # never three judged windows in a row.
+    fast = run_series("fast", ("loader.num_workers=4",), windows([0.9, 0.2, 0.01, 0.3], 0.01))
+    tiny = run_series("tiny", ("data.size=9",), windows([0.5, 0.5, 0.5, 0.5], 0.0001))
+    assert slow.eval_metrics == {"accuracy": [(40, 0.75)]}  # eval_samples is not a metric
+    rows = {row.label: row for row in summary_rows([slow, fast, tiny])}
+    assert rows["loader.num_workers=0"].input_bound
+    assert not rows["loader.num_workers=4"].input_bound
+    assert not rows["data.size=9"].input_bound  # under 2 ms a step: not worth a verdict
+    cells = table_cells(list(rows.values()))
+    assert "EVAL ACCURACY" in cells[0] and cells[0][-1] == "DATA WAIT"
+    assert cells[1][cells[0].index("EVAL ACCURACY")] == "0.75"
+    assert cells[1][-1] == "55% INPUT-BOUND"
+    verdicts = verdict_lines(list(rows.values()))
+    assert verdicts[0].startswith("loader.num_workers=0: input-bound (the loop waited 55%")
+    assert verdicts[1] == "loader.num_workers=4: not input-bound (waited 25%, median)"
