@@ -24,6 +24,7 @@ from jeanzay_kit.train import components as build
 from jeanzay_kit.train.batch import describe, split_batch, to_device
 from jeanzay_kit.train.loader import build_loader, stop_workers
 from jeanzay_kit.train.sampler import plan_for
+from jeanzay_kit.train.seeded_samples import keys
 
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")
 
@@ -109,7 +110,7 @@ def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.
     """Rank 0's first micro-batch of the run, read as the loop reads it."""
     plan = plan_for(spec, 0, len(dataset))
     # One micro-batch and no more: the workers must not prefetch the rest of the step.
-    only_first = [plan.step_indices(0)[0].tolist()]
+    only_first = [keys(plan.step_indices(0)[0], plan.step_positions(0)[0])]
     loader = build_loader(dataset, only_first, spec.loader, workers, device.type, spec.train.seed)
     data_key = f"data._target_={spec.data.get('_target_')}"
     iterator = iter(loader)

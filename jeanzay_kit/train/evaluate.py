@@ -25,9 +25,10 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError
 from jeanzay_kit.train.batch import split_batch, to_device
-from jeanzay_kit.train.loader import build_collate, build_loader, fetch, stop_workers
+from jeanzay_kit.train.loader import build_loader, fetch, stop_workers
 from jeanzay_kit.train.loss import ComputeLoss
 from jeanzay_kit.train.sampler import eval_share
+from jeanzay_kit.train.seeded_samples import keys
 from jeanzay_kit.train.strategies.base import ReplicatedStrategy, Strategy
 
 
@@ -71,7 +72,9 @@ class Evaluator:
         self.share = eval_share(
             len(indices), spec.layout.dp_size, ctx.dp_rank, spec.eval.micro_batch_size
         )
-        self.batch_lists = [indices[b].tolist() for b in self.share.batches]
+        # Keys: (dataset index, position in the eval set); the position seeds any random
+        # numbers the dataset draws (train/seeded_samples.py), so evaluations are equal.
+        self.batch_lists = [keys(indices[b], b) for b in self.share.batches]
         workers = spec.loader.workers_for(max(1, torch.get_num_threads()))
         self.loader = build_loader(
             dataset, self.batch_lists, spec.loader, workers, ctx.device.type, spec.train.seed
@@ -99,7 +102,7 @@ class Evaluator:
                 real = r < len(self.batch_lists)
                 batch = to_device(next(it), device, self.loader.pin_memory) if real else spare
                 if batch is None:  # fewer samples than ranks: this rank has none at all
-                    one = fetch(self.dataset, self.indices[:1], self.loader.collate_fn)
+                    one = fetch(self.loader, keys(self.indices[:1], np.arange(1)))
                     batch = to_device(one, device)
                 spare = batch if spare is None else spare
                 args, kwargs, target = split_batch(batch, self.compute_loss.target_key)
@@ -142,14 +145,13 @@ class Evaluator:
                 flush=True,
             )
             self._noted_remainder = True
-        collate = build_collate(self.spec.loader.collate_fn)
         losses = []
         for r in range(whole):
             micro = []
             for a in range(accum):
                 start = r * g + a * dp * m + self.ctx.dp_rank * m
-                picked = self.indices[start : start + m]
-                micro.append(to_device(fetch(self.dataset, picked, collate), self.ctx.device))
+                picked = keys(self.indices[start : start + m], np.arange(start, start + m))
+                micro.append(to_device(fetch(self.loader, picked), self.ctx.device))
             loss = strategy.eval_loss(micro)
             losses.append(loss if loss is not None else torch.zeros((), device=self.ctx.device))
         if not losses:

@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, Sampler, default_collate
 
@@ -30,19 +29,23 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LoaderWorkerDied
 from jeanzay_kit.train.batch import to_device
 from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.train.seeded_samples import SeededSamples, keys
 
 
-class PlanBatchSampler(Sampler[list[int]]):
+class PlanBatchSampler(Sampler[list[tuple[int, int]]]):
     """This rank's micro-batches of steps [first_step, last_step), in order: each one a
-    list of dataset indices (`grad_accum` of them per step)."""
+    list of (dataset index, global sample position) keys (`grad_accum` of them per step;
+    the position seeds the sample's random numbers: train/seeded_samples.py)."""
 
     def __init__(self, plan: GlobalBatchPlan, first_step: int, last_step: int):
         self.plan, self.first_step, self.last_step = plan, first_step, last_step
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         for step in range(self.first_step, self.last_step):
-            for indices in self.plan.step_indices(step):
-                yield indices.tolist()
+            for indices, positions in zip(
+                self.plan.step_indices(step), self.plan.step_positions(step), strict=True
+            ):
+                yield keys(indices, positions)
 
     def __len__(self) -> int:
         return max(0, self.last_step - self.first_step) * self.plan.accumulation_steps
@@ -69,27 +72,30 @@ def build_collate(node: Mapping[str, Any] | None) -> Callable[[list[Any]], Any]:
 
 def build_loader(
     dataset: Any,
-    sampler: Sampler[list[int]] | list[list[int]],
+    sampler: Sampler[list[tuple[int, int]]] | list[list[tuple[int, int]]],
     settings: LoaderSettings,
     workers: int,
     device_type: str,
     seed: int,
     per_step: int = 1,
 ) -> DataLoader:
-    """per_step: micro-batches one optimizer step takes at once (its accumulation)."""
+    """The user's dataset read by the sampler's (index, position) keys, each sample's
+    random numbers seeded from (seed, position). per_step: micro-batches one optimizer
+    step takes at once (its accumulation)."""
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["worker_init_fn"] = ignore_stop_signals
         extra["persistent_workers"] = settings.persistent_workers
         extra["prefetch_factor"] = prefetch_for(settings.prefetch_factor, workers, per_step)
     return DataLoader(
-        dataset,
+        SeededSamples(dataset, seed),
         batch_sampler=sampler,
         num_workers=workers,
         collate_fn=build_collate(settings.collate_fn),
         pin_memory=settings.pin_for(device_type),
         # Worker seeds come from this generator, not from the global RNG, which stays
-        # exactly where model initialisation left it (dropout draws from it).
+        # exactly where model initialisation left it (dropout draws from it). A sample's
+        # own random numbers do not depend on them (SeededSamples).
         generator=torch.Generator().manual_seed(seed),
         **extra,
     )
@@ -105,12 +111,10 @@ def prefetch_for(setting: int | None, workers: int, per_step: int) -> int:
     return max(2, math.ceil(per_step / workers))
 
 
-def fetch(dataset: Any, indices: np.ndarray, collate: Callable[[list[Any]], Any]) -> Any:
-    """One batch in this process, as a loader without workers would build it."""
-    index_list = [int(i) for i in indices]
-    getitems = getattr(dataset, "__getitems__", None)
-    samples = getitems(index_list) if getitems else [dataset[i] for i in index_list]
-    return collate(samples)
+def fetch(loader: DataLoader, batch_keys: list[tuple[int, int]]) -> Any:
+    """One batch of `build_loader`'s dataset in this process, as a loader without workers
+    would build it."""
+    return loader.collate_fn(loader.dataset.__getitems__(batch_keys))
 
 
 def describe_loader(spec: JobSpec, workers: int | None) -> str:

@@ -194,7 +194,7 @@ def open_batches(
         loader_set,
         workers,
         ctx.device.type,
-        spec.train.seed + start_step,
+        spec.train.seed,
         per_step=plan.accumulation_steps,
     )
     return StepBatches(loader, plan.accumulation_steps, ctx.device, describe_loader(spec, workers))

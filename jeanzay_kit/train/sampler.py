@@ -76,6 +76,15 @@ class GlobalBatchPlan:
             for a in range(self.accumulation_steps)
         ]
 
+    def step_positions(self, step: int) -> list[np.ndarray]:
+        """The global sample positions of `step_indices(step)`, micro-batch by micro-batch."""
+        start, per_round = self.sample_position(step), self.dp_size * self.micro_batch
+        first = start + self.dp_rank * self.micro_batch
+        return [
+            first + a * per_round + np.arange(self.micro_batch, dtype=np.int64)
+            for a in range(self.accumulation_steps)
+        ]
+
     def sample_position(self, step: int) -> int:
         """The global sample index where step `step` starts: what a checkpoint stores."""
         return self.start_position + (step - self.start_step) * self.global_batch

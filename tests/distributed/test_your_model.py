@@ -279,6 +279,9 @@ def recorded(project: Path, record: Path, *args: str) -> tuple[str, ...]:
         *BASE,
         "data._target_=userpkg.testing.RecordedImages",
         f"+data.record_dir={record}",
+        # Random flips, noise and erasing drawn in __getitem__ with torch, numpy and random
+        # (in loader workers): a resumed run augments each sample as the straight one did.
+        "+data.augment=true",
         *args,
     )
 

@@ -1,0 +1,68 @@
+"""A sample's random numbers come from (seed, position), whoever reads it
+(train/seeded_samples.py), and the training process's own generators are left alone."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import Dataset
+
+from jeanzay_kit.config.sections import LoaderSettings
+from jeanzay_kit.train.loader import build_loader
+from jeanzay_kit.train.seeded_samples import SeededSamples, keys, sample_seed
+
+
+class Draws(Dataset):
+    """Each read draws from torch, numpy and random, as augmentation code does."""
+
+    def __len__(self) -> int:
+        return 32
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([index, torch.rand(()).item(), np.random.rand(), random.random()])
+
+
+class BatchDraws(Draws):
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        return [self[i] for i in indices]
+
+
+def read(dataset: Dataset, workers: int, batches: list[list[tuple[int, int]]]) -> torch.Tensor:
+    settings = LoaderSettings(workers, False, False, None, None)
+    loader = build_loader(dataset, batches, settings, workers, "cpu", seed=7)
+    return torch.cat(list(loader))
+
+
+BATCHES = [keys(np.array([3, 1, 4, 1]), np.arange(0, 4)), keys(np.array([5, 9]), np.arange(4, 6))]
+
+
+@pytest.mark.parametrize("dataset", [Draws(), BatchDraws()], ids=["getitem", "getitems"])
+def test_the_same_keys_draw_the_same_numbers_whoever_reads_them(dataset: Dataset) -> None:
+    alone = read(dataset, 0, BATCHES)
+    assert torch.equal(alone, read(dataset, 2, BATCHES))  # two worker processes
+    assert torch.equal(alone, read(dataset, 1, BATCHES))
+    # Index 1 at positions 1 and 3 (another epoch, say): augmented otherwise.
+    assert not torch.equal(alone[1, 1:], alone[3, 1:])
+    # The seed (train.seed) changes every draw.
+    settings = LoaderSettings(0, False, False, None, None)
+    other = torch.cat(list(build_loader(dataset, BATCHES, settings, 0, "cpu", seed=8)))
+    assert not torch.equal(alone[:, 1:], other[:, 1:])
+
+
+def test_the_training_process_generators_are_left_where_they_were() -> None:
+    torch.manual_seed(1), np.random.seed(1), random.seed(1)
+    expected = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    torch.manual_seed(1), np.random.seed(1), random.seed(1)
+    SeededSamples(Draws(), 0).__getitems__(BATCHES[0])
+    got = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
+    assert torch.equal(expected[0], got[0]) and np.array_equal(expected[1], got[1])
+    assert expected[2] == got[2]
+
+
+def test_seeds_differ_between_neighbours_and_fit_32_bits() -> None:
+    seeds = {sample_seed(0, p) for p in range(10_000)} | {sample_seed(1, p) for p in range(100)}
+    assert len(seeds) == 10_100
+    assert all(0 <= s < 2**32 for s in seeds)
