@@ -7,8 +7,9 @@ Each check runs `jzk train` (the installed entry point) in a project folder of i
               precision=auto -> bf16
   two_on_one  resources.gpus_per_node=2 on one GPU: what a user with one GPU meets
   images_bf16 docs/examples/your_model (Dataset + CNN + CrossEntropyLoss, 2 loader
-              workers, pinned memory): straight, then cut by SIGUSR1 at step 10 and
-              resumed; the two final digests (or, if they differ, the largest weight gap)
+              workers, pinned memory, random augmentation, a validation set and an
+              accuracy metric): straight, then cut by SIGUSR1 at step 10 and resumed; the
+              two final digests (or, if they differ, the largest weight gap)
   images_fp16 the same with train.precision=fp16 (GradScaler state in the checkpoint)
   gpt2        bench/bench_gpu.py's GPT-2 124M (bf16, one GPU): tokens/s, MFU, data wait
 Writes DIR/gpu_check.json and one log per check (DIR: $OUT, else bench/results/gpu_check).
@@ -34,9 +35,16 @@ EXAMPLE = REPO / "docs" / "examples" / "your_model"
 IMAGES = (
     "train.steps=40",
     "train.log_every=1",
-    "train.eval_every=0",
     "checkpoint.every_steps=100",
     "data.size=20000",
+    "+data.augment=true",  # random flips/noise/erasing drawn in the loader workers
+    # A validation set of its own (101 samples: not a multiple of anything) and a metric.
+    "eval.every_steps=20",
+    "+eval.data._target_=userpkg.images.RandomImages",
+    "+eval.data.size=101",
+    "+eval.data.seed=1",
+    "+eval.metrics.accuracy._target_=torchmetrics.classification.MulticlassAccuracy",
+    "+eval.metrics.accuracy.num_classes=4",
 )
 
 
@@ -121,6 +129,7 @@ def check_images(work: Path, log: Path, precision: str) -> dict:
         "cut": next((ln for ln in out.splitlines() if "saved step-" in ln), None),
         "resumed": done_line(resumed.stdout),
         "check": next((ln for ln in straight.stdout.splitlines() if ln.startswith("check:")), None),
+        "eval": next((ln for ln in straight.stdout.splitlines() if "accuracy" in ln), None),
         "same_digest": digest(straight.stdout) == digest(resumed.stdout) is not None,
     }
     runs = {p.name.split("-")[0]: p for p in (folder / "outputs").glob("*-*")}
