@@ -151,6 +151,33 @@ def loader_figures(r: dict) -> list[Figure]:
     ]
 
 
+def eval_figures(r: dict) -> list[Figure]:
+    s, setup, cost = r["eval_s"], r["setup"], r["data_wait_cost"]
+    return [
+        Figure(
+            "eval_vs_hand",
+            f"an evaluation of {setup['eval_samples']} samples on {setup['ranks']} ranks: the "
+            "toolkit's `Evaluator` / a hand-written loop (`DataLoader` + "
+            "`DistributedSampler(shuffle=False)`, loss x batch size, one all-reduce)",
+            r["eval_vs_hand"]["ratio_median"],
+            r["eval_vs_hand"]["ratios"],
+            f"{s['toolkit']:.3f} s",
+            f"{s['hand']:.3f} s (hand-written)",
+            "<= 1.05",
+        ),
+        Figure(
+            "data_wait_cost",
+            "what measuring the data wait adds to a step (two perf_counter calls and a sum, "
+            "timed alone) / the step time of `train()`",
+            cost["ratio_median"],
+            [cost["ratio_median"]],
+            f"{cost['measurement_s_per_step'] * 1e9:.0f} ns/step",
+            f"{ms(min(cost['step_s']))}/step",
+            "<= 0.01",
+        ),
+    ]
+
+
 def dataparallel_figures(r: dict) -> list[Figure]:
     return [
         Figure(
@@ -370,6 +397,14 @@ BENCHES = [
         ["--steps", "10", "--warmup", "3", "--rounds", "2"],
         ["--rounds", "5", "--steps", "20"],
         loader_figures,
+    ),
+    Bench(
+        "eval",
+        "bench_eval.py",
+        ["eval_vs_hand", "data_wait_cost"],
+        ["--steps", "10", "--warmup", "3", "--rounds", "2"],
+        ["--rounds", "5", "--steps", "20"],
+        eval_figures,
     ),
     Bench(
         "dataparallel",

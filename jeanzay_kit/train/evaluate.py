@@ -72,12 +72,18 @@ class Evaluator:
         self.share = eval_share(
             len(indices), spec.layout.dp_size, ctx.dp_rank, spec.eval.micro_batch_size
         )
-        # Keys: (dataset index, position in the eval set); the position seeds any random
-        # numbers the dataset draws (train/seeded_samples.py), so evaluations are equal.
+        # Keys (dataset index, position in the eval set), read without seeding: an
+        # evaluation is never resumed half-way (train/seeded_samples.py).
         self.batch_lists = [keys(indices[b], b) for b in self.share.batches]
         workers = spec.loader.workers_for(max(1, torch.get_num_threads()))
         self.loader = build_loader(
-            dataset, self.batch_lists, spec.loader, workers, ctx.device.type, spec.train.seed
+            dataset,
+            self.batch_lists,
+            spec.loader,
+            workers,
+            ctx.device.type,
+            spec.train.seed,
+            seeded=False,
         )
         self._noted_remainder = False
 

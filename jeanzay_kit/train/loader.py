@@ -29,7 +29,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LoaderWorkerDied
 from jeanzay_kit.train.batch import to_device
 from jeanzay_kit.train.sampler import GlobalBatchPlan
-from jeanzay_kit.train.seeded_samples import SeededSamples, keys
+from jeanzay_kit.train.seeded_samples import IndexedSamples, SeededSamples, keys
 
 
 class PlanBatchSampler(Sampler[list[tuple[int, int]]]):
@@ -78,17 +78,18 @@ def build_loader(
     device_type: str,
     seed: int,
     per_step: int = 1,
+    seeded: bool = True,
 ) -> DataLoader:
     """The user's dataset read by the sampler's (index, position) keys, each sample's
-    random numbers seeded from (seed, position). per_step: micro-batches one optimizer
-    step takes at once (its accumulation)."""
+    random numbers seeded from (seed, position) unless `seeded` is false. per_step:
+    micro-batches one optimizer step takes at once (its accumulation)."""
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["worker_init_fn"] = ignore_stop_signals
         extra["persistent_workers"] = settings.persistent_workers
         extra["prefetch_factor"] = prefetch_for(settings.prefetch_factor, workers, per_step)
     return DataLoader(
-        SeededSamples(dataset, seed),
+        SeededSamples(dataset, seed) if seeded else IndexedSamples(dataset),
         batch_sampler=sampler,
         num_workers=workers,
         collate_fn=build_collate(settings.collate_fn),

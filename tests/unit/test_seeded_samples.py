@@ -52,14 +52,14 @@ def test_the_same_keys_draw_the_same_numbers_whoever_reads_them(dataset: Dataset
     assert not torch.equal(alone[:, 1:], other[:, 1:])
 
 
-def test_the_training_process_generators_are_left_where_they_were() -> None:
-    torch.manual_seed(1), np.random.seed(1), random.seed(1)
-    expected = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
-    torch.manual_seed(1), np.random.seed(1), random.seed(1)
+def test_the_training_process_torch_generator_is_left_where_it_was() -> None:
+    """Dropout draws from it: the data must not move it (numpy's and random's are left
+    seeded by the last sample: restoring numpy's would cost ten times the seeding)."""
+    torch.manual_seed(1)
+    expected = torch.rand(3)
+    torch.manual_seed(1)
     SeededSamples(Draws(), 0).__getitems__(BATCHES[0])
-    got = (torch.rand(3), np.random.rand(3), [random.random() for _ in range(3)])
-    assert torch.equal(expected[0], got[0]) and np.array_equal(expected[1], got[1])
-    assert expected[2] == got[2]
+    assert torch.equal(expected, torch.rand(3))
 
 
 def test_seeds_differ_between_neighbours_and_fit_32_bits() -> None:
