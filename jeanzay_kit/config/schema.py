@@ -329,6 +329,31 @@ class StdlibTextConfig:
 
 
 @dataclass
+class TokenFileConfig:
+    """A nanoGPT-format token file (uint16 ids), read through np.memmap: data=token_file."""
+
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "jeanzay_kit.examples.tokens.TokenWindows"
+    path: str = "???"  # the .bin file (python -m jeanzay_kit.examples.tokens OUT.bin FILES)
+    block_size: int = 64  # tokens per sample (the model's context)
+    random_windows: bool = True  # a random window per read (training); false: in order
+    samples: Optional[int] = None  # samples per epoch; null: the file's tokens / block_size
+
+
+@dataclass
+class CausalLMConfig:
+    """A Hugging Face-style causal LM in plain torch (output .loss and .logits)."""
+
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "jeanzay_kit.examples.causal_lm.TinyCausalLM"
+    vocab_size: int = 256  # bytes: 256
+    block_size: int = 64  # context length (${data.block_size} in conf/)
+    n_layer: int = 2  # transformer blocks
+    n_embd: int = 64  # embedding width
+    n_head: int = 4  # attention heads; must divide n_embd
+
+
+@dataclass
 class RootConfig:
     """The root: one node per group (each typed by its own schema), the job and resume."""
 
@@ -372,6 +397,8 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("model", "base_gpt", GPTConfig),
     ("data", "base_synthetic", SyntheticConfig),
     ("data", "base_stdlib_text", StdlibTextConfig),
+    ("data", "base_token_file", TokenFileConfig),
+    ("model", "base_causal_lm", CausalLMConfig),
 )
 
 
@@ -393,8 +420,17 @@ _FIXED = {
 _BY_NAME = {"adamw": AdamWConfig, "sgd": SGDConfig}
 _BY_TARGET = {
     schema._target_: schema  # type: ignore[attr-defined]
-    for schema in (MLPConfig, GPTConfig, SyntheticConfig, StdlibTextConfig)
+    for schema in (
+        MLPConfig,
+        GPTConfig,
+        CausalLMConfig,
+        SyntheticConfig,
+        StdlibTextConfig,
+        TokenFileConfig,
+    )
 }
+# data=token_dicts: the same keys as data=token_file, the windows as Hugging Face dicts.
+_BY_TARGET["jeanzay_kit.examples.tokens.TokenDicts"] = TokenFileConfig
 
 
 def schema_of(section: str, node: Any) -> type | None:

@@ -60,8 +60,13 @@ def test_report_on_a_three_point_local_sweep(tmp_path: Path) -> None:
     assert [r[0] for r in rows[1:]] == sorted(best, key=best.get)
     assert [float(r[3]) for r in rows[1:]] == pytest.approx(sorted(best.values()), abs=1e-4)
     assert all(r[1] == "20" for r in rows[1:])
-    printed = [line.split()[0] for line in report.stdout.splitlines() if "optim.lr=" in line]
+    table, verdicts = report.stdout.split("\ninput:\n")
+    printed = [line.split()[0] for line in table.splitlines() if "optim.lr=" in line]
     assert printed == [r[0] for r in rows[1:]]
+    # Each run's input verdict (this MLP on preloaded data waits little).
+    said = [line.split(":")[0].strip() for line in verdicts.splitlines() if "input-bound" in line]
+    assert said == printed, verdicts
+    assert (out / "data_wait.png").read_bytes().startswith(PNG)
 
     # metrics.tensorboard=true: the same train losses, readable by TensorBoard.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
