@@ -100,7 +100,9 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # minutes (as an admin would with scontrol), so Slurm's own warning comes within ~30 s;
     # once the task has requeued itself, the limit goes back to 10 minutes so the
     # resumed run finishes.
-    training = ["train.steps=6000", "checkpoint.every_steps=2000"]
+    # No evaluation: an evaluation step is a logged step too, and this test counts the
+    # logged steps at train.log_every.
+    training = ["train.steps=6000", "checkpoint.every_steps=2000", "train.eval_every=0"]
     sweep_dir = tmp_path / "sweep"
     launched = launch_sweep(
         slurm,
