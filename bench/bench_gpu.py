@@ -42,6 +42,10 @@ GPT2_124M = [
 ]
 
 
+def has_data(overrides: list[str]) -> bool:
+    return any(o.startswith("data=") for o in overrides)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -53,6 +57,8 @@ def main() -> None:
         "overrides", nargs="*", help="more train.py overrides, e.g. train.compile=true"
     )
     args = parser.parse_args()
+    # Another dataset given (data=token_file data.path=...): it replaces the default one.
+    base = [o for o in GPT2_124M if not (o.startswith("data=") and has_data(args.overrides))]
     import torch
 
     if not torch.cuda.is_available():
@@ -61,7 +67,7 @@ def main() -> None:
     for r in range(args.rounds):
         with tempfile.TemporaryDirectory(prefix="jzk-bench-gpu-") as tmp:
             argv = train_py(
-                *GPT2_124M,
+                *base,
                 *args.overrides,
                 f"train.steps={args.warmup + args.steps}",
                 f"job.run_dir={tmp}",
@@ -87,7 +93,7 @@ def main() -> None:
         "mfu_rounds": mfu,
         "data_wait_share": statistics.median(wait),
         "setup": {
-            "overrides": [*GPT2_124M, *args.overrides],
+            "overrides": [*base, *args.overrides],
             "steps": args.steps,
             "warmup": args.warmup,
         },

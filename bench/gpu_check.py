@@ -12,6 +12,7 @@ Each check runs `jzk train` (the installed entry point) in a project folder of i
               two final digests (or, if they differ, the largest weight gap)
   images_fp16 the same with train.precision=fp16 (GradScaler state in the checkpoint)
   gpt2        bench/bench_gpu.py's GPT-2 124M (bf16, one GPU): tokens/s, MFU, data wait
+  gpt2_memmap the same fed from a nanoGPT-format token file (np.memmap, pinned memory)
 Writes DIR/gpu_check.json and one log per check (DIR: $OUT, else bench/results/gpu_check).
 """
 
@@ -140,14 +141,27 @@ def check_images(work: Path, log: Path, precision: str) -> dict:
     return result
 
 
-def check_gpt2(work: Path, log: Path) -> dict:
-    done = run(
-        [sys.executable, str(REPO / "bench" / "bench_gpu.py"), "--rounds", "1", "--steps", "20"],
+def check_gpt2(work: Path, log: Path, *overrides: str) -> dict:
+    bench = [sys.executable, str(REPO / "bench" / "bench_gpu.py"), "--rounds", "1"]
+    done = run([*bench, "--steps", "20", *overrides], REPO, log, timeout=400)
+    return {"ok": done.returncode == 0, "tail": done.stdout.strip().splitlines()[-3:]}
+
+
+def check_gpt2_memmap(work: Path, log: Path) -> dict:
+    """The same model fed from a nanoGPT-format token file (np.memmap, random windows,
+    pinned memory, loader workers): written here from the standard library's sources."""
+    import sysconfig
+
+    texts = sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py"))
+    tokens = work / "stdlib.bin"
+    wrote = run(
+        [sys.executable, "-m", "jeanzay_kit.examples.tokens", str(tokens), *map(str, texts)],
         REPO,
         log,
-        timeout=400,
     )
-    return {"ok": done.returncode == 0, "tail": done.stdout.strip().splitlines()[-3:]}
+    if wrote.returncode != 0:
+        return {"ok": False, "error": wrote.stderr[-500:]}
+    return check_gpt2(work, log, "data=token_file", f"data.path={tokens}", "data.block_size=1024")
 
 
 CHECKS: dict[str, Callable[[Path, Path], dict]] = {
@@ -156,6 +170,7 @@ CHECKS: dict[str, Callable[[Path, Path], dict]] = {
     "images_bf16": lambda work, log: check_images(work, log, "bf16"),
     "images_fp16": lambda work, log: check_images(work, log, "fp16"),
     "gpt2": check_gpt2,
+    "gpt2_memmap": check_gpt2_memmap,
 }
 
 
