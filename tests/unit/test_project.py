@@ -93,7 +93,7 @@ def test_an_unknown_choice_lists_every_option_with_its_folder(tmp_path: Path) ->
     message = str(err.value)
     assert message.startswith("model=wid is not an option of the config group model (")
     assert f"from project {tmp_path / 'conf'}: net, wide" in message
-    assert f"from jeanzay_kit {PACKAGE_CONFIG_DIR}: custom, gpt, mlp" in message
+    assert f"from jeanzay_kit {PACKAGE_CONFIG_DIR}: causal_lm, custom, gpt, mlp" in message
     assert "HINT: did you mean model=wide? or add" in message
     assert str(tmp_path / "conf" / "model" / "wid.yaml") in message
 
