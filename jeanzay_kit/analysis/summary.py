@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jeanzay_kit.train.progress import is_eval_metric
+
 
 @dataclass(frozen=True)
 class RunSeries:
@@ -63,7 +65,7 @@ def run_series(
             if value is not None:
                 points.append((step, value))
         for key, value in record.items():
-            if key.startswith("eval_") and key not in ("eval_loss", "eval_samples"):
+            if is_eval_metric(key):
                 number = _number(value)
                 if number is not None:
                     metrics.setdefault(key[5:], []).append((step, number))

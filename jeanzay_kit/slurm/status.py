@@ -126,10 +126,12 @@ def summary(states: Iterable[str]) -> str:
 
 def _evaluation(values: Mapping | None) -> str:
     """`0.4321 accuracy=0.912`: the eval loss, then each metric of eval.metrics."""
+    from jeanzay_kit.train.progress import is_eval_metric
+
     if not values or values.get("eval_loss") is None:
         return "-"
     parts = [f"{values['eval_loss']:.4f}"]
     for key, value in values.items():
-        if key not in ("eval_loss", "eval_samples") and isinstance(value, (int, float)):
+        if is_eval_metric(key) and isinstance(value, (int, float)):
             parts.append(f"{key[5:]}={value:.4g}")
     return " ".join(parts)

@@ -25,7 +25,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError
 from jeanzay_kit.train.batch import split_batch, to_device
-from jeanzay_kit.train.loader import build_loader, fetch, stop_workers
+from jeanzay_kit.train.loader import build_loader, fetch, stop_workers, workers_here
 from jeanzay_kit.train.loss import ComputeLoss
 from jeanzay_kit.train.sampler import eval_share
 from jeanzay_kit.train.seeded_samples import keys
@@ -75,7 +75,7 @@ class Evaluator:
         # Keys (dataset index, position in the eval set), read without seeding: an
         # evaluation is never resumed half-way (train/seeded_samples.py).
         self.batch_lists = [keys(indices[b], b) for b in self.share.batches]
-        workers = spec.loader.workers_for(max(1, torch.get_num_threads()))
+        workers = workers_here(spec.loader)
         self.loader = build_loader(
             dataset,
             self.batch_lists,

@@ -102,6 +102,12 @@ def build_loader(
     )
 
 
+def workers_here(settings: LoaderSettings) -> int:
+    """loader.num_workers in this training process: auto, where validation could not
+    resolve it (cluster=local), from the CPUs this process was given."""
+    return settings.workers_for(max(1, torch.get_num_threads()))
+
+
 def prefetch_for(setting: int | None, workers: int, per_step: int) -> int:
     """loader.prefetch_factor, or by default enough batches in flight for a whole step:
     a step takes its `per_step` micro-batches at once, and with torch's 2 per worker the

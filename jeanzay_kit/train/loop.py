@@ -33,6 +33,7 @@ from jeanzay_kit.train.loader import (
     StepBatches,
     build_loader,
     describe_loader,
+    workers_here,
 )
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
@@ -185,8 +186,7 @@ def open_batches(
 ) -> StepBatches:
     """torch's DataLoader over this rank's micro-batches from `start_step` on."""
     loader_set = spec.loader
-    # auto, where validation could not resolve it: the CPUs this process was given.
-    workers = loader_set.workers_for(max(1, torch.get_num_threads()))
+    workers = workers_here(loader_set)
     sampler = PlanBatchSampler(plan, start_step, spec.train.steps)
     loader = build_loader(
         dataset,

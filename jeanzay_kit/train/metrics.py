@@ -17,6 +17,7 @@ from jeanzay_kit.train.progress import (
     format_duration,
     input_bound,
     input_bound_note,
+    is_eval_metric,
     outlook,
     requeue_note,
 )
@@ -28,11 +29,6 @@ TENSORBOARD_DIR = "tensorboard"
 BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
 
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "V100": 125.0}
-
-
-def is_eval_metric(key: str) -> bool:
-    """eval_<name> of eval.metrics (not the eval loss or the sample count)."""
-    return key.startswith("eval_") and key not in ("eval_loss", "eval_samples")
 
 
 def board_tag(key: str) -> str:

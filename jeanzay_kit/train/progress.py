@@ -8,6 +8,12 @@ import math
 from dataclasses import dataclass
 
 
+def is_eval_metric(key: str) -> bool:
+    """A metrics.jsonl key of eval.metrics (eval_<name>), not the eval loss or its count:
+    the progress line, TensorBoard, `jzk status` and `jzk report` show these alike."""
+    return key.startswith("eval_") and key not in ("eval_loss", "eval_samples")
+
+
 def format_duration(seconds: float) -> str:
     """1h02m, 4m05s, 12s: short enough for a progress line."""
     seconds = max(0, int(round(seconds)))
