@@ -114,9 +114,12 @@ class Checkpointer:
         trainer: TrainerState,
         force_sync: bool = False,
         evaluated: Mapping[str, float] | None = None,
+        data_state: Mapping[str, Any] | None = None,
     ) -> None:
         """Collective: every rank calls it at the same step. evaluated: the evaluation of
-        this step (eval_loss, eval_<name>), recorded in the manifest for keep_best."""
+        this step (eval_loss, eval_<name>), recorded in the manifest for keep_best.
+        data_state: where this rank stands in a streaming dataset (train/stream.py),
+        saved as its own `data-<rank>.pt` (plain types)."""
         t0 = time.perf_counter()
         self._wait_save()  # the next save waits for the previous one
         tmp = self.store.tmp_dir(step)
@@ -136,6 +139,10 @@ class Checkpointer:
             records[f"rank-{self.rank}.pt"] = _save_torch(
                 rng_state(self.device), tmp / f"rank-{self.rank}.pt"
             )
+            if data_state is not None:
+                records[f"data-{self.rank}.pt"] = _save_torch(
+                    dict(data_state), tmp / f"data-{self.rank}.pt"
+                )
             if self.rank == 0:
                 records["trainer.pt"] = _save_torch(trainer.to_payload(), tmp / "trainer.pt")
                 records["config.json"] = _save_bytes(
@@ -294,6 +301,14 @@ class Checkpointer:
         set_rng_state(torch.load(self._rng_file(folder), weights_only=True), self.device)
         payload = torch.load(folder / "trainer.pt", weights_only=True)
         return TrainerState.from_payload(payload)
+
+    def load_data_state(self, folder: Path) -> tuple[dict[str, Any] | None, int]:
+        """This rank's saved stream position (None: the checkpoint has none for it) and
+        the number of data-parallel ranks that saved the checkpoint."""
+        saved = CheckpointStore(folder.parent).manifest(parse_step_dir(folder.name) or 0)
+        path = folder / f"data-{self.rank}.pt"
+        state = torch.load(path, weights_only=True) if path.exists() else None
+        return state, int(saved.world.get("dp_size", 0) or 0)
 
     def _check_shapes(self, folder: Path, model_sd: dict) -> None:
         """Refuse, on every rank alike and before reading any tensor, a model whose

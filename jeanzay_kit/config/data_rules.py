@@ -23,6 +23,8 @@ METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Above this many loader workers per CPU of a training process the workers only fight over
 # the CPUs (IDRIS: light loaders may use a multiple of cpus-per-task, heavy ones fewer).
 WORKERS_PER_CPU_LIMIT = 4
+# loader.stream_resume: how a streaming dataset resumes (train/stream.py).
+STREAM_RESUME = ("exact", "replay", "restart")
 
 
 def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettings | None:
@@ -49,6 +51,16 @@ def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettin
             "built with the node's other keys)",
         )
         return None
+    stream_resume = loader.get("stream_resume", "exact")
+    if stream_resume not in STREAM_RESUME:
+        c.add(
+            "loader.stream_resume",
+            stream_resume,
+            f"must be one of {', '.join(STREAM_RESUME)}",
+            "exact resumes a stream from its saved state (or refuses), replay re-reads "
+            "what was trained on, restart starts the stream again",
+        )
+        return None
     if persistent is None or (pin_value not in ("auto", None) and pin is None):
         return None
     if persistent and workers == 0:
@@ -59,7 +71,14 @@ def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettin
             "set loader.num_workers=auto or more, or loader.persistent_workers=false",
         )
         return None
-    return LoaderSettings(workers, pin, persistent, prefetch, dict(collate) if collate else None)
+    return LoaderSettings(
+        workers,
+        pin,
+        persistent,
+        prefetch,
+        dict(collate) if collate else None,
+        stream_resume=stream_resume,
+    )
 
 
 def check_loader_cpus(

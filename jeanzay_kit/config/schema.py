@@ -148,6 +148,10 @@ class LoaderConfig:
     # A batch from a list of samples: null (torch's default_collate), or a node with a
     # _target_ (a class is built with the node's other keys, a function used as it is).
     collate_fn: Any = None
+    # A streaming dataset (IterableDataset) resumed from a checkpoint: exact (from the
+    # state its state_dict() saved; refused without it or on another number of ranks),
+    # replay (re-read and drop what each rank trained on), restart (from its beginning).
+    stream_resume: str = "exact"
 
 
 @dataclass

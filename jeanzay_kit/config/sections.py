@@ -107,6 +107,9 @@ class LoaderSettings:
     prefetch_factor: int | None
     collate_fn: Mapping[str, Any] | None
     cpus_per_process: int | None = None  # what auto was resolved from, for display
+    # A stream (IterableDataset) resumed: exact (its saved state, or refuse), replay
+    # (re-read what was taken), restart (from its beginning). train/stream.py.
+    stream_resume: str = "exact"
 
     def workers_for(self, cpus: int) -> int:
         """auto: one CPU for the training loop, the others load data."""

@@ -8,6 +8,7 @@ traceback is shown, so a failure never leaves the rest blocked in a collective.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import sys
@@ -29,8 +30,24 @@ FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
 GRACE_S = 5.0
 
 
+# Below Linux's ephemeral range (32768-60999 by default): the kernel never hands these
+# out to outgoing connections, which could otherwise take the port in the seconds between
+# this choice and rank 0's bind (seen: EADDRINUSE at a local start).
+PORT_RANGE = (20000, 32768)
+
+
 def free_port() -> int:
-    """A port the OS says is free now (another process could take it before we bind)."""
+    """A port free now, outside the ephemeral range (another program could still take
+    it before rank 0 binds it, but no outgoing connection will)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(*PORT_RANGE)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]

@@ -25,6 +25,7 @@ from jeanzay_kit.train.batch import describe, split_batch, to_device
 from jeanzay_kit.train.loader import build_loader, stop_workers
 from jeanzay_kit.train.sampler import plan_for
 from jeanzay_kit.train.seeded_samples import keys
+from jeanzay_kit.train.stream import build_stream_loader, is_stream
 
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")
 
@@ -83,7 +84,8 @@ def check_contracts(
     _backward(spec, loss)
     step_s = time.perf_counter() - started
     return CheckReport(
-        dataset=f"{type(dataset).__name__}, {len(dataset):,} samples",
+        dataset=f"{type(dataset).__name__}, "
+        + ("a stream" if is_stream(dataset) else f"{len(dataset):,} samples"),
         batch=describe(batch),
         output=describe(output),
         loss=float(loss.detach().float()),
@@ -108,10 +110,17 @@ def _guard(key: str, what: str, make: Any, node: Mapping[str, Any]) -> Any:
 
 def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.device) -> Any:
     """Rank 0's first micro-batch of the run, read as the loop reads it."""
-    plan = plan_for(spec, 0, len(dataset))
-    # One micro-batch and no more: the workers must not prefetch the rest of the step.
-    only_first = [keys(plan.step_indices(0)[0], plan.step_positions(0)[0])]
-    loader = build_loader(dataset, only_first, spec.loader, workers, device.type, spec.train.seed)
+    if is_stream(dataset):
+        loader = build_stream_loader(
+            dataset, spec.loader, workers, device.type, spec.train.micro_batch_size, 0
+        )
+    else:
+        plan = plan_for(spec, 0, len(dataset))
+        # One micro-batch and no more: the workers must not prefetch the rest of the step.
+        only_first = [keys(plan.step_indices(0)[0], plan.step_positions(0)[0])]
+        loader = build_loader(
+            dataset, only_first, spec.loader, workers, device.type, spec.train.seed
+        )
     data_key = f"data._target_={spec.data.get('_target_')}"
     iterator = iter(loader)
     try:
@@ -121,7 +130,7 @@ def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.
     except Exception as err:  # the user's __getitem__ or collate: any exception at all
         raise ContractError(
             f"{data_key}: reading a micro-batch of {spec.train.micro_batch_size} samples "
-            f"failed{' in a loader worker' if workers else ''}: {_last_line(err)}. HINT: "
+            f"failed{' in a loader worker' if workers else ''}: {_why(err)}. HINT: "
             f"{_fetch_hint(err, workers)}"
         ) from None
     finally:
@@ -129,7 +138,18 @@ def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.
     return to_device(batch, device)
 
 
+def _why(err: BaseException) -> str:
+    if isinstance(err, StopIteration):
+        return "the stream ended before one micro-batch"
+    return _last_line(err)
+
+
 def _fetch_hint(err: BaseException, workers: int) -> str:
+    if isinstance(err, StopIteration):
+        return (
+            "check how the dataset splits itself across ranks and loader workers "
+            "(docs/your-model-and-data.md, 'Streaming data'), or lower train.micro_batch_size"
+        )
     text = str(err)
     if "default_collate" in text or "collate" in type(err).__name__.lower():
         return (

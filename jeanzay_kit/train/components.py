@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils.data import IterableDataset
 
 from jeanzay_kit import report
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
@@ -77,7 +78,8 @@ def _is_contract_break(err: Exception) -> bool:
 
 
 def build_dataset(spec: JobSpec) -> Any:
-    return build_map_dataset("data", spec.data)
+    """data: a map-style dataset, or a stream (torch's IterableDataset, train/stream.py)."""
+    return build_map_dataset("data", spec.data, stream_ok=True)
 
 
 def build_eval_dataset(spec: JobSpec) -> Any | None:
@@ -85,22 +87,32 @@ def build_eval_dataset(spec: JobSpec) -> Any | None:
     return build_map_dataset("eval.data", spec.eval.data) if spec.eval.data else None
 
 
-def build_map_dataset(key: str, node: Mapping[str, Any]) -> Any:
+def build_map_dataset(key: str, node: Mapping[str, Any], stream_ok: bool = False) -> Any:
     dataset = build_target(key, node, "dataset")
     named = f"{key}._target_={node.get('_target_')}"
+    if isinstance(dataset, IterableDataset):
+        if stream_ok:
+            return dataset
+        raise ContractError(
+            f"{named}: {type(dataset).__name__} is an IterableDataset: a validation set is "
+            "evaluated sample by sample, each sample once across the ranks, so it needs "
+            "__getitem__ and __len__. HINT: give eval.data a map-style Dataset (the "
+            "training data may stream)"
+        )
     if not hasattr(dataset, "__getitem__") and not hasattr(dataset, "__getitems__"):
         raise ContractError(
             f"{named}: {type(dataset).__name__} has no __getitem__: the toolkit reads "
-            "map-style datasets. HINT: implement __getitem__(index) and __len__ "
-            "(torch.utils.data.Dataset)"
+            "map-style datasets and streams. HINT: implement __getitem__(index) and "
+            "__len__ (torch.utils.data.Dataset), or __iter__ in a "
+            "torch.utils.data.IterableDataset"
         )
     try:
         size = len(dataset)
     except TypeError:
         raise ContractError(
             f"{named}: {type(dataset).__name__} has no __len__: the global-batch plan needs "
-            "the number of samples. HINT: implement __len__ (an iterable stream is issue "
-            "24's streaming data)"
+            "the number of samples. HINT: implement __len__, or make the dataset a "
+            "torch.utils.data.IterableDataset to stream it"
         ) from None
     if size <= 0:
         raise ContractError(f"{named}: the dataset is empty")

@@ -194,7 +194,7 @@ class StepBatches:
             self._it = iter(self.loader)
         try:
             return [
-                to_device(next(self._it), self.device, self.non_blocking)
+                to_device(self._next(), self.device, self.non_blocking)
                 for _ in range(self.grad_accum)
             ]
         except Exception as err:
@@ -204,6 +204,11 @@ class StepBatches:
             if ended is None:
                 raise
             raise loader_death(ended, self.describe) from err
+
+    def _next(self) -> Any:
+        """The next micro-batch (the plan's sampler ends exactly at train.steps)."""
+        assert self._it is not None
+        return next(self._it)
 
     def close(self) -> None:
         stop_workers(self._it)

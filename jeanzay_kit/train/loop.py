@@ -37,9 +37,10 @@ from jeanzay_kit.train.loader import (
 )
 from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
-from jeanzay_kit.train.sampler import GlobalBatchPlan, held_out, plan_for
+from jeanzay_kit.train.sampler import GlobalBatchPlan, StreamPlan, held_out, plan_for
 from jeanzay_kit.train.schedule import seed_everything
 from jeanzay_kit.train.strategies.base import Strategy
+from jeanzay_kit.train.stream import StreamBatches, is_stream, open_stream
 
 
 @dataclass
@@ -68,8 +69,8 @@ class Attempt:
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     ckpt: Checkpointer
-    plan: GlobalBatchPlan
-    batches: StepBatches
+    plan: GlobalBatchPlan | StreamPlan
+    batches: StepBatches  # or StreamBatches (train/stream.py)
     evaluator: Evaluator | None  # None: no evaluation (eval.every_steps=0, or no samples)
     metrics: MetricsWriter
     start_step: int
@@ -135,14 +136,10 @@ def prepare(
     optimizer = build.build_optimizer(strategy.parameters(), spec.optim)
     scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
     ckpt = build.build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
-    resumed = resume(spec, ckpt, scheduler, strategy, ctx)
+    resumed, folder = resume(spec, ckpt, scheduler, strategy, ctx)
     if resumed.step >= tset.steps and ctx.is_main:
         _note_nothing_left(run_dir, resumed.step, tset.steps)
-    # The end of the dataset is held out for evaluation; the plan trains on the rest, from
-    # the checkpoint's global sample index (valid whatever the world size it was saved on,
-    # so no sample of the epoch is seen twice or skipped).
-    plan = plan_for(spec, ctx.dp_rank, len(dataset), resumed.step, resumed.sample_position)
-    batches = open_batches(spec, ctx, dataset, plan, resumed.step)
+    plan, batches = open_data(spec, ctx, dataset, ckpt, resumed, folder)
     return Attempt(
         spec=spec,
         ctx=ctx,
@@ -168,6 +165,33 @@ def prepare(
         tokens=getattr(dataset, "tokens_per_sample", 0) or 0,
         saved_at=resumed.step,
     )
+
+
+def open_data(
+    spec: JobSpec,
+    ctx: DistContext,
+    dataset: Any,
+    ckpt: Checkpointer,
+    resumed: TrainerState,
+    folder: Path | None,
+) -> tuple[GlobalBatchPlan | StreamPlan, StepBatches]:
+    """This rank's batches from the resumed step on, and the plan that counts them."""
+    tset = spec.train
+    if is_stream(dataset):
+        # Each rank reads its own share of the stream, from where its checkpoint left it.
+        stream_plan = StreamPlan(
+            tset.global_batch_size,
+            tset.micro_batch_size,
+            spec.layout.dp_size,
+            resumed.step,
+            resumed.sample_position,
+        )
+        return stream_plan, open_stream(spec, ctx, dataset, stream_plan, ckpt, folder)
+    # The end of the dataset is held out for evaluation; the plan trains on the rest, from
+    # the checkpoint's global sample index (valid whatever the world size it was saved on,
+    # so no sample of the epoch is seen twice or skipped).
+    plan = plan_for(spec, ctx.dp_rank, len(dataset), resumed.step, resumed.sample_position)
+    return plan, open_batches(spec, ctx, dataset, plan, resumed.step)
 
 
 def _note_nothing_left(run_dir: Path, step: int, steps: int) -> None:
@@ -227,12 +251,12 @@ def resume(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     strategy: Strategy,
     ctx: DistContext,
-) -> TrainerState:
+) -> tuple[TrainerState, Path | None]:
     """Load the checkpoint that checkpoint.resume names, if any: its step, global sample
-    index and last loss (step 0 and nothing else for a fresh start)."""
+    index and last loss (step 0 and nothing else for a fresh start), and its folder."""
     folder = ckpt.find(spec.checkpoint.resume)
     if folder is None:
-        return TrainerState(0, 0, {}, None, None)
+        return TrainerState(0, 0, {}, None, None), None
     ckpt.check_compatible(folder, spec.checkpoint.allow_config_change)
     state = ckpt.load(folder)
     scheduler.load_state_dict(state.scheduler)
@@ -240,7 +264,7 @@ def resume(
         strategy.scaler.load_state_dict(state.scaler)
     if ctx.is_main:
         print(f"resumed from {folder} (step {state.step})", flush=True)
-    return state
+    return state, folder
 
 
 # ---- the loop ---------------------------------------------------------------------------
@@ -380,6 +404,7 @@ def save(a: Attempt, done: int, force_sync: bool = False) -> None:
             ),
             force_sync=force_sync,
             evaluated=a.last_eval if a.last_eval.get("step") == done else None,
+            data_state=a.batches.state_dict() if isinstance(a.batches, StreamBatches) else None,
         )
 
 
@@ -446,6 +471,15 @@ def _evaluator(
     own = build.build_eval_dataset(spec)
     if own is not None:
         data, indices = own, eval_indices(spec, len(own))
+    elif is_stream(dataset):
+        if ctx.is_main:
+            print(
+                f"note: no evaluation: data._target_={spec.data.get('_target_')} is a stream, "
+                "with no end to hold out. HINT: give a validation set (eval.data), or "
+                "eval.every_steps=0 to say so",
+                flush=True,
+            )
+        return None
     else:
         held = held_out(spec, len(dataset))
         data, indices = dataset, eval_indices(spec, held, first=len(dataset) - held)

@@ -90,6 +90,26 @@ class GlobalBatchPlan:
         return self.start_position + (step - self.start_step) * self.global_batch
 
 
+@dataclass(frozen=True)
+class StreamPlan:
+    """A streaming dataset's steps (train/stream.py): each data-parallel rank reads its own
+    share of the stream, so there are no indices to plan, only the accumulation and the
+    count of samples trained on, which a checkpoint records."""
+
+    global_batch: int
+    micro_batch: int
+    dp_size: int
+    start_step: int = 0
+    start_position: int = 0
+
+    @property
+    def accumulation_steps(self) -> int:
+        return self.global_batch // (self.dp_size * self.micro_batch)
+
+    def sample_position(self, step: int) -> int:
+        return self.start_position + (step - self.start_step) * self.global_batch
+
+
 def held_out(spec: JobSpec, dataset_size: int) -> int:
     """Samples at the end of the dataset held out for evaluation (train.eval_fraction);
     none when the validation set is a dataset of its own (eval.data)."""
