@@ -27,6 +27,20 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
         -e '.[dev,bench]' \
         2> >(grep -v -e "^WARNING: Location 'file://" -e BuildBackendWarning >&2)
+    # torchvision, the `vision` extra (data=image_folder). PyPI's Linux wheel is built
+    # for a CUDA torch: next to a CPU-only torch (these machines, CI) its compiled
+    # operators cannot load and `import torchvision` fails, which would also break
+    # torchmetrics' imports. There it goes aside into .venv/vision, which only the
+    # image-folder test puts on its path (tests/vision_compat/sitecustomize.py says why).
+    if .venv/bin/python -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; then
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+            -e '.[vision]' 2> >(grep -v -e "^WARNING: Location 'file://" >&2)
+    else
+        rm -rf .venv/vision
+        .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
+            --no-deps --target .venv/vision torchvision \
+            2> >(grep -v -e "^WARNING: Location 'file://" >&2)
+    fi
     echo "$want" > "$stamp"
 fi
 

@@ -358,6 +358,28 @@ class CausalLMConfig:
 
 
 @dataclass
+class ImageFolderConfig:
+    """A folder of image files, root/<class>/<image>, through torchvision's ImageFolder."""
+
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "torchvision.datasets.ImageFolder"
+    root: str = "???"  # the folder holding one sub-folder per class
+    # Applied to each PIL image: a node with a _target_ (examples/images.py
+    # image_transforms: random crop and flip for training, train=false for validation).
+    transform: Any = None
+
+
+@dataclass
+class ImageCNNConfig:
+    """A small convolutional image classifier (examples/images.py ImageCNN)."""
+
+    # The class hydra.utils.instantiate builds.
+    _target_: str = "jeanzay_kit.examples.images.ImageCNN"
+    num_classes: int = 10  # the folder's classes
+    width: int = 16  # channels of the first block (doubled by each of the next two)
+
+
+@dataclass
 class RootConfig:
     """The root: one node per group (each typed by its own schema), the job and resume."""
 
@@ -403,6 +425,8 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("data", "base_stdlib_text", StdlibTextConfig),
     ("data", "base_token_file", TokenFileConfig),
     ("model", "base_causal_lm", CausalLMConfig),
+    ("data", "base_image_folder", ImageFolderConfig),
+    ("model", "base_image_cnn", ImageCNNConfig),
 )
 
 
@@ -431,6 +455,8 @@ _BY_TARGET = {
         SyntheticConfig,
         StdlibTextConfig,
         TokenFileConfig,
+        ImageFolderConfig,
+        ImageCNNConfig,
     )
 }
 # data=token_dicts: the same keys as data=token_file, the windows as Hugging Face dicts.

@@ -352,6 +352,7 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
         record["mfu"] = a.flops * tset.global_batch_size / elapsed / (a.peak * world)
     if eval_due(a, done):
         a.hb.beat(done, "eval")
+        a.strategy.agree_buffers()
         a.last_eval = {"step": done, **a.evaluator.run(a.strategy)}
         record.update({k: v for k, v in a.last_eval.items() if k != "step"})
     # An attempt's first window holds the loader workers' start: not judged input-bound.
@@ -392,6 +393,7 @@ def at_boundary(a: Attempt, done: int, signum: int, time_due: int) -> bool:
 
 def save(a: Attempt, done: int, force_sync: bool = False) -> None:
     a.hb.beat(done, "checkpoint")
+    a.strategy.agree_buffers()  # one copy of replicated buffers to save
     with _on_write_error(a.spec.checkpoint.on_write_error, a.ctx.is_main):
         a.ckpt.save(
             done,

@@ -93,7 +93,8 @@ def test_an_unknown_choice_lists_every_option_with_its_folder(tmp_path: Path) ->
     message = str(err.value)
     assert message.startswith("model=wid is not an option of the config group model (")
     assert f"from project {tmp_path / 'conf'}: net, wide" in message
-    assert f"from jeanzay_kit {PACKAGE_CONFIG_DIR}: causal_lm, custom, gpt, mlp" in message
+    shipped = "causal_lm, custom, gpt, image_cnn, mlp"
+    assert f"from jeanzay_kit {PACKAGE_CONFIG_DIR}: {shipped}" in message
     assert "HINT: did you mean model=wide? or add" in message
     assert str(tmp_path / "conf" / "model" / "wid.yaml") in message
 

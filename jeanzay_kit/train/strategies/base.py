@@ -63,6 +63,10 @@ class Strategy(ABC):
     def before_resumed_steps(self, batch: Batch) -> None:  # noqa: B027 (optional hook)
         """Called once before the first step of a resumed run (nothing to do by default)."""
 
+    def agree_buffers(self) -> None:  # noqa: B027 (optional hook)
+        """Collective, at a step boundary before an evaluation or a save: make the
+        model's buffers the same on every data-parallel rank (nothing by default)."""
+
     def clip_grad_norm(self, max_norm: float) -> float:
         norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
         return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)

@@ -6,6 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -49,15 +50,33 @@ class DDPStrategy(ReplicatedStrategy):
         ranks sums each position in a different rank order: a run resumed at step N would
         sum step N's gradients differently from the uninterrupted run (which rebuilt
         after its step 1), 1e-8 apart and growing. One throw-away backward, with the RNG
-        and the gradients restored, triggers the same rebuild.
+        and the gradients restored, triggers the same rebuild. The buffers are put back
+        too: a forward in training mode moves BatchNorm's running statistics.
         """
         devices = [self.ctx.device] if self.ctx.device.type == "cuda" else []
+        buffers = [buffer.detach().clone() for buffer in self.model.buffers()]
         with torch.random.fork_rng(devices=devices):
             with self.autocast():
                 loss = self.compute_loss(self.model, batch)
             loss.float().backward()
         for param in self.model.parameters():
             param.grad = None
+        with torch.no_grad():
+            for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
+                buffer.copy_(saved)
+
+    def agree_buffers(self) -> None:
+        """Rank 0's buffers on every rank. DDP broadcasts them at the start of a synced
+        forward, so between steps each rank holds the statistics of its own last
+        micro-batch (BatchNorm's running mean and variance). A checkpoint saves a
+        replicated tensor from one rank, chosen by DCP: with rank 1's statistics a resumed
+        run would differ from the uninterrupted one (which goes on with rank 0's), and
+        each rank would evaluate with its own. Training is unchanged: the next forward
+        broadcasts rank 0's buffers anyway."""
+        buffers = [b for b in self.model.module.buffers() if b.numel()]
+        if buffers and dist.get_world_size(self.ctx.dp_group) > 1:
+            for buffer in buffers:
+                dist.broadcast(buffer, group_src=0, group=self.ctx.dp_group)
 
     def modules(self) -> Iterator[nn.Module]:
         yield self.model
