@@ -22,6 +22,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.batch import describe, split_batch, to_device
+from jeanzay_kit.train.evaluate import metric_target, prediction
 from jeanzay_kit.train.loader import build_loader, stop_workers
 from jeanzay_kit.train.sampler import plan_for
 from jeanzay_kit.train.seeded_samples import keys
@@ -83,6 +84,7 @@ def check_contracts(
         loss = _loss(spec, compute_loss, output, batch)
     _backward(spec, loss)
     step_s = time.perf_counter() - started
+    _check_evaluation(spec, device, output, batch, compute_loss.target_key)
     return CheckReport(
         dataset=f"{type(dataset).__name__}, "
         + ("a stream" if is_stream(dataset) else f"{len(dataset):,} samples"),
@@ -94,6 +96,41 @@ def check_contracts(
         fetch_s=fetch_s,
         step_s=step_s,
     )
+
+
+def _check_evaluation(
+    spec: JobSpec, device: torch.device, output: Any, batch: Any, target_key: str | None
+) -> None:
+    """The validation set built, and each metric of eval.metrics built and updated once
+    with this micro-batch's output and target: a metric that does not fit the model's
+    output (num_classes, shapes, no target) is named here, before the queue, not at the
+    first evaluation hours into the run."""
+    if not spec.eval.every_steps:
+        return
+    if spec.eval.data:
+        own = spec.eval.data
+        _guard("eval.data", "validation set", lambda: build.build_eval_dataset(spec), own)
+    if not spec.eval.metrics or spec.layout.pp_size > 1:  # pipelines refuse metrics earlier
+        return
+    metrics = build.build_metrics(spec, device)
+    _, _, target = split_batch(batch, target_key)
+    predicted, expected = prediction(output), metric_target(batch, target)
+    for name, metric in metrics.items():
+        try:
+            with torch.no_grad():
+                metric.update(predicted, expected)
+                metric.compute()
+        except JzkError:
+            raise
+        except Exception as err:
+            node = spec.eval.metrics[name]
+            raise ContractError(
+                f"eval.metrics.{name}._target_={node.get('_target_')}: updating it with "
+                f"the model's output {describe(predicted)} and the target "
+                f"{describe(expected)} failed: {_last_line(err).rstrip('.')}. HINT: set its "
+                f"arguments (+eval.metrics.{name}.num_classes=..., task) to fit the model's "
+                "output"
+            ) from None
 
 
 def _guard(key: str, what: str, make: Any, node: Mapping[str, Any]) -> Any:

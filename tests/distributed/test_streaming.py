@@ -73,3 +73,53 @@ def test_a_preempted_stream_resumes_exactly_and_refuses_another_world_size(
     assert (run_dir / "model_final.sha256").read_text() == (
         run_dir_of(project, "straight") / "model_final.sha256"
     ).read_text()
+
+
+# A stream of the user's without state_dict(): it trains, but where it stood is unknown.
+PLAIN_STREAM = """
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+
+class PlainStream(IterableDataset):
+    def __init__(self, size: int = 600):
+        self.size = size
+
+    def __iter__(self):
+        info = get_worker_info()
+        workers, me = (info.num_workers, info.id) if info else (1, 0)
+        for number in range(me, self.size, workers):
+            g = torch.Generator().manual_seed(number)
+            label = int(torch.randint(0, 4, (), generator=g))
+            yield torch.rand(1, 8, 8, generator=g), label
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_stream_without_state_is_warned_then_refused_on_resume(
+    project: Path,  # noqa: F811
+) -> None:
+    (project / "userpkg" / "plain_stream.py").write_text(PLAIN_STREAM)
+    plain = (
+        "data=custom",
+        "data._target_=userpkg.plain_stream.PlainStream",
+        "train.global_batch_size=64",
+        "train.micro_batch_size=16",
+        "train.eval_every=0",
+        "loader.num_workers=2",
+        "resources.gpus_per_node=2",
+        "job.name=plain",
+        "checkpoint.every_steps=4",
+    )
+    first = finish(start(project, *plain, "train.steps=4"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "without state_dict()/load_state_dict(): a resume from this run's" in first.stderr
+
+    more = finish(start(project, *plain, "train.steps=8"))  # resumes from step 4
+    assert more.returncode == 2, more.stderr[-3000:]
+    assert "without state_dict()/load_state_dict()" in more.stderr
+    assert "loader.stream_resume=replay" in more.stderr
+
+    replayed = finish(start(project, *plain, "train.steps=8", "loader.stream_resume=replay"))
+    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert "(step 4)" in replayed.stdout

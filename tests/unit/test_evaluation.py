@@ -159,3 +159,36 @@ def test_keep_best_takes_the_metrics_jsonl_key() -> None:
         "eval_accuracy",
         "max",
     )
+
+
+@pytest.mark.parametrize(
+    ("metric", "fragment"),
+    [
+        ("torchmetrics.regression.MeanSquaredError", None),
+        (
+            "torchmetrics.classification.MulticlassAccuracy",
+            "eval.metrics.score._target_=torchmetrics.classification.MulticlassAccuracy: "
+            "updating it with the model's output Tensor[8, 8] float32",
+        ),
+        ("torchmetrics.NoSuchMetric", "eval.metrics.score._target_=torchmetrics.NoSuchMetric"),
+    ],
+)
+def test_jzk_check_updates_each_metric_once_before_the_queue(
+    metric: str, fragment: str | None
+) -> None:
+    """A metric that does not fit the model's output is named by `jzk check` (and the
+    check at the start of every run), not at the first evaluation hours in. The default
+    MLP regresses 8 values: a mean squared error fits, a class accuracy does not."""
+    from jeanzay_kit.train.check import check_contracts
+
+    checked = spec(
+        f"+eval.metrics.score._target_={metric}",
+        *(["+eval.metrics.score.num_classes=8"] if "Multiclass" in metric else []),
+        "loader.num_workers=0",
+    )
+    if fragment is None:
+        assert check_contracts(checked, torch.device("cpu"), "fp32").loss > 0
+        return
+    with pytest.raises(ContractError, match="HINT") as err:
+        check_contracts(checked, torch.device("cpu"), "fp32")
+    assert fragment in str(err.value)
