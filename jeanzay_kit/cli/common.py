@@ -91,6 +91,10 @@ def render(
     command and rerender: another entry point than job.entry (`jzk doctor --submit`,
     which runs the toolkit's own module: no snapshot of the project's code)."""
     workdir = workdir_of(spec)
+    if command is None and spec.job.runs_script and workdir.is_dir():
+        from jeanzay_kit.node.script_task import check_entry
+
+        check_entry(spec.job.entry, workdir)  # before anything is written or submitted
     code_dir = snapshot_code(spec, workdir) if command is None else None
     try:
         script = render_sbatch(

@@ -17,6 +17,7 @@ from jeanzay_kit.config.sections import (
     PreemptionSettings,
     WatchdogSettings,
 )
+from jeanzay_kit.distributed.script_env import ENTRY_KINDS
 
 OPTIMIZERS = ("adamw", "sgd")
 SIGNALS = ("USR1", "USR2", "TERM")
@@ -61,9 +62,37 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
             "use e.g. job.snapshot_include='[**/*.py,conf/**/*.yaml]'",
         )
         include = ()
+    args = job.get("args") or ()
+    if isinstance(args, str) or not all(isinstance(a, (str, int, float)) for a in args):
+        c.add(
+            "job.args",
+            args,
+            "must be a list of arguments",
+            "use e.g. job.args='[--epochs,10,--lr,0.1]'",
+        )
+        args = ()
+    kind = job.get("entry_kind", "auto")
+    if kind not in ENTRY_KINDS:
+        c.add(
+            "job.entry_kind",
+            kind,
+            f"must be one of {', '.join(ENTRY_KINDS)}",
+            "auto: the default entry is the toolkit's loop and any other your own command",
+        )
+        return None
     if not (log_dir and python and entry and isinstance(name, str)):
         return None
-    return JobSettings(name, log_dir, python, entry, workdir, snapshot, tuple(include))
+    return JobSettings(
+        name,
+        log_dir,
+        python,
+        entry,
+        workdir,
+        snapshot,
+        tuple(include),
+        args=tuple(str(a) for a in args),
+        entry_kind=kind,
+    )
 
 
 def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] | None:

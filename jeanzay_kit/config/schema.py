@@ -271,8 +271,11 @@ class JobConfig:
     log_dir: str = "logs"  # Slurm's stdout/stderr and the frozen config
     workdir: Optional[str] = None  # --chdir, absolute; null: where you render/submit
     python: str = "python"  # the interpreter the job runs
-    # What each task runs: the installed entry point of `jzk train`, or a script path.
+    # What each task runs: the installed entry point of `jzk train`, or your own command
+    # (a script path or `-m package.module`) run with job.args (distributed/script_env.py).
     entry: str = "-m jeanzay_kit.train_app"
+    args: list[str] = field(default_factory=list)  # your command's arguments, exactly
+    entry_kind: str = "auto"  # auto | toolkit | script
     # metrics.jsonl, checkpoints/, model_final.pt: named from the job's identity so a
     # requeued or rerun job finds its checkpoints.
     run_dir: str = "outputs/${job.name}-${jzk.config_hash:}"

@@ -26,6 +26,15 @@ class JobSettings:
     # Copy the project's code at submission and run that copy (None: on Slurm profiles).
     snapshot: bool | None = None
     snapshot_include: tuple[str, ...] = ()  # the files copied outside a git repository
+    args: tuple[str, ...] = ()  # your own command's arguments (job.entry a script)
+    entry_kind: str = "auto"  # auto | toolkit | script (distributed/script_env.py)
+
+    @property
+    def runs_script(self) -> bool:
+        """job.entry is the user's own command, not the toolkit's loop."""
+        from jeanzay_kit.distributed.script_env import runs_script
+
+        return runs_script(self.entry, self.entry_kind)
 
     def snapshot_for(self, is_slurm: bool) -> bool:
         """job.snapshot, with null meaning: on Slurm profiles, not for cluster=local."""

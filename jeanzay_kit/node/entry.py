@@ -83,6 +83,23 @@ def record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
         print(f"{report.TRAIN}: warning: provenance not recorded: {err}", file=sys.stderr)
 
 
+def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequest) -> int:
+    """job.entry is the user's own command: become it on a task, or start
+    resources.gpus_per_node processes of it here (node/script_task.py)."""
+    import sys
+
+    from jeanzay_kit.distributed.script_env import script_argv
+    from jeanzay_kit.node import script_task
+
+    script_task.check_entry(spec.job.entry, Path.cwd())
+    if launched_by(env) is not None:
+        command = script_argv(sys.executable, spec.job.entry, spec.job.args)
+        script_task.exec_task(command, env, str(run_dir))
+    code = script_task.launch_local(spec, run_dir, env, sys.executable, stop)
+    stop.ignore_from_now()  # the processes are gone: nothing left to stop
+    return code
+
+
 def main(
     cfg: dict[str, Any],
     env: Mapping[str, str],
@@ -105,6 +122,8 @@ def main(
                 f"cluster={spec.cluster.name} ...` (a sweep of one) or `jzk submit "
                 f"cluster={spec.cluster.name} ...`; to train on this machine use cluster=local"
             )
+        if spec.job.runs_script:
+            return _run_script(spec, env, run_dir, stop)
         check_data_paths(spec.data)
         if launched_by(env) is not None:
             from jeanzay_kit.node.worker import run_worker

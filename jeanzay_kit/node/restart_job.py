@@ -25,6 +25,21 @@ from jeanzay_kit.train.stall import made_progress
 
 EXIT_REFUSED = 2
 NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)
+# A script's step asking to run again: its "requeue me" exit, or srun's status for a task
+# ended by the time-limit warning (SIGUSR1, 128 + 10) the script did not handle.
+SCRIPT_REQUEUE = (EXIT_PREEMPTED, 128 + 10)
+
+
+def wrote_since(run_dir: Path, since: float | None) -> bool:
+    """The user's script made progress: it wrote a file in its run directory (its own
+    checkpoint) after the step started (the toolkit's restart record left out)."""
+    if since is None:
+        return True
+    try:
+        files = [p for p in run_dir.rglob("*") if p.is_file() and p.name != RESTARTS_FILE]
+        return any(p.stat().st_mtime >= since for p in files)
+    except OSError:
+        return False
 
 
 def restart_after_failure(
@@ -34,16 +49,33 @@ def restart_after_failure(
     env: Mapping[str, str],
     runner=None,
     since: float | None = None,
+    script: bool = False,
 ) -> str:
     """Record and requeue (or refuse to); returns the line to print. since: when the
-    failed job step started (a step failing before any progress is not requeued)."""
+    failed job step started (a step failing before any progress is not requeued).
+    script: the step ran the user's own command (job.entry a script), which asks for a
+    requeue with exit 3 (or was ended by the time-limit signal it did not handle) and
+    shows progress by writing in its run directory (a checkpoint)."""
     from jeanzay_kit.slurm.commands import requeue
 
+    job = array_id(env) or env.get("SLURM_JOB_ID")
+    if script and status in SCRIPT_REQUEUE:
+        if job is None:
+            return ""
+        try:
+            requeue(job, runner)
+        except SlurmCommandError as err:
+            return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
+        return f"jzk: the script stopped (exit {status}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         return ""
-    job = array_id(env) or env.get("SLURM_JOB_ID")
     reason = "hang" if status == 4 else f"failure (srun exit {status})"
-    if since is not None and not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
+    progressed = (
+        wrote_since(run_dir, since)
+        if script
+        else made_progress(read_beats(run_dir / HEARTBEAT_DIR), since or 0)
+    )
+    if since is not None and not progressed:
         return (
             f"jzk: {reason} before any step of this attempt completed: not requeued, since "
             "it would fail the same way (no restart spent). HINT: read the errors above, fix "
@@ -76,10 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--status", type=int, required=True)
     parser.add_argument("--max-restarts", type=int, required=True)
     parser.add_argument("--since", type=float, default=None, help="the step's start (epoch s)")
+    parser.add_argument("--script", action="store_true", help="the step ran job.entry, a script")
     args = parser.parse_args(argv)
     # The environment is read here, once.
     line = restart_after_failure(
-        Path(args.run_dir), args.status, args.max_restarts, dict(os.environ), since=args.since
+        Path(args.run_dir),
+        args.status,
+        args.max_restarts,
+        dict(os.environ),
+        since=args.since,
+        script=args.script,
     )
     if line:
         print(line, file=sys.stderr, flush=True)

@@ -27,6 +27,7 @@ import yaml
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
+from jeanzay_kit.distributed.script_env import script_argv
 from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.flags import sbatch_flags
 
@@ -274,11 +275,24 @@ def render_sbatch(
             '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
             '--rdzv-id="$SLURM_JOB_ID"',
         ]
-    program += [shell_word(a) for a in argv]
-    program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
-    # The run directory comes from the job's identity (job.run_dir), so a requeued job
-    # finds its checkpoints; the frozen config has no `hydra` section to carry it.
-    program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
+    if command is None and spec.job.runs_script:
+        # Your own command, with exactly job.args: node/script_task.py adds torchrun's
+        # variables (and JZK_RUN_DIR) and becomes it, so Slurm's signals reach it.
+        program += [
+            "-m",
+            "jeanzay_kit.node.script_task",
+            shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
+            "--",
+        ]
+        program += [
+            shell_word(a) for a in script_argv(spec.job.python, spec.job.entry, spec.job.args)
+        ]
+    else:
+        program += [shell_word(a) for a in argv]
+        program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
+        # The run directory comes from the job's identity (job.run_dir), so a requeued job
+        # finds its checkpoints; the frozen config has no `hydra` section to carry it.
+        program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
     lines.append("# --kill-on-bad-exit: one failed task ends the step instead of leaving the")
     lines.append("# others blocked in a collective until the time limit")
     if not spec.preemption.requeue:
@@ -298,6 +312,8 @@ def render_sbatch(
         f"--max-restarts={spec.preemption.max_restarts}",
         '--since="$JZK_STEP_START"',
     ]
+    if command is None and spec.job.runs_script:
+        restart.append("--script")  # exit 3 asks for a requeue; progress: files written
     lines.append('if [ "$status" -ne 0 ]; then')
     lines.append("  " + " ".join(restart) + " || true")
     lines.append("fi")

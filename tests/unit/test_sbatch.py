@@ -219,6 +219,7 @@ def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: P
     cfg["job"]["run_dir"] = f"outputs/{hostile}"
     cfg["job"]["log_dir"] = f"logs {hostile}"
     cfg["job"]["entry"] = "-m " + shlex.quote(f"pkg.{hostile}")
+    cfg["job"]["entry_kind"] = "toolkit"  # a Hydra application given the frozen config
     cfg["cluster"]["env"] = {"JZK_HOSTILE": hostile}
     cfg["cluster"]["modules"] = [hostile]
     # A free-text field of the schema carries it into the frozen config.
@@ -244,6 +245,29 @@ def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: P
     # The frozen config reads back to exactly the validated values, "${" left alone.
     frozen = OmegaConf.load(tmp_path / "work" / log_dir / "jzk-config-42.yaml")
     assert OmegaConf.to_container(frozen, resolve=True) == spec.config
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_hostile_script_arguments_reach_the_script_as_data(hostile: str, tmp_path: Path) -> None:
+    cfg = compose_config(["cluster=generic_slurm"])
+    cfg["job"]["entry"] = shlex.quote(f"my {hostile}.py")
+    cfg["job"]["args"] = [hostile, "--run", f"outputs/{hostile}"]
+    spec = build_job_spec(cfg)
+    argv, _modules = _run_script(render_sbatch(spec), tmp_path)
+    _no_pwned(tmp_path)
+    assert argv == [
+        "--kill-on-bad-exit=1",
+        "python",
+        "-m",
+        "jeanzay_kit.node.script_task",
+        f"--run-dir={spec.checkpoint.run_dir}",
+        "--",
+        "python",
+        f"my {hostile}.py",
+        hostile,
+        "--run",
+        f"outputs/{hostile}",
+    ]
 
 
 def test_torchrun_script_rendezvous_on_the_first_node(tmp_path: Path) -> None:

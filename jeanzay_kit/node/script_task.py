@@ -1,0 +1,151 @@
+"""Your own command on every task (job.entry a script): started with torchrun's variables.
+
+Two ways in:
+
+* on a Slurm task (or a torchrun worker) the rendered script runs
+  `python -m jeanzay_kit.node.script_task --run-dir=DIR -- python script.py ARGS`: it reads
+  the launcher's variables once, adds torchrun's contract (distributed/script_env.py)
+  and *becomes* the command (exec): Slurm's signals reach the script itself, and its exit
+  code is the task's;
+* on this machine (`jzk train job.entry=script.py`, node/entry.py) `launch_local` starts
+  `resources.gpus_per_node` processes of the command, as torchrun would, passes on the
+  stop signals it receives, and stops the others when one fails.
+
+The contract a script may rely on is in docs/slurm.md ("Your own script"): exit
+EXIT_PREEMPTED (3) after saving its own checkpoint to be requeued and started again in the
+same JZK_RUN_DIR.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.distributed.ranks import rank_info_from_env
+from jeanzay_kit.distributed.script_env import entry_problem, script_argv, script_env
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
+
+GRACE_S = 5.0  # after one process fails: how long the others get before SIGKILL
+
+
+def check_entry(entry: str, base: Path) -> None:
+    """JzkError naming job.entry when it is neither a file (relative to `base`) nor an
+    importable module."""
+    words = entry.split()
+    is_file = bool(words) and (base / words[0]).is_file()
+    module_found = False
+    if len(words) == 2 and words[0] == "-m":
+        # The project's root is importable on the tasks (project/import_path.py).
+        sys.path.insert(0, str(base))
+        try:
+            module_found = importlib.util.find_spec(words[1]) is not None
+        except (ImportError, ValueError):
+            module_found = False
+        finally:
+            sys.path.remove(str(base))
+    problem = entry_problem(entry, is_file, module_found)
+    if problem:
+        raise JzkError(problem)
+
+
+def exec_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> None:
+    """Become `command`, with torchrun's variables derived from the launcher's."""
+    info = rank_info_from_env(env)
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    full = {**env, **script_env(info, str(Path(run_dir).resolve()))}
+    os.execvpe(command[0], list(command), full)
+
+
+def launch_local(
+    spec: JobSpec, run_dir: Path, env: Mapping[str, str], python: str, stop: StopRequest
+) -> int:
+    """`resources.gpus_per_node` processes of the command on this machine; the exit code
+    the run ends with (0, EXIT_PREEMPTED when stopped by a signal or asking to be run
+    again, else 1)."""
+    from jeanzay_kit.node.local import free_port, local_rank_infos
+
+    world = spec.layout.world_size
+    command = script_argv(python, spec.job.entry, spec.job.args)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    infos = local_rank_infos(world, free_port())
+    procs = [
+        subprocess.Popen(command, env={**env, **script_env(info, str(run_dir.resolve()))})
+        for info in infos
+    ]
+    print(f"jzk: {world} process(es) of {' '.join(command)}, run dir {run_dir}", flush=True)
+    sent = 0
+    failed: tuple[int, int] | None = None
+    while any(p.poll() is None for p in procs):
+        if stop.signum and stop.signum != sent:  # pass each new signal on, once
+            sent = stop.signum
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(sent)
+        for rank, p in enumerate(procs):
+            code = p.poll()
+            if failed is None and code not in (None, 0, EXIT_PREEMPTED):
+                failed = (rank, code)
+                _stop_others(procs)
+        time.sleep(0.05)
+    codes = [p.returncode for p in procs]
+    if failed is not None:
+        rank, code = failed
+        how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+        print(
+            f"jzk train: process {rank} of {' '.join(command)} ended ({how}); the others "
+            "were stopped",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
+    if any(c == EXIT_PREEMPTED for c in codes) or sent:
+        print(
+            f"jzk train: stopped ({signal_name(sent) or 'exit 3'}): run the same command to "
+            "go on from the script's own checkpoint in JZK_RUN_DIR",
+            flush=True,
+        )
+        return EXIT_PREEMPTED
+    return 0
+
+
+def _stop_others(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.node.script_task")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command after --")
+    # The environment is read here, once.
+    try:
+        exec_task(command, dict(os.environ), args.run_dir)
+    except JzkError as err:
+        print(f"jzk: {err}", file=sys.stderr, flush=True)
+        return 2
+    return 0  # not reached: exec replaced this process
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(main())

@@ -1,0 +1,100 @@
+"""Your own script, unchanged, on local workers (job.entry, node/script_task.py).
+
+docs/examples/own_script/ddp_script.py is a torchrun-style DDP script with its own
+argparse and its own checkpoint; it knows nothing of jeanzay_kit. `jzk train
+job.entry=ddp_script.py job.args=[...]` starts 2 processes of it with torchrun's
+variables (gloo here); SIGUSR1 makes it save and exit 3, and the same command goes on
+from its checkpoint to the uninterrupted run's weights.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.conftest import REPO
+
+JZK = str(Path(sys.executable).with_name("jzk"))
+EXAMPLE = REPO / "docs" / "examples" / "own_script"
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "my-project"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    return folder
+
+
+def start(cwd: Path, *args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.Popen(
+        [JZK, "train", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
+    out, err = proc.communicate(timeout=240)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def weights(out: str) -> str:
+    found = re.search(r"done: \d+ steps, weights (\w+)", out)
+    assert found, out
+    return found.group(1)
+
+
+SCRIPT = ("job.entry=ddp_script.py", "resources.gpus_per_node=2")
+
+
+@pytest.mark.timeout(300)
+def test_an_unchanged_ddp_script_trains_and_resumes_from_its_own_checkpoint(
+    project: Path,
+) -> None:
+    straight = finish(start(project, *SCRIPT, "job.name=straight", "job.args=[--steps,40]"))
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    assert "2 process(es) of" in straight.stdout and "ddp_script.py --steps 40" in straight.stdout
+
+    # The same 40 steps, a little slower, stopped by SIGUSR1 once step 10 is printed.
+    args = ("job.name=cut", "job.args=[--steps,40,--step-seconds,0.1]")
+    proc = start(project, *SCRIPT, *args)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any(line.startswith("step 10 ") for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, lines
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    assert proc.returncode == 3, (lines, proc.stderr.read()[-3000:])
+    (run_dir,) = (project / "outputs").glob("cut-*")
+    assert (run_dir / "checkpoint.pt").is_file()
+
+    resumed = finish(start(project, *SCRIPT, *args))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    at = int(re.search(r"resumed at step (\d+)", resumed.stdout).group(1))
+    assert 10 <= at < 40
+    assert weights(resumed.stdout) == weights(straight.stdout)
+
+
+@pytest.mark.timeout(120)
+def test_a_missing_entry_is_named_before_anything_starts(project: Path) -> None:
+    done = finish(start(project, "job.entry=no_such_script.py"))
+    assert done.returncode == 2
+    assert "job.entry='no_such_script.py' is not a file" in done.stderr

@@ -1,0 +1,145 @@
+"""Script tasks (job.entry your own command): which entry is a script, the command and
+the torchrun variables each task gets, the entry check, the rendered srun line and the
+requeue of a script that asks for it. Pure parts, plus the real restart-budget file."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import build_job_spec
+from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.distributed.script_env import (
+    entry_problem,
+    runs_script,
+    script_argv,
+    script_env,
+)
+from jeanzay_kit.errors import SpecError
+from jeanzay_kit.node.restart_job import restart_after_failure
+from jeanzay_kit.node.restarts import read_restarts
+from jeanzay_kit.slurm.sbatch import render_sbatch
+
+
+@pytest.mark.parametrize(
+    ("entry", "kind", "script"),
+    [
+        ("-m jeanzay_kit.train_app", "auto", False),
+        ("-m  jeanzay_kit.train_app", "auto", False),
+        ("train_ddp.py", "auto", True),
+        ("-m mypkg.train", "auto", True),
+        ("train.py", "toolkit", False),  # a Hydra application of yours calling the toolkit
+        ("-m jeanzay_kit.train_app", "script", True),
+    ],
+)
+def test_which_entry_is_your_own_command(entry: str, kind: str, script: bool) -> None:
+    assert runs_script(entry, kind) is script
+
+
+def test_the_command_gets_exactly_job_args() -> None:
+    assert script_argv("python", "train.py", ["--lr", "0.1"]) == [
+        "python",
+        "train.py",
+        "--lr",
+        "0.1",
+    ]
+    # A path with a space is quoted in the config, as on a command line.
+    quoted = script_argv("python", "'my dir/train.py'", ["--x"])
+    assert quoted == ["python", "my dir/train.py", "--x"]
+    assert script_argv("python", "-m mypkg.train", []) == ["python", "-m", "mypkg.train"]
+
+
+def test_each_task_gets_torchruns_variables_and_the_run_dir() -> None:
+    info = RankInfo(5, 1, 8, 4, 1, 2, "node07", 12345, "991", array_job_id="990_3")
+    assert script_env(info, "/scratch/run") == {
+        "RANK": "5",
+        "LOCAL_RANK": "1",
+        "WORLD_SIZE": "8",
+        "LOCAL_WORLD_SIZE": "4",
+        "GROUP_RANK": "1",
+        "GROUP_WORLD_SIZE": "2",
+        "MASTER_ADDR": "node07",
+        "MASTER_PORT": "12345",
+        "JZK_RUN_DIR": "/scratch/run",
+        "JZK_JOB_ID": "990_3",
+    }
+
+
+@pytest.mark.parametrize(
+    ("entry", "is_file", "module", "fragment"),
+    [
+        ("train.py", True, False, None),
+        ("-m mypkg.train", False, True, None),
+        ("train.py", False, False, "job.entry='train.py' is not a file"),
+        ("-m mypkg.tran", False, False, "no module mypkg.tran can be imported"),
+        ("train.py --lr 1", True, False, "put the script's arguments in job.args"),
+        ("-m", False, False, "must be `-m package.module` alone"),
+        ("", False, False, "job.entry is empty"),
+    ],
+)
+def test_an_entry_that_cannot_run_is_named(
+    entry: str, is_file: bool, module: bool, fragment: str | None
+) -> None:
+    problem = entry_problem(entry, is_file, module)
+    assert (problem is None) if fragment is None else (fragment in problem and "HINT" in problem)
+
+
+def test_bad_job_args_and_kind_are_refused_naming_the_key() -> None:
+    with pytest.raises(SpecError, match="job.entry_kind"):
+        build_job_spec(compose_config(["job.entry_kind=maybe"]))
+
+
+def test_a_script_task_renders_its_command_without_hydra_arguments() -> None:
+    spec = build_job_spec(
+        compose_config(
+            [
+                "cluster=slurm_local",
+                "resources.nodes=2",
+                "resources.gpus_per_node=2",
+                "job.entry=ddp_script.py",
+                "job.args=[--steps,40,--out,my dir]",
+            ]
+        )
+    )
+    script = render_sbatch(spec, workdir="/work/project")
+    srun = next(line for line in script.splitlines() if line.startswith("srun "))
+    assert srun.endswith(
+        "python -m jeanzay_kit.node.script_task "
+        f"--run-dir={spec.checkpoint.run_dir} -- python ddp_script.py --steps 40 --out "
+        "'my dir' || status=$?"
+    )
+    assert "--config-dir" not in srun and "hydra.run.dir" not in srun
+    assert "--script" in script  # the restart step knows exit 3 asks for a requeue
+
+
+class Scontrol:
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def run(self, argv, timeout=60.0, cwd=None):
+        self.calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+@pytest.mark.parametrize("status", [3, 138])
+def test_a_script_that_asks_is_requeued_without_spending_a_restart(
+    tmp_path: Path, status: int
+) -> None:
+    runner = Scontrol()
+    line = restart_after_failure(tmp_path, status, 3, {"SLURM_JOB_ID": "42"}, runner, script=True)
+    assert runner.calls == [["scontrol", "requeue", "42"]]
+    assert "no restart spent" in line and read_restarts(tmp_path) == []
+
+
+def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Path) -> None:
+    runner = Scontrol()
+    env = {"SLURM_JOB_ID": "42"}
+    started = 1_000_000_000.0
+    line = restart_after_failure(tmp_path, 1, 3, env, runner, since=9e9, script=True)
+    assert "before any step" in line and runner.calls == []
+    (tmp_path / "checkpoint.pt").write_bytes(b"x")
+    line = restart_after_failure(tmp_path, 1, 3, env, runner, since=started, script=True)
+    assert runner.calls == [["scontrol", "requeue", "42"]] and len(read_restarts(tmp_path)) == 1
