@@ -119,7 +119,14 @@ def first_step(env: dict[str, str], work: Path, how: str) -> float:
     start = time.time()
     if how == "jzk_submit":
         proc = subprocess.Popen(
-            [JZK, "submit", *common, f"job.entry={REPO / 'train.py'}", f"job.run_dir={run_dir}"],
+            [
+                JZK,
+                "submit",
+                *common,
+                f"job.entry={REPO / 'train.py'}",
+                "job.entry_kind=toolkit",
+                f"job.run_dir={run_dir}",
+            ],
             cwd=work,
             env=env,
             stdout=subprocess.DEVNULL,

@@ -84,7 +84,8 @@ def record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
 
 
 def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequest) -> int:
-    """job.entry is the user's own command: become it on a task, or start
+    """job.entry is the user's own command: run it as this task (`srun jzk train ...`, a
+    sweep's task; Slurm signals the whole task, the command too), or start
     resources.gpus_per_node processes of it here (node/script_task.py)."""
     import sys
 
@@ -94,7 +95,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     script_task.check_entry(spec.job.entry, Path.cwd())
     if launched_by(env) is not None:
         command = script_argv(sys.executable, spec.job.entry, spec.job.args)
-        script_task.exec_task(command, env, str(run_dir))
+        return script_task.run_task(command, env, str(run_dir))
     code = script_task.launch_local(spec, run_dir, env, sys.executable, stop)
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
     return code

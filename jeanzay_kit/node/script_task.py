@@ -57,12 +57,22 @@ def check_entry(entry: str, base: Path) -> None:
         raise JzkError(problem)
 
 
-def exec_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> None:
-    """Become `command`, with torchrun's variables derived from the launcher's."""
+def task_env(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
+    """The task's environment plus torchrun's variables derived from the launcher's."""
     info = rank_info_from_env(env)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    full = {**env, **script_env(info, str(Path(run_dir).resolve()))}
-    os.execvpe(command[0], list(command), full)
+    return {**env, **script_env(info, str(Path(run_dir).resolve()))}
+
+
+def exec_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> None:
+    """Become `command` (the rendered scripts' way: the task is the script)."""
+    os.execvpe(command[0], list(command), task_env(env, run_dir))
+
+
+def run_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> int:
+    """Run `command` as a child of this task and return its exit code (a sweep's task
+    must return to submitit, which cannot be replaced)."""
+    return subprocess.run(list(command), env=task_env(env, run_dir), check=False).returncode
 
 
 def launch_local(

@@ -81,7 +81,14 @@ def jzk_submit(env: dict[str, str], cwd: Path, *overrides: str) -> tuple[str, Pa
     """`jzk submit OVERRIDES` from `cwd`, running this test's interpreter and the repo's
     train.py; returns (job id, run directory, log) as jzk printed them."""
     sub = run(
-        [JZK, "submit", *overrides, f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}"],
+        [
+            JZK,
+            "submit",
+            *overrides,
+            f"job.python={PYTHON}",
+            f"job.entry={REPO / 'train.py'}",
+            "job.entry_kind=toolkit",
+        ],
         env,
         cwd,
     )

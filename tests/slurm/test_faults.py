@@ -92,6 +92,7 @@ def test_an_unwritable_run_dir_is_refused_before_the_job_step(
         f"job.run_dir={read_only_dir / 'run'}",
         f"job.python={PYTHON}",
         f"job.entry={REPO / 'train.py'}",
+        "job.entry_kind=toolkit",  # train.py is the toolkit's Hydra app
     ]
     project = tmp_path / "project"
     project.mkdir()

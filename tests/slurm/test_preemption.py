@@ -61,6 +61,7 @@ def test_low_job_preempted_by_high_job_is_requeued_and_resumes_exactly(
             *training,
             f"job.python={PYTHON}",
             f"job.entry={REPO / 'train.py'}",
+            "job.entry_kind=toolkit",  # train.py is the toolkit's Hydra app
         ],
         slurm,
         tmp_path,

@@ -30,6 +30,7 @@ def test_rendered_script_runs_ddp_on_two_nodes(slurm, tmp_path: Path) -> None:
         "train.log_every=5",
         f"job.python={sys.executable}",
         f"job.entry={REPO / 'train.py'}",
+        "job.entry_kind=toolkit",  # train.py is the toolkit's Hydra app
     ]
     # As a user would: render in the project directory, submit with plain sbatch from
     # another directory where nothing was prepared (no logs/ folder made by hand).
@@ -138,6 +139,7 @@ def test_pipeline_ddp_across_two_nodes_matches_one_process(slurm, tmp_path: Path
             *training,
             f"job.python={PYTHON}",
             f"job.entry={REPO / 'train.py'}",
+            "job.entry_kind=toolkit",  # train.py is the toolkit's Hydra app
         ],
         tmp_path,
         slurm,
@@ -179,6 +181,7 @@ def test_a_task_layout_mismatch_fails_in_seconds(slurm, tmp_path: Path) -> None:
             "job.name=mismatch",
             f"job.python={PYTHON}",
             f"job.entry={REPO / 'train.py'}",
+            "job.entry_kind=toolkit",  # train.py is the toolkit's Hydra app
         ],
         tmp_path,
         slurm,

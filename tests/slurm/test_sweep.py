@@ -117,6 +117,7 @@ def test_jzk_submit_then_status(slurm, tmp_path: Path) -> None:
         "train.steps=10",
         f"job.python={PYTHON}",
         f"job.entry={REPO / 'train.py'}",
+        "job.entry_kind=toolkit",  # train.py is the toolkit's Hydra app
     ]
     sub = run([JZK, "submit", *overrides], slurm, tmp_path)
     assert sub.returncode == 0, sub.stderr
