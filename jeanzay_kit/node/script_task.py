@@ -64,15 +64,33 @@ def task_env(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
     return {**env, **script_env(info, str(Path(run_dir).resolve()))}
 
 
+def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The command and environment with the project's code as it was at submission
+    (JZK_CODE_DIR, project/snapshot.py): the snapshot's copy of a relative script path,
+    and the snapshot first on PYTHONPATH (`-m package.module`, the script's imports)."""
+    code = env.get("JZK_CODE_DIR")
+    command, env = list(command), dict(env)
+    if not code:
+        return command, env
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (code, env.get("PYTHONPATH")) if p)
+    if len(command) > 1 and not command[1].startswith("-") and not os.path.isabs(command[1]):
+        copy = Path(code) / command[1]
+        if copy.is_file():
+            command[1] = str(copy)
+    return command, env
+
+
 def exec_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> None:
     """Become `command` (the rendered scripts' way: the task is the script)."""
-    os.execvpe(command[0], list(command), task_env(env, run_dir))
+    command, full = frozen(command, task_env(env, run_dir))
+    os.execvpe(command[0], command, full)
 
 
 def run_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> int:
     """Run `command` as a child of this task and return its exit code (a sweep's task
     must return to submitit, which cannot be replaced)."""
-    return subprocess.run(list(command), env=task_env(env, run_dir), check=False).returncode
+    command, full = frozen(command, task_env(env, run_dir))
+    return subprocess.run(command, env=full, check=False).returncode
 
 
 def launch_local(

@@ -1,0 +1,61 @@
+"""Your own script on the local Slurm cluster (job.entry, node/script_task.py).
+
+docs/examples/own_script/ddp_script.py, unchanged, submitted with `jzk submit` from a
+project folder of its own onto 2 nodes x 2 tasks: it trains with torchrun's variables set
+from SLURM's; SIGUSR1 to its tasks makes it save its own checkpoint and exit 3, the job is
+requeued (no restart spent) and the script goes on from that checkpoint to the end.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import JZK, PYTHON, REPO, manifest_records, run, sacct_states, wait_for
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_path: Path) -> None:
+    project = tmp_path / "my-project"
+    shutil.copytree(REPO / "docs" / "examples" / "own_script", project)
+    sub = run(
+        [
+            JZK,
+            "submit",
+            "cluster=slurm_local",
+            "resources.nodes=2",
+            "resources.gpus_per_node=2",
+            "job.name=own",
+            f"job.python={PYTHON}",
+            "job.entry=ddp_script.py",
+            "job.args=[--steps,60,--step-seconds,0.2]",
+        ],
+        slurm,
+        project,
+    )
+    assert sub.returncode == 0, sub.stderr
+    (run_dir,) = (project / "outputs").glob("own-*")
+    (record,) = manifest_records(run_dir)
+    job_id, log = record["job_id"], Path(record["log"])
+    deadline = time.monotonic() + 180
+    while "step 10 " not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+        time.sleep(0.5)
+    # The time-limit warning, as Slurm sends it to every task of the step.
+    signalled = run(["scancel", "--signal=USR1", job_id], slurm)
+    assert signalled.returncode == 0, signalled.stderr
+    wait_for(job_id, slurm, timeout=300)
+
+    out = log.read_text()
+    err = log.with_suffix(".err").read_text()
+    assert "requeued job" in err and "no restart spent" in err, err[-3000:]
+    at = int(re.search(r"resumed at step (\d+)", out).group(1))
+    assert 10 <= at < 60, out[-3000:]
+    assert "done: 60 steps" in out, err[-3000:]
+    assert (run_dir / "checkpoint.pt").is_file()
+    assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
