@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -40,7 +41,10 @@ GRACE_S = 5.0  # after one process fails: how long the others get before SIGKILL
 def check_entry(entry: str, base: Path) -> None:
     """JzkError naming job.entry when it is neither a file (relative to `base`) nor an
     importable module."""
-    words = entry.split()
+    try:
+        words = shlex.split(entry)
+    except ValueError as err:  # an unclosed quote
+        raise JzkError(f"job.entry={entry!r} cannot be read as a command: {err}") from None
     is_file = bool(words) and (base / words[0]).is_file()
     module_found = False
     if len(words) == 2 and words[0] == "-m":
