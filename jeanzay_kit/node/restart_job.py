@@ -19,15 +19,16 @@ from pathlib import Path
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.errors import SlurmCommandError
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.node.script_task import REQUEUE_MARK
 from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 from jeanzay_kit.train.stall import made_progress
 
 EXIT_REFUSED = 2
 NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)
-# A script's step asking to run again: its "requeue me" exit, or srun's status for a task
-# ended by the time-limit warning (SIGUSR1, 128 + 10) the script did not handle.
-SCRIPT_REQUEUE = (EXIT_PREEMPTED, 128 + 10)
+# A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
+# it, and a death by the time-limit warning SIGUSR1, into REQUEUE_MARK).
+SCRIPT_REQUEUE = (EXIT_PREEMPTED,)
 
 
 def wrote_since(run_dir: Path, since: float | None) -> bool:
@@ -59,6 +60,10 @@ def restart_after_failure(
     from jeanzay_kit.slurm.commands import requeue
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
+    mark = run_dir / REQUEUE_MARK
+    if script and mark.exists():  # a task's command exited 3 (node/script_task.py)
+        mark.unlink(missing_ok=True)
+        status = EXIT_PREEMPTED
     if script and status in SCRIPT_REQUEUE:
         if job is None:
             return ""

@@ -5,8 +5,8 @@ Two ways in:
 * on a Slurm task (or a torchrun worker) the rendered script runs
   `python -m jeanzay_kit.node.script_task --run-dir=DIR -- python script.py ARGS`: it reads
   the launcher's variables once, adds torchrun's contract (distributed/script_env.py)
-  and *becomes* the command (exec): Slurm's signals reach the script itself, and its exit
-  code is the task's;
+  and runs the command as its child (`slurm_task`: signals reach it, exit 3 becomes a
+  requeue mark);
 * on this machine (`jzk train job.entry=script.py`, node/entry.py) `launch_local` starts
   `resources.gpus_per_node` processes of the command, as torchrun would, passes on the
   stop signals it receives, and stops the others when one fails.
@@ -36,6 +36,9 @@ from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
 GRACE_S = 5.0  # after one process fails: how long the others get before SIGKILL
+# Written in the run directory by a task whose command exited 3 ("requeue me"); the batch
+# script's restart step (node/restart_job.py --script) requeues the job and removes it.
+REQUEUE_MARK = ".jzk-requeue"
 
 
 def check_entry(entry: str, base: Path) -> None:
@@ -84,10 +87,29 @@ def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], d
     return command, env
 
 
-def exec_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> None:
-    """Become `command` (the rendered scripts' way: the task is the script)."""
+def slurm_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> int:
+    """The rendered scripts' way: run `command` as this Slurm task's child and end as it
+    ended, except that its "requeue me" (exit 3) is written down as REQUEUE_MARK in the
+    run directory and the task exits 0. srun's --kill-on-bad-exit would otherwise
+    terminate the ranks still saving their checkpoint as soon as the first one exits 3.
+    Slurm's signals reach the command (it is in the task's process group); they are
+    passed on as well, in case the site's process tracking reaches only the task."""
     command, full = frozen(command, task_env(env, run_dir))
-    os.execvpe(command[0], command, full)
+    child = subprocess.Popen(command, env=full)
+
+    def pass_on(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, pass_on)
+    code = child.wait()
+    # Exit 3, or killed by the time-limit warning it does not handle: run it again (from
+    # its own newest checkpoint).
+    if code in (EXIT_PREEMPTED, -signal.SIGUSR1):
+        (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
+        return 0
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
 def run_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> int:
@@ -171,11 +193,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command after --")
     # The environment is read here, once.
     try:
-        exec_task(command, dict(os.environ), args.run_dir)
+        return slurm_task(command, dict(os.environ), args.run_dir)
     except JzkError as err:
         print(f"jzk: {err}", file=sys.stderr, flush=True)
         return 2
-    return 0  # not reached: exec replaced this process
 
 
 if __name__ == "__main__":

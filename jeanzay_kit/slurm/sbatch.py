@@ -299,6 +299,9 @@ def render_sbatch(
         lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
         return "\n".join(lines) + "\n"
     lines.append("status=0")
+    runs_script = command is None and spec.job.runs_script
+    if runs_script:
+        lines.append('rm -f -- "$JZK_RUN_DIR/.jzk-requeue"  # a task whose script exited 3')
     lines.append("JZK_STEP_START=$(date +%s)  # a step failing before any progress: no requeue")
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " || status=$?")
     lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
@@ -312,9 +315,11 @@ def render_sbatch(
         f"--max-restarts={spec.preemption.max_restarts}",
         '--since="$JZK_STEP_START"',
     ]
-    if command is None and spec.job.runs_script:
+    if runs_script:
         restart.append("--script")  # exit 3 asks for a requeue; progress: files written
-    lines.append('if [ "$status" -ne 0 ]; then')
+        lines.append('if [ "$status" -ne 0 ] || [ -e "$JZK_RUN_DIR/.jzk-requeue" ]; then')
+    else:
+        lines.append('if [ "$status" -ne 0 ]; then')
     lines.append("  " + " ".join(restart) + " || true")
     lines.append("fi")
     lines.append('exit "$status"')

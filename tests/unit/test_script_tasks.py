@@ -124,7 +124,7 @@ class Scontrol:
         return subprocess.CompletedProcess(argv, 0, "", "")
 
 
-@pytest.mark.parametrize("status", [3, 138])
+@pytest.mark.parametrize("status", [3])
 def test_a_script_that_asks_is_requeued_without_spending_a_restart(
     tmp_path: Path, status: int
 ) -> None:
@@ -143,3 +143,16 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
     line = restart_after_failure(tmp_path, 1, 3, env, runner, since=started, script=True)
     assert runner.calls == [["scontrol", "requeue", "42"]] and len(read_restarts(tmp_path)) == 1
+
+
+def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path) -> None:
+    """The task wrapper turns the script's exit 3 into exit 0 and a mark (srun would
+    otherwise kill the ranks still saving); the restart step requeues on the mark."""
+    from jeanzay_kit.node.script_task import REQUEUE_MARK
+
+    runner = Scontrol()
+    (tmp_path / REQUEUE_MARK).write_text("123\n")
+    line = restart_after_failure(tmp_path, 0, 3, {"SLURM_JOB_ID": "42"}, runner, script=True)
+    assert runner.calls == [["scontrol", "requeue", "42"]] and "no restart spent" in line
+    assert not (tmp_path / REQUEUE_MARK).exists()
+    assert restart_after_failure(tmp_path, 0, 3, {"SLURM_JOB_ID": "42"}, runner, script=True) == ""
