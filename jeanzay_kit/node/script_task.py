@@ -39,6 +39,9 @@ GRACE_S = 5.0  # after one process fails: how long the others get before SIGKILL
 # Written in the run directory by a task whose command exited 3 ("requeue me"); the batch
 # script's restart step (node/restart_job.py --script) requeues the job and removes it.
 REQUEUE_MARK = ".jzk-requeue"
+# A command that stopped to be run again: exit 3, or killed by the time-limit warning
+# (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
+STOPPED = (EXIT_PREEMPTED, -signal.SIGUSR1)
 
 
 def check_entry(entry: str, base: Path) -> None:
@@ -104,9 +107,7 @@ def slurm_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> 
     for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, pass_on)
     code = child.wait()
-    # Exit 3, or killed by the time-limit warning it does not handle: run it again (from
-    # its own newest checkpoint).
-    if code in (EXIT_PREEMPTED, -signal.SIGUSR1):
+    if code in STOPPED:
         (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
         return 0
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
@@ -146,7 +147,7 @@ def launch_local(
                     p.send_signal(sent)
         for rank, p in enumerate(procs):
             code = p.poll()
-            if failed is None and code not in (None, 0, EXIT_PREEMPTED):
+            if failed is None and code not in (None, 0, *STOPPED):
                 failed = (rank, code)
                 _stop_others(procs)
         time.sleep(0.05)
@@ -161,7 +162,7 @@ def launch_local(
             flush=True,
         )
         return 1
-    if any(c == EXIT_PREEMPTED for c in codes) or sent:
+    if any(c in STOPPED for c in codes) or sent:
         print(
             f"jzk train: stopped ({signal_name(sent) or 'exit 3'}): run the same command to "
             "go on from the script's own checkpoint in JZK_RUN_DIR",

@@ -98,3 +98,31 @@ def test_a_missing_entry_is_named_before_anything_starts(project: Path) -> None:
     done = finish(start(project, "job.entry=no_such_script.py"))
     assert done.returncode == 2
     assert "job.entry='no_such_script.py' is not a file" in done.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_plain_single_gpu_script_is_stopped_and_goes_on_from_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """docs/examples/own_loop/train_plain.py handles no signal: SIGUSR1 ends it, the run
+    ends with 3 ("run again"), and the same command goes on from its last torch.save."""
+    project = tmp_path / "plain-project"
+    shutil.copytree(REPO / "docs" / "examples" / "own_loop", project)
+    args = ("job.entry=train_plain.py", "job.args=[--steps,60,--step-seconds,0.05]")
+    proc = start(project, *args, "resources.gpus_per_node=1")
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any(line.startswith("step 20 ") for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, lines
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    assert proc.returncode == 3, (lines, proc.stderr.read()[-3000:])
+    again = finish(start(project, *args, "resources.gpus_per_node=1"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    at = int(re.search(r"resumed at step (\d+)", again.stdout).group(1))
+    assert 20 <= at < 60 and at % 10 == 0
+    assert "done: 60 steps" in again.stdout
