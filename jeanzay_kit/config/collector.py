@@ -76,9 +76,13 @@ class Collector:
             return None
         return value
 
-    def choice(self, key: str, value: object, choices: tuple[str, ...]) -> str | None:
+    def choice(
+        self, key: str, value: object, choices: tuple[str, ...], hint: str = ""
+    ) -> str | None:
         if value not in choices:
-            self.add(key, value, f"is not one of {', '.join(choices)}", f"use {key}={choices[0]}")
+            self.add(
+                key, value, f"is not one of {', '.join(choices)}", hint or f"use {key}={choices[0]}"
+            )
             return None
         return str(value)
 

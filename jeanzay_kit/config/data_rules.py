@@ -51,15 +51,14 @@ def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettin
             "built with the node's other keys)",
         )
         return None
-    stream_resume = loader.get("stream_resume", "exact")
-    if stream_resume not in STREAM_RESUME:
-        c.add(
-            "loader.stream_resume",
-            stream_resume,
-            f"must be one of {', '.join(STREAM_RESUME)}",
-            "exact resumes a stream from its saved state (or refuses), replay re-reads "
-            "what was trained on, restart starts the stream again",
-        )
+    stream_resume = c.choice(
+        "loader.stream_resume",
+        loader.get("stream_resume", "exact"),
+        STREAM_RESUME,
+        "exact resumes a stream from its saved state (or refuses), replay re-reads what "
+        "was trained on, restart starts the stream again",
+    )
+    if stream_resume is None:
         return None
     if persistent is None or (pin_value not in ("auto", None) and pin is None):
         return None

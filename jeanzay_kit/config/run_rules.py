@@ -63,7 +63,7 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
         )
         include = ()
     args = job.get("args") or ()
-    if isinstance(args, str) or not all(isinstance(a, (str, int, float)) for a in args):
+    if isinstance(args, (str, Mapping)) or not all(isinstance(a, (str, int, float)) for a in args):
         c.add(
             "job.args",
             args,
@@ -71,14 +71,14 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
             "use e.g. job.args='[--epochs,10,--lr,0.1]'",
         )
         args = ()
-    kind = job.get("entry_kind", "auto")
-    if kind not in ENTRY_KINDS:
-        c.add(
-            "job.entry_kind",
-            kind,
-            f"must be one of {', '.join(ENTRY_KINDS)}",
-            "auto: the default entry is the toolkit's loop and any other your own command",
-        )
+    kind = c.choice(
+        "job.entry_kind",
+        job.get("entry_kind", "auto"),
+        ENTRY_KINDS,
+        "auto: the default entry is the toolkit's loop and any other your own command; "
+        "toolkit: a Hydra application of yours that calls the toolkit",
+    )
+    if kind is None:
         return None
     if not (log_dir and python and entry and isinstance(name, str)):
         return None

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from jeanzay_kit.distributed.ranks import array_id
+from jeanzay_kit.distributed.script_env import REQUEUE_MARK
 from jeanzay_kit.errors import SlurmCommandError
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
-from jeanzay_kit.node.script_task import REQUEUE_MARK
 from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 from jeanzay_kit.train.stall import made_progress

@@ -31,14 +31,15 @@ from pathlib import Path
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import rank_info_from_env
-from jeanzay_kit.distributed.script_env import entry_problem, script_argv, script_env
+from jeanzay_kit.distributed.script_env import (
+    REQUEUE_MARK,
+    entry_problem,
+    script_argv,
+    script_env,
+)
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
-GRACE_S = 5.0  # after one process fails: how long the others get before SIGKILL
-# Written in the run directory by a task whose command exited 3 ("requeue me"); the batch
-# script's restart step (node/restart_job.py --script) requeues the job and removes it.
-REQUEUE_MARK = ".jzk-requeue"
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
 STOPPED = (EXIT_PREEMPTED, -signal.SIGUSR1)
@@ -173,6 +174,9 @@ def launch_local(
 
 
 def _stop_others(procs: list[subprocess.Popen]) -> None:
+    """SIGTERM, then SIGKILL after the local launcher's grace (node/local.py)."""
+    from jeanzay_kit.node.local import GRACE_S
+
     for p in procs:
         if p.poll() is None:
             p.terminate()

@@ -27,7 +27,7 @@ import yaml
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
-from jeanzay_kit.distributed.script_env import script_argv
+from jeanzay_kit.distributed.script_env import REQUEUE_MARK, script_argv
 from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.flags import sbatch_flags
 
@@ -301,7 +301,7 @@ def render_sbatch(
     lines.append("status=0")
     runs_script = command is None and spec.job.runs_script
     if runs_script:
-        lines.append('rm -f -- "$JZK_RUN_DIR/.jzk-requeue"  # a task whose script exited 3')
+        lines.append(f'rm -f -- "$JZK_RUN_DIR/{REQUEUE_MARK}"  # a task whose script exited 3')
     lines.append("JZK_STEP_START=$(date +%s)  # a step failing before any progress: no requeue")
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " || status=$?")
     lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
@@ -317,7 +317,7 @@ def render_sbatch(
     ]
     if runs_script:
         restart.append("--script")  # exit 3 asks for a requeue; progress: files written
-        lines.append('if [ "$status" -ne 0 ] || [ -e "$JZK_RUN_DIR/.jzk-requeue" ]; then')
+        lines.append(f'if [ "$status" -ne 0 ] || [ -e "$JZK_RUN_DIR/{REQUEUE_MARK}" ]; then')
     else:
         lines.append('if [ "$status" -ne 0 ]; then')
     lines.append("  " + " ".join(restart) + " || true")

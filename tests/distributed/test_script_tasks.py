@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.conftest import REPO
+from tests.distributed.test_your_model import finish, start
 
-JZK = str(Path(sys.executable).with_name("jzk"))
 EXAMPLE = REPO / "docs" / "examples" / "own_script"
 
 
@@ -34,22 +33,20 @@ def project(tmp_path: Path) -> Path:
     return folder
 
 
-def start(cwd: Path, *args: str) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.Popen(
-        [JZK, "train", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-
-
-def finish(proc: subprocess.Popen) -> subprocess.CompletedProcess:
-    out, err = proc.communicate(timeout=240)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+def stop_at(proc: subprocess.Popen, marker: str) -> list[str]:
+    """Send SIGUSR1 to the run's whole process group (as Slurm signals every process of
+    a step) once a stdout line starts with `marker`; its stdout lines."""
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 120
+    while not any(line.startswith(marker) for line in lines):
+        assert time.monotonic() < deadline and proc.poll() is None, lines
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGUSR1)
+    proc.wait(timeout=120)
+    reader.join(timeout=10)
+    return lines
 
 
 def weights(out: str) -> str:
@@ -72,16 +69,7 @@ def test_an_unchanged_ddp_script_trains_and_resumes_from_its_own_checkpoint(
     # The same 40 steps, a little slower, stopped by SIGUSR1 once step 10 is printed.
     args = ("job.name=cut", "job.args=[--steps,40,--step-seconds,0.1]")
     proc = start(project, *SCRIPT, *args)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    while not any(line.startswith("step 10 ") for line in lines):
-        assert time.monotonic() < deadline and proc.poll() is None, lines
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGUSR1)
-    proc.wait(timeout=120)
-    reader.join(timeout=10)
+    lines = stop_at(proc, "step 10 ")
     assert proc.returncode == 3, (lines, proc.stderr.read()[-3000:])
     (run_dir,) = (project / "outputs").glob("cut-*")
     assert (run_dir / "checkpoint.pt").is_file()
@@ -110,16 +98,7 @@ def test_a_plain_single_gpu_script_is_stopped_and_goes_on_from_its_checkpoint(
     shutil.copytree(REPO / "docs" / "examples" / "own_loop", project)
     args = ("job.entry=train_plain.py", "job.args=[--steps,60,--step-seconds,0.05]")
     proc = start(project, *args, "resources.gpus_per_node=1")
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 120
-    while not any(line.startswith("step 20 ") for line in lines):
-        assert time.monotonic() < deadline and proc.poll() is None, lines
-        time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGUSR1)
-    proc.wait(timeout=120)
-    reader.join(timeout=10)
+    lines = stop_at(proc, "step 20 ")
     assert proc.returncode == 3, (lines, proc.stderr.read()[-3000:])
     again = finish(start(project, *args, "resources.gpus_per_node=1"))
     assert again.returncode == 0, again.stderr[-3000:]

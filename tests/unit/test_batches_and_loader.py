@@ -229,6 +229,8 @@ def test_collate_fn_is_torchs_a_function_or_a_built_class() -> None:
         ({"num_workers": -1}, 10, None, "loader.num_workers", False),
         ({"num_workers": 0, "persistent_workers": True}, 10, None, "persistent_workers", False),
         ({"collate_fn": "mypkg.collate"}, 10, None, "loader.collate_fn", False),
+        ({"stream_resume": "replay"}, 10, 9, None, False),
+        ({"stream_resume": "skip"}, 10, None, "loader.stream_resume=skip is not one of", False),
     ],
 )
 def test_loader_keys(loader, cpus, workers, problem, note) -> None:

@@ -27,6 +27,8 @@ PURE = [
     "slurm/sbatch.py",
     "distributed/ranks.py",
     "train/sampler.py",
+    "train/stream_rules.py",
+    "distributed/script_env.py",
     "train/stall.py",
     "train/progress.py",
     "analysis/summary.py",

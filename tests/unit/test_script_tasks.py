@@ -87,9 +87,22 @@ def test_an_entry_that_cannot_run_is_named(
     assert (problem is None) if fragment is None else (fragment in problem and "HINT" in problem)
 
 
-def test_bad_job_args_and_kind_are_refused_naming_the_key() -> None:
-    with pytest.raises(SpecError, match="job.entry_kind"):
-        build_job_spec(compose_config(["job.entry_kind=maybe"]))
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("entry_kind", "maybe", "job.entry_kind=maybe is not one of auto, toolkit, script"),
+        ("args", "--epochs 10", "job.args='--epochs 10' must be a list of arguments"),
+        ("args", {"epochs": 10}, "must be a list of arguments"),
+    ],
+)
+def test_bad_job_args_and_kind_are_refused_naming_the_key(
+    key: str, value: object, fragment: str
+) -> None:
+    cfg = compose_config([])
+    cfg["job"][key] = value
+    with pytest.raises(SpecError) as err:
+        build_job_spec(cfg)
+    assert fragment in str(err.value) and "HINT" in str(err.value)
 
 
 def test_a_script_task_renders_its_command_without_hydra_arguments() -> None:
@@ -148,7 +161,7 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
 def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path) -> None:
     """The task wrapper turns the script's exit 3 into exit 0 and a mark (srun would
     otherwise kill the ranks still saving); the restart step requeues on the mark."""
-    from jeanzay_kit.node.script_task import REQUEUE_MARK
+    from jeanzay_kit.distributed.script_env import REQUEUE_MARK
 
     runner = Scontrol()
     (tmp_path / REQUEUE_MARK).write_text("123\n")

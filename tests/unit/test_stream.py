@@ -9,13 +9,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from jeanzay_kit.config.sections import LoaderSettings
 from jeanzay_kit.errors import ContractError, ResumeError
-from jeanzay_kit.train.stream import (
-    StreamBatches,
-    build_stream_loader,
-    is_stateful,
-    is_stream,
-    stream_restore,
-)
+from jeanzay_kit.train.stream import StreamBatches, build_stream_loader, is_stateful, is_stream
+from jeanzay_kit.train.stream_rules import stream_restore
 
 SETTINGS = LoaderSettings(None, False, False, None, None)
 
