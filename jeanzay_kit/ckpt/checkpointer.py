@@ -40,7 +40,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-from jeanzay_kit import __version__
 from jeanzay_kit.ckpt.background_save import BackgroundSave
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
@@ -53,6 +52,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import CheckpointWriteError, ResumeError
+from jeanzay_kit.version import __version__
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
 # pipeline stages hold different parameters, and a nested "param_groups" list would have

@@ -16,6 +16,9 @@ class TrainerState:
     scheduler: dict
     scaler: dict | None
     last_loss: float | None
+    # A session's (node/session.py) own state besides the model and optimizer: the
+    # `extra` given to s.checkpointer, as plain types (state_dict()s, numbers, tensors).
+    extra: dict | None = None
 
     def to_payload(self) -> dict[str, Any]:
         return asdict(self)
@@ -28,4 +31,5 @@ class TrainerState:
             payload["scheduler"],
             payload["scaler"],
             payload["last_loss"],
+            payload.get("extra"),
         )

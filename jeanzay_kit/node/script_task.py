@@ -153,6 +153,8 @@ def launch_local(
                 _stop_others(procs)
         time.sleep(0.05)
     codes = [p.returncode for p in procs]
+    if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
+        failed = next(((r, c) for r, c in enumerate(codes) if c not in (0, *STOPPED)), None)
     if failed is not None:
         rank, code = failed
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"

@@ -243,38 +243,62 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
     """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit.
 
     runner: the Slurm command runner, sleep: time.sleep (stand-ins in unit tests)."""
+    after_stop(
+        info,
+        result.stopped_by,
+        result.steps,
+        requeue_signal=spec.preemption.signal,
+        requeue=spec.preemption.requeue,
+        term_wait_seconds=spec.preemption.term_wait_seconds,
+        runner=runner,
+        sleep=sleep,
+    )
+
+
+def after_stop(
+    info: RankInfo,
+    stopped_by: str,
+    steps: int,
+    *,
+    requeue_signal: str = "USR1",
+    requeue: bool = True,
+    term_wait_seconds: float = 300.0,
+    runner=None,  # noqa: ANN001
+    sleep=time.sleep,  # noqa: ANN001
+) -> NoReturn:
+    """Every rank, once step-`steps` is saved after `stopped_by` (SIGUSR1...): rank 0
+    requeues the job when the time-limit signal asked for it, every rank waits for Slurm
+    after a SIGTERM under srun, then exits EXIT_PREEMPTED. The toolkit's loop and a
+    session (node/session.py) end alike."""
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.slurm.commands import requeue
+    from jeanzay_kit.slurm.commands import requeue as scontrol_requeue
     from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 
     # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
     # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
     wants_requeue = (
-        spec.preemption.requeue
-        and result.stopped_by == f"SIG{spec.preemption.signal}"
-        and spec.preemption.signal != "TERM"
+        requeue
+        and stopped_by == f"SIG{requeue_signal}"
+        and requeue_signal != "TERM"
         and info.requeue_id is not None
     )
     # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
-    waits_for_slurm = result.stopped_by == "SIGTERM" and info.launcher == "srun"
+    waits_for_slurm = stopped_by == "SIGTERM" and info.launcher == "srun"
     if info.rank == 0:
         if wants_requeue:
             try:
-                requeue(info.requeue_id, runner)
-                print(
-                    f"requeued job {info.requeue_id}; it resumes from step-{result.steps}",
-                    flush=True,
-                )
+                scontrol_requeue(info.requeue_id, runner)
+                print(f"requeued job {info.requeue_id}; it resumes from step-{steps}", flush=True)
             except SlurmCommandError as err:
                 report.error(
                     report.TRAIN,
                     f"could not requeue job {info.requeue_id}: {err}. The checkpoint "
-                    f"step-{result.steps} is complete: resubmit the job to resume.",
+                    f"step-{steps} is complete: resubmit the job to resume.",
                 )
                 raise SystemExit(1) from err
         elif not waits_for_slurm:
             print(
-                f"stopped by {result.stopped_by} after saving step-{result.steps}; run the "
+                f"stopped by {stopped_by} after saving step-{steps}; run the "
                 "same command again to resume",
                 flush=True,
             )
@@ -284,10 +308,10 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
         # stays until Slurm ends it (scancel ends it after KillWait the same way).
         if info.rank == 0:
             print(
-                f"SIGTERM: step-{result.steps} is complete; waiting up to "
-                f"{spec.preemption.term_wait_seconds} s for Slurm to end the job (a preempted "
+                f"SIGTERM: step-{steps} is complete; waiting up to "
+                f"{term_wait_seconds} s for Slurm to end the job (a preempted "
                 "job is requeued and resumes from it)",
                 flush=True,
             )
-        sleep(spec.preemption.term_wait_seconds)
+        sleep(term_wait_seconds)
     raise SystemExit(EXIT_PREEMPTED)

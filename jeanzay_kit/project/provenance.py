@@ -27,9 +27,9 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
-from jeanzay_kit import __version__
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
+from jeanzay_kit.version import __version__
 
 PROVENANCE_DIR = ".jzk-provenance"  # inside a snapshot
 RUN_PROVENANCE = "provenance"  # inside a run directory

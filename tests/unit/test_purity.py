@@ -29,6 +29,7 @@ PURE = [
     "train/sampler.py",
     "train/stream_rules.py",
     "distributed/script_env.py",
+    "node/session_rules.py",
     "train/stall.py",
     "train/progress.py",
     "analysis/summary.py",

@@ -1,0 +1,546 @@
+"""Your own training loop with the toolkit's runtime: `from jeanzay_kit import session`.
+
+    with session(steps=steps) as s:           # ranks, device, process group
+        model = s.wrap(model)                 # DDP (FSDP2 with fsdp=True)
+        sampler = s.sampler(dataset, batch_size=32)
+        ckpt = s.checkpointer(model, optimizer, extra={"scheduler": scheduler})
+        for step in range(ckpt.resume(), steps):
+            ...your step...
+            if s.should_stop(step, loss=loss):   # one collective: a signal, a NaN
+                ckpt.save(step + 1)
+                s.requeue_and_exit()
+
+The session reads the launcher's variables once, when it starts (srun, torchrun, a
+script task of `jzk train`/`jzk submit`, or none: one process), and hands the loop what
+the toolkit's own loop uses: the process group (distributed/process_group.py), the
+global-batch plan (train/sampler.py) as a torch batch sampler, the checkpointer
+(ckpt/checkpointer.py: atomic, verified, resharded on another world size), heartbeats and
+the hang watchdog (train/heartbeat.py), metrics.jsonl and progress lines
+(train/metrics.py), and the same end after a signal (node/worker.py after_stop).
+docs/your-own-loop.md walks a plain script through it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.utils.data import Sampler
+
+from jeanzay_kit import report
+from jeanzay_kit.ckpt.checkpointer import Checkpointer
+from jeanzay_kit.ckpt.digest import state_digest
+from jeanzay_kit.ckpt.trainer_state import TrainerState
+from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
+from jeanzay_kit.errors import JzkError, NonFiniteLoss
+from jeanzay_kit.node import session_rules as rules
+from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
+from jeanzay_kit.train.sampler import GlobalBatchPlan
+
+
+class Session:
+    """The runtime of a loop you wrote. Use it as a context manager (`with session() as
+    s:`); every rank runs the same calls in the same order (several are collectives).
+
+    steps: how many steps the run makes (progress lines and ETA; None: unknown).
+    run_dir: where checkpoints, metrics.jsonl and heartbeats go (default: JZK_RUN_DIR
+    under `jzk train`/`jzk submit`, else outputs/session). device: auto | cpu | cuda.
+    backend: auto (NCCL on GPUs, gloo on the CPU) | nccl | gloo. stall_seconds: a rank
+    without progress this long is named by the watchdog and the run stops (0: off).
+    requeue: after a stop by Slurm's time-limit signal, requeue the job (under plain
+    srun; a script task of the toolkit is requeued by its wrapper). env: the environment
+    to read (default os.environ, read once here).
+    """
+
+    def __init__(
+        self,
+        steps: int | None = None,
+        run_dir: str | os.PathLike | None = None,
+        *,
+        device: str = "auto",
+        backend: str = "auto",
+        timeout_minutes: float = 10.0,
+        keep_last: int = 3,
+        stall_seconds: float = 300.0,
+        heartbeat_seconds: float = 2.0,
+        requeue: bool = True,
+        requeue_signal: str = "USR1",
+        term_wait_seconds: float = 300.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        # Signals are noted from the very start, never fatal (train/preemption.py).
+        self._stop = StopRequest()
+        self._env = dict(os.environ if env is None else env)  # the one read
+        self.steps = steps
+        self.info: RankInfo = rank_info_from_env(self._env)
+        self.run_dir = Path(rules.run_dir_for(str(run_dir) if run_dir else None, self._env))
+        self._want_device, self._backend = device, backend
+        self._timeout_minutes, self.keep_last = timeout_minutes, keep_last
+        self._stall_seconds, self._heartbeat_seconds = stall_seconds, heartbeat_seconds
+        self._requeue, self._requeue_signal = requeue, requeue_signal
+        self._term_wait_seconds = term_wait_seconds
+        self.device = torch.device("cpu")
+        self.mode = "ddp"  # what s.wrap did: a checkpoint records it
+        self.stopped_by = ""
+        self.start_step = 0  # where ckpt.resume() put the run (the sampler starts there)
+        self.start_position = 0
+        self.last_loss: float | None = None
+        self._plan: GlobalBatchPlan | None = None
+        self._data: dict[str, Any] = {}  # the data order, for the resume check
+        self._checkpointers: list[SessionCheckpointer] = []
+        self._own_group = False
+        self._heartbeat: Any = None
+        self._watchdog: Any = None
+        self._metrics: Any = None
+        self._window = (time.perf_counter(), 0)  # (start, first step) of the logged window
+
+    # ---- where this process sits ---------------------------------------------------------
+
+    @property
+    def rank(self) -> int:
+        return self.info.rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.info.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.info.world_size
+
+    @property
+    def is_main(self) -> bool:
+        return self.info.rank == 0
+
+    # ---- start and end -------------------------------------------------------------------
+
+    def __enter__(self) -> Session:
+        from jeanzay_kit.distributed.process_group import pick_device
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = pick_device(
+            self.info, self._want_device, self._env.get("CUDA_VISIBLE_DEVICES")
+        )
+        self._join()
+        self._start_watch()
+        if self.is_main:
+            print(
+                f"jzk session: {self.world_size} rank(s) ({self.info.launcher}), device "
+                f"{self.device}, backend {dist.get_backend()}, run dir {self.run_dir}",
+                flush=True,
+            )
+        return self
+
+    def _join(self) -> None:
+        """The process group, unless the script made one already."""
+        if dist.is_initialized():
+            return
+        from datetime import timedelta
+
+        backend = self._backend
+        if backend == "auto":
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+        common = {
+            "backend": backend,
+            "rank": self.info.rank,
+            "world_size": self.info.world_size,
+            "timeout": timedelta(minutes=self._timeout_minutes),
+            "device_id": self.device if self.device.type == "cuda" else None,
+        }
+        if self.info.launcher == "local" and self.info.world_size == 1:
+            # One process, started by hand: an in-process store, no port to collide on.
+            dist.init_process_group(store=dist.HashStore(), **common)
+        else:
+            dist.init_process_group(init_method=self.info.init_method, **common)
+        self._own_group = True
+
+    def _start_watch(self) -> None:
+        import secrets
+
+        from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog
+
+        # Rank 0 draws the attempt's token: beats of an earlier attempt are never judged.
+        token = [secrets.token_hex(6) if self.is_main else None]
+        dist.broadcast_object_list(token, src=0)
+        self._heartbeat = Heartbeat(
+            self.run_dir,
+            self.rank,
+            self.steps or 0,
+            str(token[0]),
+            self.info.job_id,
+            self._heartbeat_seconds,
+        ).start()
+        self._watchdog = Watchdog(self._heartbeat, self.run_dir, self._stall_seconds)
+        if self._stall_seconds > 0:
+            self._watchdog.start()
+
+    def __exit__(self, kind: type | None, err: BaseException | None, _tb: object) -> bool:
+        failed = err is not None and not isinstance(err, SystemExit)
+        self._close(failed)
+        self._stop.ignore_from_now()  # a late signal has nothing left to stop
+        if isinstance(err, JzkError):
+            # A refusal every rank meets alike (a changed config, a NaN): said once.
+            if self.is_main or err.rank_local:
+                report.error("session", err)
+            raise SystemExit(err.exit_code) from None
+        return False
+
+    def _close(self, failed: bool) -> None:
+        try:
+            for ckpt in self._checkpointers:
+                if not failed:
+                    ckpt.close()
+        finally:
+            if self._watchdog is not None:
+                self._watchdog.stop()
+            if self._heartbeat is not None:
+                self._heartbeat.stop(failed=failed)
+            if self._metrics is not None:
+                self._metrics.close()
+            if self._own_group and dist.is_initialized():
+                if not failed:
+                    dist.barrier()  # leave together (a peer may still talk to us)
+                dist.destroy_process_group()
+            self._own_group = False
+
+    # ---- the model -----------------------------------------------------------------------
+
+    def wrap(self, model: nn.Module, fsdp: bool = False, **ddp_options: Any) -> nn.Module:
+        """The model on this rank's device, wrapped for data parallelism: DDP (its options,
+        e.g. find_unused_parameters=True, pass through), or FSDP2 (`fully_shard` on each
+        child that holds parameters, then the root) with fsdp=True. Build the optimizer
+        after wrapping: FSDP2 replaces the parameters. One process: the model as is."""
+        model = model.to(self.device)
+        if fsdp:
+            from torch.distributed.fsdp import fully_shard
+
+            self.mode = "fsdp"
+            for child in model.children():
+                if any(p.requires_grad for p in child.parameters()):
+                    fully_shard(child)
+            fully_shard(model)
+            # The parameters' all-gather starts here: a rank that got this far is not the
+            # one that hangs the others (the watchdog names the rank with the oldest beat).
+            model.register_forward_pre_hook(lambda *_: self._beat_phase("forward"))
+            return model
+        self.mode = "ddp"
+        if self.world_size == 1:
+            return model
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        ddp = DDP(model, device_ids=ids, **ddp_options)
+
+        # No annotations: DDP checks them against dist.GradBucket and torch's Future.
+        def beat_then_allreduce(group, bucket):  # noqa: ANN001, ANN202
+            # The same all-reduce as DDP's own, after a beat: ranks waiting here for a
+            # peer have a newer beat than the peer stuck in the user's code.
+            self._beat_phase("grad_sync")
+            return allreduce_hook(group, bucket)
+
+        ddp.register_comm_hook(None, beat_then_allreduce)
+        return ddp
+
+    def _beat_phase(self, phase: str) -> None:
+        self._heartbeat.beat(self._heartbeat.step, phase)
+
+    def save_model(self, model: nn.Module, name: str = "model_final.pt") -> str:
+        """Collective: the whole model's weights (gathered from FSDP shards, without DDP's
+        `module.`) written by rank 0 to <run_dir>/<name>, with their sha256 digest next to
+        it (<name without .pt>.sha256). Returns the digest (on every rank)."""
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        state = get_model_state_dict(
+            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+        )
+        digest = [state_digest(state) if self.is_main else None]
+        if self.is_main:
+            torch.save(state, self.run_dir / name)
+            (self.run_dir / f"{Path(name).stem}.sha256").write_text(f"{digest[0]}\n")
+        dist.broadcast_object_list(digest, src=0)
+        return str(digest[0])
+
+    # ---- the data ------------------------------------------------------------------------
+
+    def sampler(
+        self,
+        dataset: Any,
+        batch_size: int,
+        *,
+        global_batch_size: int | None = None,
+        seed: int = 0,
+    ) -> PlanSampler:
+        """The toolkit's global-batch plan over `dataset` as a `batch_sampler` for torch's
+        DataLoader: this rank's micro-batches of batch_size samples, step after step,
+        from the step ckpt.resume() returned. Each step trains on global_batch_size
+        samples (default batch_size x world size), in an order that depends only on
+        seed and the step, not on the world size: a run resumed on another number of
+        ranks trains on the same samples (then give global_batch_size, and run
+        `sampler.accumulation_steps` micro-batches a step)."""
+        size = len(dataset)
+        accumulation = rules.split_global_batch(batch_size, global_batch_size, self.world_size)
+        global_batch = batch_size * self.world_size * accumulation
+        self._data = {"dataset_size": size, "global_batch_size": global_batch, "seed": seed}
+        return PlanSampler(self, size, global_batch, batch_size, seed, accumulation)
+
+    def sample_position(self, step: int) -> int:
+        """The global sample index where `step` starts (what a checkpoint records)."""
+        return self.start_position + (step - self.start_step) * self._data.get(
+            "global_batch_size", 0
+        )
+
+    # ---- every step ----------------------------------------------------------------------
+
+    def should_stop(self, step: int, loss: torch.Tensor | None = None) -> bool:
+        """Collective, at the end of each step: True on every rank when any rank received
+        a stop signal (Slurm's time-limit warning, a preemption, scancel). A loss that is
+        NaN or infinite on any rank raises NonFiniteLoss on every rank instead (save
+        nothing: the newest checkpoint is the last good state)."""
+        self._heartbeat.beat(step + 1, "step_boundary")
+        flag = None
+        if loss is not None:
+            flag = (~torch.isfinite(loss.detach())).any().reshape(1)
+        signum, *bad = agree([self._stop.signum], self.device, extra=flag)
+        if bad and bad[0]:
+            raise NonFiniteLoss(
+                f"the loss is NaN or infinite at step {step + 1} on some rank; nothing was "
+                f"saved after it. HINT: lower the learning rate or clip gradients, look at "
+                f"the data of this step; the run resumes from its newest checkpoint "
+                f"in {self.run_dir / 'checkpoints'}"
+            )
+        # Back in the user's code: a rank stuck there names its step and this phase.
+        self._heartbeat.beat(step + 1, "own_step")
+        if signum:
+            self.stopped_by = signal_name(signum)
+            if self.is_main:
+                print(f"{self.stopped_by} received: stopping after step {step + 1}", flush=True)
+        return bool(signum)
+
+    def requeue_and_exit(self) -> None:
+        """After ckpt.save(...) of a stopped run: end this process with exit code 3 ("run me
+        again"). Under plain srun rank 0 first requeues the job when Slurm's time-limit
+        signal stopped it, and after a SIGTERM (a preemption) every rank waits for Slurm
+        to end the job; a script task of the toolkit is requeued by its wrapper."""
+        from jeanzay_kit.node.worker import after_stop
+
+        saved = max((c.saved_step for c in self._checkpointers), default=0)
+        self._close(failed=False)
+        self._stop.ignore_from_now()
+        requeue = self._requeue and not rules.under_script_task(self._env)
+        after_stop(
+            self.info,
+            self.stopped_by or "a request",
+            saved,
+            requeue_signal=self._requeue_signal,
+            requeue=requeue,
+            term_wait_seconds=self._term_wait_seconds,
+        )
+
+    def log(self, step: int, **values: float | torch.Tensor) -> None:
+        """Collective (call it on every rank at the same steps): one line of metrics.jsonl
+        and a progress line (rank 0) for `step` (the number of steps done). Tensors are
+        averaged over the ranks in one all-reduce; numbers are rank 0's. The step time
+        is measured since the previous call."""
+        names = [k for k, v in values.items() if torch.is_tensor(v)]
+        record: dict[str, Any] = {"step": step}
+        if names:
+            stacked = torch.stack([values[k].detach().float().reshape(()) for k in names])
+            stacked = stacked.to(self.device)
+            dist.all_reduce(stacked, op=dist.ReduceOp.SUM)
+            means = (stacked / self.world_size).tolist()
+            record.update(zip(names, means, strict=True))
+        record.update({k: float(v) for k, v in values.items() if k not in names})
+        if "loss" in record:
+            self.last_loss = record["loss"]
+        started, first = self._window
+        done = max(1, step - first)
+        record["step_time_s"] = (time.perf_counter() - started) / done
+        if self._data:
+            record["samples_per_s"] = self._data["global_batch_size"] / record["step_time_s"]
+        self._writer().log(record, judge_input=False)
+        self._window = (time.perf_counter(), step)
+        self._heartbeat.beat(step, "step_boundary")
+
+    def _writer(self) -> Any:
+        if self._metrics is None:
+            from jeanzay_kit.train.metrics import MetricsWriter
+
+            end = self._env.get("SLURM_JOB_END_TIME")
+            self._metrics = MetricsWriter(
+                self.run_dir,
+                self.is_main,
+                self.steps or 0,
+                resume_step=self.start_step,
+                end_time=float(end) if end and end.isdigit() else None,
+            )
+        return self._metrics
+
+    # ---- checkpoints ---------------------------------------------------------------------
+
+    def checkpointer(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        extra: dict[str, Any] | None = None,
+        *,
+        config: Mapping[str, Any] | None = None,
+        allow_config_change: bool = False,
+    ) -> SessionCheckpointer:
+        """The toolkit's checkpoints of model, optimizer and `extra` in <run_dir>/checkpoints.
+        extra: objects with state_dict()/load_state_dict() (an LR scheduler, a GradScaler)
+        or plain values (restored into the same dict); config: your hyper-parameters, a
+        resume with other values is refused unless allow_config_change."""
+        ckpt = SessionCheckpointer(self, model, optimizer, extra, config, allow_config_change)
+        self._checkpointers.append(ckpt)
+        return ckpt
+
+    def _resumed(self, step: int, position: int, loss: float | None) -> None:
+        self.start_step, self.start_position, self.last_loss = step, position, loss
+        self._window = (time.perf_counter(), step)
+
+
+class PlanSampler(Sampler[list[int]]):
+    """This rank's micro-batches (lists of dataset indices) of the steps from where the run
+    resumed on: `accumulation_steps` per step, to session(steps=...) or without end. The
+    start is read when the DataLoader starts iterating: iterate after ckpt.resume()."""
+
+    def __init__(
+        self,
+        session: Session,
+        dataset_size: int,
+        global_batch: int,
+        micro_batch: int,
+        seed: int,
+        accumulation: int,
+    ) -> None:
+        self.session = session
+        self.dataset_size, self.global_batch, self.micro_batch = (
+            dataset_size,
+            global_batch,
+            micro_batch,
+        )
+        self.seed, self.accumulation_steps = seed, accumulation
+
+    def plan(self) -> GlobalBatchPlan:
+        s = self.session
+        return GlobalBatchPlan(
+            dataset_size=self.dataset_size,
+            global_batch=self.global_batch,
+            micro_batch=self.micro_batch,
+            dp_size=s.world_size,
+            dp_rank=s.rank,
+            seed=self.seed,
+            start_step=s.start_step,
+            start_position=s.start_position,
+        )
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for ckpt in self.session._checkpointers:
+            if not ckpt.resumed:
+                raise JzkError(
+                    "the DataLoader over s.sampler(...) started before ckpt.resume(): it "
+                    "would read from step 0 whatever the checkpoint. HINT: call "
+                    "ckpt.resume() first, then iterate the loader"
+                )
+        plan = self.plan()
+        step = self.session.start_step
+        while self.session.steps is None or step < self.session.steps:
+            for indices in plan.step_indices(step):
+                yield indices.tolist()
+            step += 1
+
+    def __len__(self) -> int:
+        if self.session.steps is None:
+            raise TypeError("s.sampler(...) has no length without session(steps=...)")
+        return max(0, self.session.steps - self.session.start_step) * self.accumulation_steps
+
+
+class SessionCheckpointer:
+    """s.checkpointer(...): resume() once before the loop, save(step) at the steps you
+    choose (every rank, same step). Saved with the toolkit's Checkpointer: written aside,
+    checksummed, renamed, manifest last; the newest complete one is resumed."""
+
+    def __init__(
+        self,
+        session: Session,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        extra: dict[str, Any] | None,
+        config: Mapping[str, Any] | None,
+        allow_config_change: bool,
+    ) -> None:
+        self.session, self.extra = session, extra if extra is not None else {}
+        self.user_config, self.allow_config_change = config, allow_config_change
+        self.inner = Checkpointer(
+            session.run_dir,
+            model,
+            optimizer,
+            session.rank,
+            rules.checkpoint_world(session.mode, session.world_size),
+            {},
+            session.device,
+            keep_last=session.keep_last,
+        )
+        self.resumed = False
+        self.saved_step = 0
+
+    def _refresh(self) -> None:
+        """The layout and config as they are now (s.wrap and s.sampler may come later)."""
+        s = self.session
+        self.inner.world = rules.checkpoint_world(s.mode, s.world_size)
+        self.inner.config = rules.resume_config(s._data, self.user_config)
+
+    def resume(self) -> int:
+        """Collective: load the newest complete checkpoint of the run directory, if any,
+        and return its step (0 on a fresh start). The model, optimizer, every rank's
+        random generators and `extra` are restored; s.sampler continues from there."""
+        self._refresh()
+        folder = self.inner.find("auto")
+        self.resumed = True
+        if folder is None:
+            self.session._resumed(0, 0, None)
+            return 0
+        self.inner.check_compatible(folder, self.allow_config_change)
+        state = self.inner.load(folder)
+        self._restore_extra(state.extra or {})
+        self.session._resumed(state.step, state.sample_position, state.last_loss)
+        self.saved_step = state.step
+        if self.session.is_main:
+            print(f"resumed from {folder} (step {state.step})", flush=True)
+        return state.step
+
+    def save(self, step: int) -> None:
+        """Collective: checkpoint step-`step` (the number of steps done)."""
+        self._refresh()
+        s = self.session
+        s._heartbeat.beat(step, "checkpoint")
+        extra = {
+            k: v.state_dict() if hasattr(v, "state_dict") else v for k, v in self.extra.items()
+        }
+        problems = rules.extra_problems(extra, "extra", torch.is_tensor)
+        if problems:
+            raise JzkError(rules.extra_message(problems))
+        trainer = TrainerState(step, s.sample_position(step), {}, None, s.last_loss, extra)
+        self.inner.save(step, trainer, force_sync=True)
+        self.saved_step = step
+
+    def _restore_extra(self, saved: dict[str, Any]) -> None:
+        for key, value in saved.items():
+            target = self.extra.get(key)
+            if hasattr(target, "load_state_dict"):
+                target.load_state_dict(value)
+            else:
+                self.extra[key] = value
+
+    def close(self) -> None:
+        self.inner.close()

@@ -1,0 +1,105 @@
+"""What a session (node/session.py) decides from plain values. Pure: no torch, no os.environ.
+
+A session is the toolkit's runtime for a loop the user wrote: these rules say where it
+writes, how its global batch splits over the ranks, what its checkpoints record for the
+resume check, and whether the user's extra state can be saved and loaded back with
+`torch.load(weights_only=True)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from jeanzay_kit.errors import JzkError
+
+# Where a session writes when nothing says otherwise (a plain `python script.py`).
+DEFAULT_RUN_DIR = "outputs/session"
+WRAP_MODES = ("ddp", "fsdp")
+# What torch.load(weights_only=True) reads back, besides tensors.
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def run_dir_for(given: str | None, env: Mapping[str, str]) -> str:
+    """session(run_dir=...) first; then JZK_RUN_DIR, the run directory a script task gets
+    (the same on every requeue); then DEFAULT_RUN_DIR."""
+    if given:
+        return given
+    return env.get("JZK_RUN_DIR") or DEFAULT_RUN_DIR
+
+
+def under_script_task(env: Mapping[str, str]) -> bool:
+    """True when the toolkit started this process as a script task (`job.entry`): its
+    wrapper turns exit 3 into a requeue, so the session must not requeue by itself."""
+    return bool(env.get("JZK_RUN_DIR"))
+
+
+def split_global_batch(batch_size: int, global_batch_size: int | None, world_size: int) -> int:
+    """The gradient-accumulation steps of each rank: global_batch_size samples per step,
+    batch_size per micro-batch on each of world_size ranks. Without global_batch_size one
+    micro-batch per rank and step (so the global batch follows the world size)."""
+    if batch_size <= 0:
+        raise JzkError(f"s.sampler(batch_size={batch_size}): it must be a positive integer")
+    if global_batch_size is None:
+        return 1
+    per_round = batch_size * world_size
+    if global_batch_size <= 0 or global_batch_size % per_round:
+        raise JzkError(
+            f"s.sampler(global_batch_size={global_batch_size}) is not a multiple of "
+            f"batch_size {batch_size} x world size {world_size} = {per_round}. HINT: pick "
+            f"a global batch divisible by {per_round} (each rank then runs "
+            "global_batch_size / (batch_size x world size) micro-batches a step), or a "
+            "smaller batch_size"
+        )
+    return global_batch_size // per_round
+
+
+def checkpoint_world(mode: str, world_size: int) -> dict[str, Any]:
+    """What a session's checkpoint records of its layout (ckpt/layout.py world_change):
+    data parallel only, so another number of ranks may resume it."""
+    return {
+        "mode": mode,
+        "world_size": world_size,
+        "pp_size": 1,
+        "dp_size": world_size,
+        "stages_per_rank": 1,
+    }
+
+
+def resume_config(data: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The config a session's checkpoint hashes: the data order (dataset size, global
+    batch, seed) when s.sampler is used, and what the user passed as `config=` (their
+    hyper-parameters). A resume with another of these is refused, naming the key."""
+    return {"session": dict(data or {}), "user": dict(user or {})}
+
+
+def extra_problems(
+    value: Any, where: str, is_tensor: Callable[[Any], bool] = lambda _v: False
+) -> list[str]:
+    """Why `value` (the saved form of s.checkpointer's extra) could not be loaded back with
+    weights_only=True: one line per offending entry, naming it and its type."""
+    if isinstance(value, _PLAIN) or is_tensor(value):
+        return []
+    if isinstance(value, Mapping):
+        out = []
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                out.append(f"{where} has a key of type {type(key).__name__}")
+                continue
+            out.extend(extra_problems(item, f"{where}[{key!r}]", is_tensor))
+        return out
+    if isinstance(value, (list, tuple)):
+        out = []
+        for i, item in enumerate(value):
+            out.extend(extra_problems(item, f"{where}[{i}]", is_tensor))
+        return out
+    return [f"{where} is a {type(value).__module__}.{type(value).__qualname__}"]
+
+
+def extra_message(problems: list[str]) -> str:
+    return (
+        "s.checkpointer(extra=...) holds what a checkpoint cannot load back safely "
+        f"(torch.load with weights_only=True): {'; '.join(problems[:5])}. HINT: give objects "
+        "with state_dict()/load_state_dict() (an LR scheduler, a GradScaler, a torchmetrics "
+        "metric) or plain values (numbers, strings, lists, dicts, tensors)"
+    )
