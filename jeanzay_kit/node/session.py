@@ -287,6 +287,12 @@ class Session:
         seed and the step, not on the world size: a run resumed on another number of
         ranks trains on the same samples (then give global_batch_size, and run
         `sampler.accumulation_steps` micro-batches a step)."""
+        if any(ckpt.resumed for ckpt in self._checkpointers):
+            raise JzkError(
+                "s.sampler(...) was called after ckpt.resume(): the resume could not check "
+                "the data order, nor start the sampler at the checkpoint's step. HINT: "
+                "create the sampler before ckpt.resume()"
+            )
         size = len(dataset)
         accumulation = rules.split_global_batch(batch_size, global_batch_size, self.world_size)
         global_batch = batch_size * self.world_size * accumulation

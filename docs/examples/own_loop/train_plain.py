@@ -1,11 +1,12 @@
 """A plain single-GPU PyTorch training script, as most projects start: a model, a
 DataLoader, an optimizer, a loop and a `torch.save` checkpoint every few steps. It knows
 nothing of jeanzay_kit or Slurm (docs/your-own-loop.md runs it unchanged as a script task,
-then converts it to the session API).
+then converts it to the session API: train_session.py).
 """
 
 import argparse
 import os
+import time
 
 import torch
 from torch import nn
@@ -19,8 +20,11 @@ def main() -> None:
     parser.add_argument("--out", default=os.environ.get("JZK_RUN_DIR", "."))
     parser.add_argument("--step-seconds", type=float, default=0.0)  # pretend work
     args = parser.parse_args()
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    train(args)
 
+
+def train(args: argparse.Namespace) -> None:
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
     inputs = torch.randn(2048, 16)
     data = TensorDataset(inputs, inputs.sum(dim=1, keepdim=True))
@@ -44,16 +48,14 @@ def main() -> None:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            step += 1
             if args.step_seconds:
-                import time
-
                 time.sleep(args.step_seconds)
-            if step % args.save_every == 0 or step == args.steps:
+            if (step + 1) % args.save_every == 0 or step + 1 == args.steps:
                 state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-                torch.save({**state, "step": step}, path + ".tmp")
+                torch.save({**state, "step": step + 1}, path + ".tmp")
                 os.replace(path + ".tmp", path)
-                print(f"step {step} loss {loss.item():.4f} (saved)", flush=True)
+                print(f"step {step + 1} loss {loss.item():.4f} (saved)", flush=True)
+            step += 1
             if step == args.steps:
                 break
     print(f"done: {args.steps} steps", flush=True)

@@ -1,0 +1,168 @@
+"""The session API in one process (no launcher: rank 0 of 1, gloo on an in-process store):
+resume to the same weights with the user's extra state, the stop signal, a NaN, and the
+refusals a user can meet. Multi-process runs: tests/distributed/test_session.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from jeanzay_kit import session
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.node import session_rules as rules
+
+
+@pytest.fixture(autouse=True)
+def keep_signal_handlers():
+    """A session notes SIGUSR1/USR2/TERM, then ignores them once it ends: put pytest's back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+DATA = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
+
+
+def train(run_dir: Path, steps: int, stop_at: int | None = None, lr: float = 0.1) -> dict:
+    """A user's loop: returns the final weights and what `extra` held."""
+    torch.manual_seed(0)
+    with session(steps=steps, run_dir=run_dir, env={}, stall_seconds=0) as s:
+        model = s.wrap(nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
+        extra = {"scheduler": scheduler, "seen": 0}
+        sampler = s.sampler(DATA, batch_size=4, global_batch_size=8, seed=3)
+        ckpt = s.checkpointer(model, optimizer, extra=extra, config={"lr": lr})
+        start = ckpt.resume()
+        batches = iter(DataLoader(DATA, batch_sampler=sampler))
+        for step in range(start, steps):
+            optimizer.zero_grad()
+            for _ in range(sampler.accumulation_steps):
+                x, y = next(batches)
+                loss = nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                extra["seen"] += len(x)
+            optimizer.step()
+            scheduler.step()
+            if step + 1 == stop_at:
+                os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm's time-limit warning
+            s.log(step + 1, loss=loss)
+            if s.should_stop(step, loss=loss):
+                ckpt.save(step + 1)
+                s.requeue_and_exit()
+        ckpt.save(steps)
+        return {
+            "weights": {k: v.clone() for k, v in model.state_dict().items()},
+            "seen": extra["seen"],
+            "lr": scheduler.get_last_lr()[0],
+            "start": start,
+        }
+
+
+def test_a_stopped_session_resumes_to_the_same_weights_and_extra_state(tmp_path: Path) -> None:
+    straight = train(tmp_path / "straight", 10)
+    with pytest.raises(SystemExit) as stopped:
+        train(tmp_path / "cut", 10, stop_at=4)
+    assert stopped.value.code == 3
+    resumed = train(tmp_path / "cut", 10)
+    assert resumed["start"] == 4
+    for key, value in straight["weights"].items():
+        assert torch.equal(value, resumed["weights"][key]), key
+    assert resumed["seen"] == straight["seen"] == 10 * 8  # a plain value, restored
+    assert resumed["lr"] == straight["lr"]  # the scheduler, through its state_dict
+    lines = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
+    # The records up to the checkpoint kept, the rest logged again: each step once.
+    assert [json.loads(line)["step"] for line in lines] == list(range(1, 11))
+
+
+def test_a_resume_with_other_hyper_parameters_is_refused_naming_them(
+    tmp_path: Path, capsys
+) -> None:
+    train(tmp_path, 4)
+    with pytest.raises(SystemExit) as refused:
+        train(tmp_path, 8, lr=0.5)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "session: error:" in err and "user.lr" in err and "HINT" in err
+
+
+def test_a_nan_loss_stops_every_rank_without_a_save(tmp_path: Path, capsys) -> None:
+    run = session(steps=3, run_dir=tmp_path, env={}, stall_seconds=0)
+    with pytest.raises(SystemExit) as stopped, run as s:
+        s.should_stop(0, loss=torch.tensor(1.0))
+        s.should_stop(1, loss=torch.tensor(float("nan")))
+    assert stopped.value.code == 2
+    assert "the loss is NaN or infinite at step 2" in capsys.readouterr().err
+
+
+def test_extra_state_that_cannot_be_loaded_safely_is_named(tmp_path: Path, capsys) -> None:
+    class Opaque:
+        pass
+
+    with pytest.raises(SystemExit), session(run_dir=tmp_path, env={}, stall_seconds=0) as s:
+        model = s.wrap(nn.Linear(2, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        ckpt = s.checkpointer(model, opt, extra={"mine": {"thing": Opaque()}})
+        ckpt.resume()
+        ckpt.save(1)
+    err = capsys.readouterr().err
+    assert "extra['mine']['thing'] is a" in err and "Opaque" in err and "HINT" in err
+    assert not (tmp_path / "checkpoints" / "step-1").exists()
+
+
+def test_reading_the_loader_before_resume_is_refused(tmp_path: Path, capsys) -> None:
+    run = session(steps=4, run_dir=tmp_path, env={}, stall_seconds=0)
+    with pytest.raises(SystemExit), run as s:
+        model = s.wrap(nn.Linear(4, 1))
+        sampler = s.sampler(DATA, batch_size=4)
+        s.checkpointer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        next(iter(DataLoader(DATA, batch_sampler=sampler)))
+    assert "started before ckpt.resume()" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("batch", "global_batch", "world", "accumulation"),
+    [(4, None, 2, 1), (4, 8, 2, 1), (4, 32, 2, 4), (8, 8, 1, 1)],
+)
+def test_global_batch_splits_into_accumulation(batch, global_batch, world, accumulation) -> None:
+    assert rules.split_global_batch(batch, global_batch, world) == accumulation
+
+
+@pytest.mark.parametrize(("batch", "global_batch", "world"), [(4, 12, 2), (0, None, 1), (4, 0, 1)])
+def test_a_global_batch_that_does_not_split_is_refused(batch, global_batch, world) -> None:
+    with pytest.raises(JzkError, match="s.sampler"):
+        rules.split_global_batch(batch, global_batch, world)
+
+
+@pytest.mark.parametrize(
+    ("given", "env", "expected"),
+    [
+        ("mine", {"JZK_RUN_DIR": "/runs/a"}, "mine"),
+        (None, {"JZK_RUN_DIR": "/runs/a"}, "/runs/a"),
+        (None, {}, rules.DEFAULT_RUN_DIR),
+    ],
+)
+def test_where_a_session_writes(given, env, expected) -> None:
+    assert rules.run_dir_for(given, env) == expected
+    assert rules.under_script_task(env) == bool(env)
+
+
+@pytest.mark.parametrize(
+    ("value", "problems"),
+    [
+        ({"a": 1, "b": [1.0, "x", None], "c": {"d": True}}, []),
+        ({"a": object()}, ["extra['a'] is a builtins.object"]),
+        ({"a": [1, {2: set()}]}, ["extra['a'][1][2] is a builtins.set"]),
+        ({(1, 2): 3}, ["extra has a key of type tuple"]),
+    ],
+)
+def test_what_extra_state_can_hold(value, problems) -> None:
+    assert rules.extra_problems(value, "extra") == problems
