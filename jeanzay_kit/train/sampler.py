@@ -15,12 +15,22 @@ batch belongs to accumulation micro-step j // (dp*m) and data-parallel rank
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from jeanzay_kit.config.spec import JobSpec
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(seed: int, epoch: int, size: int) -> np.ndarray:
+    """Epoch `epoch`'s permutation, drawn once: every micro-batch of the epoch reads it
+    (a permutation of a million indices takes milliseconds). Read-only: it is shared."""
+    order = np.random.default_rng([seed, epoch]).permutation(size)
+    order.flags.writeable = False
+    return order
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,7 @@ class GlobalBatchPlan:
         return self.global_batch // (self.dp_size * self.micro_batch)
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng([self.seed, epoch]).permutation(self.dataset_size)
+        return _epoch_order(self.seed, epoch, self.dataset_size)
 
     def stream(self, start: int, count: int) -> np.ndarray:
         """Dataset indices at global sample positions [start, start + count)."""

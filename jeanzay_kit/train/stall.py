@@ -23,6 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 FINISHED_PHASES = ("done",)
+# Phases of a session (node/session.py) in which a rank waits in a collective for its
+# peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
+# when several ranks stall, one still in the user's own code is named before these.
+WAITING_PHASES = ("forward", "backward")
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,7 @@ def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: s
     A run stalls when a rank has neither moved nor written a beat for stall_seconds. The
     rank named is a frozen one (no beat for FROZEN_BEATS intervals: its writer thread
     stopped too) if there is one, since the others then wait for it, else the rank with
-    the oldest progress."""
+    the oldest progress, a rank waiting for its peers (WAITING_PHASES) last."""
     current = [b for b in beats if b.token == token and b.phase not in FINISHED_PHASES]
     stalled = [b for b in current if now - min(b.progress_time, b.wall_time) > stall_seconds]
     if not stalled:
@@ -100,7 +104,7 @@ def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: s
     if frozen:
         worst = min(frozen, key=lambda b: (b.wall_time, b.rank))
         return Stall(worst, True, now - worst.progress_time, live)
-    worst = min(stalled, key=lambda b: (b.progress_time, b.rank))
+    worst = min(stalled, key=lambda b: (b.phase in WAITING_PHASES, b.progress_time, b.rank))
     return Stall(worst, False, now - worst.progress_time, live)
 
 

@@ -39,6 +39,11 @@ def beat(rank: int, progress_age: float, beat_age: float, **kw) -> Beat:
         ),
         pytest.param([beat(0, 20, 0.5), beat(1, 15, 0.5)], (0, False), id="stuck, oldest named"),
         pytest.param(
+            [beat(0, 20, 0.5, phase="backward"), beat(1, 15, 0.5, phase="own_step")],
+            (1, False),
+            id="a session rank in its own code before one waiting in the backward",
+        ),
+        pytest.param(
             [beat(0, 30, 30, token="old"), beat(1, 1, 0.5)], None, id="earlier attempt ignored"
         ),
         pytest.param(

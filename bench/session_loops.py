@@ -1,0 +1,117 @@
+"""The two loops of bench/bench_session.py, run by torchrun (2 CPU workers, gloo):
+a hand-written DDP loop and the same loop through the session API, alternating in
+rounds inside one launch so that both see the same machine. Rank 0 writes the mean step
+time of each round to argv[1] (JSON).
+
+    python -m torch.distributed.run --standalone --nproc_per_node 2 \\
+        bench/session_loops.py OUT.json [--steps 40] [--rounds 5]
+"""
+
+import argparse
+import json
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from jeanzay_kit import session
+
+WARMUP = 5
+BATCH = 32  # per rank and step
+
+
+def model_and_data() -> tuple[nn.Module, TensorDataset]:
+    torch.manual_seed(0)
+    layers: list[nn.Module] = [nn.Linear(256, 1024), nn.ReLU()]
+    for _ in range(3):
+        layers += [nn.Linear(1024, 1024), nn.ReLU()]
+    model = nn.Sequential(*layers, nn.Linear(1024, 10))
+    inputs = torch.randn(16384, 256)
+    return model, TensorDataset(inputs, torch.randint(0, 10, (16384,)))
+
+
+def hand(steps: int) -> float:
+    """Plain DDP: DistributedSampler, DataLoader, AdamW, a loss print every 10 steps."""
+    model, data = model_and_data()
+    model = DistributedDataParallel(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    sampler = DistributedSampler(data, seed=0)
+    loader = DataLoader(data, batch_size=BATCH, sampler=sampler, drop_last=True)
+    batches = iter(loader)
+    for step in range(WARMUP + steps):
+        if step == WARMUP:
+            dist.barrier()
+            start = time.perf_counter()
+        x, y = next(batches)
+        loss = nn.functional.cross_entropy(model(x), y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if (step + 1) % 10 == 0:
+            mean = loss.detach().clone()
+            dist.all_reduce(mean)
+            if dist.get_rank() == 0:
+                print(f"step {step + 1} loss {mean.item() / dist.get_world_size():.4f}")
+    dist.barrier()
+    return (time.perf_counter() - start) / steps
+
+
+def with_session(steps: int, run_dir: str) -> float:
+    """The same loop through the session: s.wrap, s.sampler, should_stop every step
+    (one all-reduce), s.log every 10 steps, heartbeats and the watchdog running."""
+    with session(steps=WARMUP + steps, run_dir=run_dir) as s:
+        model, data = model_and_data()
+        model = s.wrap(model)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        sampler = s.sampler(data, batch_size=BATCH)
+        ckpt = s.checkpointer(model, optimizer)
+        batches = iter(DataLoader(data, batch_sampler=sampler))
+        for step in range(ckpt.resume(), WARMUP + steps):
+            if step == WARMUP:
+                dist.barrier()
+                start = time.perf_counter()
+            x, y = next(batches)
+            loss = nn.functional.cross_entropy(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if s.should_stop(step, loss=loss):
+                ckpt.save(step + 1)
+                s.requeue_and_exit()
+            if (step + 1) % 10 == 0:
+                s.log(step + 1, loss=loss)
+        dist.barrier()
+        return (time.perf_counter() - start) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # 2 workers on 2 cores
+    dist.init_process_group("gloo")
+    times: dict[str, list[float]] = {"hand": [], "session": []}
+    for r in range(args.rounds):
+        for side in ("hand", "session") if r % 2 == 0 else ("session", "hand"):
+            with tempfile.TemporaryDirectory(prefix="jzk-bench-session-") as tmp:
+                run_dir = [tmp if dist.get_rank() == 0 else None]
+                dist.broadcast_object_list(run_dir, src=0)
+                step_s = (
+                    hand(args.steps) if side == "hand" else with_session(args.steps, run_dir[0])
+                )
+                dist.barrier()
+            times[side].append(step_s)
+    if dist.get_rank() == 0:
+        with open(args.out, "w") as f:
+            json.dump(times, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
