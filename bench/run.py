@@ -269,6 +269,31 @@ def startup_figures(r: dict) -> list[Figure]:
     ]
 
 
+def session_figures(r: dict) -> list[Figure]:
+    return [
+        Figure(
+            "session_vs_hand",
+            "step time of a loop with the session API (should_stop every step, s.log, "
+            "heartbeats, watchdog) / the same hand-written DDP loop (2 CPU workers)",
+            r["step_ratio_median"],
+            r["step_ratios"],
+            f"{median(r['session_step_s']) * 1e3:.1f} ms/step",
+            f"{median(r['hand_step_s']) * 1e3:.1f} ms/step (hand-written DDP)",
+            "<= 1.02",
+        ),
+        Figure(
+            "script_ttfs_vs_torchrun",
+            "time to first step: a script task (`jzk train job.entry=minimal_ddp.py`) / "
+            "a bare `torchrun` of the same script (2 CPU workers)",
+            r["start_ratio_median"],
+            r["start_ratios"],
+            f"{median(r['script_task_s']):.2f} s",
+            f"{median(r['bare_torchrun_s']):.2f} s (torchrun)",
+            "<= 1.10",
+        ),
+    ]
+
+
 def slurm_figures(r: dict) -> list[Figure]:
     rounds = r["rounds"]
     ours = [x["jeanzay"]["until_sbatch_done_s"] for x in rounds]
@@ -437,6 +462,14 @@ BENCHES = [
         ["--rounds", "3"],
         ["--rounds", "7"],
         startup_figures,
+    ),
+    Bench(
+        "session",
+        "bench_session.py",
+        ["session_vs_hand", "script_ttfs_vs_torchrun"],
+        ["--rounds", "3", "--steps", "30", "--start-rounds", "3"],
+        ["--rounds", "6", "--start-rounds", "5"],
+        session_figures,
     ),
     Bench(
         "slurm",

@@ -164,7 +164,7 @@ class JeanzayLauncher(Launcher):
 
         from jeanzay_kit.config.compose import compose_error
         from jeanzay_kit.config.spec import build_job_spec
-        from jeanzay_kit.errors import LaunchError, SpecError
+        from jeanzay_kit.errors import JzkError, LaunchError, SpecError
         from jeanzay_kit.launch.arrays import SweepPoint
         from jeanzay_kit.launch.point_configs import PointConfigs, resolved_task_config
 
@@ -194,6 +194,16 @@ class JeanzayLauncher(Launcher):
                     "hydra/launcher=basic"
                 )
                 continue
+            if spec.job.runs_script:
+                # Your own command on every task: it must exist before any array is
+                # submitted (relative to the project, where the launcher runs).
+                from jeanzay_kit.node.script_task import check_entry
+
+                try:
+                    check_entry(spec.job.entry, Path.cwd())
+                except JzkError as err:
+                    problems.append(f"{label}: {err}")
+                    continue
             points.append(SweepPoint(num, tuple(overrides), run_dir, spec))
         if problems:
             raise LaunchError(

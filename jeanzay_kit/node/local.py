@@ -8,7 +8,6 @@ traceback is shown, so a failure never leaves the rest blocked in a collective.
 from __future__ import annotations
 
 import os
-import random
 import signal
 import socket
 import sys
@@ -20,55 +19,13 @@ import torch.multiprocessing as mp
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 from jeanzay_kit.train.stall import made_progress
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
-# After one worker fails: how long the others get to exit before SIGTERM, then SIGKILL.
-GRACE_S = 5.0
-
-
-# Below Linux's ephemeral range (32768-60999 by default): the kernel never hands these
-# out to outgoing connections, which could otherwise take the port in the seconds between
-# this choice and rank 0's bind (seen: EADDRINUSE at a local start).
-PORT_RANGE = (20000, 32768)
-
-
-def free_port() -> int:
-    """A port free now, outside the ephemeral range (another program could still take
-    it before rank 0 binds it, but no outgoing connection will)."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(*PORT_RANGE)
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def local_rank_infos(world: int, port: int) -> list[RankInfo]:
-    return [
-        RankInfo(
-            rank=r,
-            local_rank=r,
-            world_size=world,
-            local_world_size=world,
-            node_rank=0,
-            num_nodes=1,
-            master_addr="127.0.0.1",
-            master_port=port,
-            job_id=None,
-            launcher="local",
-        )
-        for r in range(world)
-    ]
 
 
 def _worker(

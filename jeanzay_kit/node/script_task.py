@@ -28,9 +28,10 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.distributed.ranks import rank_info_from_env
+from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.distributed.script_env import (
     REQUEUE_MARK,
     entry_problem,
@@ -114,11 +115,39 @@ def slurm_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> 
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
-def run_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> int:
-    """Run `command` as a child of this task and return its exit code (a sweep's task
-    must return to submitit, which cannot be replaced)."""
+def run_task(
+    command: Sequence[str], env: Mapping[str, str], run_dir: str, runner: Any = None
+) -> int:
+    """Run `command` as a child of this task (a sweep's task, which must return to
+    submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
+    The command's "run me again" (exit 3, or death by SIGUSR1) requeues the job: task 0
+    runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
     command, full = frozen(command, task_env(env, run_dir))
-    return subprocess.run(command, env=full, check=False).returncode
+    code = subprocess.run(command, env=full, check=False).returncode
+    if code not in STOPPED:
+        return 128 - code if code < 0 else code
+    return requeue_stopped(rank_info_from_env(env), runner)
+
+
+def requeue_stopped(info: RankInfo, runner: Any = None) -> int:
+    """After the command stopped to be run again: task 0 requeues the job (without it,
+    the command said so and the job ends); every task ends with EXIT_PREEMPTED."""
+    from jeanzay_kit import report
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.slurm.commands import requeue
+
+    if info.rank != 0:
+        return EXIT_PREEMPTED
+    if info.requeue_id is None:
+        print("jzk: the command stopped to be run again (exit 3): run it again", flush=True)
+        return EXIT_PREEMPTED
+    try:
+        requeue(info.requeue_id, runner)
+    except SlurmCommandError as err:
+        report.error("jzk", f"could not requeue job {info.requeue_id}: {err}. HINT: resubmit it")
+        return 1
+    print(f"jzk: the command stopped to be run again: requeued job {info.requeue_id}", flush=True)
+    return EXIT_PREEMPTED
 
 
 def launch_local(
@@ -127,7 +156,7 @@ def launch_local(
     """`resources.gpus_per_node` processes of the command on this machine; the exit code
     the run ends with (0, EXIT_PREEMPTED when stopped by a signal or asking to be run
     again, else 1)."""
-    from jeanzay_kit.node.local import free_port, local_rank_infos
+    from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
 
     world = spec.layout.world_size
     command = script_argv(python, spec.job.entry, spec.job.args)
@@ -176,8 +205,8 @@ def launch_local(
 
 
 def _stop_others(procs: list[subprocess.Popen]) -> None:
-    """SIGTERM, then SIGKILL after the local launcher's grace (node/local.py)."""
-    from jeanzay_kit.node.local import GRACE_S
+    """SIGTERM, then SIGKILL after the local launcher's grace (node/local_ranks.py)."""
+    from jeanzay_kit.node.local_ranks import GRACE_S
 
     for p in procs:
         if p.poll() is None:

@@ -10,8 +10,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.distributed.script_env import runs_script
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.train.preemption import StopRequest
+from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
+
+
+def _kind(config: dict[str, Any]) -> str:
+    return str(config.get("job", {}).get("entry_kind", "auto"))
 
 
 def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
@@ -26,7 +31,11 @@ def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
     # The project's code: the sweep's snapshot (JZK_CODE_DIR), else the project's root.
     put_project_on_path(env, Path.cwd())
     code = main(config, env, Path(run_dir), cpu_count=os.cpu_count() or 1, stop=stop)
+    if code == EXIT_PREEMPTED:
+        raise SystemExit(code)  # stopped after a save, and requeued: not a failure
     if code:
-        raise JzkError(f"training refused to start (exit {code}); see the error above")
+        entry = config.get("job", {}).get("entry")
+        what = f"job.entry {entry!r}" if entry and runs_script(entry, _kind(config)) else "training"
+        raise JzkError(f"{what} ended with exit code {code}; see the error above")
     final = Path(run_dir) / "model_final.sha256"
     return {"run_dir": run_dir, "digest": final.read_text().strip() if final.exists() else None}

@@ -59,3 +59,63 @@ def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_
     assert "done: 60 steps" in out, err[-3000:]
     assert (run_dir / "checkpoint.pt").is_file()
     assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
+
+
+def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
+    slurm, tmp_path: Path
+) -> None:
+    """docs/examples/own_loop/train_session.py (the session API) as the entry of a 2-point
+    sweep (1 and 2 tasks): one array, every task a script task under srun. SIGUSR1 to the
+    2-task point after step 10: the session saves, task 0 requeues its array task, and the
+    script goes on to the same weights as an uninterrupted local run on 2 workers."""
+    project = tmp_path / "my-loop"
+    shutil.copytree(REPO / "docs" / "examples" / "own_loop", project)
+    args = "job.args=[--steps,40,--step-seconds,0.1]"
+    straight = run(
+        [
+            JZK,
+            "train",
+            "job.entry=train_session.py",
+            args,
+            "resources.gpus_per_node=2",
+            f"job.run_dir={tmp_path / 'straight'}",
+        ],
+        slurm,
+        project,
+    )
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    sweep_dir = tmp_path / "sweep"
+    launched = run(
+        [
+            JZK,
+            "train",
+            "-m",
+            "cluster=slurm_local",
+            f"job.python={PYTHON}",
+            "job.entry=train_session.py",
+            args,
+            "resources.gpus_per_node=1,2",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        project,
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    one, two = manifest_records(sweep_dir)
+    log = Path(two["log"])
+    deadline = time.monotonic() + 180
+    while "step 10/40" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+        time.sleep(0.5)
+    signalled = run(["scancel", "--signal=USR1", two["job_id"]], slurm)
+    assert signalled.returncode == 0, signalled.stderr
+    wait_for(one["array_job_id"], slurm, timeout=300)
+
+    out = log.read_text()
+    assert "SIGUSR1 received" in out and "requeued job" in out, out[-3000:]
+    assert re.search(r"resumed from .*step-\d+ \(step (1\d|[2-3]\d)\)", out), out[-3000:]
+    assert (Path(two["run_dir"]) / "model_final.sha256").read_text() == (
+        tmp_path / "straight" / "model_final.sha256"
+    ).read_text()
+    assert sacct_states(two["job_id"], slurm, duplicates=True)[-1] == "COMPLETED"
+    assert (Path(one["run_dir"]) / "model_final.sha256").is_file()  # the 1-task point

@@ -169,3 +169,43 @@ def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path
     assert runner.calls == [["scontrol", "requeue", "42"]] and "no restart spent" in line
     assert not (tmp_path / REQUEUE_MARK).exists()
     assert restart_after_failure(tmp_path, 0, 3, {"SLURM_JOB_ID": "42"}, runner, script=True) == ""
+
+
+@pytest.mark.parametrize(
+    ("exit_with", "procid", "code", "requeued"),
+    [
+        ("raise SystemExit(3)", "0", 3, True),  # "run me again": task 0 requeues
+        ("raise SystemExit(3)", "1", 3, False),  # the other tasks only end alike
+        ("import os, signal; os.kill(os.getpid(), signal.SIGUSR1)", "0", 3, True),
+        ("raise SystemExit(5)", "0", 5, False),  # a failure stays a failure
+    ],
+)
+def test_a_sweep_task_requeues_when_its_command_asks(
+    tmp_path: Path, exit_with: str, procid: str, code: int, requeued: bool
+) -> None:
+    """A sweep's task (submitit) runs the command as its child and must return: the
+    command's exit 3 (or death by SIGUSR1) becomes `scontrol requeue` of the array task."""
+    import os
+    import sys
+
+    from jeanzay_kit.node.script_task import run_task
+
+    runner = Scontrol()
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "SLURM_PROCID": procid,
+        "SLURM_STEP_ID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": procid,
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_ID": "77",
+        "SLURM_ARRAY_JOB_ID": "70",
+        "SLURM_ARRAY_TASK_ID": "7",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_STEP_NODELIST": "n1",
+    }
+    got = run_task([sys.executable, "-c", exit_with], env, str(tmp_path / "run"), runner)
+    assert got == code
+    assert runner.calls == ([["scontrol", "requeue", "70_7"]] if requeued else [])
