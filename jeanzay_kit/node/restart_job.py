@@ -33,14 +33,28 @@ SCRIPT_REQUEUE = (EXIT_PREEMPTED,)
 
 def wrote_since(run_dir: Path, since: float | None) -> bool:
     """The user's script made progress: it wrote a file in its run directory (its own
-    checkpoint) after the step started (the toolkit's restart record left out)."""
+    checkpoint, a session's checkpoints or metrics) after the step started. What is
+    written whatever the progress is left out: the restart record, a session's
+    heartbeats (from its first second) and hang dumps."""
     if since is None:
         return True
     try:
-        files = [p for p in run_dir.rglob("*") if p.is_file() and p.name != RESTARTS_FILE]
+        files = [
+            p
+            for p in run_dir.rglob("*")
+            if p.is_file()
+            and p.name != RESTARTS_FILE
+            and not _bookkeeping(p.relative_to(run_dir).parts[0])
+        ]
         return any(p.stat().st_mtime >= since for p in files)
     except OSError:
         return False
+
+
+def _bookkeeping(top: str) -> bool:
+    from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR
+
+    return top == HEARTBEAT_DIR or top.startswith("hang-")
 
 
 def restart_after_failure(

@@ -124,12 +124,16 @@ class Session:
     def __enter__(self) -> Session:
         from jeanzay_kit.distributed.process_group import pick_device
 
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.device = pick_device(
-            self.info, self._want_device, self._env.get("CUDA_VISIBLE_DEVICES")
-        )
-        self._join()
-        self._start_watch()
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self.device = pick_device(
+                self.info, self._want_device, self._env.get("CUDA_VISIBLE_DEVICES")
+            )
+            self._join()
+            self._start_watch()
+        except JzkError as err:  # no GPU where device=cuda asks for one, ...: one line
+            report.error("session", f"rank {self.rank}: {err}")
+            raise SystemExit(err.exit_code) from None
         if self.is_main:
             print(
                 f"jzk session: {self.world_size} rank(s) ({self.info.launcher}), device "

@@ -153,6 +153,12 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
     started = 1_000_000_000.0
     line = restart_after_failure(tmp_path, 1, 3, env, runner, since=9e9, script=True)
     assert "before any step" in line and runner.calls == []
+    # A session writes heartbeats (and hang dumps) from its first second: no progress.
+    for name in ("heartbeat/rank-0.json", "hang-3/report.txt"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("{}")
+    line = restart_after_failure(tmp_path, 1, 3, env, runner, since=started, script=True)
+    assert "before any step" in line and runner.calls == []
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
     line = restart_after_failure(tmp_path, 1, 3, env, runner, since=started, script=True)
     assert runner.calls == [["scontrol", "requeue", "42"]] and len(read_restarts(tmp_path)) == 1
