@@ -65,7 +65,7 @@ def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
     slurm, tmp_path: Path
 ) -> None:
     """docs/examples/own_loop/train_session.py (the session API) as the entry of a 2-point
-    sweep (1 and 2 tasks): one array, every task a script task under srun. SIGUSR1 to the
+    sweep (1 and 2 tasks, so two arrays), every task a script task under srun. SIGUSR1 to the
     2-task point after step 10: the session saves, task 0 requeues its array task, and the
     script goes on to the same weights as an uninterrupted local run on 2 workers."""
     project = tmp_path / "my-loop"
@@ -109,7 +109,8 @@ def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
         time.sleep(0.5)
     signalled = run(["scancel", "--signal=USR1", two["job_id"]], slurm)
     assert signalled.returncode == 0, signalled.stderr
-    wait_for(one["array_job_id"], slurm, timeout=300)
+    for record in (one, two):  # two resource shapes: two arrays
+        wait_for(record["job_id"], slurm, timeout=300)
 
     out = log.read_text()
     assert "SIGUSR1 received" in out and "requeued job" in out, out[-3000:]
