@@ -166,3 +166,38 @@ def test_where_a_session_writes(given, env, expected) -> None:
 )
 def test_what_extra_state_can_hold(value, problems) -> None:
     assert rules.extra_problems(value, "extra") == problems
+
+
+def train_fsdp(run_dir: Path, steps: int, stop_at: int | None = None) -> str:
+    torch.manual_seed(0)
+    with session(steps=steps, run_dir=run_dir, env={}, stall_seconds=0) as s:
+        model = s.wrap(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1)), fsdp=True)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)  # after wrapping
+        sampler = s.sampler(DATA, batch_size=8)
+        ckpt = s.checkpointer(model, optimizer)
+        batches = iter(DataLoader(DATA, batch_sampler=sampler))
+        for step in range(ckpt.resume(), steps):
+            x, y = next(batches)
+            loss = nn.functional.mse_loss(model(x), y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if step + 1 == stop_at:
+                os.kill(os.getpid(), signal.SIGUSR1)
+            if s.should_stop(step, loss=loss):
+                ckpt.save(step + 1)
+                s.requeue_and_exit()
+        return s.save_model(model)
+
+
+def test_an_fsdp_session_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    """s.wrap(fsdp=True): FSDP2's sharded parameters and optimizer state go through the
+    same checkpoints (one rank here; tests/distributed runs DDP on several)."""
+    straight = train_fsdp(tmp_path / "straight", 8)
+    with pytest.raises(SystemExit):
+        train_fsdp(tmp_path / "cut", 8, stop_at=3)
+    assert train_fsdp(tmp_path / "cut", 8) == straight
+    saved = torch.load(tmp_path / "cut" / "model_final.pt", weights_only=True)
+    assert sorted(saved) == ["0.bias", "0.weight", "2.bias", "2.weight"]  # whole tensors
+    manifest = (tmp_path / "cut" / "checkpoints" / "step-4" / "manifest.json").read_text()
+    assert '"mode": "fsdp"' in manifest
