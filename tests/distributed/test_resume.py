@@ -19,7 +19,7 @@ import pytest
 
 from tests.distributed.conftest import REPO
 
-STEPS = 240
+STEPS = 120  # 3 saves (every 40), two stops in [5, 60): every path of the resume
 BASE = (
     f"train.steps={STEPS}",
     "train.log_every=1",
@@ -56,7 +56,11 @@ def last_step(run_dir: Path) -> int:
 def run_and_signal(
     run_dir: Path, overrides: tuple[str, ...], at_step: int, sig: int = signal.SIGUSR1
 ) -> subprocess.CompletedProcess:
-    """Start the run, send `sig` to `python train.py` once it has logged `at_step`."""
+    """Start the run, send `sig` to `python train.py` once it has logged `at_step`, and
+    a step of its own: a resumed run finds the earlier attempt's steps in metrics.jsonl,
+    and a signal before its handler is installed would kill it (seen: stops at steps 9
+    and 11, the first saved at 11, the second signal sent at start-up)."""
+    at_step = max(at_step, last_step(run_dir) + 1)
     proc = subprocess.Popen(
         cmd(run_dir, *overrides),
         cwd=REPO,

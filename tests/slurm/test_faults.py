@@ -48,7 +48,7 @@ def wait_for_text(path: Path, text: str, timeout: float) -> float:
 def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     slurm, tmp_path: Path
 ) -> None:
-    training = ["train.steps=2000", "train.log_every=100", "checkpoint.every_steps=250"]
+    training = ["train.steps=1200", "train.log_every=100", "checkpoint.every_steps=250"]
     job_id, run_dir, log = jzk_submit(
         slurm,
         tmp_path,
@@ -69,7 +69,7 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     out = log.read_text()
     states = sacct_states(job_id, slurm, duplicates=True)
     assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-2000:])
-    assert "resumed from" in out and "done: 2000 steps" in out
+    assert "resumed from" in out and "done: 1200 steps" in out
     # The run that finished started its budget afresh and kept the history.
     restarts = json.loads((run_dir / "restarts.json").read_text())
     assert restarts["restarts"] == [] and len(restarts["history"]) == 1, restarts
@@ -155,7 +155,7 @@ def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
     slurm, tmp_path: Path
 ) -> None:
     every = 250
-    training = ["train.steps=2000", "train.log_every=100", f"checkpoint.every_steps={every}"]
+    training = ["train.steps=1200", "train.log_every=100", f"checkpoint.every_steps={every}"]
     job_id, run_dir, log = jzk_submit(
         slurm,
         tmp_path,
@@ -193,7 +193,7 @@ def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
     assert resumed, out[-2000:]
     # At most one checkpoint interval of work is lost.
     assert reached - resumed[0] <= every, (reached, resumed)
-    assert "done: 2000 steps" in out
+    assert "done: 1200 steps" in out
     reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
     assert (run_dir / "model_final.sha256").read_text().strip() == reference
     print(f"node loss: sacct states {states}; reached step {reached}, resumed from {resumed}")
