@@ -28,6 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from bench_startup import bare  # noqa: E402  (the same bare torchrun start)
 from common import REPO, time_to_marker, train_py, write_result  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -50,12 +51,6 @@ def script_task_start(folder: Path) -> float:
         "resources.gpus_per_node=2",
         f"job.run_dir={folder / 'run'}",
     )
-    return time_to_marker(argv, marker.exists, cwd=folder)
-
-
-def torchrun_start(folder: Path) -> float:
-    marker = folder / "bare-first-step"
-    argv = [*TORCHRUN, str(REPO / "bench" / "minimal_ddp.py"), str(marker)]
     return time_to_marker(argv, marker.exists, cwd=folder)
 
 
@@ -84,7 +79,7 @@ def main() -> None:
                 if side == "task":
                     task_s.append(script_task_start(Path(tmp)))
                 else:
-                    bare_s.append(torchrun_start(Path(tmp)))
+                    bare_s.append(bare(Path(tmp)))
         print(f"round {r}: script task {task_s[-1]:.2f} s, bare torchrun {bare_s[-1]:.2f} s")
     start_ratios = [a / b for a, b in zip(task_s, bare_s, strict=True)]
 

@@ -34,6 +34,16 @@ def model_and_data() -> tuple[nn.Module, TensorDataset]:
     return model, TensorDataset(inputs, torch.randint(0, 10, (16384,)))
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: list) -> torch.Tensor:
+    """The step both loops run: the same code on each side, so only the session differs."""
+    x, y = batch
+    loss = nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
 def hand(steps: int) -> float:
     """Plain DDP: DistributedSampler, DataLoader, AdamW, a loss print every 10 steps."""
     model, data = model_and_data()
@@ -46,11 +56,7 @@ def hand(steps: int) -> float:
         if step == WARMUP:
             dist.barrier()
             start = time.perf_counter()
-        x, y = next(batches)
-        loss = nn.functional.cross_entropy(model(x), y)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, next(batches))
         if (step + 1) % 10 == 0:
             mean = loss.detach().clone()
             dist.all_reduce(mean)
@@ -74,11 +80,7 @@ def with_session(steps: int, run_dir: str) -> float:
             if step == WARMUP:
                 dist.barrier()
                 start = time.perf_counter()
-            x, y = next(batches)
-            loss = nn.functional.cross_entropy(model(x), y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+            loss = train_step(model, optimizer, next(batches))
             if s.should_stop(step, loss=loss):
                 ckpt.save(step + 1)
                 s.requeue_and_exit()

@@ -72,6 +72,20 @@ def pick_device(info: RankInfo, want: str, visible_devices: str | None) -> torch
     return torch.device("cuda", index)
 
 
+def resolve_backend(backend: str, device: torch.device, key: str) -> str:
+    """auto: NCCL on a GPU, gloo on the CPU; NCCL asked for on the CPU is refused naming
+    `key` (parallel.backend, or a session's backend=)."""
+    if backend == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    if backend == "nccl" and device.type != "cuda":
+        raise DistSetupError(
+            f"{key}=nccl but this rank trains on the CPU (no GPU visible, or "
+            "cluster.device=cpu): NCCL only joins GPUs. HINT: "
+            f"{key}=auto picks gloo on the CPU and NCCL on GPUs"
+        )
+    return backend
+
+
 def init_distributed(
     info: RankInfo,
     layout: ParallelLayout,
@@ -87,14 +101,7 @@ def init_distributed(
             "HINT: submit with the script `jzk render` writes, or make --nodes and "
             "--ntasks-per-node match the config"
         )
-    if backend == "auto":
-        backend = "nccl" if device.type == "cuda" else "gloo"
-    elif backend == "nccl" and device.type != "cuda":
-        raise DistSetupError(
-            "parallel.backend=nccl but this rank trains on the CPU (no GPU visible, or "
-            "cluster.device=cpu): NCCL only joins GPUs. HINT: parallel.backend=auto picks "
-            "gloo on the CPU and NCCL on GPUs"
-        )
+    backend = resolve_backend(backend, device, "parallel.backend")
     if not dist.is_initialized():
         dist.init_process_group(
             backend=backend,

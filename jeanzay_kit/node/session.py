@@ -37,9 +37,11 @@ from jeanzay_kit import report
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
+from jeanzay_kit.distributed.process_group import pick_device, resolve_backend
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError, NonFiniteLoss
 from jeanzay_kit.node import session_rules as rules
+from jeanzay_kit.train.heartbeat import start_watch
 from jeanzay_kit.train.preemption import StopRequest, signal_name
 from jeanzay_kit.train.sampler import GlobalBatchPlan
 
@@ -122,15 +124,20 @@ class Session:
     # ---- start and end -------------------------------------------------------------------
 
     def __enter__(self) -> Session:
-        from jeanzay_kit.distributed.process_group import pick_device
-
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.device = pick_device(
                 self.info, self._want_device, self._env.get("CUDA_VISIBLE_DEVICES")
             )
             self._join()
-            self._start_watch()
+            self._heartbeat, self._watchdog = start_watch(
+                self.run_dir,
+                self.rank,
+                self.steps or 0,
+                self.info.job_id,
+                self._heartbeat_seconds,
+                self._stall_seconds,
+            )
         except JzkError as err:  # no GPU where device=cuda asks for one, ...: one line
             report.error("session", f"rank {self.rank}: {err}")
             raise SystemExit(err.exit_code) from None
@@ -148,11 +155,8 @@ class Session:
             return
         from datetime import timedelta
 
-        backend = self._backend
-        if backend == "auto":
-            backend = "nccl" if self.device.type == "cuda" else "gloo"
         common = {
-            "backend": backend,
+            "backend": resolve_backend(self._backend, self.device, "session(backend)"),
             "rank": self.info.rank,
             "world_size": self.info.world_size,
             "timeout": timedelta(minutes=self._timeout_minutes),
@@ -164,26 +168,6 @@ class Session:
         else:
             dist.init_process_group(init_method=self.info.init_method, **common)
         self._own_group = True
-
-    def _start_watch(self) -> None:
-        import secrets
-
-        from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog
-
-        # Rank 0 draws the attempt's token: beats of an earlier attempt are never judged.
-        token = [secrets.token_hex(6) if self.is_main else None]
-        dist.broadcast_object_list(token, src=0)
-        self._heartbeat = Heartbeat(
-            self.run_dir,
-            self.rank,
-            self.steps or 0,
-            str(token[0]),
-            self.info.job_id,
-            self._heartbeat_seconds,
-        ).start()
-        self._watchdog = Watchdog(self._heartbeat, self.run_dir, self._stall_seconds)
-        if self._stall_seconds > 0:
-            self._watchdog.start()
 
     def __exit__(self, kind: type | None, err: BaseException | None, _tb: object) -> bool:
         if err is None:

@@ -55,7 +55,16 @@ def run_worker(
         ctx = _join(spec, info, run_dir, visible_devices, threads)
     except BaseException as caught:
         _leave(caught, spec, info)
-    heartbeat, watchdog = _start_watch(spec, info, run_dir)
+    from jeanzay_kit.train.heartbeat import start_watch
+
+    heartbeat, watchdog = start_watch(
+        run_dir,
+        info.rank,
+        spec.train.steps,
+        info.job_id,
+        spec.watchdog.heartbeat_seconds,
+        spec.watchdog.stall_seconds,
+    )
     failed = True  # until train() returns
     try:
         if info.rank == 0 and allocation_end is None and info.job_id:
@@ -210,33 +219,6 @@ def _allocation_end(job_id: str) -> float | None:
         return job_end_time(job_id)
     except (SlurmCommandError, OSError):
         return None  # progress lines then show no time left; training goes on
-
-
-def _start_watch(spec: JobSpec, info: RankInfo, run_dir: Path):
-    """This rank's heartbeat thread and, unless watchdog.stall_seconds=0, its watchdog.
-
-    Collective (after the process group exists): rank 0 draws the attempt's token, so
-    heartbeats left by an earlier attempt in the same run directory are never judged."""
-    import secrets
-
-    import torch.distributed as dist
-
-    from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog
-
-    token = [secrets.token_hex(6) if info.rank == 0 else None]
-    dist.broadcast_object_list(token, src=0)
-    heartbeat = Heartbeat(
-        run_dir,
-        info.rank,
-        spec.train.steps,
-        str(token[0]),
-        info.job_id,
-        spec.watchdog.heartbeat_seconds,
-    ).start()
-    watchdog = Watchdog(heartbeat, run_dir, spec.watchdog.stall_seconds)
-    if spec.watchdog.stall_seconds > 0:
-        watchdog.start()
-    return heartbeat, watchdog
 
 
 def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=time.sleep) -> None:

@@ -202,3 +202,31 @@ class Watchdog:
             while not verdict.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
         self._exit(EXIT_HUNG)
+
+
+def start_watch(
+    run_dir: Path,
+    rank: int,
+    total_steps: int,
+    job_id: str | None,
+    heartbeat_seconds: float,
+    stall_seconds: float,
+) -> tuple[Heartbeat, Watchdog]:
+    """This rank's heartbeat thread and, unless stall_seconds is 0, its watchdog: the
+    toolkit's loop (node/worker.py) and a session (node/session.py) start them alike.
+
+    Collective (after the process group exists): rank 0 draws the attempt's token, so
+    heartbeats left by an earlier attempt in the same run directory are never judged."""
+    import secrets
+
+    import torch.distributed as dist
+
+    token = [secrets.token_hex(6) if rank == 0 else None]
+    dist.broadcast_object_list(token, src=0)
+    heartbeat = Heartbeat(
+        run_dir, rank, total_steps, str(token[0]), job_id, heartbeat_seconds
+    ).start()
+    watchdog = Watchdog(heartbeat, run_dir, stall_seconds)
+    if stall_seconds > 0:
+        watchdog.start()
+    return heartbeat, watchdog

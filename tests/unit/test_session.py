@@ -201,3 +201,13 @@ def test_an_fsdp_session_resumes_to_the_same_weights(tmp_path: Path) -> None:
     assert sorted(saved) == ["0.bias", "0.weight", "2.bias", "2.weight"]  # whole tensors
     manifest = (tmp_path / "cut" / "checkpoints" / "step-4" / "manifest.json").read_text()
     assert '"mode": "fsdp"' in manifest
+
+
+def test_nccl_on_the_cpu_is_refused_naming_the_option(tmp_path: Path, capsys) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible: NCCL is allowed")
+    with pytest.raises(SystemExit) as refused:
+        session(run_dir=tmp_path, env={}, backend="nccl").__enter__()
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert "session(backend)=nccl but this rank trains on the CPU" in err and "HINT" in err
