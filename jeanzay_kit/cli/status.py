@@ -73,12 +73,13 @@ def run(args: argparse.Namespace) -> int:
 def _status_records(directory: str | None) -> list[dict]:
     """Manifest records (submitted runs and sweeps), or one record for a local run."""
     from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+    from jeanzay_kit.node.outcome import OUTCOME_FILE
 
     if directory is not None:
         root = Path(directory)
         if (root / MANIFEST).is_file():
             return [dict(r) for r in read_manifest(root / MANIFEST)]
-        if (root / "metrics.jsonl").is_file() or (root / "heartbeat").is_dir():
+        if any((root / name).exists() for name in ("metrics.jsonl", "heartbeat", OUTCOME_FILE)):
             return [{"job_id": "local", "run_dir": str(root), "overrides": []}]
         raise JzkError(
             f"no {MANIFEST} and no metrics.jsonl in {directory}. HINT: give a sweep directory "
@@ -95,7 +96,13 @@ def _status_records(directory: str | None) -> list[dict]:
 
 
 def _local_state(rec: dict) -> str:
-    """A local run has no scheduler: its files say whether it finished or still beats."""
+    """A local run has no scheduler: its files say whether it finished or still beats
+    (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
+    from jeanzay_kit.node.outcome import read_outcome
+
+    ended = read_outcome(Path(rec["run_dir"]))
+    if ended is not None:
+        return ended
     if (Path(rec["run_dir"]) / "model_final.sha256").exists():
         return "COMPLETED"
     age = rec.get("oldest_beat_s")

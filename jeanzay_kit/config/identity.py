@@ -8,9 +8,11 @@ digits (config/resolvers.py), so a run directory holds one experiment.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 # Keys that may change between a checkpoint and its resume without changing what is
@@ -91,3 +93,51 @@ def config_differences(
         elif a != b:
             out.append(f"{dotted}: {a!r} -> {b!r}")
     return out
+
+
+def identity_args(args: Sequence[str], may_change: Iterable[str]) -> list[str]:
+    """A script's arguments without the options named in job.args_may_change:
+    `--name=value` drops the item, `--name value` drops both (a value is the next item
+    when it does not start with -)."""
+    names = set(may_change)
+    out: list[str] = []
+    skip_value = False
+    for arg in args:
+        if skip_value:
+            skip_value = False
+            if not arg.startswith("-"):
+                continue
+        if arg.startswith("-") and arg.split("=", 1)[0] in names:
+            skip_value = "=" not in arg
+            continue
+        out.append(arg)
+    return out
+
+
+def script_identity(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What names a script task's run: its command, not the toolkit loop's keys (which
+    it does not run) nor job.resume_args and job.args_may_change's options."""
+    args = [str(a) for a in job.get("args") or ()]
+    entry = str(job.get("entry", ""))
+    # `-m  pkg.mod` and `-m pkg.mod` are one entry, as the task runs it; an unclosed
+    # quote (refused by the checks) is hashed as written.
+    with contextlib.suppress(ValueError):
+        entry = " ".join(shlex.split(entry))
+    return {
+        "entry": entry,
+        "args": identity_args(args, [str(a) for a in job.get("args_may_change") or ()]),
+    }
+
+
+def run_hash(config: Mapping[str, Any], job: Mapping[str, Any] | None = None) -> str:
+    """The hash that names a run directory: the command of a script task (job.entry
+    and job.args), else resume_hash(config). `job` is the job section when config lacks
+    it (the resolver leaves it out: job.run_dir refers to this hash)."""
+    from jeanzay_kit.distributed.script_env import runs_script
+
+    job = job if job is not None else config.get("job") or {}
+    entry = str(job.get("entry", ""))
+    if entry and runs_script(entry, str(job.get("entry_kind", "auto"))):
+        canonical = json.dumps(script_identity(job), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()
+    return resume_hash(config)

@@ -5,13 +5,14 @@ run directory, `outputs/${job.name}-${jzk.config_hash:}`, gives each experiment 
 folder: two configs that would refuse each other's checkpoints get different folders,
 while a requeued or re-run job with the same config (or one that changes only what a
 resume may change: train.steps, the cluster, the time limit...) finds its checkpoints.
+A script task's folder is named by its command instead: job.entry and job.args.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from jeanzay_kit.config.identity import resume_hash
+from jeanzay_kit.config.identity import run_hash
 
 SHORT_HASH = 8  # hex digits: a collision needs ~65,000 experiments under one job.name
 # Sections that describe how the config is run, not what it computes (RESUME_IGNORES
@@ -19,8 +20,8 @@ SHORT_HASH = 8  # hex digits: a collision needs ~65,000 experiments under one jo
 _NOT_HASHED = ("hydra", "job")
 
 
-def short_config_hash(config: dict[str, Any]) -> str:
-    return resume_hash(config)[:SHORT_HASH]
+def short_config_hash(config: dict[str, Any], job: dict[str, Any] | None = None) -> str:
+    return run_hash(config, job)[:SHORT_HASH]
 
 
 def _config_hash_resolver(*, _root_: Any) -> str:
@@ -34,7 +35,11 @@ def _config_hash_resolver(*, _root_: Any) -> str:
         for key in _root_
         if key not in _NOT_HASHED
     }
-    return short_config_hash(plain)
+    # A script task is named by its command (config/identity.py run_hash). Its arguments
+    # are hashed as written, unresolved: `--out_dir=${job.run_dir}` names this very hash.
+    job = _root_.get("job")
+    raw_job = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
+    return short_config_hash(plain, raw_job)
 
 
 def register_resolvers() -> None:

@@ -62,15 +62,14 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
             "use e.g. job.snapshot_include='[**/*.py,conf/**/*.yaml]'",
         )
         include = ()
-    args = job.get("args") or ()
-    if isinstance(args, (str, Mapping)) or not all(isinstance(a, (str, int, float)) for a in args):
-        c.add(
-            "job.args",
-            args,
-            "must be a list of arguments",
-            "use e.g. job.args='[--epochs,10,--lr,0.1]'",
+    args, resume_args, may_change = (
+        _arguments(c, f"job.{key}", job.get(key), example)
+        for key, example in (
+            ("args", '["--epochs=10","--lr=0.1"]'),
+            ("resume_args", '["--init_from=resume"]'),
+            ("args_may_change", '["--log_level"]'),
         )
-        args = ()
+    )
     kind = c.choice(
         "job.entry_kind",
         job.get("entry_kind", "auto"),
@@ -90,9 +89,28 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
         workdir,
         snapshot,
         tuple(include),
-        args=tuple(str(a) for a in args),
+        args=args,
         entry_kind=kind,
+        resume_args=resume_args,
+        args_may_change=may_change,
     )
+
+
+def _arguments(c: Collector, key: str, value: Any, example: str) -> tuple[str, ...]:
+    """A list of command-line arguments (numbers become their text), or () with an error."""
+    items = value or ()
+    if isinstance(items, (str, Mapping)) or not all(
+        isinstance(a, (str, int, float)) for a in items
+    ):
+        c.add(
+            key,
+            value,
+            "must be a list of arguments",
+            f"use e.g. {key}='{example}', or put the arguments after `--` "
+            "(jzk train|submit|render [OVERRIDES] -- ARGS...)",
+        )
+        return ()
+    return tuple(str(a) for a in items)
 
 
 def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] | None:

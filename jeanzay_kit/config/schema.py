@@ -275,6 +275,12 @@ class JobConfig:
     # (a script path or `-m package.module`) run with job.args (distributed/script_env.py).
     entry: str = "-m jeanzay_kit.train_app"
     args: list[str] = field(default_factory=list)  # your command's arguments, exactly
+    # Added after job.args on every attempt after one that left files of the script in
+    # the run directory: its resume flag, e.g. [--init_from=resume].
+    resume_args: list[str] = field(default_factory=list)
+    # Options of job.args whose value may change without starting a new run (a log
+    # level, an eval interval): left out of the run's identity, e.g. [--log_level].
+    args_may_change: list[str] = field(default_factory=list)
     entry_kind: str = "auto"  # auto | toolkit | script
     # metrics.jsonl, checkpoints/, model_final.pt: named from the job's identity so a
     # requeued or rerun job finds its checkpoints.

@@ -28,6 +28,8 @@ class JobSettings:
     snapshot_include: tuple[str, ...] = ()  # the files copied outside a git repository
     args: tuple[str, ...] = ()  # your own command's arguments (job.entry a script)
     entry_kind: str = "auto"  # auto | toolkit | script (distributed/script_env.py)
+    resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)
+    args_may_change: tuple[str, ...] = ()  # options left out of the run's identity
 
     @property
     def runs_script(self) -> bool:

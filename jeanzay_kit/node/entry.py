@@ -7,7 +7,8 @@ single local worker) or starts the local worker processes (cluster=local).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +90,37 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     resources.gpus_per_node processes of it here (node/script_task.py)."""
     import sys
 
-    from jeanzay_kit.distributed.script_env import script_argv
     from jeanzay_kit.node import script_task
 
     script_task.check_entry(spec.job.entry, Path.cwd())
     if launched_by(env) is not None:
-        command = script_argv(sys.executable, spec.job.entry, spec.job.args)
-        return script_task.run_task(command, env, str(run_dir))
-    code = script_task.launch_local(spec, run_dir, env, sys.executable, stop)
+        script = script_task.script_command(spec)
+        return script_task.run_task(sys.executable, script, env, str(run_dir))
+    with recorded_outcome(run_dir) as outcome:
+        outcome.code = script_task.launch_local(spec, run_dir, env, sys.executable, stop)
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
-    return code
+    return outcome.code
+
+
+class _Outcome:
+    code = 1  # until the launcher returns: an exception is a failure
+
+
+@contextmanager
+def recorded_outcome(run_dir: Path) -> Iterator[_Outcome]:
+    """A local run's end in <run_dir>/outcome.json for `jzk status` (node/outcome.py)."""
+    from jeanzay_kit.node.outcome import clear_outcome, record_outcome
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    clear_outcome(run_dir)
+    outcome = _Outcome()
+    try:
+        yield outcome
+    except SystemExit as done:  # one worker trains in this process, and exits 3 on a stop
+        outcome.code = done.code if isinstance(done.code, int) else 1
+        raise
+    finally:
+        record_outcome(run_dir, outcome.code)
 
 
 def main(
@@ -157,9 +179,10 @@ def main(
         from jeanzay_kit.node.local import launch_local
 
         record_provenance(run_dir, env)
-        code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
+        with recorded_outcome(run_dir) as outcome:
+            outcome.code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
         stop.ignore_from_now()  # the workers are gone: nothing left to stop
-        return code
+        return outcome.code
     except JzkError as err:
         report.error(report.TRAIN, err)
         return 2

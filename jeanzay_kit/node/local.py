@@ -25,7 +25,7 @@ from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 from jeanzay_kit.train.stall import made_progress
 
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 
 
 def _worker(

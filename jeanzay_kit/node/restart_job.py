@@ -33,28 +33,12 @@ SCRIPT_REQUEUE = (EXIT_PREEMPTED,)
 
 def wrote_since(run_dir: Path, since: float | None) -> bool:
     """The user's script made progress: it wrote a file in its run directory (its own
-    checkpoint, a session's checkpoints or metrics) after the step started. What is
-    written whatever the progress is left out: the restart record, a session's
-    heartbeats (from its first second) and hang dumps."""
-    if since is None:
-        return True
-    try:
-        files = [
-            p
-            for p in run_dir.rglob("*")
-            if p.is_file()
-            and p.name != RESTARTS_FILE
-            and not _bookkeeping(p.relative_to(run_dir).parts[0])
-        ]
-        return any(p.stat().st_mtime >= since for p in files)
-    except OSError:
-        return False
+    checkpoint, a session's checkpoints or metrics) after the step started. The
+    toolkit's own files (the restart record, a session's heartbeats from its first
+    second, hang dumps) are not progress (node/script_rules.py TOOLKIT_NAMES)."""
+    from jeanzay_kit.node.script_files import script_writes
 
-
-def _bookkeeping(top: str) -> bool:
-    from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR
-
-    return top == HEARTBEAT_DIR or top.startswith("hang-")
+    return True if since is None else script_writes(run_dir, since)[1]
 
 
 def restart_after_failure(

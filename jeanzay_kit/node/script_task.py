@@ -39,6 +39,8 @@ from jeanzay_kit.distributed.script_env import (
     script_env,
 )
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.node.script_files import claim_run_dir, script_writes
+from jeanzay_kit.node.script_rules import ScriptCommand, requeue_note
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
@@ -69,6 +71,32 @@ def check_entry(entry: str, base: Path) -> None:
         raise JzkError(problem)
 
 
+def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int = 0) -> list[str]:
+    """The arguments of this attempt: job.args, plus job.resume_args when an earlier
+    attempt (files older than `start`, the attempt's start) left the script's files."""
+    claim_run_dir(run_dir, command)
+    resuming = script_writes(run_dir, start)[0]
+    if resuming and command.resume_args and rank == 0:
+        print(
+            f"jzk: {run_dir} holds the script's files of an earlier attempt: running it "
+            f"with job.resume_args {' '.join(command.resume_args)}",
+            flush=True,
+        )
+    return command.argv_tail(resuming)
+
+
+def stop_note(command: ScriptCommand, run_dir: Path, start: float) -> str:
+    """What the next attempt will do, after this one stopped to be run again."""
+    return requeue_note(script_writes(run_dir, start)[1], command.resume_args, str(run_dir))
+
+
+def attempt_start(env: Mapping[str, str]) -> float:
+    """When this attempt started: the batch script's JZK_STEP_START (one value for every
+    task of the step, so all tasks decide alike whether they resume), else now."""
+    value = env.get("JZK_STEP_START", "")
+    return float(value) if value.isdigit() else time.time()
+
+
 def task_env(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
     """The task's environment plus torchrun's variables derived from the launcher's."""
     info = rank_info_from_env(env)
@@ -92,14 +120,25 @@ def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], d
     return command, env
 
 
-def slurm_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> int:
+def slurm_task(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    run_dir: str,
+    resume_args: Sequence[str] = (),
+    may_change: Sequence[str] = (),
+) -> int:
     """The rendered scripts' way: run `command` as this Slurm task's child and end as it
     ended, except that its "requeue me" (exit 3) is written down as REQUEUE_MARK in the
     run directory and the task exits 0. srun's --kill-on-bad-exit would otherwise
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     Slurm's signals reach the command (it is in the task's process group); they are
     passed on as well, in case the site's process tracking reaches only the task."""
-    command, full = frozen(command, task_env(env, run_dir))
+    script = ScriptCommand.from_argv(command, resume_args, may_change)
+    start, rank = attempt_start(env), rank_info_from_env(env).rank
+    full_env = task_env(env, run_dir)
+    head = command[: len(command) - len(script.args)]  # python and the entry
+    argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
+    command, full = frozen(argv, full_env)
     child = subprocess.Popen(command, env=full)
 
     def pass_on(signum: int, _frame: object) -> None:
@@ -111,22 +150,29 @@ def slurm_task(command: Sequence[str], env: Mapping[str, str], run_dir: str) -> 
     code = child.wait()
     if code in STOPPED:
         (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
+        if rank == 0:
+            print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
         return 0
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
 def run_task(
-    command: Sequence[str], env: Mapping[str, str], run_dir: str, runner: Any = None
+    python: str, script: ScriptCommand, env: Mapping[str, str], run_dir: str, runner: Any = None
 ) -> int:
-    """Run `command` as a child of this task (a sweep's task, which must return to
+    """Run the script as a child of this task (a sweep's task, which must return to
     submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
     The command's "run me again" (exit 3, or death by SIGUSR1) requeues the job: task 0
     runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
-    command, full = frozen(command, task_env(env, run_dir))
+    info, start = rank_info_from_env(env), attempt_start(env)
+    full_env = task_env(env, run_dir)
+    argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
+    command, full = frozen(argv, full_env)
     code = subprocess.run(command, env=full, check=False).returncode
     if code not in STOPPED:
         return 128 - code if code < 0 else code
-    return requeue_stopped(rank_info_from_env(env), runner)
+    if info.rank == 0:
+        print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
+    return requeue_stopped(info, runner)
 
 
 def requeue_stopped(info: RankInfo, runner: Any = None) -> int:
@@ -159,8 +205,9 @@ def launch_local(
     from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
 
     world = spec.layout.world_size
-    command = script_argv(python, spec.job.entry, spec.job.args)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    script = script_command(spec)
+    start = time.time()
+    command = script_argv(python, script.entry, begin_attempt(script, run_dir, start))
     infos = local_rank_infos(world, free_port())
     procs = [
         subprocess.Popen(command, env={**env, **script_env(info, str(run_dir.resolve()))})
@@ -177,13 +224,13 @@ def launch_local(
                     p.send_signal(sent)
         for rank, p in enumerate(procs):
             code = p.poll()
-            if failed is None and code not in (None, 0, *STOPPED):
+            if failed is None and not _stopped_or_done(code, sent):
                 failed = (rank, code)
                 _stop_others(procs)
         time.sleep(0.05)
     codes = [p.returncode for p in procs]
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
-        failed = next(((r, c) for r, c in enumerate(codes) if c not in (0, *STOPPED)), None)
+        failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
     if failed is not None:
         rank, code = failed
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
@@ -196,12 +243,24 @@ def launch_local(
         return 1
     if any(c in STOPPED for c in codes) or sent:
         print(
-            f"jzk train: stopped ({signal_name(sent) or 'exit 3'}): run the same command to "
-            "go on from the script's own checkpoint in JZK_RUN_DIR",
+            f"jzk train: stopped ({signal_name(sent) or 'exit 3'}); run the same command to "
+            f"go on: {stop_note(script, run_dir, start)}",
             flush=True,
         )
         return EXIT_PREEMPTED
     return 0
+
+
+def _stopped_or_done(code: int | None, sent: int) -> bool:
+    """Still running, done, asking to be run again, or ended by the stop signal it was
+    sent (a script that handles no SIGTERM dies of it: that is the stop, not a crash)."""
+    return code is None or code == 0 or code in STOPPED or (sent != 0 and code == -sent)
+
+
+def script_command(spec: JobSpec) -> ScriptCommand:
+    """The job's script task as the run directory sees it."""
+    job = spec.job
+    return ScriptCommand(job.entry, job.args, job.resume_args, job.args_may_change)
 
 
 def _stop_others(procs: list[subprocess.Popen]) -> None:
@@ -222,14 +281,16 @@ def _stop_others(procs: list[subprocess.Popen]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.node.script_task")
     parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--resume-arg", action="append", default=[], help="job.resume_args")
+    parser.add_argument("--may-change", action="append", default=[], help="job.args_may_change")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command after --")
+    if len(command) < 2:
+        parser.error("no command (python ENTRY ARGS...) after --")
     # The environment is read here, once.
     try:
-        return slurm_task(command, dict(os.environ), args.run_dir)
+        return slurm_task(command, dict(os.environ), args.run_dir, args.resume_arg, args.may_change)
     except JzkError as err:
         print(f"jzk: {err}", file=sys.stderr, flush=True)
         return 2

@@ -282,6 +282,8 @@ def render_sbatch(
             "-m",
             "jeanzay_kit.node.script_task",
             shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
+            *(shell_word(f"--resume-arg={a}") for a in spec.job.resume_args),
+            *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
             "--",
         ]
         program += [
@@ -302,7 +304,9 @@ def render_sbatch(
     runs_script = command is None and spec.job.runs_script
     if runs_script:
         lines.append(f'rm -f -- "$JZK_RUN_DIR/{REQUEUE_MARK}"  # a task whose script exited 3')
-    lines.append("JZK_STEP_START=$(date +%s)  # a step failing before any progress: no requeue")
+    # The step's start: a step failing before any progress is not requeued; a script
+    # task's files older than it are an earlier attempt's (its resume arguments apply).
+    lines.append("export JZK_STEP_START=$(date +%s)")
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " || status=$?")
     lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
     lines.append("# from the newest checkpoint while preemption.max_restarts allows")

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import signal
 
-SIGNALS = {"USR1": signal.SIGUSR1, "USR2": signal.SIGUSR2, "TERM": signal.SIGTERM}
+# INT: Ctrl-C on a local `jzk train` (the terminal signals every process of the run) is
+# a stop like the others: the loop saves at the next step boundary and exits 3.
+SIGNALS = {
+    "USR1": signal.SIGUSR1,
+    "USR2": signal.SIGUSR2,
+    "TERM": signal.SIGTERM,
+    "INT": signal.SIGINT,
+}
 EXIT_PREEMPTED = 3  # "stopped early after a complete checkpoint: run again to resume"
 
 
 class StopRequest:
-    def __init__(self, names: tuple[str, ...] = ("USR1", "USR2", "TERM")):
+    def __init__(self, names: tuple[str, ...] = ("USR1", "USR2", "TERM", "INT")):
         self.signum = 0
         self._previous = {}
         for name in names:
@@ -24,7 +31,7 @@ class StopRequest:
 
     def _handle(self, signum: int, _frame: object) -> None:
         # SIGTERM (15) outranks USR1 (10) and USR2 (12): a cancel or a preemption wins
-        # over the time-limit warning.
+        # over the time-limit warning. SIGINT (2) only stops: it never asks for a requeue.
         self.signum = max(self.signum, signum)
 
     def restore(self) -> None:

@@ -1,0 +1,44 @@
+"""How a local run ended, for `jzk status`: `<run_dir>/outcome.json`. Edge (one file).
+
+A Slurm job's end is in Slurm's accounting; a run on this machine has no scheduler, and a
+script task writes neither heartbeats nor model_final.pt. `jzk train` records the end of
+each local run here (removed when a run starts, so a run in progress never shows the end
+of the one before).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+
+OUTCOME_FILE = "outcome.json"
+
+
+def state_of(exit_code: int) -> str:
+    """Slurm's words for how a run ended: COMPLETED, STOPPED (run again to go on), FAILED."""
+    if exit_code == 0:
+        return "COMPLETED"
+    return "STOPPED" if exit_code == EXIT_PREEMPTED else "FAILED"
+
+
+def clear_outcome(run_dir: Path) -> None:
+    (run_dir / OUTCOME_FILE).unlink(missing_ok=True)
+
+
+def record_outcome(run_dir: Path, exit_code: int) -> None:
+    record = {"state": state_of(exit_code), "exit_code": exit_code, "ended_at": time.time()}
+    write_durably(run_dir / OUTCOME_FILE, (json.dumps(record) + "\n").encode())
+
+
+def read_outcome(run_dir: Path) -> str | None:
+    """The recorded state of the last local run, or None (running, or never recorded)."""
+    try:
+        record = json.loads((run_dir / OUTCOME_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    state = record.get("state") if isinstance(record, dict) else None
+    return state if isinstance(state, str) else None

@@ -1,0 +1,64 @@
+"""The files of a script task's run directory: whose they are, and which command owns
+the directory. Edge (reads and writes files); the rules are node/script_rules.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.node.script_rules import (
+    COMMAND_FILE,
+    ScriptCommand,
+    command_differences,
+    refusal,
+    written_by_script,
+)
+
+
+def script_writes(run_dir: Path, since: float) -> tuple[bool, bool]:
+    """(files of the script's older than `since` are in run_dir, it wrote one since):
+    what the script left to resume from, and whether this attempt saved anything. The
+    toolkit's own files (node/script_rules.py TOOLKIT_NAMES) are not the script's."""
+    before = after = False
+    try:
+        tops = [p for p in run_dir.iterdir() if written_by_script(p.name)]
+    except OSError:
+        return False, False
+    for top in tops:
+        for path in (top, *top.rglob("*")) if top.is_dir() else (top,):
+            try:
+                if not path.is_file():
+                    continue
+                mtime = path.stat().st_mtime
+            except OSError:  # removed while we looked (the script rotates its files)
+                continue
+            before, after = before or mtime < since, after or mtime >= since
+            if before and after:
+                return True, True
+    return before, after
+
+
+def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:
+    """The run directory belongs to this command: refuse it (JzkError naming the
+    difference) when COMMAND_FILE records another; record this one when there is none
+    (write=False: only check, as `jzk submit` does before the queue)."""
+    path = run_dir / COMMAND_FILE
+    mine = command.identity()
+    try:
+        old = json.loads(path.read_text())
+    except FileNotFoundError:
+        old = None
+    except (OSError, ValueError):
+        old = None  # unreadable: rewritten below
+    if isinstance(old, dict):
+        differences = command_differences(old, mine)
+        if differences:
+            raise JzkError(refusal(str(run_dir), differences))
+        return
+    if write:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{COMMAND_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(mine, indent=1) + "\n")
+        os.replace(tmp, path)  # every task writes the same text: the last rename wins

@@ -1,0 +1,149 @@
+"""What a script task's run directory means: which command it belongs to, whether an
+attempt resumes, whether the script left anything to resume from. Pure: names and values
+in, decisions out (node/script_task.py reads the files and runs the command).
+
+A script that does not know the toolkit resumes through its own arguments: its
+`job.resume_args` (`--init_from=resume`) are added to the command on every attempt after
+one that left something of the script's in the run directory. The run directory belongs
+to one command: `job.entry` and `job.args` (but for `job.args_may_change`, e.g. a log
+level) are recorded in COMMAND_FILE at the first start, and another command meeting it is
+refused naming the difference, as a changed config meeting a checkpoint is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jeanzay_kit.config.identity import script_identity
+
+# Written by a script task's first start: the command that owns the run directory.
+COMMAND_FILE = "command.json"
+
+# What the toolkit itself writes into a script task's run directory (top-level names).
+# Anything else was written by the script: its checkpoint, its logs, its outputs.
+TOOLKIT_NAMES = frozenset(
+    {
+        COMMAND_FILE,
+        ".hydra",  # Hydra's record of the composed config (jzk train)
+        "train.log",  # Hydra's job log of `jzk train`
+        "provenance",  # project/provenance.py
+        "manifest.jsonl",  # launch/manifest.py
+        "restarts.json",  # node/restarts.py
+        ".jzk-requeue",  # distributed/script_env.REQUEUE_MARK
+        "heartbeat",  # a session's heartbeats (train/heartbeat.py)
+        ".jzk-write-test",  # the batch script's probe (slurm/sbatch.py)
+        "outcome.json",  # how a local run ended (node/outcome.py)
+    }
+)
+# A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress.
+# ... and the temporary files of claim_run_dir and of node/outcome.py.
+_TOOLKIT_PREFIXES = ("hang-", f".{COMMAND_FILE}.", ".outcome.json.")
+
+
+@dataclass(frozen=True)
+class ScriptCommand:
+    """The command of a script task, split as the run directory sees it."""
+
+    entry: str
+    args: tuple[str, ...]
+    resume_args: tuple[str, ...] = ()
+    may_change: tuple[str, ...] = ()  # option names whose value is not the run's identity
+
+    def identity(self) -> dict[str, Any]:
+        """What names the run: the entry and the arguments that are not may_change
+        (config/identity.py script_identity, which also names the run directory)."""
+        return script_identity(
+            {"entry": self.entry, "args": self.args, "args_may_change": self.may_change}
+        )
+
+    @classmethod
+    def from_argv(
+        cls, argv: Sequence[str], resume_args: Sequence[str] = (), may_change: Sequence[str] = ()
+    ) -> ScriptCommand:
+        """From `python ENTRY ARGS...`, as the rendered script runs it (ENTRY: a script
+        path or `-m module`)."""
+        words = 3 if argv[1:2] == ["-m"] else 2
+        return cls(
+            " ".join(argv[1:words]), tuple(argv[words:]), tuple(resume_args), tuple(may_change)
+        )
+
+    def argv_tail(self, resuming: bool) -> list[str]:
+        """The arguments of one attempt: job.args, then job.resume_args when resuming."""
+        return [*self.args, *(self.resume_args if resuming else ())]
+
+
+def written_by_script(top: str) -> bool:
+    """A top-level name of a run directory that the script wrote, not the toolkit."""
+    return top not in TOOLKIT_NAMES and not top.startswith(_TOOLKIT_PREFIXES)
+
+
+def command_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """How the identity recorded in a run directory differs from this command's."""
+    out = []
+    if old.get("entry") != new.get("entry"):
+        out.append(f"job.entry: {old.get('entry')!r} -> {new.get('entry')!r}")
+    a, b = list(old.get("args") or []), list(new.get("args") or [])
+    if a != b and len(a) == len(b):
+        changed = [f"{x!r} -> {y!r}" for x, y in zip(a, b, strict=True) if x != y]
+        out.append(f"job.args: {', '.join(changed)}")
+    elif a != b:
+        gone = [x for x in a if x not in b]
+        added = [x for x in b if x not in a]
+        if gone or added:
+            detail = ", ".join(
+                [*(f"{x!r} removed" for x in gone), *(f"{x!r} added" for x in added)]
+            )
+        else:
+            detail = "the same arguments in another order"
+        out.append(f"job.args: {detail}")
+    return out
+
+
+def refusal(run_dir: str, differences: Sequence[str]) -> str:
+    """The message for a command meeting a run directory of another command."""
+    return (
+        f"job.run_dir={run_dir} belongs to another command ({'; '.join(differences)}): "
+        "its files are another experiment's. HINT: leave job.run_dir to its default "
+        "(each command gets its own), give this one another job.run_dir, or, if the "
+        "changed options do not change what is computed, name them in "
+        "job.args_may_change='[--option]'"
+    )
+
+
+def requeue_note(wrote: bool, resume_args: Sequence[str], run_dir: str) -> str:
+    """What a stop means for the next attempt, in one sentence a user acts on."""
+    if wrote and resume_args:
+        return (
+            f"the next attempt runs the script again with {' '.join(resume_args)} "
+            f"(job.resume_args) in {run_dir}"
+        )
+    if wrote:
+        return f"the next attempt runs the script again in {run_dir}, where it wrote its files"
+    return (
+        f"the script wrote nothing under its run directory {run_dir} during this attempt: "
+        "the requeued job will start the script from the beginning. HINT: make it save "
+        "there (job.args='[\"--out_dir=${job.run_dir}\"]', or read $JZK_RUN_DIR) and "
+        "resume from it (job.resume_args='[\"--init_from=resume\"]')"
+    )
+
+
+def resume_warning(
+    args: Sequence[str], resume_args: Sequence[str], script_text: str | None
+) -> str | None:
+    """Before the queue: a script that can be requeued but shows no way to resume (no
+    resume arguments, no run directory in its arguments, no JZK_RUN_DIR in its source)."""
+    if resume_args:
+        return None
+    if any("JZK_RUN_DIR" in a or "${job.run_dir}" in a for a in args):
+        return None
+    if script_text is not None and "JZK_RUN_DIR" in script_text:
+        return None
+    return (
+        "job.entry is a script that neither gets the run directory in its arguments nor "
+        "reads $JZK_RUN_DIR, and job.resume_args is empty: after a time limit or a "
+        "preemption the requeued job will start it from the beginning. HINT: add "
+        "'--out_dir=${job.run_dir}' (your script's option) to job.args and its resume flag "
+        "to job.resume_args, e.g. job.resume_args='[--init_from=resume]'"
+    )
