@@ -34,6 +34,17 @@ def run_app(
     env = dict(os.environ)
     cwd = Path.cwd()
     args = list(sys.argv[1:] if argv is None else argv)
+    # `jzk train [OVERRIDES] -- ARGS`: the script's arguments, verbatim, as job.args.
+    from jeanzay_kit.config.command_line import split_script_args, with_script_args
+    from jeanzay_kit.errors import JzkError
+
+    try:
+        args = with_script_args(*split_script_args(args))
+    except JzkError as err:
+        from jeanzay_kit import report
+
+        report.error(report.TRAIN, err)
+        sys.exit(err.exit_code)
 
     from jeanzay_kit.project.import_path import put_project_on_path
 
@@ -46,7 +57,6 @@ def run_app(
     from jeanzay_kit import report
     from jeanzay_kit.config.compose import check_group_choices, config_roots, register_schemas
     from jeanzay_kit.config.resolvers import register_resolvers
-    from jeanzay_kit.errors import JzkError
 
     register_resolvers()  # ${jzk.config_hash:} in the default job.run_dir
     register_schemas()  # the typed schema every conf/ file extends (base_<name>)

@@ -221,6 +221,8 @@ def _snapshot(spec: Any) -> Any:
 
     if not spec.job.snapshot_for(spec.cluster.is_slurm):
         return None
-    snap = take_snapshot(Path.cwd(), spec.job.log_dir, spec.job.snapshot_include)
+    snap = take_snapshot(
+        Path.cwd(), spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
+    )
     log.info(f"code: {snap.files} file(s) ({snap.source}) frozen in {snap.path}")
     return str(snap.path)

@@ -13,6 +13,7 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+from jeanzay_kit.config.command_line import split_script_args, with_script_args
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.report import error as report_error
 
@@ -56,8 +57,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_train(argv[1:])
         except BrokenPipeError:  # `jzk train --help | head`
             return 0
-    args = build_parser().parse_args(argv)
+    # `jzk submit|render|validate|check [OVERRIDES] -- ARGS`: the script's arguments.
+    before, script_args = split_script_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(before)
     try:
+        if script_args is not None:
+            if not hasattr(args, "overrides"):
+                parser.error(f"jzk {args.command} takes no script arguments after `--`")
+            args.overrides = with_script_args(args.overrides, script_args)
         return args.run(args)
     except JzkError as err:
         report_error(f"jzk {args.command}", err)

@@ -126,12 +126,20 @@ def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
 
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
         return None
-    snap = take_snapshot(workdir, spec.job.log_dir, spec.job.snapshot_include)
+    snap = take_snapshot(
+        workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
+    )
     print(
-        f"code: {snap.files} file(s) of {workdir} ({snap.source}) frozen in {snap.path}",
+        f"code: {snap.files} file(s) of {workdir} ({snap.source}, {snap.bytes / 2**20:.1f} "
+        f"MiB) frozen in {snap.path}",
         file=sys.stderr,
     )
-    return str(snap.path.relative_to(workdir.resolve()))
+    # Relative to the job's working directory when inside it (the project can move),
+    # else absolute (job.log_dir on $SCRATCH).
+    try:
+        return str(snap.path.relative_to(workdir.resolve()))
+    except ValueError:
+        return str(snap.path)
 
 
 # Hydra's own output folders: a job's run directory is job.run_dir (the script passes it).

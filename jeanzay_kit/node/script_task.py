@@ -40,7 +40,7 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_files import claim_run_dir, script_writes
-from jeanzay_kit.node.script_rules import ScriptCommand, requeue_note
+from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
@@ -106,7 +106,8 @@ def task_env(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
 
 def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """The command and environment with the project's code as it was at submission
-    (JZK_CODE_DIR, project/snapshot.py): the snapshot's copy of a relative script path,
+    (JZK_CODE_DIR, project/snapshot.py): the snapshot's copy of a relative script path
+    and of the project's files its arguments name (a config file it reads at run time),
     and the snapshot first on PYTHONPATH (`-m package.module`, the script's imports)."""
     code = env.get("JZK_CODE_DIR")
     command, env = list(command), dict(env)
@@ -117,6 +118,11 @@ def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], d
         copy = Path(code) / command[1]
         if copy.is_file():
             command[1] = str(copy)
+    first_arg = 3 if command[1:2] == ["-m"] else 2
+    for i in range(first_arg, len(command)):
+        rewritten = frozen_argument(command[i], code, lambda v: (Path(code) / v).is_file())
+        if rewritten is not None:
+            command[i] = rewritten
     return command, env
 
 

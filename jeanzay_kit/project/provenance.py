@@ -23,7 +23,7 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -45,17 +45,34 @@ def packages_freeze() -> str:
     return "\n".join(sorted(lines, key=str.lower)) + "\n"
 
 
-def write_submit_provenance(folder: Path, root: Path, code_dir: Path | None) -> None:
-    """Record the project at root as it is now into folder (the three FILES)."""
+def write_submit_provenance(
+    folder: Path,
+    root: Path,
+    code_dir: Path | None,
+    leave_out: Sequence[str] = (),
+    max_diff: int | None = None,
+) -> None:
+    """Record the project at root as it is now into folder (the three FILES).
+    leave_out: folders (relative to root) whose untracked files are no code (the
+    toolkit's outputs); max_diff: the diff is cut past this many bytes, with a note."""
     folder.mkdir(parents=True, exist_ok=True)
     repo = git.is_repository(root)
-    diff = git.uncommitted_diff(root) if repo else b""
+    diff = git.uncommitted_diff(root, leave_out) if repo else b""
+    cut = max_diff is not None and len(diff) > max_diff
+    if cut:
+        note = (
+            f"\n# jeanzay_kit: the diff was cut at {max_diff} of {len(diff)} bytes: the "
+            "uncommitted changes are too big to record whole (data or outputs not "
+            "git-ignored?). The snapshot folder itself holds the files that ran.\n"
+        )
+        diff = diff[:max_diff] + note.encode()
     source = {
         "project": str(root),
         "git_commit": git.head_commit(root) if repo else None,
         "git_branch": git.branch(root) if repo else None,
         "uncommitted_changes": bool(diff),
-        "untracked_files": git.untracked_files(root) if repo else [],
+        "uncommitted_diff_cut": cut,
+        "untracked_files": git.untracked_files(root, leave_out) if repo else [],
         "code_dir": str(code_dir) if code_dir else None,
         "jeanzay_kit": __version__,
         "python": platform.python_version(),

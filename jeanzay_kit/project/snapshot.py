@@ -24,24 +24,56 @@ from jeanzay_kit.project import git
 from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenance
 
 SNAPSHOTS = "code"
+# The toolkit's and Hydra's own output folders: never code, whatever .gitignore says.
+OUTPUT_DIRS = ("outputs", "multirun")
 # Folders never copied from a project that is no git repository.
-_SKIP_DIRS = {"outputs", "multirun", "logs", "__pycache__", "node_modules"}
-# A snapshot is code, not data: past this, the project is refused with a hint.
+_SKIP_DIRS = {*OUTPUT_DIRS, "logs", "__pycache__", "node_modules"}
+# A snapshot is code, not data: past this (files and provenance together), the project
+# is refused with a hint.
 MAX_BYTES = 200 * 1024 * 1024
+# The uncommitted diff recorded with a snapshot is cut past this, with a note.
+MAX_DIFF_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
 class Snapshot:
-    path: Path  # <workdir>/<log_dir>/code/<hash>
+    path: Path  # <log_dir>/code/<hash> (under the project when log_dir is relative)
     files: int
-    bytes: int
+    bytes: int  # files and provenance
     source: str  # "git" or "snapshot_include"
 
 
-def snapshot_files(root: Path, include: Sequence[str], log_dir: str) -> tuple[list[str], str]:
+def excluded_folders(root: Path, log_dir: str, run_dir: str | None) -> list[str]:
+    """The project's folders that hold what the toolkit writes, relative to root: the
+    log folder (and the snapshots in it), the run directories' folder, Hydra's output
+    folders. Relative or absolute paths, only those inside root count."""
+    out = set(OUTPUT_DIRS)
+    for folder in (log_dir, str(Path(run_dir).parent) if run_dir else None):
+        if not folder or folder == ".":
+            continue
+        path = Path(folder) if Path(folder).is_absolute() else root / folder
+        try:
+            rel = path.resolve().relative_to(root)
+        except ValueError:  # elsewhere ($SCRATCH): nothing of the project to leave out
+            continue
+        if rel.parts:
+            out.add(rel.as_posix())
+    if run_dir and not Path(run_dir).parent.parts and run_dir not in ("", "."):
+        out.add(Path(run_dir).as_posix())  # job.run_dir=ckpt: the run dir itself
+    return sorted(out)
+
+
+def _inside(name: str, folders: Sequence[str]) -> bool:
+    return any(name == f or name.startswith(f + "/") for f in folders)
+
+
+def snapshot_files(
+    root: Path, include: Sequence[str], log_dir: str, exclude: Sequence[str] = ()
+) -> tuple[list[str], str]:
     """The files to copy (relative to root), and how they were chosen."""
+    exclude = [*exclude, *([log_dir] if log_dir and not Path(log_dir).is_absolute() else [])]
     if git.is_repository(root):
-        return git.project_files(root), "git"
+        return [n for n in git.project_files(root) if not _inside(n, exclude)], "git"
     skip = _SKIP_DIRS | {Path(log_dir).parts[0] if log_dir else "logs"}
     # A virtual environment in the project (venv/, env/: pyvenv.cfg marks one) is not
     # the project's code: its site-packages would fill the snapshot.
@@ -50,43 +82,66 @@ def snapshot_files(root: Path, include: Sequence[str], log_dir: str) -> tuple[li
     for pattern in include:
         for path in root.glob(pattern):
             rel = path.relative_to(root)
-            if path.is_file() and not any(
-                part.startswith(".") or part in skip for part in rel.parts[:-1]
+            if (
+                path.is_file()
+                and not any(part.startswith(".") or part in skip for part in rel.parts[:-1])
+                and not _inside(rel.as_posix(), exclude)
             ):
                 found.add(rel.as_posix())
     return sorted(found), "snapshot_include"
 
 
-def take_snapshot(root: Path, log_dir: str, include: Sequence[str]) -> Snapshot:
-    """Copy the project's code under root/log_dir/code/<hash> (once per content)."""
+def _too_big(root: Path, what: str) -> JzkError:
+    return JzkError(
+        f"job.snapshot: the project's files under {root} pass {MAX_BYTES // 2**20} MiB "
+        f"({what}): a snapshot is for code. HINT: git-ignore data and outputs (or narrow "
+        "job.snapshot_include), or set job.snapshot=false to run the live tree"
+    )
+
+
+def take_snapshot(
+    root: Path, log_dir: str, include: Sequence[str], run_dir: str | None = None
+) -> Snapshot:
+    """Copy the project's code under <log_dir>/code/<hash> (once per content). The
+    toolkit's own folders (excluded_folders) are never part of it."""
     root = root.resolve()
-    names, source = snapshot_files(root, include, log_dir)
+    exclude = excluded_folders(root, log_dir, run_dir)
+    names, source = snapshot_files(root, include, log_dir, exclude)
     digest = hashlib.sha256()
     total = 0
     for name in names:
         data = (root / name).read_bytes()
         total += len(data)
         if total > MAX_BYTES:
-            raise JzkError(
-                f"job.snapshot: the project's files under {root} pass "
-                f"{MAX_BYTES // 2**20} MiB ({name} and before): a snapshot is for code. "
-                "HINT: git-ignore data and outputs (or narrow job.snapshot_include), or set "
-                "job.snapshot=false to run the live tree"
-            )
+            raise _too_big(root, f"{name} and before")
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-    base = root / log_dir / SNAPSHOTS
+    base = (Path(log_dir) if Path(log_dir).is_absolute() else root / log_dir) / SNAPSHOTS
     dest = base / digest.hexdigest()[:16]
-    if not dest.is_dir():
-        tmp = base / f".tmp-{dest.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
+    if dest.is_dir():  # this code was frozen already: every render of it shares the folder
+        return Snapshot(dest, len(names), total + _size(dest / PROVENANCE_DIR), source)
+    tmp = base / f".tmp-{dest.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
         for name in names:
             target = tmp / name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, target)
         tmp.mkdir(parents=True, exist_ok=True)  # an empty project still gets its folder
-        write_submit_provenance(tmp / PROVENANCE_DIR, root, dest)
+        write_submit_provenance(
+            tmp / PROVENANCE_DIR, root, dest, leave_out=exclude, max_diff=MAX_DIFF_BYTES
+        )
+        total += _size(tmp / PROVENANCE_DIR)
+        if total > MAX_BYTES:
+            raise _too_big(root, "with its provenance record")
         try:
             os.replace(tmp, dest)
         except OSError:  # another submission made the same snapshot first
             shutil.rmtree(tmp, ignore_errors=True)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
     return Snapshot(dest, len(names), total, source)
+
+
+def _size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())

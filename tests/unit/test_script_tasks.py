@@ -194,6 +194,7 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     import os
     import sys
 
+    from jeanzay_kit.node.script_rules import ScriptCommand
     from jeanzay_kit.node.script_task import run_task
 
     runner = Scontrol()
@@ -212,6 +213,7 @@ def test_a_sweep_task_requeues_when_its_command_asks(
         "SLURM_JOB_NODELIST": "n1",
         "SLURM_STEP_NODELIST": "n1",
     }
-    got = run_task([sys.executable, "-c", exit_with], env, str(tmp_path / "run"), runner)
+    command = ScriptCommand("-c", (exit_with,))
+    got = run_task(sys.executable, command, env, str(tmp_path / "run"), runner)
     assert got == code
     assert runner.calls == ([["scontrol", "requeue", "70_7"]] if requeued else [])
