@@ -95,6 +95,7 @@ def render(
         from jeanzay_kit.node.script_task import check_entry
 
         check_entry(spec.job.entry, workdir)  # before anything is written or submitted
+        check_script_run(spec, workdir)
     code_dir = snapshot_code(spec, workdir) if command is None else None
     try:
         script = render_sbatch(
@@ -117,6 +118,30 @@ def render(
             file=sys.stderr,
         )
     return script
+
+
+def check_script_run(spec: JobSpec, workdir: Path) -> None:
+    """Before the queue, for a script task: refuse a run directory that belongs to another
+    command (node/script_files.py), and warn when a requeue would start the script from
+    the beginning (node/script_rules.py resume_warning)."""
+    if not spec.job.runs_script or not workdir.is_dir():
+        return
+    from jeanzay_kit.node.script_files import claim_run_dir
+    from jeanzay_kit.node.script_rules import resume_warning
+    from jeanzay_kit.node.script_task import script_command
+
+    run_dir = workdir / spec.checkpoint.run_dir  # an absolute run_dir stays itself
+    claim_run_dir(run_dir, script_command(spec), write=False)
+    if not (spec.cluster.is_slurm and spec.preemption.requeue):
+        return
+    script = workdir / spec.job.entry
+    try:
+        text = script.read_text(errors="replace") if script.is_file() else None
+    except OSError:
+        text = None
+    warning = resume_warning(spec.job.args, spec.job.resume_args, text)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:

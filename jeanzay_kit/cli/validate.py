@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec
+from jeanzay_kit.cli.common import (
+    add_config_args,
+    ask_slurm,
+    build_spec,
+    check_script_run,
+    workdir_of,
+)
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
@@ -135,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
     print(describe_spec(spec))
     for note in spec.notes:
         print(f"note: {note}")
+    check_script_run(spec, workdir_of(spec))
     print("\nOK: the request fits the profile.")
     if args.slurm:
         return ask_slurm(spec, args.overrides)

@@ -16,10 +16,11 @@ checkpoint's config.json and its hash).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from jeanzay_kit.config import layout_rules, resource_rules
+from jeanzay_kit.config import schema as schemas
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.collector import Collector, section
 from jeanzay_kit.config.data_rules import (
@@ -101,6 +102,9 @@ def build_job_spec(
     GPU). local_cpus: this machine's CPUs, for loader.num_workers=auto on cluster=local.
     The caller detects them; this function stays pure.
     """
+    loop_note = None
+    if _runs_script(section(cfg, "job")):
+        cfg, loop_note = _without_loop_keys(cfg)
     cluster = profile_from_dict(section(cfg, "cluster"))
     res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
     job_cfg = section(cfg, "job")
@@ -175,7 +179,52 @@ def build_job_spec(
             for k in ("gpus_per_node", "cpus_per_task", "qos")
             if res.get(k, "auto") in (None, "auto")
         ),
-        notes=notes,
+        notes=(*notes, loop_note) if loop_note else notes,
+    )
+
+
+# The keys of the toolkit's own loop, and their schema defaults: a script task (job.entry
+# your own command) does not run that loop, so these are neither checked nor refused.
+_LOOP_SECTIONS: dict[str, type] = {
+    "train": schemas.TrainConfig,
+    "optim": schemas.AdamWConfig,
+    "loss": schemas.LossConfig,
+    "loader": schemas.LoaderConfig,
+    "eval": schemas.EvalConfig,
+    "model": schemas.MLPConfig,
+    "data": schemas.SyntheticConfig,
+}
+
+
+def _runs_script(job: Mapping[str, Any]) -> bool:
+    from jeanzay_kit.distributed.script_env import runs_script
+
+    entry, kind = job.get("entry"), job.get("entry_kind", "auto")
+    return isinstance(entry, str) and isinstance(kind, str) and runs_script(entry, kind)
+
+
+def _without_loop_keys(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """cfg with the loop's sections at their defaults, and one note naming the keys that
+    were set otherwise (None when none was)."""
+    out = dict(cfg)
+    changed = []
+    for name, schema_class in _LOOP_SECTIONS.items():
+        default = asdict(schema_class())
+        given = cfg.get(name)
+        given = given if isinstance(given, Mapping) else {}
+        changed += [
+            f"{name}.{key}"
+            for key in sorted(set(given) | set(default))
+            if given.get(key) != default.get(key)
+        ]
+        out[name] = default
+    if not changed:
+        return out, None
+    shown = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    return out, (
+        f"{shown}: keys of the toolkit's training loop, which a script task (job.entry your "
+        "own command) does not run: neither checked nor used. HINT: give your script its "
+        "own arguments after `--` (or in job.args)"
     )
 
 
