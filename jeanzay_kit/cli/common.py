@@ -139,7 +139,7 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
         text = script.read_text(errors="replace") if script.is_file() else None
     except OSError:
         text = None
-    warning = resume_warning(spec.job.args, spec.job.resume_args, text)
+    warning = resume_warning(spec.job.args, spec.job.resume_args, text, spec.checkpoint.run_dir)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
 

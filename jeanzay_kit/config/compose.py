@@ -136,12 +136,26 @@ def register_schemas() -> None:
     """Put the schemas of config/schema.py in Hydra's ConfigStore, where the conf/ files
     find them (`defaults: [base_<name>, _self_]`); before any config is composed."""
     from hydra.core.config_store import ConfigStore
+    from omegaconf import OmegaConf
 
     from jeanzay_kit.config.schema import SCHEMAS
 
     store = ConfigStore.instance()
     for group, name, schema in SCHEMAS:
-        store.store(group=group, name=name, node=schema)
+        node = schema
+        open_keys = OPEN_DICTS.get(schema.__name__, ())
+        if open_keys:
+            # Hydra composes in struct mode, where `eval.metrics={acc: {...}}` (a merge into
+            # the empty default) is refused like a typo; these dicts take any name.
+            node = OmegaConf.structured(schema)
+            for key in open_keys:
+                if OmegaConf.is_config(node._get_node(key)):
+                    OmegaConf.set_struct(node[key], False)
+        store.store(group=group, name=name, node=node)
+
+
+# Schema fields whose keys are the user's own names (a metric's name), by schema class.
+OPEN_DICTS = {"EvalConfig": ("metrics",)}
 
 
 def compose_config(
@@ -231,7 +245,15 @@ def _schema_problem(full_key: str, given: object, cause: BaseException, reason: 
             full_key,
             given,
             f"is not a key of {name}",
-            hint + "jeanzay_kit/config/schema.py lists every key",
+            hint
+            + "jeanzay_kit/config/schema.py lists every key"
+            + (
+                ""
+                if near
+                else f"; a key of your own (your model's or data's argument) is added with "
+                f"+{full_key}=VALUE, and a whole node is given as "
+                f"{parent.rstrip('.') or full_key}={{key: value, ...}}"
+            ),
         )
     ours = next((words for theirs, words in _TYPE_REASONS if theirs in reason), None)
     return Problem(

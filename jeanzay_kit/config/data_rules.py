@@ -232,8 +232,8 @@ def check_keep_best(
     c: Collector, ckpt: Mapping[str, Any], ev: EvalSettings | None
 ) -> tuple[str | None, str]:
     """checkpoint.keep_best: `loss` or a name of eval.metrics, as its metrics.jsonl key."""
-    name, mode = ckpt.get("keep_best"), ckpt.get("keep_best_mode", "min")
-    mode = c.choice("checkpoint.keep_best_mode", mode, ("min", "max")) or "min"
+    name, mode = ckpt.get("keep_best"), ckpt.get("keep_best_mode", "auto")
+    mode = c.choice("checkpoint.keep_best_mode", mode, ("auto", "min", "max")) or "auto"
     if name is None or ev is None:
         return None, mode
     names = ["loss", *ev.metrics]
@@ -243,8 +243,8 @@ def check_keep_best(
             "checkpoint.keep_best",
             name,
             f"is not an evaluated value (these are: {', '.join(names)})",
-            "use checkpoint.keep_best=loss, or a name of eval.metrics (with "
-            "checkpoint.keep_best_mode=max for accuracy-like metrics)",
+            "use checkpoint.keep_best=loss, or a name of eval.metrics (its direction "
+            "comes from the metric: checkpoint.keep_best_mode=auto)",
         )
         return None, mode
     if not ev.every_steps:

@@ -209,9 +209,11 @@ class CheckpointConfig:
     # next save. Either way the partial folder is removed and the previous checkpoint kept.
     on_write_error: str = "stop"
     # Keep the checkpoint with the best evaluation out of retention: `loss` (eval_loss) or
-    # the name of one of eval.metrics; null: none. keep_best_mode: min or max.
+    # the name of one of eval.metrics; null: none.
     keep_best: Optional[str] = None
-    keep_best_mode: str = "min"  # min | max: which value of keep_best is the best
+    # auto | min | max: which value of keep_best is the best. auto: min for the loss, the
+    # metric's own direction (torchmetrics' higher_is_better) for a metric.
+    keep_best_mode: str = "auto"
 
 
 # The key `checkpoint.async` is public. A dataclass field named `async` works as long as no

@@ -168,7 +168,7 @@ class CheckpointSettings:
     # The metrics.jsonl key whose best checkpoint retention keeps (eval_loss, eval_<name>),
     # and "min" or "max"; None: none.
     keep_best: str | None = None
-    keep_best_mode: str = "min"
+    keep_best_mode: str = "auto"  # auto | min | max (train/components.py best_direction)
 
 
 @dataclass(frozen=True)

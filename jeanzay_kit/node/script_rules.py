@@ -130,13 +130,13 @@ def requeue_note(wrote: bool, resume_args: Sequence[str], run_dir: str) -> str:
 
 
 def resume_warning(
-    args: Sequence[str], resume_args: Sequence[str], script_text: str | None
+    args: Sequence[str], resume_args: Sequence[str], script_text: str | None, run_dir: str
 ) -> str | None:
     """Before the queue: a script that can be requeued but shows no way to resume (no
     resume arguments, no run directory in its arguments, no JZK_RUN_DIR in its source)."""
     if resume_args:
         return None
-    if any("JZK_RUN_DIR" in a or "${job.run_dir}" in a for a in args):
+    if any("JZK_RUN_DIR" in a or "${job.run_dir}" in a or run_dir in a for a in args):
         return None
     if script_text is not None and "JZK_RUN_DIR" in script_text:
         return None

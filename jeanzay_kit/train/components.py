@@ -23,7 +23,7 @@ from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
-from jeanzay_kit.errors import ContractError
+from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.train.loss import ComputeLoss
 from jeanzay_kit.train.schedule import lr_lambda
 from jeanzay_kit.train.strategies.base import Strategy
@@ -288,7 +288,28 @@ def build_checkpointer(
         ctx.device,
         keep_last=spec.checkpoint.keep_last,
         use_async=spec.checkpoint.use_async,
-        keep_best=(spec.checkpoint.keep_best, spec.checkpoint.keep_best_mode)
+        keep_best=(spec.checkpoint.keep_best, best_direction(spec))
         if spec.checkpoint.keep_best
         else None,
     )
+
+
+def best_direction(spec: JobSpec) -> str:
+    """checkpoint.keep_best_mode, with auto resolved: min for the loss, else the metric
+    class's own `higher_is_better` (torchmetrics states it on every metric class)."""
+    mode, key = spec.checkpoint.keep_best_mode, spec.checkpoint.keep_best or ""
+    if mode != "auto":
+        return mode
+    name = key.removeprefix("eval_")
+    if name == "loss":
+        return "min"
+    target = spec.eval.metrics[name]["_target_"]
+    from hydra.utils import get_class
+
+    higher = getattr(get_class(target), "higher_is_better", None)
+    if higher is None:
+        raise JzkError(
+            f"checkpoint.keep_best={name}: {target} does not say whether higher is better "
+            "(no higher_is_better). HINT: set checkpoint.keep_best_mode=max or min"
+        )
+    return "max" if higher else "min"
