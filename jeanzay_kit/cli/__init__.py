@@ -62,9 +62,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(before)
     try:
-        if script_args is not None:
-            if not hasattr(args, "overrides"):
-                parser.error(f"jzk {args.command} takes no script arguments after `--`")
+        if script_args is not None and not hasattr(args, "overrides"):
+            parser.error(f"jzk {args.command} takes no script arguments after `--`")
+        if hasattr(args, "overrides"):
             args.overrides = with_script_args(args.overrides, script_args)
         return args.run(args)
     except JzkError as err:

@@ -110,7 +110,10 @@ def render(
     except RenderError as err:
         raise JzkError(str(err)) from err
     if workdir.is_dir():
-        (workdir / spec.job.log_dir).mkdir(parents=True, exist_ok=True)
+        try:
+            (workdir / spec.job.log_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise _unwritable_log_dir(spec, err) from err
     else:  # rendered here for another machine (job.workdir is a path over there)
         print(
             f"note: job.workdir={workdir} does not exist here: create "
@@ -151,9 +154,12 @@ def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
 
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
         return None
-    snap = take_snapshot(
-        workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
-    )
+    try:
+        snap = take_snapshot(
+            workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
+        )
+    except OSError as err:
+        raise _unwritable_log_dir(spec, err) from err
     print(
         f"code: {snap.files} file(s) of {workdir} ({snap.source}, {snap.bytes / 2**20:.1f} "
         f"MiB) frozen in {snap.path}",
@@ -165,6 +171,15 @@ def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
         return str(snap.path.relative_to(workdir.resolve()))
     except ValueError:
         return str(snap.path)
+
+
+def _unwritable_log_dir(spec: JobSpec, err: OSError) -> JzkError:
+    return JzkError(
+        f"job.log_dir={spec.job.log_dir} cannot be written here ({err.strerror or err}: "
+        f"{err.filename}): it holds the job's logs and the snapshot of its code. HINT: set "
+        "job.log_dir to a folder you can write, relative to the project or absolute (on "
+        "Jean Zay: under $WORK or $SCRATCH)"
+    )
 
 
 # Hydra's own output folders: a job's run directory is job.run_dir (the script passes it).

@@ -45,10 +45,57 @@ def args_override(args: Sequence[str]) -> str:
     return "job.args=[" + ",".join(hydra_quote(a) for a in args) + "]"
 
 
+# Lists of command-line arguments: `job.args=[--lr=0.1,--device=cpu]` is what users type,
+# and Hydra's grammar refuses an unquoted `--x=y` item; each item is quoted for it.
+ARGUMENT_LISTS = ("job.args", "job.resume_args", "job.args_may_change")
+
+
+def _split_items(inner: str) -> list[str] | None:
+    """The items of a list's inside, split at commas outside quotes (None: unbalanced)."""
+    items, current, quote = [], "", ""
+    for char in inner:
+        if quote:
+            current += char
+            if char == quote and not current.endswith("\\" + char):
+                quote = ""
+        elif char in "'\"":
+            quote, current = char, current + char
+        elif char == ",":
+            items.append(current)
+            current = ""
+        else:
+            current += char
+    if quote:
+        return None
+    return [*items, current] if inner.strip() else []
+
+
+def _item(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text  # quoted already: Hydra reads it as the user wrote it
+    return hydra_quote(text)
+
+
+def quote_argument_lists(overrides: Sequence[str]) -> list[str]:
+    """`job.args=[--lr=0.1,--device=cpu]` as Hydra can read it: every unquoted item quoted.
+    Other overrides, and values that are no single list (a sweep of lists), are kept."""
+    out = []
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        inner = value[1:-1] if value.startswith("[") and value.endswith("]") else None
+        items = _split_items(inner) if inner is not None and "]" not in inner else None
+        if sep and key.lstrip("+") in ARGUMENT_LISTS and items is not None:
+            override = f"{key}=[{','.join(_item(i) for i in items)}]"
+        out.append(override)
+    return out
+
+
 def with_script_args(overrides: Sequence[str], args: Sequence[str] | None) -> list[str]:
-    """The overrides plus job.args from the arguments after `--` (refused when job.args is
-    also set: which one would win is not obvious)."""
-    overrides = list(overrides)
+    """The overrides, with argument lists quoted for Hydra, plus job.args from the
+    arguments after `--` (refused when job.args is also set: which one would win is not
+    obvious)."""
+    overrides = quote_argument_lists(overrides)
     if args is None:
         return overrides
     for override in overrides:

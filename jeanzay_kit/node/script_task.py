@@ -219,7 +219,7 @@ def launch_local(
         subprocess.Popen(command, env={**env, **script_env(info, str(run_dir.resolve()))})
         for info in infos
     ]
-    print(f"jzk: {world} process(es) of {' '.join(command)}, run dir {run_dir}", flush=True)
+    print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     sent = 0
     failed: tuple[int, int] | None = None
     while any(p.poll() is None for p in procs):
@@ -241,7 +241,7 @@ def launch_local(
         rank, code = failed
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
         print(
-            f"jzk train: process {rank} of {' '.join(command)} ended ({how}); the others "
+            f"jzk train: process {rank} of {shlex.join(command)} ended ({how}); the others "
             "were stopped",
             file=sys.stderr,
             flush=True,
