@@ -169,10 +169,12 @@ def compose_config(
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from jeanzay_kit.config.command_line import quote_argument_lists
     from jeanzay_kit.config.resolvers import register_resolvers
 
     register_resolvers()
     register_schemas()
+    overrides = quote_argument_lists(overrides)  # job.args=[--lr=0.1] as users type it
     directory = Path(config_dir or PACKAGE_CONFIG_DIR).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
         raise ConfigError(

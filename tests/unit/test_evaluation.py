@@ -192,3 +192,53 @@ def test_jzk_check_updates_each_metric_once_before_the_queue(
     with pytest.raises(ContractError, match="HINT") as err:
         check_contracts(checked, torch.device("cpu"), "fp32")
     assert fragment in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "direction"),
+    [
+        (("checkpoint.keep_best=loss",), "min"),
+        ((*ACCURACY, "checkpoint.keep_best=accuracy"), "max"),  # higher_is_better=True
+        (
+            (
+                "+eval.metrics.mse._target_=torchmetrics.regression.MeanSquaredError",
+                "checkpoint.keep_best=mse",
+            ),
+            "min",  # higher_is_better=False
+        ),
+        ((*ACCURACY, "checkpoint.keep_best=accuracy", "checkpoint.keep_best_mode=min"), "min"),
+    ],
+)
+def test_keep_best_takes_the_metrics_own_direction(
+    overrides: tuple[str, ...], direction: str
+) -> None:
+    """checkpoint.keep_best_mode=auto (the default): an accuracy is kept at its highest,
+    an error at its lowest (torchmetrics' higher_is_better); a mode given wins."""
+    from jeanzay_kit.train.components import best_direction
+
+    assert best_direction(spec(*overrides)) == direction
+
+
+@pytest.mark.parametrize(
+    "override",
+    [
+        "eval.metrics={acc:{_target_:torchmetrics.classification.MulticlassAccuracy,num_classes:4}}",
+        "eval.metrics.acc={_target_:torchmetrics.classification.MulticlassAccuracy,num_classes:4}",
+        "+eval.metrics.acc._target_=torchmetrics.classification.MulticlassAccuracy "
+        "+eval.metrics.acc.num_classes=4",
+    ],
+)
+def test_hydras_dict_syntax_sets_a_metric(override: str) -> None:
+    """Every form of Hydra's syntax for a dict key works (issue 32: `key={...}` was refused
+    with "eval.metrics.acc=null is not a key of dict")."""
+    cfg = compose_config(override.split(" "))
+    assert cfg["eval"]["metrics"] == {
+        "acc": {"_target_": "torchmetrics.classification.MulticlassAccuracy", "num_classes": 4}
+    }
+
+
+def test_an_unknown_key_names_the_forms_that_are_accepted() -> None:
+    with pytest.raises(SpecError) as info:
+        compose_config(["model.dropout_rate=0.1"])
+    assert "model.dropout_rate=0.1 is not a key of MLPConfig" in str(info.value)
+    assert "+model.dropout_rate=VALUE" in str(info.value) and "model={key: value" in str(info.value)

@@ -223,3 +223,76 @@ def test_the_skeleton_package_is_a_python_name(folder: str, package: str) -> Non
     for name, text in files.items():
         if name.endswith(".py"):
             compile(text, name, "exec")  # the files a user gets are valid Python
+
+
+def test_renders_of_an_unchanged_project_share_one_small_snapshot(tmp_path: Path) -> None:
+    """A git project whose .gitignore lists neither logs/ nor outputs/ (issue 32): every
+    render used to freeze the earlier snapshots too (1.5 -> 343 MB over five renders)."""
+    _write(tmp_path, {"train.py": "print('hi')\n", "conf/exp.yaml": "lr: 1\n"})
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    paths = set()
+    for round_ in range(5):
+        snap = take_snapshot(tmp_path, "logs", ["**/*.py"], "outputs/jzk-1234")
+        paths.add(snap.path)
+        # What a run and Slurm leave behind, none of it git-ignored.
+        _write(
+            tmp_path,
+            {f"outputs/jzk-1234/ckpt-{round_}.pt": "x" * 1000, f"logs/jzk-{round_}.out": "log"},
+        )
+    assert len(paths) == 1
+    (snap,) = paths
+    copied = sorted(
+        p.relative_to(snap).as_posix()
+        for p in snap.rglob("*")
+        if p.is_file() and ".jzk-provenance" not in p.parts
+    )
+    assert copied == ["conf/exp.yaml", "train.py"]
+    source = json.loads((snap / ".jzk-provenance" / "source.json").read_text())
+    assert source["untracked_files"] == []
+    # A new snapshot (the code changed) still records none of the outputs in its diff.
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    changed = take_snapshot(tmp_path, "logs", ["**/*.py"], "outputs/jzk-1234")
+    diff = (changed.path / ".jzk-provenance" / "uncommitted.diff").read_text()
+    assert "+print('hello')" in diff and "ckpt-" not in diff and "jzk-0.out" not in diff
+
+
+@pytest.mark.parametrize(
+    ("log_dir", "run_dir", "left_out"),
+    [
+        ("logs", "outputs/jzk-1", ["logs", "multirun", "outputs"]),
+        ("logs", "runs/exp1", ["logs", "multirun", "outputs", "runs"]),
+        ("slurm logs", "ckpt", ["ckpt", "multirun", "outputs", "slurm logs"]),
+        ("/elsewhere/logs", "/elsewhere/runs/r", ["multirun", "outputs"]),
+    ],
+)
+def test_the_toolkits_folders_are_left_out_of_a_snapshot(
+    tmp_path: Path, log_dir: str, run_dir: str, left_out: list[str]
+) -> None:
+    from jeanzay_kit.project.snapshot import excluded_folders
+
+    assert excluded_folders(tmp_path.resolve(), log_dir, run_dir) == left_out
+
+
+def test_an_oversized_diff_is_cut_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _write(tmp_path, {"a.py": "A = 1\n"})
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    _write(tmp_path, {"big.py": "# " + "x" * 5000 + "\n"})  # untracked: in the diff
+    monkeypatch.setattr(snapshot_module, "MAX_DIFF_BYTES", 1000)
+    snap = take_snapshot(tmp_path, "logs", ["*.py"])
+    provenance = snap.path / ".jzk-provenance"
+    diff = (provenance / "uncommitted.diff").read_bytes()
+    assert len(diff) < 1500 and b"the diff was cut at 1000" in diff
+    assert json.loads((provenance / "source.json").read_text())["uncommitted_diff_cut"]
+    assert snap.bytes >= len(diff) + 5000  # the cap counts the provenance too
+    # The provenance alone over the cap refuses the snapshot, leaving nothing behind.
+    monkeypatch.setattr(snapshot_module, "MAX_BYTES", 5100)
+    (tmp_path / "a.py").write_text("A = 2\n")
+    with pytest.raises(JzkError, match="with its provenance record"):
+        take_snapshot(tmp_path, "logs", ["*.py"])
+    assert [p.name for p in (tmp_path / "logs" / "code").iterdir()] == [snap.path.name]
