@@ -35,6 +35,8 @@ TOOLKIT_NAMES = frozenset(
         "heartbeat",  # a session's heartbeats (train/heartbeat.py)
         ".jzk-write-test",  # the batch script's probe (slurm/sbatch.py)
         "outcome.json",  # how a local run ended (node/outcome.py)
+        "job.sbatch",  # the script `jzk submit` submitted (cli/submit.py)
+        ".submitit",  # submitit's own folder, for a sweep's point
     }
 )
 # A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress.
@@ -75,7 +77,10 @@ class ScriptCommand:
 
 
 def written_by_script(top: str) -> bool:
-    """A top-level name of a run directory that the script wrote, not the toolkit."""
+    """A top-level name of a run directory that the script wrote, not the toolkit (nor a
+    toolkit file being written: durable_io's `.<name>.tmp`)."""
+    if top.startswith(".") and top.endswith(".tmp") and top[1:-4] in TOOLKIT_NAMES:
+        return False
     return top not in TOOLKIT_NAMES and not top.startswith(_TOOLKIT_PREFIXES)
 
 

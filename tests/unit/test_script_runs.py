@@ -172,7 +172,8 @@ def test_resume_arguments_follow_what_an_earlier_attempt_left(tmp_path: Path) ->
     run = tmp_path / "run"
     run.mkdir()
     # The toolkit's own files are no reason to resume.
-    for name in ("command.json", "provenance", "outcome.json", "train.log", ".jzk-requeue"):
+    toolkit = ("command.json", "provenance", "outcome.json", "train.log", ".jzk-requeue")
+    for name in (*toolkit, "job.sbatch", "manifest.jsonl", ".manifest.jsonl.tmp"):
         (run / name).write_text("")
     start = time.time()
     assert script_writes(run, start) == (False, False)
