@@ -52,14 +52,17 @@ def run(args: argparse.Namespace) -> int:
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
     # A changed config meeting another experiment's checkpoints: refused now, not after
-    # the job has waited in the queue.
-    check_resume_early(
-        run_dir,
-        spec.config,
-        spec.layout.checkpoint_world(),
-        spec.checkpoint.resume,
-        spec.checkpoint.allow_config_change,
-    )
+    # the job has waited in the queue. A script task's run directory is checked against
+    # its command instead (cli/common.py check_script_run, in render); a session's own
+    # checkpoints record the script's hyper-parameters, not this config.
+    if not spec.job.runs_script:
+        check_resume_early(
+            run_dir,
+            spec.config,
+            spec.layout.checkpoint_world(),
+            spec.checkpoint.resume,
+            spec.checkpoint.allow_config_change,
+        )
     # Refused here, not by the job after its wait in the queue.
     check_writable(run_dir)
     path = run_dir / "job.sbatch"

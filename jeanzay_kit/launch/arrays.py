@@ -53,9 +53,10 @@ def _plain(key: str, value: object) -> str:
 
 
 def _setup(spec: JobSpec, code_dir: str | None) -> list[str]:
-    # The same lines as the rendered script runs before srun.
+    # The same lines as the rendered script runs before srun, and the step's start: the
+    # tasks of a script task decide alike whether they resume (node/script_task.py).
     try:
-        return setup_lines(spec, code_dir)
+        return [*setup_lines(spec, code_dir), "export JZK_STEP_START=$(date +%s)"]
     except RenderError as err:
         raise LaunchError(str(err)) from err
 

@@ -45,7 +45,6 @@ def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> 
     difference) when COMMAND_FILE records another; record this one when there is none
     (write=False: only check, as `jzk submit` does before the queue)."""
     path = run_dir / COMMAND_FILE
-    mine = command.identity()
     try:
         old = json.loads(path.read_text())
     except FileNotFoundError:
@@ -53,12 +52,12 @@ def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> 
     except (OSError, ValueError):
         old = None  # unreadable: rewritten below
     if isinstance(old, dict):
-        differences = command_differences(old, mine)
+        differences = command_differences(command.recorded_identity(old), command.identity())
         if differences:
             raise JzkError(refusal(str(run_dir), differences))
         return
     if write:
         run_dir.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{COMMAND_FILE}.{os.getpid()}")
-        tmp.write_text(json.dumps(mine, indent=1) + "\n")
+        tmp.write_text(json.dumps(command.record(), indent=1) + "\n")
         os.replace(tmp, path)  # every task writes the same text: the last rename wins

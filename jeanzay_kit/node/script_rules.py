@@ -60,6 +60,18 @@ class ScriptCommand:
             {"entry": self.entry, "args": self.args, "args_may_change": self.may_change}
         )
 
+    def record(self) -> dict[str, Any]:
+        """What COMMAND_FILE keeps: the whole command, so that an option declared in
+        job.args_may_change later is left out of the comparison on both sides."""
+        return {"entry": self.identity()["entry"], "args": list(self.args)}
+
+    def recorded_identity(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """A COMMAND_FILE record seen with this command's job.args_may_change."""
+        args = [str(a) for a in record.get("args") or ()]
+        return script_identity(
+            {"entry": record.get("entry", ""), "args": args, "args_may_change": self.may_change}
+        )
+
     @classmethod
     def from_argv(
         cls, argv: Sequence[str], resume_args: Sequence[str] = (), may_change: Sequence[str] = ()

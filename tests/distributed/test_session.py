@@ -67,12 +67,14 @@ def test_a_session_loop_resumes_exactly_and_on_another_world_size(project: Path)
 
     # Resumed on 1 worker: the same samples a step (32, the model resharded); the
     # gradients sum in another order, so equal within float32 rounding, not bitwise.
+    # Without the pretend work: an option declared as not the run's identity.
     one = finish(
         start(
             project,
             "job.entry=train_session.py",
             "resources.gpus_per_node=1",
             "job.args=[--steps,40]",
+            "job.args_may_change=[--step-seconds]",
             f"job.run_dir={runs / 'other'}",
         )
     )

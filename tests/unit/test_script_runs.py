@@ -160,11 +160,18 @@ def test_a_run_directory_belongs_to_one_command(tmp_path: Path) -> None:
     claim_run_dir(run, ScriptCommand("train.py", ("--lr=1", "--log=b"), may_change=("--log",)))
     claim_run_dir(run, ScriptCommand("train.py", ("--lr=1",), ("--init_from=resume",), ("--log",)))
     with pytest.raises(JzkError) as info:
-        claim_run_dir(run, ScriptCommand("train.py", ("--lr=2",)), write=False)
+        claim_run_dir(run, ScriptCommand("train.py", ("--lr=2",), may_change=("--log",)), False)
     assert "belongs to another command (job.args: '--lr=1' -> '--lr=2')" in str(info.value)
     assert "job.args_may_change" in str(info.value)
     with pytest.raises(JzkError, match=r"job.entry: 'train.py' -> 'other.py'"):
-        claim_run_dir(run, ScriptCommand("other.py", ("--lr=1",)))
+        claim_run_dir(run, ScriptCommand("other.py", ("--lr=1", "--log=a")))
+    # An option declared later is left out on both sides (the record keeps every argument).
+    claim_run_dir(
+        run,
+        ScriptCommand("train.py", ("--lr=1", "--log=z", "--seconds=3"), (), ("--log", "--seconds")),
+    )
+    with pytest.raises(JzkError, match="'--log=a' removed"):
+        claim_run_dir(run, ScriptCommand("train.py", ("--lr=1",)))
 
 
 def test_resume_arguments_follow_what_an_earlier_attempt_left(tmp_path: Path) -> None:
