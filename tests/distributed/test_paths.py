@@ -69,6 +69,8 @@ def test_every_command_works_over_such_paths(kind: str, places) -> None:
     )
     run_dir = Path(paths[1].split("=", 1)[1])
     for args in (
+        ("init", str(run_dir.parent / "new project")),
+        ("clusters",),
         ("validate", *H100, *paths, *script),
         ("render", *H100, *paths, *script),
         ("train", *paths, "resources.gpus_per_node=1", *script),
