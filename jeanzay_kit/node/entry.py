@@ -96,6 +96,8 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     if launched_by(env) is not None:
         script = script_task.script_command(spec)
         return script_task.run_task(sys.executable, script, env, str(run_dir))
+    # Another command's run directory is refused before anything is written in it.
+    script_task.claim_run_dir(run_dir, script_task.script_command(spec))
     with recorded_outcome(run_dir) as outcome:
         outcome.code = script_task.launch_local(spec, run_dir, env, sys.executable, stop)
     stop.ignore_from_now()  # the processes are gone: nothing left to stop

@@ -85,6 +85,7 @@ def test_a_nanogpt_style_script_is_stopped_and_goes_on_from_its_own_checkpoint(
     )
     assert refused.returncode == 2
     assert "belongs to another command (job.args:" in refused.stderr
+    assert json.loads((run_dir / "outcome.json").read_text())["state"] == "COMPLETED"
     assert "'--max_iters=12' added" in refused.stderr
 
 
