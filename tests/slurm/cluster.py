@@ -48,12 +48,15 @@ def wait_for(job_id: str, env: dict[str, str], timeout: float = 180) -> None:
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 
 
-def sacct_states(job_id: str, env: dict[str, str], duplicates: bool = False) -> list[str]:
+def sacct_states(
+    job_id: str, env: dict[str, str], duplicates: bool = False, expected: int = 1
+) -> list[str]:
     """Allocation states from sacct; with duplicates, every requeued run too (oldest first).
 
     slurmctld tells slurmdbd about a job's end asynchronously: a job gone from squeue can
-    still read RUNNING in sacct for a moment, so wait (up to 30 s) for the last record of
-    every job to show an end state."""
+    still read RUNNING in sacct for a moment, and an array's tasks can reach it one by one
+    (seen: one record of a 3-task array), so wait (up to 30 s) for `expected` jobs whose
+    last record shows an end state."""
     argv = ["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "JobID,State"]
     if duplicates:
         argv.insert(1, "-D")
@@ -62,7 +65,8 @@ def sacct_states(job_id: str, env: dict[str, str], duplicates: bool = False) -> 
         rows = [line.split("|") for line in run(argv, env).stdout.splitlines() if "|" in line]
         states = [state.split()[0] if state else "" for _, state in rows]
         last = {jid: state for jid, state in zip([r[0] for r in rows], states, strict=True)}
-        if (last and set(last.values()) <= ENDED) or time.monotonic() > deadline:
+        done = len(last) >= expected and set(last.values()) <= ENDED
+        if done or time.monotonic() > deadline:
             return states
         time.sleep(0.5)
 

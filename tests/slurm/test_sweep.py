@@ -45,7 +45,7 @@ def test_three_point_sweep_is_one_array_job(slurm, tmp_path: Path) -> None:
 
     array_id = records[0]["array_job_id"]
     wait_for(array_id, slurm)
-    assert sacct_states(array_id, slurm) == ["COMPLETED"] * 3
+    assert sacct_states(array_id, slurm, expected=3) == ["COMPLETED"] * 3
 
     finals = set()
     for rec, lr in zip(records, lrs, strict=True):

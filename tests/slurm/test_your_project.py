@@ -221,7 +221,7 @@ def test_a_project_on_slurm_runs_the_code_it_was_submitted_with(
 
     wait_for(records[0]["array_job_id"], env, timeout=300)
     wait_for(job_id, env, timeout=300)
-    assert sacct_states(records[0]["array_job_id"], env) == ["COMPLETED"] * 3
+    assert sacct_states(records[0]["array_job_id"], env, expected=3) == ["COMPLETED"] * 3
     assert sacct_states(job_id, env) == ["COMPLETED"], (held_dir / "..").resolve()
     # The held job ran the code of its submission: the model of the unedited reference.
     assert _digest(held_dir) == reference
