@@ -133,7 +133,7 @@ def run_hash(config: Mapping[str, Any], job: Mapping[str, Any] | None = None) ->
     """The hash that names a run directory: the command of a script task (job.entry
     and job.args), else resume_hash(config). `job` is the job section when config lacks
     it (the resolver leaves it out: job.run_dir refers to this hash)."""
-    from jeanzay_kit.distributed.script_env import runs_script
+    from jeanzay_kit.config.entry import runs_script
 
     job = job if job is not None else config.get("job") or {}
     entry = str(job.get("entry", ""))

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jeanzay_kit.config.collector import CONTROL, Collector
+from jeanzay_kit.config.entry import ENTRY_KINDS
 from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
@@ -17,7 +18,6 @@ from jeanzay_kit.config.sections import (
     PreemptionSettings,
     WatchdogSettings,
 )
-from jeanzay_kit.distributed.script_env import ENTRY_KINDS
 
 OPTIMIZERS = ("adamw", "sgd")
 SIGNALS = ("USR1", "USR2", "TERM")

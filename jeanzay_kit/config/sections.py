@@ -34,7 +34,7 @@ class JobSettings:
     @property
     def runs_script(self) -> bool:
         """job.entry is the user's own command, not the toolkit's loop."""
-        from jeanzay_kit.distributed.script_env import runs_script
+        from jeanzay_kit.config.entry import runs_script
 
         return runs_script(self.entry, self.entry_kind)
 

@@ -197,7 +197,7 @@ _LOOP_SECTIONS: dict[str, type] = {
 
 
 def _runs_script(job: Mapping[str, Any]) -> bool:
-    from jeanzay_kit.distributed.script_env import runs_script
+    from jeanzay_kit.config.entry import runs_script
 
     entry, kind = job.get("entry"), job.get("entry_kind", "auto")
     return isinstance(entry, str) and isinstance(kind, str) and runs_script(entry, kind)

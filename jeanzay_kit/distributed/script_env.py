@@ -18,21 +18,10 @@ from collections.abc import Sequence
 
 from jeanzay_kit.distributed.ranks import RankInfo
 
-TOOLKIT_ENTRY = "-m jeanzay_kit.train_app"
 # Written in the run directory by a task whose command exited 3 ("requeue me",
 # node/script_task.py); the batch script's restart step (node/restart_job.py --script)
 # requeues the job and removes it.
 REQUEUE_MARK = ".jzk-requeue"
-ENTRY_KINDS = ("auto", "toolkit", "script")
-
-
-def runs_script(entry: str, kind: str) -> bool:
-    """True when job.entry is the user's own command rather than the toolkit's loop."""
-    if kind == "script":
-        return True
-    if kind == "toolkit":
-        return False
-    return shlex.split(entry) != shlex.split(TOOLKIT_ENTRY)
 
 
 def script_argv(python: str, entry: str, args: Sequence[str]) -> list[str]:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.distributed.script_env import runs_script
+from jeanzay_kit.config.entry import runs_script
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
 

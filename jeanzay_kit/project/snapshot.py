@@ -48,7 +48,13 @@ def excluded_folders(root: Path, log_dir: str, run_dir: str | None) -> list[str]
     log folder (and the snapshots in it), the run directories' folder, Hydra's output
     folders. Relative or absolute paths, only those inside root count."""
     out = set(OUTPUT_DIRS)
-    for folder in (log_dir, str(Path(run_dir).parent) if run_dir else None):
+    # The run directories' folder: outputs/ of outputs/jzk-1234, or the run directory
+    # itself when it has no parent (job.run_dir=ckpt).
+    run_folder = None
+    if run_dir:
+        parent = Path(run_dir).parent
+        run_folder = str(parent) if parent.parts else run_dir
+    for folder in (log_dir, run_folder):
         if not folder or folder == ".":
             continue
         path = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -58,8 +64,6 @@ def excluded_folders(root: Path, log_dir: str, run_dir: str | None) -> list[str]
             continue
         if rel.parts:
             out.add(rel.as_posix())
-    if run_dir and not Path(run_dir).parent.parts and run_dir not in ("", "."):
-        out.add(Path(run_dir).as_posix())  # job.run_dir=ckpt: the run dir itself
     return sorted(out)
 
 

@@ -71,6 +71,20 @@ def sacct_states(
         time.sleep(0.5)
 
 
+def wait_for_line(
+    log: Path, marker: str, job_id: str, env: dict[str, str], timeout: float = 180
+) -> None:
+    """Until the job's log holds `marker`; fails at once (with both logs) when the job
+    has left the queue without printing it, instead of waiting out the timeout."""
+    deadline = time.monotonic() + timeout
+    while marker not in (log.read_text() if log.exists() else ""):
+        if time.monotonic() > deadline or not in_queue(job_id, env):
+            err = log.with_suffix(".err")
+            text = "".join(p.read_text()[-3000:] for p in (log, err) if p.exists())
+            pytest.fail(f"job {job_id} never printed {marker!r}:\n{text or 'no log'}")
+        time.sleep(0.5)
+
+
 def wait_until_step(run_dir: Path, step: int, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

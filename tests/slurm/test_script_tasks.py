@@ -10,12 +10,20 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import JZK, PYTHON, REPO, manifest_records, run, sacct_states, wait_for
+from tests.slurm.cluster import (
+    JZK,
+    PYTHON,
+    REPO,
+    manifest_records,
+    run,
+    sacct_states,
+    wait_for,
+    wait_for_line,
+)
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -42,10 +50,7 @@ def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_
     (run_dir,) = (project / "outputs").glob("own-*")
     (record,) = manifest_records(run_dir)
     job_id, log = record["job_id"], Path(record["log"])
-    deadline = time.monotonic() + 180
-    while "step 10 " not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
-        time.sleep(0.5)
+    wait_for_line(log, "step 10 ", job_id, slurm)
     # The time-limit warning, as Slurm sends it to every task of the step.
     signalled = run(["scancel", "--signal=USR1", job_id], slurm)
     assert signalled.returncode == 0, signalled.stderr
@@ -103,10 +108,7 @@ def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
     assert launched.returncode == 0, launched.stderr[-3000:]
     one, two = manifest_records(sweep_dir)
     log = Path(two["log"])
-    deadline = time.monotonic() + 180
-    while "step 10/40" not in (log.read_text() if log.exists() else ""):
-        assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
-        time.sleep(0.5)
+    wait_for_line(log, "step 10/40", two["job_id"], slurm)
     signalled = run(["scancel", "--signal=USR1", two["job_id"]], slurm)
     assert signalled.returncode == 0, signalled.stderr
     for record in (one, two):  # two resource shapes: two arrays

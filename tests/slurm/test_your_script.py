@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -22,20 +21,15 @@ from tests.slurm.cluster import (
     JZK,
     PYTHON,
     REPO,
-    in_queue,
     manifest_records,
     run,
     sacct_states,
     wait_for,
+    wait_for_line,
 )
 from tests.unit.test_script_runs import AWKWARD_ARGUMENTS
 
 pytestmark = pytest.mark.timeout(600)
-
-
-def _logs(log: Path) -> str:
-    err = log.with_suffix(".err")
-    return "".join(p.read_text()[-3000:] for p in (log, err) if p.exists()) or "no log"
 
 
 def test_a_nanogpt_style_script_is_requeued_and_resumes_its_own_checkpoint(
@@ -67,11 +61,7 @@ def test_a_nanogpt_style_script_is_requeued_and_resumes_its_own_checkpoint(
     (run_dir,) = (project / "outputs").glob("gpt-*")
     (record,) = manifest_records(run_dir)
     job_id, log = record["job_id"], Path(record["log"])
-    deadline = time.monotonic() + 180
-    while "iter 13:" not in (log.read_text() if log.exists() else ""):
-        ended = not in_queue(job_id, slurm)
-        assert time.monotonic() < deadline and not ended, _logs(log)
-        time.sleep(0.5)
+    wait_for_line(log, "iter 13:", job_id, slurm)
     signalled = run(["scancel", "--signal=USR1", job_id], slurm)
     assert signalled.returncode == 0, signalled.stderr
     wait_for(job_id, slurm, timeout=300)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.entry import runs_script
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.distributed.script_env import (
     entry_problem,
-    runs_script,
     script_argv,
     script_env,
 )
