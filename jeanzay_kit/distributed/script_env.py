@@ -22,6 +22,10 @@ from jeanzay_kit.distributed.ranks import RankInfo
 # node/script_task.py); the batch script's restart step (node/restart_job.py --script)
 # requeues the job and removes it.
 REQUEUE_MARK = ".jzk-requeue"
+# Written in the run directory by the batch shell when Slurm signalled it alone
+# (`--signal=B:USR1@120`, `scancel --batch`): the signal's name, for every task to read
+# (node/signal_rules.py, train/preemption.py StopRequest.watch_note).
+STOP_NOTE_FILE = ".jzk-signal"
 
 
 def script_argv(python: str, entry: str, args: Sequence[str]) -> list[str]:

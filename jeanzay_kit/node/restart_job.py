@@ -20,6 +20,7 @@ from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK
 from jeanzay_kit.errors import SlurmCommandError
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.node.script_watch_rules import hang_folder_name
 from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED
 from jeanzay_kit.train.stall import made_progress
@@ -72,7 +73,12 @@ def restart_after_failure(
         return f"jzk: the script stopped (exit {status}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         return ""
-    reason = "hang" if status == 4 else f"failure (srun exit {status})"
+    # A script's hang: the tasks that found it ended with 4, but srun reports the
+    # highest code of the step (a peer killed after them), so their folder tells.
+    hung = status == 4 or (
+        script and since is not None and (run_dir / hang_folder_name(since)).is_dir()
+    )
+    reason = "hang" if hung else f"failure (srun exit {status})"
     progressed = (
         wrote_since(run_dir, since)
         if script

@@ -15,29 +15,43 @@ from jeanzay_kit.node.script_rules import (
     refusal,
     written_by_script,
 )
+from jeanzay_kit.node.script_watch_rules import looks_like_checkpoint
 
 
 def script_writes(run_dir: Path, since: float) -> tuple[bool, bool]:
     """(files of the script's older than `since` are in run_dir, it wrote one since):
     what the script left to resume from, and whether this attempt saved anything. The
     toolkit's own files (node/script_rules.py TOOLKIT_NAMES) are not the script's."""
-    before = after = False
+    mtimes = [mtime for _, mtime in _script_files(run_dir)]
+    return any(t < since for t in mtimes), any(t >= since for t in mtimes)
+
+
+def _script_files(run_dir: Path) -> list[tuple[Path, float]]:
+    """Every file of the script's under run_dir, with its mtime."""
     try:
         tops = [p for p in run_dir.iterdir() if written_by_script(p.name)]
     except OSError:
-        return False, False
+        return []
+    found = []
     for top in tops:
         for path in (top, *top.rglob("*")) if top.is_dir() else (top,):
             try:
-                if not path.is_file():
-                    continue
-                mtime = path.stat().st_mtime
+                if path.is_file():
+                    found.append((path, path.stat().st_mtime))
             except OSError:  # removed while we looked (the script rotates its files)
                 continue
-            before, after = before or mtime < since, after or mtime >= since
-            if before and after:
-                return True, True
-    return before, after
+    return found
+
+
+def newest_script_write(run_dir: Path) -> float | None:
+    """When the script last wrote a file in its run directory (None: never)."""
+    return max((mtime for _, mtime in _script_files(run_dir)), default=None)
+
+
+def newest_checkpoint(run_dir: Path) -> tuple[Path, float] | None:
+    """The script's newest file that looks like a checkpoint, and its mtime."""
+    found = [(p, t) for p, t in _script_files(run_dir) if looks_like_checkpoint(p.name)]
+    return max(found, key=lambda item: item[1], default=None)
 
 
 def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:

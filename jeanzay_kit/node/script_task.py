@@ -132,28 +132,26 @@ def slurm_task(
     run_dir: str,
     resume_args: Sequence[str] = (),
     may_change: Sequence[str] = (),
+    stall_seconds: float = 0.0,
+    heartbeat_seconds: float = 2.0,
 ) -> int:
     """The rendered scripts' way: run `command` as this Slurm task's child and end as it
     ended, except that its "requeue me" (exit 3) is written down as REQUEUE_MARK in the
     run directory and the task exits 0. srun's --kill-on-bad-exit would otherwise
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
-    Slurm's signals reach the command (it is in the task's process group); they are
-    passed on as well, in case the site's process tracking reaches only the task."""
+    The child is watched (node/script_watch.py): each stop signal reaches it once, and
+    a hung script (stall_seconds, 0: not watched) ends the task with EXIT_HUNG."""
+    from jeanzay_kit.node.script_watch import Watch, supervise
+
     script = ScriptCommand.from_argv(command, resume_args, may_change)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
     full_env = task_env(env, run_dir)
     head = command[: len(command) - len(script.args)]  # python and the entry
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
     command, full = frozen(argv, full_env)
-    child = subprocess.Popen(command, env=full)
-
-    def pass_on(signum: int, _frame: object) -> None:
-        if child.poll() is None:
-            child.send_signal(signum)
-
-    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, pass_on)
-    code = child.wait()
+    token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
+    watch = Watch(Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds)
+    code = supervise(command, full, watch)
     if code in STOPPED:
         (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
         if rank == 0:
@@ -215,8 +213,12 @@ def launch_local(
     start = time.time()
     command = script_argv(python, script.entry, begin_attempt(script, run_dir, start))
     infos = local_rank_infos(world, free_port())
+    # A process group of their own: a Ctrl-C in the terminal reaches this launcher
+    # alone, which passes it on once (in the terminal's group they would get it twice).
     procs = [
-        subprocess.Popen(command, env={**env, **script_env(info, str(run_dir.resolve()))})
+        subprocess.Popen(
+            command, env={**env, **script_env(info, str(run_dir.resolve()))}, process_group=0
+        )
         for info in infos
     ]
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
@@ -289,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--resume-arg", action="append", default=[], help="job.resume_args")
     parser.add_argument("--may-change", action="append", default=[], help="job.args_may_change")
+    parser.add_argument("--stall-seconds", type=float, default=0.0, help="watchdog.stall_seconds")
+    parser.add_argument("--heartbeat-seconds", type=float, default=2.0)
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -296,7 +300,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command (python ENTRY ARGS...) after --")
     # The environment is read here, once.
     try:
-        return slurm_task(command, dict(os.environ), args.run_dir, args.resume_arg, args.may_change)
+        return slurm_task(
+            command,
+            dict(os.environ),
+            args.run_dir,
+            args.resume_arg,
+            args.may_change,
+            args.stall_seconds,
+            args.heartbeat_seconds,
+        )
     except JzkError as err:
         print(f"jzk: {err}", file=sys.stderr, flush=True)
         return 2

@@ -27,7 +27,7 @@ import yaml
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
-from jeanzay_kit.distributed.script_env import REQUEUE_MARK, script_argv
+from jeanzay_kit.distributed.script_env import REQUEUE_MARK, STOP_NOTE_FILE, script_argv
 from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.flags import sbatch_flags
 
@@ -168,6 +168,24 @@ def run_dir_check_lines(run_dir: str) -> list[str]:
     ]
 
 
+def signal_trap_lines() -> list[str]:
+    """The batch shell's traps. Slurm may signal this shell alone (`--signal=B:USR1@120`,
+    `scancel --batch`): it notes the signal in the run directory, where every task reads
+    it and passes it on once (node/signal_rules.py). SIGTERM means Slurm is ending the
+    job (scancel, a preemption, a requeue the script asked for itself): nothing is
+    requeued from here then. Without traps bash would die of either."""
+    note = f'"$JZK_RUN_DIR/{STOP_NOTE_FILE}"'
+    return [
+        "# Slurm may signal this shell alone (--signal=B:..., scancel --batch): the note",
+        "# reaches every task, which passes the signal on once. SIGTERM: Slurm is ending",
+        "# the job (scancel, preemption, a requeue): nothing is requeued from here.",
+        'jzk_ending=""',
+        f"trap 'echo USR1 > {note} || true' USR1",
+        f"trap 'echo USR2 > {note} || true' USR2",
+        "trap 'jzk_ending=1' TERM",
+    ]
+
+
 def render_sbatch(
     spec: JobSpec,
     command: Sequence[str] | None = None,
@@ -284,6 +302,8 @@ def render_sbatch(
             shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
             *(shell_word(f"--resume-arg={a}") for a in spec.job.resume_args),
             *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
+            f"--stall-seconds={spec.watchdog.stall_seconds:g}",
+            f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
             "--",
         ]
         program += [
@@ -302,12 +322,21 @@ def render_sbatch(
         return "\n".join(lines) + "\n"
     lines.append("status=0")
     runs_script = command is None and spec.job.runs_script
+    marks = [f'"$JZK_RUN_DIR/{STOP_NOTE_FILE}"']
     if runs_script:
-        lines.append(f'rm -f -- "$JZK_RUN_DIR/{REQUEUE_MARK}"  # a task whose script exited 3')
+        marks.insert(0, f'"$JZK_RUN_DIR/{REQUEUE_MARK}"')  # a task whose script exited 3
+    lines.append("rm -f -- " + " ".join(marks))
+    lines += signal_trap_lines()
     # The step's start: a step failing before any progress is not requeued; a script
     # task's files older than it are an earlier attempt's (its resume arguments apply).
     lines.append("export JZK_STEP_START=$(date +%s)")
-    lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " || status=$?")
+    lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " &")
+    lines.append("jzk_step=$!")
+    lines.append("# wait returns at each trapped signal: wait again until the step has ended")
+    lines.append("while :; do")
+    lines.append('  wait "$jzk_step" && status=0 || status=$?')
+    lines.append('  kill -0 "$jzk_step" 2>/dev/null || break')
+    lines.append("done")
     lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
     lines.append("# from the newest checkpoint while preemption.max_restarts allows")
     restart = [
@@ -321,9 +350,12 @@ def render_sbatch(
     ]
     if runs_script:
         restart.append("--script")  # exit 3 asks for a requeue; progress: files written
-        lines.append(f'if [ "$status" -ne 0 ] || [ -e "$JZK_RUN_DIR/{REQUEUE_MARK}" ]; then')
+        lines.append(
+            f'if [ -z "$jzk_ending" ] && {{ [ "$status" -ne 0 ] || '
+            f'[ -e "$JZK_RUN_DIR/{REQUEUE_MARK}" ]; }}; then'
+        )
     else:
-        lines.append('if [ "$status" -ne 0 ]; then')
+        lines.append('if [ -z "$jzk_ending" ] && [ "$status" -ne 0 ]; then')
     lines.append("  " + " ".join(restart) + " || true")
     lines.append("fi")
     lines.append('exit "$status"')

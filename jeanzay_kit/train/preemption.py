@@ -9,6 +9,8 @@ the handler interrupts the main thread anywhere, even inside a collective.
 from __future__ import annotations
 
 import signal
+import time
+from pathlib import Path
 
 # INT: Ctrl-C on a local `jzk train` (the terminal signals every process of the run) is
 # a stop like the others: the loop saves at the next step boundary and exits 3.
@@ -21,9 +23,16 @@ SIGNALS = {
 EXIT_PREEMPTED = 3  # "stopped early after a complete checkpoint: run again to resume"
 
 
+# How often a rank looks for the batch shell's stop note (watch_note).
+NOTE_CHECK_S = 1.0
+
+
 class StopRequest:
     def __init__(self, names: tuple[str, ...] = ("USR1", "USR2", "TERM", "INT")):
-        self.signum = 0
+        self._signum = 0
+        self._created = time.time()
+        self._note: Path | None = None
+        self._next_check = 0.0
         self._previous = {}
         for name in names:
             sig = SIGNALS[name]
@@ -32,7 +41,23 @@ class StopRequest:
     def _handle(self, signum: int, _frame: object) -> None:
         # SIGTERM (15) outranks USR1 (10) and USR2 (12): a cancel or a preemption wins
         # over the time-limit warning. SIGINT (2) only stops: it never asks for a requeue.
-        self.signum = max(self.signum, signum)
+        self._signum = max(self._signum, signum)
+
+    @property
+    def signum(self) -> int:
+        """The strongest stop signal noted so far (0: none), the batch shell's note
+        included (read at most once a NOTE_CHECK_S: a stat on a shared filesystem)."""
+        if self._note is not None and not self._signum and time.monotonic() >= self._next_check:
+            self._next_check = time.monotonic() + NOTE_CHECK_S
+            self._signum = read_stop_note(self._note, self._created)
+        return self._signum
+
+    def watch_note(self, path: Path) -> None:
+        """Also stop on the batch shell's note of a signal Slurm sent it alone
+        (`--signal=B:USR1@120`, `scancel --batch`; node/signal_rules.py): the rendered
+        script writes it at `path` and the ranks read it here. A second copy of a signal
+        (the note and Slurm's own) stops once: stopping is a flag."""
+        self._note = path
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
@@ -49,6 +74,19 @@ class StopRequest:
         """
         for sig in self._previous:
             signal.signal(sig, signal.SIG_IGN)
+
+
+def read_stop_note(path: Path, since: float) -> int:
+    """The signal named in the batch shell's note at `path` if it was written after
+    `since` (a note of an earlier attempt is not this one's), else 0."""
+    try:
+        if path.stat().st_mtime < since:
+            return 0
+        name = path.read_text().strip().removeprefix("SIG")
+    except OSError:
+        return 0
+    sig = SIGNALS.get(name)
+    return int(sig) if sig is not None else 0
 
 
 def agree(local: list[int], device, extra=None) -> list[int]:  # noqa: ANN001

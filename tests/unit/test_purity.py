@@ -33,6 +33,8 @@ PURE = [
     "distributed/script_env.py",
     "node/session_rules.py",
     "node/script_rules.py",
+    "node/signal_rules.py",
+    "node/script_watch_rules.py",
     "train/stall.py",
     "train/progress.py",
     "analysis/summary.py",

@@ -261,6 +261,8 @@ def test_hostile_script_arguments_reach_the_script_as_data(hostile: str, tmp_pat
         "-m",
         "jeanzay_kit.node.script_task",
         f"--run-dir={spec.checkpoint.run_dir}",
+        "--stall-seconds=300",
+        "--heartbeat-seconds=2",
         "--",
         "python",
         f"my {hostile}.py",

@@ -1,0 +1,168 @@
+"""A script task on 2 nodes of the local Slurm cluster, as Slurm's signals reach it.
+
+- One signal: a script counting the SIGUSR1 it receives sees exactly one on every rank,
+  whichever way `scancel --signal` delivers it: to the job step (what `--signal=USR1@T`
+  does), to the batch shell only (`--batch`, as `--signal=B:USR1@T`), or to both
+  (`--full`).
+- A hung script is seen: after the signal one rank blocks in a collective and the other
+  sits silent (a framework's handler stuck in a join). No task prints and no file changes
+  for watchdog.stall_seconds: each task's Python stacks are dumped into hang-<start>/, the
+  step ends (exit 4) and the restart budget requeues the job, which resumes from the
+  script's own checkpoint and completes.
+
+The scripts are written as a user would, against torch and the environment only.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import (
+    JZK,
+    PYTHON,
+    manifest_records,
+    run,
+    sacct_states,
+    wait_for,
+    wait_for_line,
+)
+
+pytestmark = pytest.mark.timeout(600)
+
+COUNTING = textwrap.dedent(
+    """
+    import os, signal, sys, time
+
+    seen = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: seen.append(time.time()))
+    rank = os.environ["RANK"]
+    print(f"rank {rank} ready", flush=True)
+    while not seen:
+        time.sleep(0.05)
+    time.sleep(12)  # any second copy (Slurm's, the batch shell's, a relay's) lands here
+    out = os.path.join(os.environ["JZK_RUN_DIR"], f"count-{rank}")
+    with open(out, "w") as f:
+        f.write(str(len(seen)))
+    print(f"rank {rank} saw {len(seen)}", flush=True)
+    """
+)
+
+
+def _submit(
+    project: Path, slurm: dict[str, str], name: str, *overrides: str
+) -> tuple[str, Path, Path]:
+    sub = run(
+        [
+            JZK,
+            "submit",
+            "cluster=slurm_local",
+            "resources.nodes=2",
+            "resources.gpus_per_node=1",
+            f"job.name={name}",
+            f"job.python={PYTHON}",
+            *overrides,
+        ],
+        slurm,
+        project,
+    )
+    assert sub.returncode == 0, sub.stderr
+    (run_dir,) = (project / "outputs").glob(f"{name}-*")
+    (record,) = manifest_records(run_dir)
+    return record["job_id"], run_dir, Path(record["log"])
+
+
+@pytest.mark.parametrize("how", [[], ["--batch"], ["--full"]], ids=["step", "batch", "full"])
+def test_a_script_task_receives_the_signal_exactly_once(
+    slurm, tmp_path: Path, how: list[str]
+) -> None:
+    project = tmp_path / "counting"
+    project.mkdir()
+    (project / "count_signals.py").write_text(COUNTING)
+    name = "count" + "".join(h.strip("-") for h in how)
+    job_id, run_dir, log = _submit(project, slurm, name, "job.entry=count_signals.py")
+    wait_for_line(log, "rank 0 ready", job_id, slurm)
+    wait_for_line(log, "rank 1 ready", job_id, slurm)
+    signalled = run(["scancel", *how, "--signal=USR1", job_id], slurm)
+    assert signalled.returncode == 0, signalled.stderr
+    wait_for(job_id, slurm, timeout=120)
+    err = log.with_suffix(".err").read_text()
+    counts = {r: (run_dir / f"count-{r}").read_text() for r in (0, 1)}
+    assert counts == {0: "1", 1: "1"}, (counts, log.read_text()[-2000:], err[-2000:])
+    assert sacct_states(job_id, slurm) == ["COMPLETED"], err[-2000:]
+
+
+HANGING = textwrap.dedent(
+    """
+    import argparse, os, signal, sys, time
+
+    import torch
+    import torch.distributed as dist
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=40)
+    args = parser.parse_args()
+    stop = []
+    signal.signal(signal.SIGUSR1, lambda signum, frame: stop.append(signum))
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    path = os.path.join(os.environ["JZK_RUN_DIR"], "state.pt")
+    step = torch.load(path, weights_only=True)["step"] if os.path.exists(path) else 0
+    if rank == 0:
+        print(f"starting at step {step}", flush=True)
+    while step < args.steps:
+        flag = torch.tensor([len(stop)])
+        dist.all_reduce(flag)
+        if flag.item():
+            # A handler gone wrong: rank 0 waits for a thread that never ends, the
+            # others in a barrier rank 0 never joins. Nothing printed, nothing written.
+            if rank == 0:
+                while True:
+                    time.sleep(1)
+            dist.barrier()
+        step += 1
+        if rank == 0:
+            if step % 5 == 0:
+                torch.save({"step": step}, path + ".tmp")
+                os.replace(path + ".tmp", path)
+            print(f"step {step}", flush=True)
+        time.sleep(0.1)
+    dist.destroy_process_group()
+    if rank == 0:
+        print("done", flush=True)
+    """
+)
+
+
+def test_a_script_hung_in_a_collective_is_dumped_and_restarted(slurm, tmp_path: Path) -> None:
+    project = tmp_path / "hanging"
+    project.mkdir()
+    (project / "hangs.py").write_text(HANGING)
+    job_id, run_dir, log = _submit(
+        project,
+        slurm,
+        "hangs",
+        "job.entry=hangs.py",
+        "job.args=[--steps,60]",
+        "watchdog.stall_seconds=6",
+        "watchdog.heartbeat_seconds=1",
+    )
+    wait_for_line(log, "step 10", job_id, slurm)
+    assert run(["scancel", "--signal=USR1", job_id], slurm).returncode == 0
+    wait_for(job_id, slurm, timeout=300)
+    out, err = log.read_text(), log.with_suffix(".err").read_text()
+    assert "the script made no progress" in err and "watchdog.stall_seconds=6" in err, err[-3000:]
+    assert "jzk: hang; requeued job" in err, err[-3000:]
+    (hang,) = run_dir.glob("hang-*")
+    stacks = {p.name: p.read_text() for p in hang.glob("rank-*.txt")}
+    assert set(stacks) == {"rank-0.txt", "rank-1.txt"}, stacks
+    assert "barrier" in stacks["rank-1.txt"] and "time.sleep" not in stacks["rank-1.txt"]
+    assert "hangs.py" in stacks["rank-0.txt"], stacks["rank-0.txt"]
+    assert len(json.loads((run_dir / "restarts.json").read_text())["restarts"]) == 1
+    assert "starting at step 0" in out and "done" in out, out[-2000:]
+    resumed = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("starting")]
+    assert resumed[0] == 0 and resumed[1] >= 10, out[-2000:]
+    assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"

@@ -1,0 +1,125 @@
+"""The rules of a script task's watch: which signal copies are passed on (each reaches
+the command once), when a script that writes no heartbeat is hung, what looks like a
+checkpoint."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from jeanzay_kit.node.script_watch_rules import ScriptBeat, looks_like_checkpoint, script_hang
+from jeanzay_kit.node.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
+from jeanzay_kit.train.preemption import read_stop_note
+
+USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
+
+
+@pytest.mark.parametrize(
+    ("copies", "sent"),
+    [
+        # (time, reached the child already?): what Slurm and the others delivered
+        ([(0.0, True)], []),  # srun's step: the daemon signalled the command too
+        ([(0.0, False)], [USR1]),  # the batch shell alone (--signal=B:): pass it on
+        ([(0.0, True), (0.2, False)], []),  # scancel --full: shell note after the step's
+        ([(0.0, False), (0.3, True)], []),  # ... or before it, within SETTLE_S
+        ([(0.0, False), (0.1, False)], [USR1]),  # torchrun's agent and the note: once
+        ([(0.0, True), (WINDOW_S + 1, False)], [USR1]),  # a new delivery, much later
+    ],
+)
+def test_each_signal_reaches_the_command_once(
+    copies: list[tuple[float, bool]], sent: list[int]
+) -> None:
+    relay = SignalRelay()
+    out: list[int] = []
+    times = sorted({t for t, _ in copies} | {t + SETTLE_S for t, _ in copies})
+    pending = sorted(copies)
+    for now in times:
+        while pending and pending[0][0] <= now:
+            t, reached = pending.pop(0)
+            relay.received(USR1, reached, t)
+        out += relay.due(now)
+    out += relay.due(times[-1] + 2 * SETTLE_S)
+    assert out == sent
+
+
+def test_two_signals_are_two_deliveries() -> None:
+    relay = SignalRelay()
+    relay.received(USR1, False, 0.0)
+    relay.received(USR2, False, 0.0)
+    assert relay.due(SETTLE_S) == [USR1, USR2]
+
+
+@pytest.mark.parametrize(
+    ("name", "daemon"),
+    [("slurmstepd\n", True), ("slurmstepd", True), ("torchrun", False), ("bash\n", False)],
+)
+def test_the_step_daemon_is_known_by_its_name(name: str, daemon: bool) -> None:
+    assert from_step_daemon(name) is daemon
+    assert from_step_daemon(None) is False
+
+
+def _beat(rank: int, output_time: float, wall_time: float = 100.0, line: str = "") -> ScriptBeat:
+    return ScriptBeat(rank, f"n{rank}", 1000 + rank, "job-1", output_time, line, wall_time, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("beats", "newest_write", "hung", "named"),
+    [
+        # rank 0 prints, rank 1 never does: the run lives while rank 0 prints
+        ([_beat(0, 95.0), _beat(1, 0.0)], None, False, None),
+        ([_beat(0, 50.0, line="step 10"), _beat(1, 0.0)], None, True, 1),
+        # a checkpoint written recently is life too
+        ([_beat(0, 50.0), _beat(1, 0.0)], 90.0, False, None),
+        # a task whose wrapper stopped writing beats is named first
+        ([_beat(0, 50.0), _beat(1, 60.0, wall_time=80.0)], None, True, 1),
+        # another attempt's beats are not judged
+        ([ScriptBeat(0, "n1", 1, "job-0", 0.0, "", 100.0, 2.0)], None, False, None),
+    ],
+)
+def test_a_script_is_hung_when_no_task_prints_and_no_file_changes(
+    beats: list[ScriptBeat], newest_write: float | None, hung: bool, named: int | None
+) -> None:
+    verdict = script_hang(
+        beats, newest_write, start=0.0, now=100.0, stall_seconds=30.0, token="job-1"
+    )
+    assert (verdict is not None) is hung
+    if verdict is not None:
+        assert verdict.named.rank == named
+        assert "watchdog.stall_seconds=30" in verdict.message(30.0, "/runs/x", 100.0)
+
+
+def test_no_watch_with_stall_seconds_zero() -> None:
+    assert script_hang([_beat(0, 0.0)], None, 0.0, 1e6, 0.0, "job-1") is None
+
+
+def test_script_beats_read_back_and_other_beats_are_not_theirs() -> None:
+    beat = _beat(0, 5.0, line="epoch 1")
+    assert ScriptBeat.from_json(beat.to_json()) == beat
+    assert ScriptBeat.from_json({**beat.to_json(), "phase": "optimizer"}) is None
+
+
+@pytest.mark.parametrize(
+    ("name", "looks"),
+    [
+        ("ckpt.pt", True),
+        ("last.ckpt", True),
+        ("model.safetensors", True),
+        ("checkpoint_0010", True),
+        ("hpc_ckpt_1.ckpt", True),
+        ("log.txt", False),
+        ("metrics.csv", False),
+    ],
+)
+def test_checkpoint_looking_names(name: str, looks: bool) -> None:
+    assert looks_like_checkpoint(name) is looks
+
+
+def test_the_batch_shells_note_is_read_once_written_in_this_attempt(tmp_path) -> None:
+    note = tmp_path / ".jzk-signal"
+    assert read_stop_note(note, 0.0) == 0
+    note.write_text("USR1\n")
+    assert read_stop_note(note, 0.0) == USR1
+    assert read_stop_note(note, note.stat().st_mtime + 1) == 0  # an earlier attempt's
+    note.write_text("BOGUS\n")
+    assert read_stop_note(note, 0.0) == 0
