@@ -24,6 +24,12 @@ class RunProgress:
     restarts: int = 0
     data_wait_share: float | None = None  # of the last logged window's step time
     evaluation: dict | None = None  # eval_loss and eval_<name> of the newest evaluation
+    # A script task (job.entry a script) tells no step: what the toolkit saw from outside.
+    attempts: int | None = None  # starts of the script, whoever requeued it
+    last_line: str | None = None  # the newest line any task printed
+    last_line_age_s: float | None = None
+    checkpoint_file: str | None = None  # the script's newest checkpoint-looking file
+    checkpoint_age_s: float | None = None
 
 
 def _records_newest_first(run_dir: Path):  # noqa: ANN202 - a generator of dicts
@@ -58,13 +64,39 @@ def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
     running = [b for b in beats if b.phase not in FINISHED_PHASES]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
+    script = _script_progress(run_dir, now)
+    restarts = len(restart_history(run_dir))  # a finished run's too
+    if script.get("attempts"):
+        restarts = max(restarts, script["attempts"] - 1)
     return RunProgress(
+        **script,
         step=step,
         total=total,
         loss=record.get("loss"),
         eta_s=record.get("eta_s"),
         oldest_beat_s=max((now - b.wall_time for b in running), default=None),
-        restarts=len(restart_history(run_dir)),  # a finished run's too
+        restarts=restarts,
         data_wait_share=record.get("data_wait_share"),
         evaluation=last_evaluation(run_dir),
     )
+
+
+def _script_progress(run_dir: Path, now: float) -> dict:
+    """A script task's attempts, newest output line and newest checkpoint-looking file
+    (node/script_watch.py writes the lines in its beats); {} for the toolkit's loop."""
+    from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts
+    from jeanzay_kit.node.script_rules import COMMAND_FILE
+    from jeanzay_kit.node.script_watch import read_script_beats
+
+    if not (run_dir / COMMAND_FILE).is_file():
+        return {}
+    beats = [b for b in read_script_beats(run_dir) if b.last_line]
+    newest = max(beats, key=lambda b: b.output_time, default=None)
+    found = newest_checkpoint(run_dir)
+    return {
+        "attempts": len(read_attempts(run_dir)),
+        "last_line": newest.last_line if newest else None,
+        "last_line_age_s": now - newest.output_time if newest else None,
+        "checkpoint_file": str(found[0].relative_to(run_dir)) if found else None,
+        "checkpoint_age_s": now - found[1] if found else None,
+    }

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_rules import (
+    ATTEMPTS_FILE,
     COMMAND_FILE,
     ScriptCommand,
     command_differences,
@@ -52,6 +54,32 @@ def newest_checkpoint(run_dir: Path) -> tuple[Path, float] | None:
     """The script's newest file that looks like a checkpoint, and its mtime."""
     found = [(p, t) for p, t in _script_files(run_dir) if looks_like_checkpoint(p.name)]
     return max(found, key=lambda item: item[1], default=None)
+
+
+def record_attempt(run_dir: Path, start: float, job_id: str | None) -> None:
+    """One line per start of the script in ATTEMPTS_FILE (written by task 0): who
+    requeued it (the toolkit, Slurm's preemption, the script itself) does not matter,
+    `jzk status` counts the starts."""
+    line = json.dumps({"start": start, "job_id": job_id, "host": socket.gethostname()})
+    try:
+        with (run_dir / ATTEMPTS_FILE).open("a") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass  # a status aid: never a reason to fail the task
+
+
+def read_attempts(run_dir: Path) -> list[dict]:
+    try:
+        lines = (run_dir / ATTEMPTS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    attempts = []
+    for line in lines:
+        try:
+            attempts.append(json.loads(line))
+        except ValueError:
+            continue
+    return attempts
 
 
 def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:

@@ -21,11 +21,15 @@ from jeanzay_kit.config.identity import script_identity
 # Written by a script task's first start: the command that owns the run directory.
 COMMAND_FILE = "command.json"
 
+# One line per start of the script (node/script_files.py record_attempt).
+ATTEMPTS_FILE = "attempts.jsonl"
+
 # What the toolkit itself writes into a script task's run directory (top-level names).
 # Anything else was written by the script: its checkpoint, its logs, its outputs.
 TOOLKIT_NAMES = frozenset(
     {
         COMMAND_FILE,
+        ATTEMPTS_FILE,
         ".hydra",  # Hydra's record of the composed config (jzk train)
         "train.log",  # Hydra's job log of `jzk train`
         "provenance",  # project/provenance.py

@@ -39,7 +39,7 @@ from jeanzay_kit.distributed.script_env import (
     script_env,
 )
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_files import claim_run_dir, script_writes
+from jeanzay_kit.node.script_files import claim_run_dir, record_attempt, script_writes
 from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
 from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
@@ -150,6 +150,8 @@ def slurm_task(
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
     command, full = frozen(argv, full_env)
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
+    if rank == 0:
+        record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"))
     watch = Watch(Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds)
     code = supervise(command, full, watch)
     if code in STOPPED:
@@ -212,6 +214,7 @@ def launch_local(
     script = script_command(spec)
     start = time.time()
     command = script_argv(python, script.entry, begin_attempt(script, run_dir, start))
+    record_attempt(run_dir, start, None)
     infos = local_rank_infos(world, free_port())
     # A process group of their own: a Ctrl-C in the terminal reaches this launcher
     # alone, which passes it on once (in the terminal's group they would get it twice).

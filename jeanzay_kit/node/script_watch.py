@@ -109,6 +109,8 @@ def supervise(command: Sequence[str], env: Mapping[str, str], watch: Watch) -> i
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
     for pump in pumps:
         pump.join(timeout=2.0)  # a grandchild may still hold the pipe open
+    last = max(pumps, key=lambda p: p.last_time)
+    _write_beat(watch, child.pid, last.last_time, last.last_line, finished=True)
     return code
 
 
@@ -154,7 +156,9 @@ def _beat_path(watch: Watch, rank: int) -> Path:
     return watch.run_dir / HEARTBEAT_DIR / f"rank-{rank}.json"
 
 
-def _write_beat(watch: Watch, pid: int, output_time: float, last_line: str) -> None:
+def _write_beat(
+    watch: Watch, pid: int, output_time: float, last_line: str, finished: bool = False
+) -> None:
     beat = ScriptBeat(
         watch.rank,
         socket.gethostname(),
@@ -164,6 +168,7 @@ def _write_beat(watch: Watch, pid: int, output_time: float, last_line: str) -> N
         last_line,
         time.time(),
         watch.heartbeat_seconds,
+        finished,
     )
     path = _beat_path(watch, watch.rank)
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 SCRIPT_PHASE = "script"
+DONE_PHASE = "done"  # the command ended (train/stall.py FINISHED_PHASES)
 # A beat this many intervals old (and a second for a busy filesystem): that task's wrapper
 # is not running (the node is lost, or its processes were stopped).
 FROZEN_BEATS = 3
@@ -36,6 +37,7 @@ class ScriptBeat:
     last_line: str  # its last line of output
     wall_time: float  # when the beat was written
     interval_s: float
+    finished: bool = False  # the command has ended
 
     def to_json(self) -> dict[str, Any]:
         # The toolkit loop's beat fields (train/stall.py Beat) first: `jzk status` and the
@@ -47,7 +49,7 @@ class ScriptBeat:
             "job_id": None,
             "step": 0,
             "total_steps": 0,
-            "phase": SCRIPT_PHASE,
+            "phase": DONE_PHASE if self.finished else SCRIPT_PHASE,
             "progress_time": self.output_time,
             "wall_time": self.wall_time,
             "token": self.token,
@@ -58,7 +60,7 @@ class ScriptBeat:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ScriptBeat | None:
         """None for a beat of another kind (the toolkit loop's, a session's)."""
-        if data.get("phase") != SCRIPT_PHASE:
+        if data.get("phase") not in (SCRIPT_PHASE, DONE_PHASE) or "last_line" not in data:
             return None
         return cls(
             rank=int(data["rank"]),
@@ -69,6 +71,7 @@ class ScriptBeat:
             last_line=str(data.get("last_line", "")),
             wall_time=float(data["wall_time"]),
             interval_s=float(data.get("interval_s", 2.0)),
+            finished=data.get("phase") == DONE_PHASE,
         )
 
     def frozen(self, now: float) -> bool:
@@ -107,7 +110,7 @@ def script_hang(
 ) -> ScriptHang | None:
     """The attempt `token` is hung: no beat of it shows a line and no file of the script
     changed for stall_seconds (0: never). Before any beat arrives, nothing is judged."""
-    current = tuple(b for b in beats if b.token == token)
+    current = tuple(b for b in beats if b.token == token and not b.finished)
     if stall_seconds <= 0 or not current:
         return None
     signs = [start, *(b.output_time for b in current)]

@@ -315,9 +315,12 @@ def render_sbatch(
         # The run directory comes from the job's identity (job.run_dir), so a requeued job
         # finds its checkpoints; the frozen config has no `hydra` section to carry it.
         program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
-    lines.append("# --kill-on-bad-exit: one failed task ends the step instead of leaving the")
-    lines.append("# others blocked in a collective until the time limit")
+    kill_note = [
+        "# --kill-on-bad-exit: one failed task ends the step instead of leaving the",
+        "# others blocked in a collective until the time limit",
+    ]
     if not spec.preemption.requeue:
+        lines += kill_note
         lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
         return "\n".join(lines) + "\n"
     lines.append("status=0")
@@ -330,6 +333,7 @@ def render_sbatch(
     # The step's start: a step failing before any progress is not requeued; a script
     # task's files older than it are an earlier attempt's (its resume arguments apply).
     lines.append("export JZK_STEP_START=$(date +%s)")
+    lines += kill_note
     lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " &")
     lines.append("jzk_step=$!")
     lines.append("# wait returns at each trapped signal: wait again until the step has ended")

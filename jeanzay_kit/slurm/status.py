@@ -83,7 +83,7 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
         state = st.state if st else "UNKNOWN"
         if st and st.exit_code and st.exit_code != "0:0":
             state += f" (exit {st.exit_code})"
-        ckpt, step, total = rec.get("checkpoint"), rec.get("step"), rec.get("total")
+        step, total = rec.get("step"), rec.get("total")
         rows.append(
             (
                 str(rec["job_id"]),
@@ -96,17 +96,43 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
                 _duration(rec.get("eta_s")),
                 _duration(rec.get("oldest_beat_s")) + (" ago" if rec.get("oldest_beat_s") else ""),
                 str(rec.get("restarts", 0)),
-                f"step-{ckpt}" if ckpt is not None else "-",
+                _checkpoint(rec),
                 st.where if st and st.where else "-",
                 str(rec.get("run_dir", "-")),
                 " ".join(rec.get("overrides", [])) or "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
-    return "\n".join(
+    table = "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in rows
     )
+    return "\n".join([table, *_script_lines(records)])
+
+
+def _checkpoint(rec: Mapping) -> str:
+    """The toolkit's newest complete step, or a script's newest checkpoint-looking file."""
+    if rec.get("checkpoint") is not None:
+        return f"step-{rec['checkpoint']}"
+    if rec.get("checkpoint_file"):
+        return f"{rec['checkpoint_file']} ({_duration(rec.get('checkpoint_age_s'))} ago)"
+    return "-"
+
+
+def _script_lines(records: Sequence[Mapping]) -> list[str]:
+    """Under the table, for each script task: its starts and the newest line it printed
+    (a script tells the toolkit no step; its output is what can be known)."""
+    lines = []
+    for rec in records:
+        if rec.get("attempts") is None:
+            continue
+        said = (
+            f"last line {_duration(rec.get('last_line_age_s'))} ago: {rec['last_line'][-100:]!r}"
+            if rec.get("last_line")
+            else "no line printed yet"
+        )
+        lines.append(f"{rec['job_id']} (script, {rec['attempts']} start(s)): {said}")
+    return ["", *lines] if lines else []
 
 
 def _duration(seconds: float | None) -> str:

@@ -152,3 +152,27 @@ def launch_sweep(env: dict[str, str], sweep_dir: Path, *overrides: str):
 def manifest_records(directory: Path) -> list[dict]:
     """The lines of DIR/manifest.jsonl, read without the package's own reader."""
     return [json.loads(x) for x in (directory / "manifest.jsonl").read_text().splitlines()]
+
+
+def submit_script(
+    project: Path, env: dict[str, str], name: str, *overrides: str
+) -> tuple[str, Path, Path]:
+    """`jzk submit` of a script task onto the local cluster from `project` (job.name
+    `name`, this test's interpreter); returns (job id, run directory, log) as the run's
+    manifest records them."""
+    sub = run(
+        [
+            JZK,
+            "submit",
+            "cluster=slurm_local",
+            f"job.name={name}",
+            f"job.python={PYTHON}",
+            *overrides,
+        ],
+        env,
+        project,
+    )
+    assert sub.returncode == 0, sub.stderr
+    (run_dir,) = (project / "outputs").glob(f"{name}-*")
+    (record,) = manifest_records(run_dir)
+    return record["job_id"], run_dir, Path(record["log"])

@@ -21,15 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import (
-    JZK,
-    PYTHON,
-    manifest_records,
-    run,
-    sacct_states,
-    wait_for,
-    wait_for_line,
-)
+from tests.slurm.cluster import run, sacct_states, submit_script, wait_for, wait_for_line
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -52,27 +44,10 @@ COUNTING = textwrap.dedent(
 )
 
 
-def _submit(
-    project: Path, slurm: dict[str, str], name: str, *overrides: str
-) -> tuple[str, Path, Path]:
-    sub = run(
-        [
-            JZK,
-            "submit",
-            "cluster=slurm_local",
-            "resources.nodes=2",
-            "resources.gpus_per_node=1",
-            f"job.name={name}",
-            f"job.python={PYTHON}",
-            *overrides,
-        ],
-        slurm,
-        project,
+def _submit(project: Path, slurm: dict[str, str], name: str, *overrides: str):
+    return submit_script(
+        project, slurm, name, "resources.nodes=2", "resources.gpus_per_node=1", *overrides
     )
-    assert sub.returncode == 0, sub.stderr
-    (run_dir,) = (project / "outputs").glob(f"{name}-*")
-    (record,) = manifest_records(run_dir)
-    return record["job_id"], run_dir, Path(record["log"])
 
 
 @pytest.mark.parametrize("how", [[], ["--batch"], ["--full"]], ids=["step", "batch", "full"])

@@ -123,3 +123,24 @@ def test_the_batch_shells_note_is_read_once_written_in_this_attempt(tmp_path) ->
     assert read_stop_note(note, note.stat().st_mtime + 1) == 0  # an earlier attempt's
     note.write_text("BOGUS\n")
     assert read_stop_note(note, 0.0) == 0
+
+
+def test_status_shows_a_scripts_starts_last_line_and_checkpoint() -> None:
+    from jeanzay_kit.slurm.status import JobState, status_table
+
+    rec = {
+        "job_id": "42",
+        "run_dir": "outputs/own-1",
+        "overrides": [],
+        "attempts": 2,
+        "restarts": 1,
+        "last_line": "Epoch 3: 40%|####      | 8/20 [00:02<00:03, loss=0.31]",
+        "last_line_age_s": 4.0,
+        "checkpoint_file": "lightning_logs/version_0/checkpoints/last.ckpt",
+        "checkpoint_age_s": 75.0,
+    }
+    table = status_table([rec], {"42": JobState("42", "RUNNING", "1:00", "n[1-2]")})
+    assert "last.ckpt (1m15s ago)" in table
+    assert "42 (script, 2 start(s)): last line 4s ago: 'Epoch 3: 40%" in table
+    row = table.splitlines()[1].split()
+    assert row[:2] == ["42", "RUNNING"] and "1" in row  # RESTARTS: the second start

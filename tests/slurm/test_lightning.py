@@ -1,0 +1,73 @@
+"""A PyTorch Lightning script with Lightning's Slurm handling left on, under `jzk submit`
+on 2 nodes x 2 tasks of the local Slurm cluster (the real `lightning` package: the
+`frameworks` extra).
+
+docs/examples/lightning_script/train_lightning.py, unchanged, from a project folder of its
+own. SIGUSR1 (the time-limit warning) reaches each process once; Lightning's handler
+saves one HPC checkpoint and requeues the job itself; the toolkit sees the job ending
+(SIGTERM to the batch shell) and requeues nothing more: one requeue. The job starts again
+from Lightning's checkpoint and completes. Repeated (JZK_LIGHTNING_REPEATS, 1 by default
+to keep the suite short): a handler run twice used to deadlock the job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import (
+    JZK,
+    REPO,
+    run,
+    sacct_states,
+    submit_script,
+    wait_for,
+    wait_for_line,
+)
+
+pytest.importorskip("lightning")
+pytestmark = pytest.mark.timeout(600)
+REPEATS = int(os.environ.get("JZK_LIGHTNING_REPEATS", "1"))
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_a_lightning_script_saves_once_is_requeued_once_and_resumes(
+    slurm, tmp_path: Path, repeat: int
+) -> None:
+    project = tmp_path / "my-lightning"
+    shutil.copytree(REPO / "docs" / "examples" / "lightning_script", project)
+    job_id, run_dir, log = submit_script(
+        project,
+        slurm,
+        "lit",
+        "resources.nodes=2",
+        "resources.gpus_per_node=2",
+        "job.entry=train_lightning.py",
+        "job.args=[--max_steps,70,--step_seconds,0.1]",
+    )
+    wait_for_line(log, "step 20 ", job_id, slurm, timeout=300)
+    assert run(["scancel", "--signal=USR1", job_id], slurm).returncode == 0
+    wait_for(job_id, slurm, timeout=400)
+
+    out, err = log.read_text(), log.with_suffix(".err").read_text()
+    both = out + err
+    states = sacct_states(job_id, slurm, duplicates=True)
+    assert states.count("REQUEUED") == 1 and states[-1] == "COMPLETED", (states, err[-3000:])
+    saved = sorted(p.name for p in run_dir.glob("hpc_ckpt_*.ckpt"))
+    assert saved == ["hpc_ckpt_1.ckpt"], saved  # one save
+    assert re.search(r"Restoring states from the checkpoint path at \S*hpc_ckpt_1\.ckpt", both), (
+        both[-3000:]
+    )
+    assert "done: 70 steps" in out, both[-3000:]
+    # The toolkit requeued nothing itself (its lines: "requeued job N", "jzk: hang ...").
+    assert "requeued job" not in err and "jzk: hang" not in err, err[-3000:]
+    # What `jzk status` can say of a script without its help: two starts, one restart,
+    # its newest checkpoint-looking file and its last line.
+    shown = run([JZK, "status", str(run_dir)], slurm, project)
+    assert shown.returncode == 0, shown.stderr
+    assert f"{job_id} (script, 2 start(s)): last line" in shown.stdout, shown.stdout
+    assert re.search(r"\.ckpt \(\S+ ago\)", shown.stdout), shown.stdout
