@@ -134,6 +134,7 @@ def slurm_task(
     may_change: Sequence[str] = (),
     stall_seconds: float = 0.0,
     heartbeat_seconds: float = 2.0,
+    after_signal_seconds: float = 0.0,
 ) -> int:
     """The rendered scripts' way: run `command` as this Slurm task's child and end as it
     ended, except that its "requeue me" (exit 3) is written down as REQUEUE_MARK in the
@@ -152,7 +153,9 @@ def slurm_task(
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
     if rank == 0:
         record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"))
-    watch = Watch(Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds)
+    watch = Watch(
+        Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
+    )
     code = supervise(command, full, watch)
     if code in STOPPED:
         (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
@@ -296,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--may-change", action="append", default=[], help="job.args_may_change")
     parser.add_argument("--stall-seconds", type=float, default=0.0, help="watchdog.stall_seconds")
     parser.add_argument("--heartbeat-seconds", type=float, default=2.0)
+    parser.add_argument(
+        "--after-signal-seconds", type=float, default=0.0, help="preemption.lead_seconds / 2"
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -311,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             args.may_change,
             args.stall_seconds,
             args.heartbeat_seconds,
+            args.after_signal_seconds,
         )
     except JzkError as err:
         print(f"jzk: {err}", file=sys.stderr, flush=True)

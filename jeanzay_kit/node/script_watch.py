@@ -7,6 +7,7 @@ threads and files; the rules are node/signal_rules.py and node/script_watch_rule
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from jeanzay_kit.node.script_watch_rules import (
 )
 from jeanzay_kit.node.signal_rules import STOP_NOTE_FILE, SignalRelay, from_step_daemon
 from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR
+from jeanzay_kit.train.preemption import NOTE_CHECK_S
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 TICK_S = 0.2
@@ -44,6 +46,12 @@ class Watch:
     start: float  # the attempt's start (JZK_STEP_START)
     stall_seconds: float = 0.0  # 0: no hang watch
     heartbeat_seconds: float = 2.0
+    after_signal_seconds: float = 0.0  # quiet allowed after the stop signal (0: stall_seconds)
+
+
+# The stop signals that ask the script to save and end before a limit (not SIGTERM: then
+# Slurm itself is ending the job, and there is nothing left to watch).
+WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 class _Pump(threading.Thread):
@@ -117,16 +125,26 @@ def supervise(command: Sequence[str], env: Mapping[str, str], watch: Watch) -> i
 def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
     relay = SignalRelay()
     note_seen: int | None = None
-    next_beat = 0.0
+    next_beat = next_note = 0.0
+    # Every task reads every beat: judged every tenth of stall_seconds, not every beat,
+    # so that a large job does not keep the shared filesystem busy.
+    check_every = max(watch.heartbeat_seconds, watch.stall_seconds / 10)
+    next_check = watch.start + check_every
+    signalled: float | None = None  # when a warning came; ENDING after a SIGTERM
     while child.poll() is None:
         info = signal.sigtimedwait(STOP_SIGNALS, TICK_S)
         now = time.time()
         if info is not None:
             relay.received(info.si_signo, from_step_daemon(process_name(info.si_pid)), now)
-        note = _stop_note(watch.run_dir)
+            signalled = _noted(signalled, info.si_signo, now)
+        note = None
+        if now >= next_note:  # a stat on the shared filesystem: once a second
+            next_note = now + NOTE_CHECK_S
+            note = _stop_note(watch.run_dir)
         if note is not None and note[1] != note_seen:
             note_seen = note[1]
             relay.received(note[0], False, now)
+            signalled = _noted(signalled, note[0], now)
         for signum in relay.due(now):
             if child.poll() is None:
                 child.send_signal(signum)
@@ -134,10 +152,26 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             next_beat = now + watch.heartbeat_seconds
             last = max(pumps, key=lambda p: p.last_time)
             _write_beat(watch, child.pid, last.last_time, last.last_line)
-            hang = _hang(watch, now) if watch.stall_seconds > 0 else None
+        if watch.stall_seconds > 0 and now >= next_check and signalled != ENDING:
+            next_check = now + check_every
+            hang = _hang(watch, now, signalled)
             if hang is not None:
                 return _end_hung(child, pumps, watch, hang, now)
     return child.returncode
+
+
+ENDING = -1.0
+
+
+def _noted(signalled: float | None, signum: int, now: float) -> float | None:
+    """The watch's view of the stop: the first warning's time, or ENDING once Slurm
+    sends SIGTERM (a cancel, a preemption, a requeue: the job ends whatever the script
+    does)."""
+    if signum == signal.SIGTERM or signalled == ENDING:
+        return ENDING
+    if signum in WARNINGS and signalled is None:
+        return now
+    return signalled
 
 
 def _stop_note(run_dir: Path) -> tuple[int, int] | None:
@@ -192,20 +226,18 @@ def read_script_beats(run_dir: Path) -> list[ScriptBeat]:
     return beats
 
 
-def _hang(watch: Watch, now: float) -> ScriptHang | None:
+def _hang(watch: Watch, now: float, signalled: float | None) -> ScriptHang | None:
     beats = read_script_beats(watch.run_dir)
+    rule = (watch.stall_seconds, watch.token, signalled, watch.after_signal_seconds)
     # Output alone first; the run directory is walked only when no task printed.
-    if script_hang(beats, None, watch.start, now, watch.stall_seconds, watch.token) is None:
+    if script_hang(beats, None, watch.start, now, *rule) is None:
         return None
-    newest = newest_script_write(watch.run_dir)
-    return script_hang(beats, newest, watch.start, now, watch.stall_seconds, watch.token)
+    return script_hang(beats, newest_script_write(watch.run_dir), watch.start, now, *rule)
 
 
 def _together(folder: Path, what: str, watch: Watch, hang: ScriptHang, timeout: float) -> None:
-    """Mark `what` done for this task, then wait (`timeout` at most) until every live task
-    has: a command ended early would wake its peers out of their collective with an
-    error (their stacks would no longer show where they hung), and the first task to
-    exit makes srun end the others' commands before they have dumped theirs."""
+    """Mark `what` done for this task, then wait (`timeout` at most: a lost node never
+    answers) until every live task of the hung attempt has done it too."""
     (folder / f".{what}-{watch.rank}").touch()
     now = time.time()
     live = {b.rank for b in hang.beats if not b.frozen(now)}
@@ -221,19 +253,24 @@ def _end_hung(
     child: subprocess.Popen, pumps: list[_Pump], watch: Watch, hang: ScriptHang, now: float
 ) -> int:
     """Dump the command's Python stacks (SIGABRT: faulthandler writes every thread's),
-    keep them in hang-<start>/rank-<N>.txt, end it, and say why (the lowest task)."""
+    keep them in hang-<start>/rank-<N>.txt, end it, and say why (the lowest task).
+
+    Every task's command is stopped (SIGSTOP) before any is aborted: a command that died
+    first would wake its peers out of their collective with an error, and their stacks
+    would no longer show where they hung. The abort is pending before the command runs
+    again (SIGCONT), so its handler runs before anything else can."""
     folder = watch.run_dir / hang_folder_name(watch.start)
     folder.mkdir(parents=True, exist_ok=True)
-    _together(folder, "seen", watch, hang, 3 * watch.heartbeat_seconds + 2.0)
+    beat_s = watch.heartbeat_seconds
+    _together(folder, "seen", watch, hang, 3 * beat_s + 2.0)
+    _signal(child, signal.SIGSTOP)
+    _together(folder, "stopped", watch, hang, 3 * beat_s + 2.0)
     stacks = folder / f"rank-{watch.rank}.txt"
     with stacks.open("wb") as out:
         out.write(f"task {watch.rank} on {socket.gethostname()}, pid {child.pid}\n".encode())
         pumps[1].capture = out
-        for sig in (signal.SIGABRT, signal.SIGCONT):  # a stopped process dumps once resumed
-            try:
-                os.kill(child.pid, sig)
-            except ProcessLookupError:
-                break
+        _signal(child, signal.SIGABRT)
+        _signal(child, signal.SIGCONT)
         try:
             child.wait(timeout=DUMP_WAIT_S)
         except subprocess.TimeoutExpired:
@@ -241,9 +278,10 @@ def _end_hung(
             child.wait()
         pumps[1].join(timeout=2.0)
         pumps[1].capture = None
+    # The first task to exit makes srun end the others' commands: not before they dumped.
     _together(folder, "dumped", watch, hang, DUMP_WAIT_S + 2.0)
     if watch.rank == min(b.rank for b in hang.beats):
-        message = hang.message(watch.stall_seconds, str(watch.run_dir), now)
+        message = hang.message(str(watch.run_dir), now)
         (folder / "report.txt").write_text(message + "\n")
         print(
             f"jzk: {message}. Python stacks of every task: {folder}/rank-<N>.txt. HINT: a "
@@ -252,3 +290,8 @@ def _end_hung(
             flush=True,
         )
     return EXIT_HUNG
+
+
+def _signal(child: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
+        os.kill(child.pid, signum)

@@ -83,8 +83,9 @@ class ScriptHang:
     quiet_s: float  # seconds without a line from any task or a file written
     named: ScriptBeat  # a frozen task if any, else the one quiet the longest
     beats: tuple[ScriptBeat, ...]
+    limit: str  # the rule that fired, as the keys say it
 
-    def message(self, stall_seconds: float, run_dir: str, now: float) -> str:
+    def message(self, run_dir: str, now: float) -> str:
         b = self.named
         why = (
             "its wrapper has written no beat either (the node is lost or its processes are stopped)"
@@ -95,8 +96,8 @@ class ScriptHang:
         )
         return (
             f"the script made no progress for {self.quiet_s:.0f} s: no task printed a "
-            f"line and no file changed under {run_dir} (watchdog.stall_seconds="
-            f"{stall_seconds:g}); task {b.rank} (host {b.host}, pid {b.pid}): {why}"
+            f"line and no file changed under {run_dir} ({self.limit}); task {b.rank} "
+            f"(host {b.host}, pid {b.pid}): {why}"
         )
 
 
@@ -107,21 +108,33 @@ def script_hang(
     now: float,
     stall_seconds: float,
     token: str,
+    signalled_at: float | None = None,
+    after_signal_s: float = 0.0,
 ) -> ScriptHang | None:
     """The attempt `token` is hung: no beat of it shows a line and no file of the script
-    changed for stall_seconds (0: never). Before any beat arrives, nothing is judged."""
+    changed for stall_seconds (0: never). Before any beat arrives, nothing is judged.
+
+    After the stop signal (`signalled_at`: the time-limit warning or a preemption
+    notice), the script has `after_signal_s` of quiet at most: it was asked to save and
+    end before the limit, and a handler stuck in a collective would otherwise hold the
+    job until Slurm kills it at the limit, unrequeued."""
     current = tuple(b for b in beats if b.token == token and not b.finished)
     if stall_seconds <= 0 or not current:
         return None
     signs = [start, *(b.output_time for b in current)]
     if newest_write is not None:
         signs.append(newest_write)
+    limit, rule = stall_seconds, f"watchdog.stall_seconds={stall_seconds:g}"
+    if signalled_at is not None and 0 < after_signal_s < stall_seconds:
+        signs.append(signalled_at)
+        limit = after_signal_s
+        rule = f"{after_signal_s:g} s after the stop signal: half of preemption.lead_seconds"
     quiet = now - max(signs)
-    if quiet <= stall_seconds:
+    if quiet <= limit:
         return None
     frozen = [b for b in current if b.frozen(now)]
     named = min(frozen or current, key=lambda b: (b.wall_time if frozen else b.output_time, b.rank))
-    return ScriptHang(quiet, named, current)
+    return ScriptHang(quiet, named, current, rule)
 
 
 def hang_folder_name(start: float) -> str:

@@ -304,6 +304,8 @@ def render_sbatch(
             *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
             f"--stall-seconds={spec.watchdog.stall_seconds:g}",
             f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
+            # A script asked to save must end before the limit: half the lead to do it.
+            f"--after-signal-seconds={spec.preemption.lead_seconds / 2:g}",
             "--",
         ]
         program += [

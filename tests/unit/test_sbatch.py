@@ -263,6 +263,7 @@ def test_hostile_script_arguments_reach_the_script_as_data(hostile: str, tmp_pat
         f"--run-dir={spec.checkpoint.run_dir}",
         "--stall-seconds=300",
         "--heartbeat-seconds=2",
+        "--after-signal-seconds=60",
         "--",
         "python",
         f"my {hostile}.py",

@@ -121,7 +121,8 @@ def test_a_script_task_renders_its_command_without_hydra_arguments() -> None:
     srun = next(line for line in script.splitlines() if line.startswith("srun "))
     assert srun.endswith(
         "python -m jeanzay_kit.node.script_task "
-        f"--run-dir={spec.checkpoint.run_dir} --stall-seconds=300 --heartbeat-seconds=2 -- "
+        f"--run-dir={spec.checkpoint.run_dir} --stall-seconds=300 --heartbeat-seconds=2 "
+        "--after-signal-seconds=60 -- "
         "python ddp_script.py --steps 40 --out 'my dir' &"
     )
     assert "--config-dir" not in srun and "hydra.run.dir" not in srun

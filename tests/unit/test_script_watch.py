@@ -86,7 +86,27 @@ def test_a_script_is_hung_when_no_task_prints_and_no_file_changes(
     assert (verdict is not None) is hung
     if verdict is not None:
         assert verdict.named.rank == named
-        assert "watchdog.stall_seconds=30" in verdict.message(30.0, "/runs/x", 100.0)
+        assert "watchdog.stall_seconds=30" in verdict.message("/runs/x", 100.0)
+
+
+@pytest.mark.parametrize(
+    ("signalled_at", "hung"),
+    [
+        (None, False),  # quiet for 50 s: well under stall_seconds
+        (75.0, False),  # warned 25 s ago: the script may still be saving
+        (60.0, True),  # warned 40 s ago and quiet since: its handler is stuck
+    ],
+)
+def test_after_the_stop_signal_a_quiet_script_is_hung_sooner(
+    signalled_at: float | None, hung: bool
+) -> None:
+    beats = [_beat(0, 50.0, line="step 20"), _beat(1, 0.0)]
+    verdict = script_hang(
+        beats, None, 0.0, 100.0, 300.0, "job-1", signalled_at=signalled_at, after_signal_s=30.0
+    )
+    assert (verdict is not None) is hung
+    if verdict is not None:
+        assert "after the stop signal" in verdict.message("/runs/x", 100.0)
 
 
 def test_no_watch_with_stall_seconds_zero() -> None:
