@@ -153,6 +153,8 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             last = max(pumps, key=lambda p: p.last_time)
             _write_beat(watch, child.pid, last.last_time, last.last_line)
         if watch.stall_seconds > 0 and now >= next_check and signalled != ENDING:
+            if signalled is not None and watch.after_signal_seconds > 0:
+                check_every = max(watch.heartbeat_seconds, watch.after_signal_seconds / 10)
             next_check = now + check_every
             hang = _hang(watch, now, signalled)
             if hang is not None:

@@ -6,9 +6,10 @@
   (`--full`).
 - A hung script is seen: after the signal one rank blocks in a collective and the other
   sits silent (a framework's handler stuck in a join). No task prints and no file changes
-  for watchdog.stall_seconds: each task's Python stacks are dumped into hang-<start>/, the
-  step ends (exit 4) and the restart budget requeues the job, which resumes from the
-  script's own checkpoint and completes.
+  for half of preemption.lead_seconds after the signal (watchdog.stall_seconds without
+  one): each task's Python stacks are dumped into hang-<start>/, the step ends (exit 4)
+  and the restart budget requeues the job, which resumes from the script's own
+  checkpoint and completes.
 
 The scripts are written as a user would, against torch and the environment only.
 """
@@ -35,7 +36,7 @@ COUNTING = textwrap.dedent(
     print(f"rank {rank} ready", flush=True)
     while not seen:
         time.sleep(0.05)
-    time.sleep(12)  # any second copy (Slurm's, the batch shell's, a relay's) lands here
+    time.sleep(6)  # a second copy (Slurm's, the batch shell's, a relay's) lands here
     out = os.path.join(os.environ["JZK_RUN_DIR"], f"count-{rank}")
     with open(out, "w") as f:
         f.write(str(len(seen)))
@@ -122,14 +123,16 @@ def test_a_script_hung_in_a_collective_is_dumped_and_restarted(slurm, tmp_path: 
         "hangs",
         "job.entry=hangs.py",
         "job.args=[--steps,60]",
-        "watchdog.stall_seconds=6",
+        # The default watchdog.stall_seconds (300): after the signal the script has half
+        # of preemption.lead_seconds to save and end, 8 s here.
+        "preemption.lead_seconds=16",
         "watchdog.heartbeat_seconds=1",
     )
     wait_for_line(log, "step 10", job_id, slurm)
     assert run(["scancel", "--signal=USR1", job_id], slurm).returncode == 0
     wait_for(job_id, slurm, timeout=300)
     out, err = log.read_text(), log.with_suffix(".err").read_text()
-    assert "the script made no progress" in err and "watchdog.stall_seconds=6" in err, err[-3000:]
+    assert "the script made no progress" in err and "8 s after the stop signal" in err, err[-3000:]
     assert "jzk: hang; requeued job" in err, err[-3000:]
     (hang,) = run_dir.glob("hang-*")
     stacks = {p.name: p.read_text() for p in hang.glob("rank-*.txt")}
