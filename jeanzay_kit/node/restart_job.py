@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--since", type=float, default=None, help="the step's start (epoch s)")
     parser.add_argument("--script", action="store_true", help="the step ran job.entry, a script")
     args = parser.parse_args(argv)
+    # Our own `scontrol requeue` makes Slurm send SIGTERM to the batch step, this process
+    # included: it must not cut the line that says what was done.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The environment is read here, once.
     line = restart_after_failure(
         Path(args.run_dir),

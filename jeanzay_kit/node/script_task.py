@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_nam
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
 STOPPED = (EXIT_PREEMPTED, -signal.SIGUSR1)
+# How long the other ranks of a sweep's task wait for rank 0's requeue to end the job.
+REQUEUE_WAIT_S = 60.0
 
 
 def check_entry(entry: str, base: Path) -> None:
@@ -166,7 +168,12 @@ def slurm_task(
 
 
 def run_task(
-    python: str, script: ScriptCommand, env: Mapping[str, str], run_dir: str, runner: Any = None
+    python: str,
+    script: ScriptCommand,
+    env: Mapping[str, str],
+    run_dir: str,
+    runner: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Run the script as a child of this task (a sweep's task, which must return to
     submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
@@ -181,10 +188,12 @@ def run_task(
         return 128 - code if code < 0 else code
     if info.rank == 0:
         print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
-    return requeue_stopped(info, runner)
+    return requeue_stopped(info, runner, sleep)
 
 
-def requeue_stopped(info: RankInfo, runner: Any = None) -> int:
+def requeue_stopped(
+    info: RankInfo, runner: Any = None, sleep: Callable[[float], None] = time.sleep
+) -> int:
     """After the command stopped to be run again: task 0 requeues the job (without it,
     the command said so and the job ends); every task ends with EXIT_PREEMPTED."""
     from jeanzay_kit import report
@@ -192,6 +201,10 @@ def requeue_stopped(info: RankInfo, runner: Any = None) -> int:
     from jeanzay_kit.slurm.commands import requeue
 
     if info.rank != 0:
+        if info.requeue_id is not None:
+            # Rank 0 is running `scontrol requeue`, which ends this job: exiting first
+            # with 3 would make srun's --kill-on-bad-exit end rank 0 mid-requeue.
+            sleep(REQUEUE_WAIT_S)
         return EXIT_PREEMPTED
     if info.requeue_id is None:
         print("jzk: the command stopped to be run again (exit 3): run it again", flush=True)

@@ -129,7 +129,7 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
     # Every task reads every beat: judged every tenth of stall_seconds, not every beat,
     # so that a large job does not keep the shared filesystem busy.
     check_every = max(watch.heartbeat_seconds, watch.stall_seconds / 10)
-    next_check = watch.start + check_every
+    last_check = watch.start
     signalled: float | None = None  # when a warning came; ENDING after a SIGTERM
     while child.poll() is None:
         info = signal.sigtimedwait(STOP_SIGNALS, TICK_S)
@@ -152,10 +152,11 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             next_beat = now + watch.heartbeat_seconds
             last = max(pumps, key=lambda p: p.last_time)
             _write_beat(watch, child.pid, last.last_time, last.last_line)
-        if watch.stall_seconds > 0 and now >= next_check and signalled != ENDING:
-            if signalled is not None and watch.after_signal_seconds > 0:
-                check_every = max(watch.heartbeat_seconds, watch.after_signal_seconds / 10)
-            next_check = now + check_every
+        if signalled not in (None, ENDING) and watch.after_signal_seconds > 0:
+            # Warned: the shorter rule, judged as often as it needs.
+            check_every = max(watch.heartbeat_seconds, watch.after_signal_seconds / 10)
+        if watch.stall_seconds > 0 and now >= last_check + check_every and signalled != ENDING:
+            last_check = now
             hang = _hang(watch, now, signalled)
             if hang is not None:
                 return _end_hung(child, pumps, watch, hang, now)

@@ -109,14 +109,16 @@ def _join(
 
     want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
     device = pick_device(info, want, visible_devices)
-    # One line per task: where it sits in the job (the Slurm tests read it back).
-    print(
+    # One line per task: where it sits in the job (the Slurm tests read it back). One
+    # write: with PYTHONUNBUFFERED print() writes the text and its newline apart, and the
+    # lines of the processes sharing a task's output interleave ("...host n2jzk: rank 3").
+    sys.stdout.write(
         f"jzk: rank {info.rank}/{info.world_size} local_rank {info.local_rank}/"
         f"{info.local_world_size} node {info.node_rank}/{info.num_nodes} master "
         f"{info.master_addr}:{info.master_port} launcher {info.launcher} "
-        f"host {socket.gethostname()}",
-        flush=True,
+        f"host {socket.gethostname()}\n"
     )
+    sys.stdout.flush()
     if info.rank == 0:
         _check_contracts_once(spec, device, threads)
     if spec.watchdog.stall_seconds > 0:

@@ -41,6 +41,19 @@ def set_time_limit(job_id: str, limit: str, env: dict[str, str]) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def warn_now(job_id: str, env: dict[str, str]) -> None:
+    """Shorten the job's limit so that Slurm's time-limit warning is due at once: one
+    whole minute past its elapsed time (limits are whole minutes), less than the 75 s
+    lead. slurmctld checks limits every 30 s (PERIODIC_TIMEOUT): the warning comes at
+    its next check, and the kill at a check at least 30 s later, time to save and
+    requeue."""
+    elapsed = run(["squeue", "-h", "-j", job_id, "-o", "%M"], env).stdout.strip()
+    seconds = 0
+    for part in elapsed.replace("-", ":").split(":"):
+        seconds = seconds * 60 + int(part)
+    set_time_limit(job_id, str(seconds // 60 + 1), env)
+
+
 def assert_each_step_logged_once(run_dir: Path, last: int, every: int) -> None:
     assert metric_steps(run_dir) == list(range(every, last + 1, every))
 
@@ -97,13 +110,15 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # sbatch(1): the --signal warning "may be sent up to 60 seconds earlier than specified"
     # (slurmctld checks time limits periodically), so a job's real limit cannot time it:
     # on a slow machine runs got it during start-up, again and again. Instead each array
-    # task starts with 10 minutes; once it trains, the test shortens its limit to 2
-    # minutes (as an admin would with scontrol), so Slurm's own warning comes within ~30 s;
-    # once the task has requeued itself, the limit goes back to 10 minutes so the
-    # resumed run finishes.
+    # task starts with 10 minutes; once it trains, the test shortens its limit so that
+    # the warning is due at once (warn_now, as an admin would with scontrol): Slurm's own
+    # warning comes within ~30 s, while the run still trains (12000 steps: about a minute
+    # on a fast 2-core machine, where 6000 steps once ended before the warning came);
+    # once the task has requeued itself, the limit goes back to 10 minutes so the resumed
+    # run finishes.
     # No evaluation: an evaluation step is a logged step too, and this test counts the
     # logged steps at train.log_every.
-    training = ["train.steps=6000", "checkpoint.every_steps=2000", "train.eval_every=0"]
+    training = ["train.steps=12000", "checkpoint.every_steps=4000", "train.eval_every=0"]
     sweep_dir = tmp_path / "sweep"
     launched = launch_sweep(
         slurm,
@@ -120,7 +135,7 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     records = manifest_records(sweep_dir)
     for rec in records:
         wait_until_step(Path(rec["run_dir"]), 500, Path(rec["log"]))
-        set_time_limit(rec["job_id"], "00:02:00", slurm)
+        warn_now(rec["job_id"], slurm)
     for rec in records:
         wait_for_text(Path(rec["log"]), f"requeued job {rec['job_id']};", timeout=150)
         set_time_limit(rec["job_id"], "00:10:00", slurm)
@@ -133,9 +148,9 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
         states = sacct_states(rec["job_id"], slurm, duplicates=True)
         assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-2000:])
         assert "SIGUSR1 received: saved step-" in out
-        assert "resumed from" in out and "done: 6000 steps" in out
+        assert "resumed from" in out and "done: 12000 steps" in out
         assert f"train.log_every={every}" in rec["overrides"]
-        assert_each_step_logged_once(run_dir, 6000, every)
+        assert_each_step_logged_once(run_dir, 12000, every)
         digests.append((run_dir / "model_final.sha256").read_text().strip())
     stopped_at = [
         re.findall(r"SIGUSR1 received: saved step-(\d+)", Path(r["log"]).read_text())

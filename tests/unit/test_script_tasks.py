@@ -215,6 +215,10 @@ def test_a_sweep_task_requeues_when_its_command_asks(
         "SLURM_STEP_NODELIST": "n1",
     }
     command = ScriptCommand("-c", (exit_with,))
-    got = run_task(sys.executable, command, env, str(tmp_path / "run"), runner)
+    waits: list[float] = []
+    got = run_task(sys.executable, command, env, str(tmp_path / "run"), runner, waits.append)
     assert got == code
     assert runner.calls == ([["scontrol", "requeue", "70_7"]] if requeued else [])
+    # The other ranks wait for rank 0's requeue to end the job: exiting 3 at once would
+    # make srun's --kill-on-bad-exit kill rank 0 in the middle of `scontrol requeue`.
+    assert waits == ([60.0] if code == 3 and procid != "0" else [])
