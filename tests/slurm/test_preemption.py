@@ -112,13 +112,13 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # on a slow machine runs got it during start-up, again and again. Instead each array
     # task starts with 10 minutes; once it trains, the test shortens its limit so that
     # the warning is due at once (warn_now, as an admin would with scontrol): Slurm's own
-    # warning comes within ~30 s, while the run still trains (12000 steps: about a minute
+    # warning comes within ~30 s, while the run still trains (10000 steps: about 50 s
     # on a fast 2-core machine, where 6000 steps once ended before the warning came);
     # once the task has requeued itself, the limit goes back to 10 minutes so the resumed
     # run finishes.
     # No evaluation: an evaluation step is a logged step too, and this test counts the
     # logged steps at train.log_every.
-    training = ["train.steps=12000", "checkpoint.every_steps=4000", "train.eval_every=0"]
+    training = ["train.steps=10000", "checkpoint.every_steps=2500", "train.eval_every=0"]
     sweep_dir = tmp_path / "sweep"
     launched = launch_sweep(
         slurm,
@@ -148,9 +148,9 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
         states = sacct_states(rec["job_id"], slurm, duplicates=True)
         assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-2000:])
         assert "SIGUSR1 received: saved step-" in out
-        assert "resumed from" in out and "done: 12000 steps" in out
+        assert "resumed from" in out and "done: 10000 steps" in out
         assert f"train.log_every={every}" in rec["overrides"]
-        assert_each_step_logged_once(run_dir, 12000, every)
+        assert_each_step_logged_once(run_dir, 10000, every)
         digests.append((run_dir / "model_final.sha256").read_text().strip())
     stopped_at = [
         re.findall(r"SIGUSR1 received: saved step-(\d+)", Path(r["log"]).read_text())
