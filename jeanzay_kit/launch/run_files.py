@@ -64,7 +64,10 @@ def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
     running = [b for b in beats if b.phase not in FINISHED_PHASES]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
-    script = _script_progress(run_dir, now)
+    script, script_beat_age = _script_progress(run_dir, now)
+    ages = [now - b.wall_time for b in running]
+    if script_beat_age is not None:  # a script task's wrappers beat too
+        ages.append(script_beat_age)
     restarts = len(restart_history(run_dir))  # a finished run's too
     if script.get("attempts"):
         restarts = max(restarts, script["attempts"] - 1)
@@ -74,29 +77,30 @@ def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
         total=total,
         loss=record.get("loss"),
         eta_s=record.get("eta_s"),
-        oldest_beat_s=max((now - b.wall_time for b in running), default=None),
+        oldest_beat_s=max(ages, default=None),
         restarts=restarts,
         data_wait_share=record.get("data_wait_share"),
         evaluation=last_evaluation(run_dir),
     )
 
 
-def _script_progress(run_dir: Path, now: float) -> dict:
+def _script_progress(run_dir: Path, now: float) -> tuple[dict, float | None]:
     """A script task's attempts, newest output line and newest checkpoint-looking file
-    (node/script_watch.py writes the lines in its beats); {} for the toolkit's loop."""
-    from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts
+    (node/script_watch.py writes the lines in its beats), and the age of the stalest
+    beat of a running task's wrapper; ({}, None) for the toolkit's loop."""
+    from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts, read_script_beats
     from jeanzay_kit.node.script_rules import COMMAND_FILE
-    from jeanzay_kit.node.script_watch import read_script_beats
 
     if not (run_dir / COMMAND_FILE).is_file():
-        return {}
-    beats = [b for b in read_script_beats(run_dir) if b.last_line]
-    newest = max(beats, key=lambda b: b.output_time, default=None)
+        return {}, None
+    beats = read_script_beats(run_dir)
+    newest = max((b for b in beats if b.last_line), key=lambda b: b.output_time, default=None)
     found = newest_checkpoint(run_dir)
+    running = [b for b in beats if not b.finished]
     return {
         "attempts": len(read_attempts(run_dir)),
         "last_line": newest.last_line if newest else None,
         "last_line_age_s": now - newest.output_time if newest else None,
         "checkpoint_file": str(found[0].relative_to(run_dir)) if found else None,
         "checkpoint_age_s": now - found[1] if found else None,
-    }
+    }, max((now - b.wall_time for b in running), default=None)

@@ -17,7 +17,12 @@ from jeanzay_kit.node.script_rules import (
     refusal,
     written_by_script,
 )
-from jeanzay_kit.node.script_watch_rules import looks_like_checkpoint
+from jeanzay_kit.node.script_watch_rules import (
+    SCRIPT_BEAT_PREFIX,
+    ScriptBeat,
+    looks_like_checkpoint,
+)
+from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR
 
 
 def script_writes(run_dir: Path, since: float) -> tuple[bool, bool]:
@@ -103,3 +108,30 @@ def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> 
         tmp = path.with_name(f".{COMMAND_FILE}.{os.getpid()}")
         tmp.write_text(json.dumps(command.record(), indent=1) + "\n")
         os.replace(tmp, path)  # every task writes the same text: the last rename wins
+
+
+def script_beat_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / HEARTBEAT_DIR / f"{SCRIPT_BEAT_PREFIX}{rank}.json"
+
+
+def write_script_beat(run_dir: Path, beat: ScriptBeat) -> None:
+    """Write aside, rename: a reader never sees half a beat. A full or slow filesystem
+    must not end the task: the watch goes on without this beat."""
+    path = script_beat_path(run_dir, beat.rank)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(beat.to_json()))
+        os.replace(tmp, path)
+    except OSError:
+        pass
+
+
+def read_script_beats(run_dir: Path) -> list[ScriptBeat]:
+    beats = []
+    for path in sorted((run_dir / HEARTBEAT_DIR).glob(f"{SCRIPT_BEAT_PREFIX}*.json")):
+        try:
+            beats.append(ScriptBeat.from_json(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or damaged: the next look sees it
+    return beats

@@ -36,7 +36,7 @@ TOOLKIT_NAMES = frozenset(
         "manifest.jsonl",  # launch/manifest.py
         "restarts.json",  # node/restarts.py
         ".jzk-requeue",  # distributed/script_env.REQUEUE_MARK
-        ".jzk-signal",  # node/signal_rules.STOP_NOTE_FILE: the batch shell's stop note
+        ".jzk-signal",  # distributed/script_env.STOP_NOTE_FILE: the batch shell's note
         "heartbeat",  # a session's heartbeats (train/heartbeat.py)
         ".jzk-write-test",  # the batch script's probe (slurm/sbatch.py)
         "outcome.json",  # how a local run ended (node/outcome.py)

@@ -8,7 +8,6 @@ threads and files; the rules are node/signal_rules.py and node/script_watch_rule
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -21,16 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from jeanzay_kit.node.script_files import newest_script_write
+from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
+from jeanzay_kit.node.script_files import (
+    newest_script_write,
+    read_script_beats,
+    write_script_beat,
+)
 from jeanzay_kit.node.script_watch_rules import (
     ScriptBeat,
     ScriptHang,
+    StopSeen,
     hang_folder_name,
     script_hang,
 )
-from jeanzay_kit.node.signal_rules import STOP_NOTE_FILE, SignalRelay, from_step_daemon
-from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR
-from jeanzay_kit.train.preemption import NOTE_CHECK_S
+from jeanzay_kit.node.signal_rules import SignalRelay, from_step_daemon
+from jeanzay_kit.train.heartbeat import EXIT_HUNG
+from jeanzay_kit.train.preemption import NOTE_CHECK_S, stop_note
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 TICK_S = 0.2
@@ -47,11 +52,6 @@ class Watch:
     stall_seconds: float = 0.0  # 0: no hang watch
     heartbeat_seconds: float = 2.0
     after_signal_seconds: float = 0.0  # quiet allowed after the stop signal (0: stall_seconds)
-
-
-# The stop signals that ask the script to save and end before a limit (not SIGTERM: then
-# Slurm itself is ending the job, and there is nothing left to watch).
-WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
 
 
 class _Pump(threading.Thread):
@@ -123,28 +123,23 @@ def supervise(command: Sequence[str], env: Mapping[str, str], watch: Watch) -> i
 
 
 def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
-    relay = SignalRelay()
+    relay, seen = SignalRelay(), StopSeen()
     note_seen: int | None = None
     next_beat = next_note = 0.0
-    # Every task reads every beat: judged every tenth of stall_seconds, not every beat,
-    # so that a large job does not keep the shared filesystem busy.
-    check_every = max(watch.heartbeat_seconds, watch.stall_seconds / 10)
     last_check = watch.start
-    signalled: float | None = None  # when a warning came; ENDING after a SIGTERM
     while child.poll() is None:
         info = signal.sigtimedwait(STOP_SIGNALS, TICK_S)
         now = time.time()
         if info is not None:
             relay.received(info.si_signo, from_step_daemon(process_name(info.si_pid)), now)
-            signalled = _noted(signalled, info.si_signo, now)
-        note = None
+            seen.saw(info.si_signo, now)
         if now >= next_note:  # a stat on the shared filesystem: once a second
             next_note = now + NOTE_CHECK_S
-            note = _stop_note(watch.run_dir)
-        if note is not None and note[1] != note_seen:
-            note_seen = note[1]
-            relay.received(note[0], False, now)
-            signalled = _noted(signalled, note[0], now)
+            note = stop_note(watch.run_dir / STOP_NOTE_FILE)
+            if note is not None and note[1] != note_seen:
+                note_seen = note[1]
+                relay.received(note[0], False, now)
+                seen.saw(note[0], now)
         for signum in relay.due(now):
             if child.poll() is None:
                 child.send_signal(signum)
@@ -152,86 +147,37 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             next_beat = now + watch.heartbeat_seconds
             last = max(pumps, key=lambda p: p.last_time)
             _write_beat(watch, child.pid, last.last_time, last.last_line)
-        if signalled not in (None, ENDING) and watch.after_signal_seconds > 0:
-            # Warned: the shorter rule, judged as often as it needs.
-            check_every = max(watch.heartbeat_seconds, watch.after_signal_seconds / 10)
-        if watch.stall_seconds > 0 and now >= last_check + check_every and signalled != ENDING:
+        every = seen.check_every(
+            watch.stall_seconds, watch.after_signal_seconds, watch.heartbeat_seconds
+        )
+        if watch.stall_seconds > 0 and not seen.ending and now >= last_check + every:
             last_check = now
-            hang = _hang(watch, now, signalled)
+            hang = _hang(watch, now, seen.warned_at)
             if hang is not None:
                 return _end_hung(child, pumps, watch, hang, now)
     return child.returncode
-
-
-ENDING = -1.0
-
-
-def _noted(signalled: float | None, signum: int, now: float) -> float | None:
-    """The watch's view of the stop: the first warning's time, or ENDING once Slurm
-    sends SIGTERM (a cancel, a preemption, a requeue: the job ends whatever the script
-    does)."""
-    if signum == signal.SIGTERM or signalled == ENDING:
-        return ENDING
-    if signum in WARNINGS and signalled is None:
-        return now
-    return signalled
-
-
-def _stop_note(run_dir: Path) -> tuple[int, int] | None:
-    """(signal, mtime_ns) of the batch shell's note, if it wrote one in this step."""
-    path = run_dir / STOP_NOTE_FILE
-    try:
-        mtime = path.stat().st_mtime_ns
-        name = path.read_text().strip()
-    except OSError:
-        return None
-    signum = getattr(signal, name if name.startswith("SIG") else f"SIG{name}", None)
-    return (int(signum), mtime) if signum is not None else None
-
-
-def _beat_path(watch: Watch, rank: int) -> Path:
-    return watch.run_dir / HEARTBEAT_DIR / f"rank-{rank}.json"
 
 
 def _write_beat(
     watch: Watch, pid: int, output_time: float, last_line: str, finished: bool = False
 ) -> None:
     beat = ScriptBeat(
-        watch.rank,
-        socket.gethostname(),
-        pid,
-        watch.token,
-        output_time,
-        last_line,
-        time.time(),
-        watch.heartbeat_seconds,
-        finished,
+        rank=watch.rank,
+        host=socket.gethostname(),
+        pid=pid,
+        token=watch.token,
+        output_time=output_time,
+        last_line=last_line,
+        wall_time=time.time(),
+        interval_s=watch.heartbeat_seconds,
+        finished=finished,
     )
-    path = _beat_path(watch, watch.rank)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(beat.to_json()))
-        os.replace(tmp, path)  # a reader never sees half a beat
-    except OSError:
-        pass  # a full or slow filesystem must not end the task; the watch goes on
+    write_script_beat(watch.run_dir, beat)
 
 
-def read_script_beats(run_dir: Path) -> list[ScriptBeat]:
-    beats = []
-    for path in sorted((run_dir / HEARTBEAT_DIR).glob("rank-*.json")):
-        try:
-            beat = ScriptBeat.from_json(json.loads(path.read_text()))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if beat is not None:
-            beats.append(beat)
-    return beats
-
-
-def _hang(watch: Watch, now: float, signalled: float | None) -> ScriptHang | None:
+def _hang(watch: Watch, now: float, warned_at: float | None) -> ScriptHang | None:
     beats = read_script_beats(watch.run_dir)
-    rule = (watch.stall_seconds, watch.token, signalled, watch.after_signal_seconds)
+    rule = (watch.stall_seconds, watch.token, warned_at, watch.after_signal_seconds)
     # Output alone first; the run directory is walked only when no task printed.
     if script_hang(beats, None, watch.start, now, *rule) is None:
         return None

@@ -7,21 +7,23 @@ outside: lines on its output (a progress bar, a loss every N steps: usually only
 prints) and files written under its run directory (its checkpoints, its logs). The run
 is hung when, for watchdog.stall_seconds, no task of the attempt printed a line and no
 file of the script's changed. Each task's wrapper writes what it saw of its command in a
-beat, `<run_dir>/heartbeat/rank-<N>.json` (the toolkit loop's format, phase "script",
-plus the last line and its time), so every task judges the same attempt.
+beat, `<run_dir>/heartbeat/task-<N>.json` (beside a session's own `rank-<N>.json`), with
+the last line and its time, so every task judges the same attempt.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-SCRIPT_PHASE = "script"
-DONE_PHASE = "done"  # the command ended (train/stall.py FINISHED_PHASES)
-# A beat this many intervals old (and a second for a busy filesystem): that task's wrapper
-# is not running (the node is lost, or its processes were stopped).
-FROZEN_BEATS = 3
+from jeanzay_kit.train.progress import format_duration
+from jeanzay_kit.train.stall import FROZEN_BEATS
+
+# Each task's wrapper writes `<run_dir>/heartbeat/task-<N>.json`: not `rank-<N>.json`,
+# which a session-API script under the same run directory writes (train/heartbeat.py).
+SCRIPT_BEAT_PREFIX = "task-"
 # File names that look like a checkpoint (`jzk status` shows the newest).
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".distcp")
 CHECKPOINT_WORDS = ("checkpoint", "ckpt")
@@ -40,42 +42,46 @@ class ScriptBeat:
     finished: bool = False  # the command has ended
 
     def to_json(self) -> dict[str, Any]:
-        # The toolkit loop's beat fields (train/stall.py Beat) first: `jzk status` and the
-        # restart rules read both kinds.
-        return {
-            "rank": self.rank,
-            "host": self.host,
-            "pid": self.pid,
-            "job_id": None,
-            "step": 0,
-            "total_steps": 0,
-            "phase": DONE_PHASE if self.finished else SCRIPT_PHASE,
-            "progress_time": self.output_time,
-            "wall_time": self.wall_time,
-            "token": self.token,
-            "interval_s": self.interval_s,
-            "last_line": self.last_line,
-        }
+        return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScriptBeat | None:
-        """None for a beat of another kind (the toolkit loop's, a session's)."""
-        if data.get("phase") not in (SCRIPT_PHASE, DONE_PHASE) or "last_line" not in data:
-            return None
-        return cls(
-            rank=int(data["rank"]),
-            host=str(data["host"]),
-            pid=int(data["pid"]),
-            token=str(data.get("token", "")),
-            output_time=float(data["progress_time"]),
-            last_line=str(data.get("last_line", "")),
-            wall_time=float(data["wall_time"]),
-            interval_s=float(data.get("interval_s", 2.0)),
-            finished=data.get("phase") == DONE_PHASE,
-        )
+    def from_json(cls, data: Mapping[str, Any]) -> ScriptBeat:
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
 
     def frozen(self, now: float) -> bool:
+        """Its wrapper writes no beat any more: the node is lost or the task stopped
+        (the toolkit loop's rule, train/stall.py)."""
         return now - self.wall_time > FROZEN_BEATS * self.interval_s + 1.0
+
+
+# The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
+# Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is
+# nothing left to watch.
+WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclass
+class StopSeen:
+    """What a task's watch knows of the stop: when the first warning came, and whether
+    Slurm is ending the job."""
+
+    warned_at: float | None = None
+    ending: bool = False
+
+    def saw(self, signum: int, now: float) -> None:
+        if signum == signal.SIGTERM:
+            self.ending = True
+        elif signum in WARNINGS and self.warned_at is None:
+            self.warned_at = now
+
+    def check_every(self, stall_seconds: float, after_signal_s: float, beat_s: float) -> float:
+        """How often to judge the attempt: every tenth of the rule in force (every task
+        reads every beat: a large job must not keep the shared filesystem busy), not
+        more often than beats are written."""
+        rule = stall_seconds
+        if self.warned_at is not None and 0 < after_signal_s < stall_seconds:
+            rule = after_signal_s
+        return max(beat_s, rule / 10)
 
 
 @dataclass(frozen=True)
@@ -90,7 +96,7 @@ class ScriptHang:
         why = (
             "its wrapper has written no beat either (the node is lost or its processes are stopped)"
             if b.frozen(now)
-            else f"its last line {_age(now - b.output_time)} ago: {b.last_line[-120:]!r}"
+            else f"its last line {format_duration(now - b.output_time)} ago: {b.last_line[-120:]!r}"
             if b.last_line
             else "it has printed nothing"
         )
@@ -146,12 +152,3 @@ def hang_folder_name(start: float) -> str:
 def looks_like_checkpoint(name: str) -> bool:
     lowered = name.lower()
     return lowered.endswith(CHECKPOINT_SUFFIXES) or any(w in lowered for w in CHECKPOINT_WORDS)
-
-
-def _age(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 120:
-        return f"{seconds} s"
-    if seconds < 7200:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h"

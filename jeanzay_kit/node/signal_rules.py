@@ -7,8 +7,9 @@ process group. A stop signal can reach that child by several roads at once:
   on a signal it got. Every process tracking plugin (linuxproc, pgid, cgroup) signals the
   whole task, the child included: nothing to pass on;
 - from the batch shell, which Slurm alone signalled (`--signal=B:SIG@T`,
-  `scancel --batch`): the rendered script notes it in STOP_NOTE_FILE in the run directory
-  and every task reads it. Only the task can pass it on;
+  `scancel --batch`): the rendered script notes it in the run directory
+  (distributed/script_env.py STOP_NOTE_FILE) and every task reads it. Only the task can
+  pass it on;
 - from a parent that is not the step daemon (torchrun's agent) or from someone's `kill`:
   it reached this process alone.
 
@@ -23,9 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
-
-__all__ = ["STOP_NOTE_FILE", "SignalRelay", "from_step_daemon"]
 # A copy not from the step daemon waits this long for the daemon's own copy.
 SETTLE_S = 1.0
 # Copies of one signal this close together are one delivery.

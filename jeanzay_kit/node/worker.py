@@ -43,7 +43,7 @@ def run_worker(
     # First thing: from here on a signal is noted, not fatal, even during start-up.
     stop = stop or StopRequest()
     if info.requeue_id is not None:  # a Slurm job: its batch shell may note a signal
-        from jeanzay_kit.node.signal_rules import STOP_NOTE_FILE
+        from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
 
         stop.watch_note(run_dir / STOP_NOTE_FILE)
 

@@ -76,17 +76,23 @@ class StopRequest:
             signal.signal(sig, signal.SIG_IGN)
 
 
+def stop_note(path: Path) -> tuple[int, int] | None:
+    """(signal, mtime in ns) of the batch shell's note at `path`, None when there is
+    none (or it names no stop signal)."""
+    try:
+        mtime = path.stat().st_mtime_ns
+        name = path.read_text().strip().removeprefix("SIG")
+    except OSError:
+        return None
+    sig = SIGNALS.get(name)
+    return (int(sig), mtime) if sig is not None else None
+
+
 def read_stop_note(path: Path, since: float) -> int:
     """The signal named in the batch shell's note at `path` if it was written after
     `since` (a note of an earlier attempt is not this one's), else 0."""
-    try:
-        if path.stat().st_mtime < since:
-            return 0
-        name = path.read_text().strip().removeprefix("SIG")
-    except OSError:
-        return 0
-    sig = SIGNALS.get(name)
-    return int(sig) if sig is not None else 0
+    note = stop_note(path)
+    return note[0] if note is not None and note[1] / 1e9 >= since else 0
 
 
 def agree(local: list[int], device, extra=None) -> list[int]:  # noqa: ANN001

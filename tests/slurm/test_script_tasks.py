@@ -21,6 +21,7 @@ from tests.slurm.cluster import (
     manifest_records,
     run,
     sacct_states,
+    submit_script,
     wait_for,
     wait_for_line,
 )
@@ -31,25 +32,15 @@ pytestmark = pytest.mark.timeout(600)
 def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_path: Path) -> None:
     project = tmp_path / "my-project"
     shutil.copytree(REPO / "docs" / "examples" / "own_script", project)
-    sub = run(
-        [
-            JZK,
-            "submit",
-            "cluster=slurm_local",
-            "resources.nodes=2",
-            "resources.gpus_per_node=2",
-            "job.name=own",
-            f"job.python={PYTHON}",
-            "job.entry=ddp_script.py",
-            "job.args=[--steps,60,--step-seconds,0.2]",
-        ],
-        slurm,
+    job_id, run_dir, log = submit_script(
         project,
+        slurm,
+        "own",
+        "resources.nodes=2",
+        "resources.gpus_per_node=2",
+        "job.entry=ddp_script.py",
+        "job.args=[--steps,60,--step-seconds,0.2]",
     )
-    assert sub.returncode == 0, sub.stderr
-    (run_dir,) = (project / "outputs").glob("own-*")
-    (record,) = manifest_records(run_dir)
-    job_id, log = record["job_id"], Path(record["log"])
     wait_for_line(log, "step 10 ", job_id, slurm)
     # The time-limit warning, as Slurm sends it to every task of the step.
     signalled = run(["scancel", "--signal=USR1", job_id], slurm)

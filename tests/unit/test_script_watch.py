@@ -4,11 +4,17 @@ checkpoint."""
 
 from __future__ import annotations
 
+import json
 import signal
 
 import pytest
 
-from jeanzay_kit.node.script_watch_rules import ScriptBeat, looks_like_checkpoint, script_hang
+from jeanzay_kit.node.script_watch_rules import (
+    ScriptBeat,
+    StopSeen,
+    looks_like_checkpoint,
+    script_hang,
+)
 from jeanzay_kit.node.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
 from jeanzay_kit.train.preemption import read_stop_note
 
@@ -113,10 +119,52 @@ def test_no_watch_with_stall_seconds_zero() -> None:
     assert script_hang([_beat(0, 0.0)], None, 0.0, 1e6, 0.0, "job-1") is None
 
 
-def test_script_beats_read_back_and_other_beats_are_not_theirs() -> None:
+def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp_path) -> None:
+    """A session-API script under a script task: the session writes rank-<N>.json, the
+    task's wrapper its own task-<N>.json; each reader sees its own kind only."""
+    from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
+    from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
+    from jeanzay_kit.train.stall import Beat
+
+    session = Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0)
+    (tmp_path / HEARTBEAT_DIR).mkdir()
+    (tmp_path / HEARTBEAT_DIR / "rank-0.json").write_text(json.dumps(vars(session)))
     beat = _beat(0, 5.0, line="epoch 1")
-    assert ScriptBeat.from_json(beat.to_json()) == beat
-    assert ScriptBeat.from_json({**beat.to_json(), "phase": "optimizer"}) is None
+    write_script_beat(tmp_path, beat)
+    assert read_script_beats(tmp_path) == [beat]
+    assert read_beats(tmp_path / HEARTBEAT_DIR) == [session]
+
+
+@pytest.mark.parametrize(
+    ("signals", "warned_at", "ending", "every"),
+    [
+        ([], None, False, 30.0),  # a tenth of stall_seconds
+        ([(5.0, USR1)], 5.0, False, 6.0),  # warned: a tenth of the after-signal rule
+        ([(5.0, USR1), (9.0, USR2)], 5.0, False, 6.0),  # the first warning counts
+        ([(5.0, USR1), (9.0, int(signal.SIGTERM))], 5.0, True, 6.0),  # Slurm ends the job
+        ([(5.0, int(signal.SIGINT))], None, False, 30.0),  # not a warning
+    ],
+)
+def test_what_the_watch_makes_of_the_stop_signals(
+    signals: list[tuple[float, int]], warned_at: float | None, ending: bool, every: float
+) -> None:
+    seen = StopSeen()
+    for now, signum in signals:
+        seen.saw(signum, now)
+    assert (seen.warned_at, seen.ending) == (warned_at, ending)
+    assert seen.check_every(300.0, 60.0, 2.0) == every
+
+
+def test_a_rank_stops_on_the_batch_shells_note(tmp_path) -> None:
+    """The toolkit's ranks read the note once a second (StopRequest.watch_note)."""
+    from jeanzay_kit.train.preemption import StopRequest
+
+    stop = StopRequest(names=())
+    stop.watch_note(tmp_path / ".jzk-signal")
+    assert stop.signum == 0
+    (tmp_path / ".jzk-signal").write_text("USR1\n")
+    stop._next_check = 0.0  # the next look, without waiting the second
+    assert stop.signum == USR1
 
 
 @pytest.mark.parametrize(
@@ -163,4 +211,6 @@ def test_status_shows_a_scripts_starts_last_line_and_checkpoint() -> None:
     assert "last.ckpt (1m15s ago)" in table
     assert "42 (script, 2 start(s)): last line 4s ago: 'Epoch 3: 40%" in table
     row = table.splitlines()[1].split()
-    assert row[:2] == ["42", "RUNNING"] and "1" in row  # RESTARTS: the second start
+    header = table.splitlines()[0].split()
+    assert row[:2] == ["42", "RUNNING"]
+    assert row[header.index("RESTARTS")] == "1"  # the second start
