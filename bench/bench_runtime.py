@@ -40,8 +40,8 @@ from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # 
 from jeanzay_kit.examples.datasets import StdlibText  # noqa: E402
 from jeanzay_kit.examples.models import TinyGPT  # noqa: E402
 from jeanzay_kit.node.local import free_port, local_rank_infos  # noqa: E402
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan  # noqa: E402
 from jeanzay_kit.train.loop import train  # noqa: E402
-from jeanzay_kit.train.sampler import GlobalBatchPlan  # noqa: E402
 from jeanzay_kit.train.schedule import seed_everything  # noqa: E402
 
 MODEL = dict(vocab_size=256, block_size=64, n_layer=4, n_embd=128, n_head=4)

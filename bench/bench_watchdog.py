@@ -28,7 +28,7 @@ from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
 from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
 from jeanzay_kit.node.local import local_rank_infos  # noqa: E402
-from jeanzay_kit.train.heartbeat import Heartbeat, Watchdog  # noqa: E402
+from jeanzay_kit.runtime.heartbeat import Heartbeat, Watchdog  # noqa: E402
 
 
 def worker(index: int, args, port: int, out_dir: Path) -> None:

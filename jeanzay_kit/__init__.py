@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from jeanzay_kit.version import __version__
 
 if TYPE_CHECKING:
-    from jeanzay_kit.node.session import Session
+    from jeanzay_kit.runtime.session import Session
 
 __all__ = ["session", "__version__"]
 
@@ -21,7 +21,7 @@ def session(steps: int | None = None, run_dir: Any = None, **options: Any) -> Se
 
     Ranks, device and process group from the launcher (srun, torchrun, `jzk train`, or
     one process), s.wrap, s.sampler, s.checkpointer, s.should_stop, s.requeue_and_exit,
-    s.log. Every option is documented on jeanzay_kit.node.session.Session."""
-    from jeanzay_kit.node.session import Session
+    s.log. Every option is documented on jeanzay_kit.runtime.session.Session."""
+    from jeanzay_kit.runtime.session import Session
 
     return Session(steps, run_dir, **options)

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.train.preemption import StopRequest
+from jeanzay_kit.runtime.preemption import StopRequest
 
 PROGRAM = "jzk train"
 

@@ -16,7 +16,7 @@ class TrainerState:
     scheduler: dict
     scaler: dict | None
     last_loss: float | None
-    # A session's (node/session.py) own state besides the model and optimizer: the
+    # A session's (runtime/session.py) own state besides the model and optimizer: the
     # `extra` given to s.checkpointer, as plain types (state_dict()s, numbers, tensors).
     extra: dict | None = None
 

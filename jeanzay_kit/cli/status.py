@@ -37,8 +37,8 @@ def _newest_complete_step(run_dir: str) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.launch import status
     from jeanzay_kit.launch.run_files import run_progress
-    from jeanzay_kit.slurm import status
     from jeanzay_kit.slurm.commands import sacct_text, squeue_text
 
     records = _status_records(args.dir)

@@ -24,7 +24,7 @@ from jeanzay_kit.distributed.ranks import RankInfo
 REQUEUE_MARK = ".jzk-requeue"
 # Written in the run directory by the batch shell when Slurm signalled it alone
 # (`--signal=B:USR1@120`, `scancel --batch`): the signal's name, for every task to read
-# (node/signal_rules.py, train/preemption.py StopRequest.watch_note).
+# (node/signal_rules.py, runtime/preemption.py StopRequest.watch_note).
 STOP_NOTE_FILE = ".jzk-signal"
 
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jeanzay_kit.node.restarts import restart_history
-from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
-from jeanzay_kit.train.stall import FINISHED_PHASES
+from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+from jeanzay_kit.runtime.stall import FINISHED_PHASES
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.train.preemption import StopRequest
+from jeanzay_kit.runtime.preemption import StopRequest
 
 
 def local_gpu_count() -> int:

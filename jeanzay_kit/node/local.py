@@ -21,9 +21,9 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
-from jeanzay_kit.train.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
-from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
-from jeanzay_kit.train.stall import made_progress
+from jeanzay_kit.runtime.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
+from jeanzay_kit.runtime.stall import made_progress
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 

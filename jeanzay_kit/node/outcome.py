@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
 OUTCOME_FILE = "outcome.json"
 

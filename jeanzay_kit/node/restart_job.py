@@ -22,9 +22,9 @@ from jeanzay_kit.distributed.script_env import REQUEUE_MARK
 from jeanzay_kit.errors import SlurmCommandError
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.node.script_watch_rules import hang_folder_name
-from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
-from jeanzay_kit.train.preemption import EXIT_PREEMPTED
-from jeanzay_kit.train.stall import made_progress
+from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
+from jeanzay_kit.runtime.stall import made_progress
 
 EXIT_REFUSED = 2
 NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)

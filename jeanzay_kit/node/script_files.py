@@ -22,7 +22,7 @@ from jeanzay_kit.node.script_watch_rules import (
     ScriptBeat,
     looks_like_checkpoint,
 )
-from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR
+from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR
 
 
 def script_writes(run_dir: Path, since: float) -> tuple[bool, bool]:

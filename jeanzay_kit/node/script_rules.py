@@ -37,7 +37,7 @@ TOOLKIT_NAMES = frozenset(
         "restarts.json",  # node/restarts.py
         ".jzk-requeue",  # distributed/script_env.REQUEUE_MARK
         ".jzk-signal",  # distributed/script_env.STOP_NOTE_FILE: the batch shell's note
-        "heartbeat",  # a session's heartbeats (train/heartbeat.py)
+        "heartbeat",  # a session's heartbeats (runtime/heartbeat.py)
         ".jzk-write-test",  # the batch script's probe (slurm/sbatch.py)
         "outcome.json",  # how a local run ended (node/outcome.py)
         "job.sbatch",  # the script `jzk submit` submitted (cli/submit.py)

@@ -41,7 +41,7 @@ from jeanzay_kit.distributed.script_env import (
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_files import claim_run_dir, record_attempt, script_writes
 from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
-from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest, signal_name
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).

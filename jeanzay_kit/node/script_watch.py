@@ -34,8 +34,8 @@ from jeanzay_kit.node.script_watch_rules import (
     script_hang,
 )
 from jeanzay_kit.node.signal_rules import SignalRelay, from_step_daemon
-from jeanzay_kit.train.heartbeat import EXIT_HUNG
-from jeanzay_kit.train.preemption import NOTE_CHECK_S, stop_note
+from jeanzay_kit.runtime.heartbeat import EXIT_HUNG
+from jeanzay_kit.runtime.preemption import NOTE_CHECK_S, stop_note
 
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 TICK_S = 0.2

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from jeanzay_kit.train.progress import format_duration
-from jeanzay_kit.train.stall import FROZEN_BEATS
+from jeanzay_kit.runtime.progress import format_duration
+from jeanzay_kit.runtime.stall import FROZEN_BEATS
 
 # Each task's wrapper writes `<run_dir>/heartbeat/task-<N>.json`: not `rank-<N>.json`,
-# which a session-API script under the same run directory writes (train/heartbeat.py).
+# which a session-API script under the same run directory writes (runtime/heartbeat.py).
 SCRIPT_BEAT_PREFIX = "task-"
 # File names that look like a checkpoint (`jzk status` shows the newest).
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".distcp")
@@ -50,7 +50,7 @@ class ScriptBeat:
 
     def frozen(self, now: float) -> bool:
         """Its wrapper writes no beat any more: the node is lost or the task stopped
-        (the toolkit loop's rule, train/stall.py)."""
+        (the toolkit loop's rule, runtime/stall.py)."""
         return now - self.wall_time > FROZEN_BEATS * self.interval_s + 1.0
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from jeanzay_kit.config.entry import runs_script
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.train.preemption import EXIT_PREEMPTED, StopRequest
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
 
 def _kind(config: dict[str, Any]) -> str:

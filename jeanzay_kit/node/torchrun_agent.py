@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.train.preemption import EXIT_PREEMPTED
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
 

@@ -19,7 +19,7 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.train.preemption import StopRequest
+from jeanzay_kit.runtime.preemption import StopRequest
 
 if TYPE_CHECKING:
     from jeanzay_kit.distributed.process_group import DistContext
@@ -59,7 +59,7 @@ def run_worker(
         ctx = _join(spec, info, run_dir, visible_devices, threads)
     except BaseException as caught:
         _leave(caught, spec, info)
-    from jeanzay_kit.train.heartbeat import start_watch
+    from jeanzay_kit.runtime.heartbeat import start_watch
 
     heartbeat, watchdog = start_watch(
         run_dir,
@@ -124,7 +124,7 @@ def _join(
     if spec.watchdog.stall_seconds > 0:
         import os
 
-        from jeanzay_kit.train.heartbeat import enable_flight_recorder
+        from jeanzay_kit.runtime.heartbeat import enable_flight_recorder
 
         # Read when the process group starts: the watchdog dumps it next to the stacks.
         enable_flight_recorder(run_dir, os.environ)
@@ -231,6 +231,8 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
     """After the checkpoint of a signalled run is sealed: requeue (rank 0) and exit.
 
     runner: the Slurm command runner, sleep: time.sleep (stand-ins in unit tests)."""
+    from jeanzay_kit.runtime.requeue import after_stop
+
     after_stop(
         info,
         result.stopped_by,
@@ -241,65 +243,3 @@ def stop_after_signal(spec: JobSpec, info: RankInfo, result, runner=None, sleep=
         runner=runner,
         sleep=sleep,
     )
-
-
-def after_stop(
-    info: RankInfo,
-    stopped_by: str,
-    steps: int,
-    *,
-    requeue_signal: str = "USR1",
-    requeue: bool = True,
-    term_wait_seconds: float = 300.0,
-    runner=None,  # noqa: ANN001
-    sleep=time.sleep,  # noqa: ANN001
-) -> NoReturn:
-    """Every rank, once step-`steps` is saved after `stopped_by` (SIGUSR1...): rank 0
-    requeues the job when the time-limit signal asked for it, every rank waits for Slurm
-    after a SIGTERM under srun, then exits EXIT_PREEMPTED. The toolkit's loop and a
-    session (node/session.py) end alike."""
-    from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.slurm.commands import requeue as scontrol_requeue
-    from jeanzay_kit.train.preemption import EXIT_PREEMPTED
-
-    # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
-    # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
-    wants_requeue = (
-        requeue
-        and stopped_by == f"SIG{requeue_signal}"
-        and requeue_signal != "TERM"
-        and info.requeue_id is not None
-    )
-    # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
-    waits_for_slurm = stopped_by == "SIGTERM" and info.launcher == "srun"
-    if info.rank == 0:
-        if wants_requeue:
-            try:
-                scontrol_requeue(info.requeue_id, runner)
-                print(f"requeued job {info.requeue_id}; it resumes from step-{steps}", flush=True)
-            except SlurmCommandError as err:
-                report.error(
-                    report.TRAIN,
-                    f"could not requeue job {info.requeue_id}: {err}. The checkpoint "
-                    f"step-{steps} is complete: resubmit the job to resume.",
-                )
-                raise SystemExit(1) from err
-        elif not waits_for_slurm:
-            print(
-                f"stopped by {stopped_by} after saving step-{steps}; run the "
-                "same command again to resume",
-                flush=True,
-            )
-    if waits_for_slurm:
-        # Preemption sends SIGTERM, waits GraceTime, then kills and requeues the job. A job
-        # that ends by itself first is marked FAILED and never requeued, so every task
-        # stays until Slurm ends it (scancel ends it after KillWait the same way).
-        if info.rank == 0:
-            print(
-                f"SIGTERM: step-{steps} is complete; waiting up to "
-                f"{term_wait_seconds} s for Slurm to end the job (a preempted "
-                "job is requeued and resumes from it)",
-                flush=True,
-            )
-        sleep(term_wait_seconds)
-    raise SystemExit(EXIT_PREEMPTED)

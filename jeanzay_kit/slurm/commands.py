@@ -10,6 +10,7 @@ import subprocess
 from collections.abc import Sequence
 
 from jeanzay_kit.errors import SlurmCommandError
+from jeanzay_kit.slurm_syntax.queries import SACCT_FIELDS, SQUEUE_FORMAT
 
 
 class CommandRunner:
@@ -88,14 +89,10 @@ def wait_until_gone(
 
 def squeue_text(runner: CommandRunner | None = None) -> str:
     """This user's queued, running and recently finished jobs, one row per array task."""
-    from jeanzay_kit.slurm.status import SQUEUE_FORMAT
-
     return _checked(["squeue", "--me", "-h", "-r", "-o", SQUEUE_FORMAT], runner).stdout
 
 
 def sacct_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
-    from jeanzay_kit.slurm.status import SACCT_FIELDS
-
     argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
     return _checked(argv, runner).stdout
 

@@ -2,7 +2,7 @@
 
 The set is `eval.data` when given, else the held-out end of the training dataset
 (`train.eval_fraction`), cut to `eval.max_batches` global batches. Each sample is read by
-exactly one data-parallel rank (train/sampler.py: `eval_share`), the loss is averaged over
+exactly one data-parallel rank (runtime/sampler.py: `eval_share`), the loss is averaged over
 samples (a mean-reducing loss times its batch's size, summed, all-reduced, divided by the
 count), and each metric of `eval.metrics` (torchmetrics: `update(output, target)`,
 `compute()`, `reset()`) is updated with the model's output and synchronised across the
@@ -24,10 +24,10 @@ import torch.distributed as dist
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError
+from jeanzay_kit.runtime.sampler import eval_share
 from jeanzay_kit.train.batch import split_batch, to_device
 from jeanzay_kit.train.loader import build_loader, fetch, stop_workers, workers_here
 from jeanzay_kit.train.loss import ComputeLoss
-from jeanzay_kit.train.sampler import eval_share
 from jeanzay_kit.train.seeded_samples import keys
 from jeanzay_kit.train.strategies.base import ReplicatedStrategy, Strategy
 

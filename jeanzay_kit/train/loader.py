@@ -1,6 +1,6 @@
 """torch's DataLoader over the toolkit's global-batch plan.
 
-The plan (train/sampler.py) decides which samples each rank reads at each step, keyed by
+The plan (runtime/sampler.py) decides which samples each rank reads at each step, keyed by
 the global sample index; it is given to torch's `DataLoader` as its `batch_sampler`, so
 worker processes, pinned memory, prefetching, a dataset's `__getitems__` and any collate
 function work as torch documents them, while resuming mid-epoch or on another number of
@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 from jeanzay_kit.config.sections import LoaderSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LoaderWorkerDied
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.train.batch import to_device
-from jeanzay_kit.train.sampler import GlobalBatchPlan
 from jeanzay_kit.train.seeded_samples import IndexedSamples, SeededSamples, keys
 
 

@@ -3,7 +3,7 @@
 Receives values (the JobSpec and the process-group context); reads no environment.
 The global batch is the same whatever the world size: each step, every data-parallel
 rank runs `grad_accum_steps` micro-batches of `micro_batch_size` samples (see
-train/sampler.py), read by torch's DataLoader (train/loader.py), and the strategy averages
+runtime/sampler.py), read by torch's DataLoader (train/loader.py), and the strategy averages
 gradients across ranks. `train` prepares an attempt (components from train/components.py,
 resume, the loader), runs its steps, then seals the last save.
 """
@@ -25,9 +25,12 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
+from jeanzay_kit.runtime.heartbeat import Heartbeat
+from jeanzay_kit.runtime.metrics import MetricsWriter, peak_flops
+from jeanzay_kit.runtime.preemption import StopRequest, agree, signal_name
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan, StreamPlan, held_out, plan_for
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.evaluate import Evaluator, eval_indices
-from jeanzay_kit.train.heartbeat import Heartbeat
 from jeanzay_kit.train.loader import (
     PlanBatchSampler,
     StepBatches,
@@ -35,9 +38,6 @@ from jeanzay_kit.train.loader import (
     describe_loader,
     workers_here,
 )
-from jeanzay_kit.train.metrics import MetricsWriter, peak_flops
-from jeanzay_kit.train.preemption import StopRequest, agree, signal_name
-from jeanzay_kit.train.sampler import GlobalBatchPlan, StreamPlan, held_out, plan_for
 from jeanzay_kit.train.schedule import seed_everything
 from jeanzay_kit.train.strategies.base import Strategy
 from jeanzay_kit.train.stream import StreamBatches, is_stream, open_stream

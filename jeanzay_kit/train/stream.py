@@ -1,6 +1,6 @@
 """Streaming data: a `torch.utils.data.IterableDataset` read by torchdata's StatefulDataLoader.
 
-A stream has no length and no index, so the global-batch plan (train/sampler.py) cannot
+A stream has no length and no index, so the global-batch plan (runtime/sampler.py) cannot
 say which samples a rank reads: each data-parallel rank reads its own share of the
 stream (the dataset splits itself by `torch.distributed.get_rank()` and, inside a loader
 worker, `torch.utils.data.get_worker_info()`; docs/your-model-and-data.md), `grad_accum`
@@ -33,6 +33,7 @@ from jeanzay_kit.config.sections import LoaderSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError
+from jeanzay_kit.runtime.sampler import StreamPlan
 from jeanzay_kit.train.loader import (
     StepBatches,
     build_collate,
@@ -41,7 +42,6 @@ from jeanzay_kit.train.loader import (
     prefetch_for,
     workers_here,
 )
-from jeanzay_kit.train.sampler import StreamPlan
 from jeanzay_kit.train.stream_rules import stream_restore
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from tests.distributed.conftest import REPO
 from tests.distributed.test_resume import last_step
 

@@ -1,6 +1,6 @@
 """FSDP evaluates a held-out set the ranks cannot share evenly without hanging: 17 samples
 on 2 ranks in micro-batches of 8 are 2 batches on rank 0 and 1 on rank 1, and each FSDP
-forward all-gathers, so rank 1 makes one discarded call (train/sampler.py: eval_share)."""
+forward all-gathers, so rank 1 makes one discarded call (runtime/sampler.py: eval_share)."""
 
 from __future__ import annotations
 

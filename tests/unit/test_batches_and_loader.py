@@ -16,6 +16,7 @@ from jeanzay_kit.config.collector import Collector
 from jeanzay_kit.config.data_rules import check_loader, check_loader_cpus, check_loss
 from jeanzay_kit.config.sections import LoaderSettings, LossSettings
 from jeanzay_kit.errors import ContractError, SpecError
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.train.batch import concat, describe, split_batch, to_device
 from jeanzay_kit.train.loader import (
     PlanBatchSampler,
@@ -27,7 +28,6 @@ from jeanzay_kit.train.loader import (
     is_loader_death,
 )
 from jeanzay_kit.train.loss import ComputeLoss, loss_in_output
-from jeanzay_kit.train.sampler import GlobalBatchPlan
 
 CPU = torch.device("cpu")
 

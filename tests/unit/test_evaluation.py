@@ -1,4 +1,4 @@
-"""Evaluation's pure parts: which rank reads which validation sample (train/sampler.py:
+"""Evaluation's pure parts: which rank reads which validation sample (runtime/sampler.py:
 eval_share), the eval.* keys with their older train.eval_* spellings
 (config/data_rules.py: check_eval), and what a metric is updated with
 (train/evaluate.py)."""
@@ -15,8 +15,8 @@ import torch
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import ContractError, SpecError
+from jeanzay_kit.runtime.sampler import eval_share
 from jeanzay_kit.train.evaluate import metric_target, prediction
-from jeanzay_kit.train.sampler import eval_share
 
 
 @pytest.mark.parametrize(
@@ -63,7 +63,7 @@ def test_eval_keys_and_their_older_spelling(
 
 
 def test_a_validation_set_of_its_own_holds_nothing_of_data_out() -> None:
-    from jeanzay_kit.train.sampler import held_out
+    from jeanzay_kit.runtime.sampler import held_out
 
     assert held_out(spec(), 1000) == 50
     own = spec("+eval.data._target_=mypkg.Validation", "+eval.data.root=/scratch/val")

@@ -99,6 +99,41 @@ def test_no_import_cycle_between_rooms() -> None:
     assert cycle is None, " -> ".join(cycle or [])
 
 
+# The rooms from the bottom up, following the data flow (docs/architecture.md): a room
+# imports only rooms below it. Top-level helpers (errors, report, durable_io, version,
+# torch_version) sit under everything.
+ROOM_ORDER = [
+    "slurm_syntax",
+    "distributed",
+    "config",
+    "slurm",
+    "project",
+    "ckpt",
+    "runtime",
+    "train",
+    "node",
+    "train_app",
+    "launch",
+    "analysis",
+    "doctor",
+    "cli",
+]
+HELPERS = {"errors", "report", "durable_io", "version", "torch_version"}
+
+
+def test_rooms_import_only_the_rooms_below_them() -> None:
+    rooms = room_graph(import_graph())
+    unplaced = set(rooms) - set(ROOM_ORDER) - HELPERS - {"conf", "examples"}
+    assert not unplaced, f"rooms missing from ROOM_ORDER: {sorted(unplaced)}"
+    upward = [
+        f"{room} imports {target}"
+        for room in ROOM_ORDER
+        for target in sorted(rooms.get(room, set()) - HELPERS)
+        if target in ROOM_ORDER and ROOM_ORDER.index(target) > ROOM_ORDER.index(room)
+    ]
+    assert not upward, upward
+
+
 def test_exceptions_are_one_family_in_errors_py() -> None:
     """Every exception class a user can meet is defined in errors.py (and is a JzkError)."""
     import jeanzay_kit.errors as errors

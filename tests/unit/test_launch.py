@@ -13,7 +13,7 @@ from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError, LaunchError
 from jeanzay_kit.launch.arrays import SweepPoint, plan_arrays, submitit_parameters
 from jeanzay_kit.launch.manifest import append_manifest, read_manifest, write_manifest
-from jeanzay_kit.slurm.status import parse_sacct, parse_squeue, status_table, summary
+from jeanzay_kit.launch.status import parse_sacct, parse_squeue, status_table, summary
 
 
 def spec(*overrides: str):

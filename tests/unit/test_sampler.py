@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 
 
 def plans(dp: int, micro: int, size: int = 100, gbs: int = 16, seed: int = 3):

@@ -16,7 +16,7 @@ from jeanzay_kit.node.script_watch_rules import (
     script_hang,
 )
 from jeanzay_kit.node.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
-from jeanzay_kit.train.preemption import read_stop_note
+from jeanzay_kit.runtime.preemption import read_stop_note
 
 USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
 
@@ -123,8 +123,8 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
     """A session-API script under a script task: the session writes rank-<N>.json, the
     task's wrapper its own task-<N>.json; each reader sees its own kind only."""
     from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
-    from jeanzay_kit.train.heartbeat import HEARTBEAT_DIR, read_beats
-    from jeanzay_kit.train.stall import Beat
+    from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+    from jeanzay_kit.runtime.stall import Beat
 
     session = Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0)
     (tmp_path / HEARTBEAT_DIR).mkdir()
@@ -157,7 +157,7 @@ def test_what_the_watch_makes_of_the_stop_signals(
 
 def test_a_rank_stops_on_the_batch_shells_note(tmp_path) -> None:
     """The toolkit's ranks read the note once a second (StopRequest.watch_note)."""
-    from jeanzay_kit.train.preemption import StopRequest
+    from jeanzay_kit.runtime.preemption import StopRequest
 
     stop = StopRequest(names=())
     stop.watch_note(tmp_path / ".jzk-signal")
@@ -194,7 +194,7 @@ def test_the_batch_shells_note_is_read_once_written_in_this_attempt(tmp_path) ->
 
 
 def test_status_shows_a_scripts_starts_last_line_and_checkpoint() -> None:
-    from jeanzay_kit.slurm.status import JobState, status_table
+    from jeanzay_kit.launch.status import JobState, status_table
 
     rec = {
         "job_id": "42",

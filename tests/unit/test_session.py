@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from jeanzay_kit import session
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node import session_rules as rules
+from jeanzay_kit.runtime import session_rules as rules
 
 
 @pytest.fixture(autouse=True)

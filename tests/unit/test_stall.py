@@ -1,10 +1,10 @@
-"""The watchdog's verdict from heartbeats (train/stall.py), as a table."""
+"""The watchdog's verdict from heartbeats (runtime/stall.py), as a table."""
 
 from __future__ import annotations
 
 import pytest
 
-from jeanzay_kit.train.stall import Beat, find_stall, hang_dir_name
+from jeanzay_kit.runtime.stall import Beat, find_stall, hang_dir_name
 
 NOW = 1000.0
 

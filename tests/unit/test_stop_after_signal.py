@@ -105,7 +105,7 @@ def test_requeue_can_be_turned_off() -> None:
 # are gone; Slurm's time-limit warning may come after the last step) while it exits.
 _HAMMERED_EXIT = """
 import os, subprocess, sys, time
-from jeanzay_kit.train.preemption import StopRequest
+from jeanzay_kit.runtime.preemption import StopRequest
 stop = StopRequest()
 # (its output away from our pipes: the test reads them to the end, and until this process
 # is reaped, kill still succeeds on it)

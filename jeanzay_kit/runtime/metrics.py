@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from jeanzay_kit.train.progress import (
+from jeanzay_kit.runtime.progress import (
     format_duration,
     input_bound,
     input_bound_note,

@@ -13,10 +13,10 @@
 The session reads the launcher's variables once, when it starts (srun, torchrun, a
 script task of `jzk train`/`jzk submit`, or none: one process), and hands the loop what
 the toolkit's own loop uses: the process group (distributed/process_group.py), the
-global-batch plan (train/sampler.py) as a torch batch sampler, the checkpointer
+global-batch plan (runtime/sampler.py) as a torch batch sampler, the checkpointer
 (ckpt/checkpointer.py: atomic, verified, resharded on another world size), heartbeats and
-the hang watchdog (train/heartbeat.py), metrics.jsonl and progress lines
-(train/metrics.py), and the same end after a signal (node/worker.py after_stop).
+the hang watchdog (runtime/heartbeat.py), metrics.jsonl and progress lines
+(runtime/metrics.py), and the same end after a signal (runtime/requeue.py after_stop).
 docs/your-own-loop.md walks a plain script through it.
 """
 
@@ -40,10 +40,10 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.distributed.process_group import pick_device, resolve_backend
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError, NonFiniteLoss
-from jeanzay_kit.node import session_rules as rules
-from jeanzay_kit.train.heartbeat import start_watch
-from jeanzay_kit.train.preemption import StopRequest, signal_name
-from jeanzay_kit.train.sampler import GlobalBatchPlan
+from jeanzay_kit.runtime import session_rules as rules
+from jeanzay_kit.runtime.heartbeat import start_watch
+from jeanzay_kit.runtime.preemption import StopRequest, signal_name
+from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 
 
 class Session:
@@ -76,7 +76,7 @@ class Session:
         term_wait_seconds: float = 300.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        # Signals are noted from the very start, never fatal (train/preemption.py).
+        # Signals are noted from the very start, never fatal (runtime/preemption.py).
         self._stop = StopRequest()
         self._env = dict(os.environ if env is None else env)  # the one read
         self.steps = steps
@@ -223,7 +223,7 @@ class Session:
                     fully_shard(child)
             fully_shard(model)
             # The parameters' all-gather starts here: a rank that got this far waits for
-            # its peers (train/stall.py WAITING_PHASES).
+            # its peers (runtime/stall.py WAITING_PHASES).
             model.register_forward_pre_hook(lambda *_: self._beat_phase("forward"))
             return model
         self.mode = "ddp"
@@ -235,7 +235,7 @@ class Session:
         ddp = DDP(model, device_ids=ids, **ddp_options)
         # Past its forward a rank computes the backward and then waits in DDP's gradient
         # all-reduce for its peers: the watchdog names a rank still in the user's code
-        # first (train/stall.py WAITING_PHASES). A forward hook costs one Python call; a
+        # first (runtime/stall.py WAITING_PHASES). A forward hook costs one Python call; a
         # comm hook around the all-reduce cost 2 % of the step (an extra pass over the
         # gradient buckets, bench/bench_session.py).
         ddp.register_forward_hook(lambda *_: self._beat_phase("backward"))
@@ -351,7 +351,7 @@ class Session:
         again"). Under plain srun rank 0 first requeues the job when Slurm's time-limit
         signal stopped it, and after a SIGTERM (a preemption) every rank waits for Slurm
         to end the job; a script task of the toolkit is requeued by its wrapper."""
-        from jeanzay_kit.node.worker import after_stop
+        from jeanzay_kit.runtime.requeue import after_stop
 
         saved = max((c.saved_step for c in self._checkpointers), default=0)
         self._close(failed=False)
@@ -393,7 +393,7 @@ class Session:
 
     def _writer(self) -> Any:
         if self._metrics is None:
-            from jeanzay_kit.train.metrics import MetricsWriter
+            from jeanzay_kit.runtime.metrics import MetricsWriter
 
             end = self._env.get("SLURM_JOB_END_TIME")
             self._metrics = MetricsWriter(

@@ -12,8 +12,6 @@ from dataclasses import dataclass
 
 # The format strings the commands are run with (slurm/commands.py); the parsers below
 # read exactly these fields, separated by "|".
-SQUEUE_FORMAT = "%i|%T|%M|%l|%R"
-SACCT_FIELDS = "JobID,State,Elapsed,ExitCode,NodeList"
 
 
 @dataclass(frozen=True)
@@ -138,7 +136,7 @@ def _script_lines(records: Sequence[Mapping]) -> list[str]:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    from jeanzay_kit.train.progress import format_duration
+    from jeanzay_kit.runtime.progress import format_duration
 
     return format_duration(seconds)
 
@@ -152,7 +150,7 @@ def summary(states: Iterable[str]) -> str:
 
 def _evaluation(values: Mapping | None) -> str:
     """`0.4321 accuracy=0.912`: the eval loss, then each metric of eval.metrics."""
-    from jeanzay_kit.train.progress import is_eval_metric
+    from jeanzay_kit.runtime.progress import is_eval_metric
 
     if not values or values.get("eval_loss") is None:
         return "-"

@@ -6,7 +6,7 @@ sync, no collective, no I/O on the hot path. A writer thread writes
 reader never sees half a file); the format is in docs/stuck-jobs.md.
 
 The watchdog thread reads every rank's heartbeat every few seconds (the run directory is
-on a filesystem every node sees) and judges them with train/stall.py. It needs no
+on a filesystem every node sees) and judges them with runtime/stall.py. It needs no
 collective, so a rank blocked in one still detects a frozen peer. On a stall it dumps
 this rank's Python stacks (faulthandler, every thread) into `<run_dir>/hang-<step>/`,
 the lowest live rank writes `report.txt` and prints the verdict, and the process exits
@@ -27,7 +27,7 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from jeanzay_kit import report
-from jeanzay_kit.train.stall import Beat, Stall, find_stall, hang_dir_name
+from jeanzay_kit.runtime.stall import Beat, Stall, find_stall, hang_dir_name
 
 EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
 HEARTBEAT_DIR = "heartbeat"
@@ -213,7 +213,7 @@ def start_watch(
     stall_seconds: float,
 ) -> tuple[Heartbeat, Watchdog]:
     """This rank's heartbeat thread and, unless stall_seconds is 0, its watchdog: the
-    toolkit's loop (node/worker.py) and a session (node/session.py) start them alike.
+    toolkit's loop (node/worker.py) and a session (runtime/session.py) start them alike.
 
     Collective (after the process group exists): rank 0 draws the attempt's token, so
     heartbeats left by an earlier attempt in the same run directory are never judged."""

@@ -1,7 +1,7 @@
 """Which rank stalls a run, from the ranks' heartbeats. Pure: values in, a verdict out.
 
 Every rank writes `<run_dir>/heartbeat/rank-<N>.json` from a background thread
-(train/heartbeat.py). Two clocks in each beat tell two failures apart:
+(runtime/heartbeat.py). Two clocks in each beat tell two failures apart:
 
 - `wall_time`: when the file was last written. The writer thread runs whatever the
   training thread does, so a beat FROZEN_BEATS intervals old means the whole process is
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 FINISHED_PHASES = ("done",)
-# Phases of a session (node/session.py) in which a rank waits in a collective for its
+# Phases of a session (runtime/session.py) in which a rank waits in a collective for its
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
 # when several ranks stall, one still in the user's own code is named before these.
 WAITING_PHASES = ("forward", "backward")

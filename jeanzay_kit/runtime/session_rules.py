@@ -1,4 +1,4 @@
-"""What a session (node/session.py) decides from plain values. Pure: no torch, no os.environ.
+"""What a session (runtime/session.py) decides from plain values. Pure: no torch, no os.environ.
 
 A session is the toolkit's runtime for a loop the user wrote: these rules say where it
 writes, how its global batch splits over the ranks, what its checkpoints record for the

@@ -1,0 +1,1 @@
+"""The task side's runtime: what every training loop uses once it runs (docs/architecture.md)."""

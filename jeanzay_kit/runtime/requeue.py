@@ -1,0 +1,74 @@
+"""The end of a stopped run, for every loop: requeue the job when Slurm's time-limit
+warning asked for it, wait for Slurm after a SIGTERM, exit EXIT_PREEMPTED ("run me
+again"). The toolkit's loop (node/worker.py) and a session (runtime/session.py) end
+alike."""
+
+from __future__ import annotations
+
+import time
+from typing import NoReturn
+
+from jeanzay_kit import report
+from jeanzay_kit.distributed.ranks import RankInfo
+
+
+def after_stop(
+    info: RankInfo,
+    stopped_by: str,
+    steps: int,
+    *,
+    requeue_signal: str = "USR1",
+    requeue: bool = True,
+    term_wait_seconds: float = 300.0,
+    runner=None,  # noqa: ANN001
+    sleep=time.sleep,  # noqa: ANN001
+) -> NoReturn:
+    """Every rank, once step-`steps` is saved after `stopped_by` (SIGUSR1...): rank 0
+    requeues the job when the time-limit signal asked for it, every rank waits for Slurm
+    after a SIGTERM under srun, then exits EXIT_PREEMPTED. The toolkit's loop and a
+    session (runtime/session.py) end alike."""
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
+    from jeanzay_kit.slurm.commands import requeue as scontrol_requeue
+
+    # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
+    # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
+    wants_requeue = (
+        requeue
+        and stopped_by == f"SIG{requeue_signal}"
+        and requeue_signal != "TERM"
+        and info.requeue_id is not None
+    )
+    # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
+    waits_for_slurm = stopped_by == "SIGTERM" and info.launcher == "srun"
+    if info.rank == 0:
+        if wants_requeue:
+            try:
+                scontrol_requeue(info.requeue_id, runner)
+                print(f"requeued job {info.requeue_id}; it resumes from step-{steps}", flush=True)
+            except SlurmCommandError as err:
+                report.error(
+                    report.TRAIN,
+                    f"could not requeue job {info.requeue_id}: {err}. The checkpoint "
+                    f"step-{steps} is complete: resubmit the job to resume.",
+                )
+                raise SystemExit(1) from err
+        elif not waits_for_slurm:
+            print(
+                f"stopped by {stopped_by} after saving step-{steps}; run the "
+                "same command again to resume",
+                flush=True,
+            )
+    if waits_for_slurm:
+        # Preemption sends SIGTERM, waits GraceTime, then kills and requeues the job. A job
+        # that ends by itself first is marked FAILED and never requeued, so every task
+        # stays until Slurm ends it (scancel ends it after KillWait the same way).
+        if info.rank == 0:
+            print(
+                f"SIGTERM: step-{steps} is complete; waiting up to "
+                f"{term_wait_seconds} s for Slurm to end the job (a preempted "
+                "job is requeued and resumes from it)",
+                flush=True,
+            )
+        sleep(term_wait_seconds)
+    raise SystemExit(EXIT_PREEMPTED)

@@ -1,0 +1,105 @@
+"""The settings of the runtime every loop uses (runtime/session.py), declared once.
+
+Their defaults are the schema's (config/schema.py): a session started by hand behaves as a
+job with the shipped config does. Under `jzk train|submit job.entry=your_script.py` the
+job's own values reach the script's session through one environment variable,
+SETTINGS_ENV (JSON), that the script task sets (distributed/script_env.py); a keyword
+argument the script gives `session(...)` still wins. Pure: no torch, no os.environ.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from jeanzay_kit.config import schema
+from jeanzay_kit.errors import JzkError
+
+# The job's runtime settings, as JSON, in a script task's environment.
+SETTINGS_ENV = "JZK_SESSION_SETTINGS"
+
+_PARALLEL = schema.ParallelConfig()
+_CHECKPOINT = schema.CheckpointConfig()
+_PREEMPTION = schema.PreemptionConfig()
+_WATCHDOG = schema.WatchdogConfig()
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """What the runtime needs besides the launcher's variables; the config key of each is
+    in KEYS."""
+
+    device: str = "auto"  # auto | cpu | cuda (a session has no cluster profile: auto)
+    backend: str = _PARALLEL.backend
+    timeout_minutes: float = float(_PARALLEL.timeout_minutes)
+    keep_last: int = _CHECKPOINT.keep_last
+    allow_config_change: bool = _CHECKPOINT.allow_config_change
+    stall_seconds: float = _WATCHDOG.stall_seconds
+    heartbeat_seconds: float = _WATCHDOG.heartbeat_seconds
+    requeue: bool = _PREEMPTION.requeue
+    requeue_signal: str = _PREEMPTION.signal
+    term_wait_seconds: float = float(_PREEMPTION.term_wait_seconds)
+
+
+# Each setting's config key: what a job sets, and what an error names.
+KEYS: dict[str, str] = {
+    "device": "cluster.device",
+    "backend": "parallel.backend",
+    "timeout_minutes": "parallel.timeout_minutes",
+    "keep_last": "checkpoint.keep_last",
+    "allow_config_change": "checkpoint.allow_config_change",
+    "stall_seconds": "watchdog.stall_seconds",
+    "heartbeat_seconds": "watchdog.heartbeat_seconds",
+    "requeue": "preemption.requeue",
+    "requeue_signal": "preemption.signal",
+    "term_wait_seconds": "preemption.term_wait_seconds",
+}
+
+
+def from_spec(spec: Any) -> RuntimeSettings:
+    """The settings of a validated JobSpec (config/spec.py)."""
+    return RuntimeSettings(
+        device=spec.cluster.device,
+        backend=spec.comm.backend,
+        timeout_minutes=float(spec.comm.timeout_minutes),
+        keep_last=spec.checkpoint.keep_last,
+        allow_config_change=spec.checkpoint.allow_config_change,
+        stall_seconds=float(spec.watchdog.stall_seconds),
+        heartbeat_seconds=float(spec.watchdog.heartbeat_seconds),
+        requeue=spec.preemption.requeue,
+        requeue_signal=spec.preemption.signal,
+        term_wait_seconds=float(spec.preemption.term_wait_seconds),
+    )
+
+
+def to_env(settings: RuntimeSettings) -> str:
+    """SETTINGS_ENV's value."""
+    return json.dumps(asdict(settings), sort_keys=True)
+
+
+def from_env(env: Mapping[str, str]) -> RuntimeSettings:
+    """The job's settings a script task passed on; the defaults without one. A value the
+    toolkit did not write (an older toolkit, a hand-made variable) is refused by name."""
+    text = env.get(SETTINGS_ENV)
+    if not text:
+        return RuntimeSettings()
+    try:
+        given = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise JzkError(f"{SETTINGS_ENV} is not JSON ({err}). HINT: unset it") from None
+    known = {f.name for f in fields(RuntimeSettings)}
+    unknown = sorted(set(given) - known) if isinstance(given, dict) else ["(not an object)"]
+    if unknown:
+        raise JzkError(
+            f"{SETTINGS_ENV} holds {', '.join(unknown)}, which a session does not know. "
+            "HINT: unset it; the toolkit that started the job and this one differ"
+        )
+    return replace(RuntimeSettings(), **given)
+
+
+def resolve(job: RuntimeSettings, given: Mapping[str, Any]) -> RuntimeSettings:
+    """The job's settings with what the script gave session(...) (its non-None keyword
+    arguments) on top."""
+    return replace(job, **{k: v for k, v in given.items() if v is not None})
