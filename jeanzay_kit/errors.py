@@ -141,7 +141,7 @@ class CheckpointNotFound(JzkError):
 
 
 class ContractError(JzkError):
-    """Your model, data or loss does not meet a contract of train/contracts.py: found by
+    """Your model, data or loss does not meet a contract of jeanzay_kit/contracts.py: found by
     `jzk check` or the check at the start of a run, said once, never retried."""
 
 

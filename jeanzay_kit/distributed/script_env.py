@@ -6,7 +6,8 @@ jeanzay_kit.train_app` (the default), given the frozen config as Hydra's argumen
 other entry is the user's command (`path/to/script.py` or `-m package.module`): it gets
 exactly `job.args`, never Hydra's arguments, and in its environment the variables of
 torchrun's contract (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT, GROUP_RANK) plus JZK_RUN_DIR, the run directory, the same on every requeue.
+MASTER_PORT, GROUP_RANK) plus JZK_RUN_DIR, the run directory, the same on every requeue,
+and SETTINGS_ENV, the job's settings for a session the script opens.
 `job.entry_kind` says it when the rule guesses wrong: `toolkit` for a Hydra application
 of yours that calls the toolkit, `script` for a command that happens to be the module.
 """
@@ -17,6 +18,10 @@ import shlex
 from collections.abc import Sequence
 
 from jeanzay_kit.distributed.ranks import RankInfo
+
+# The job's runtime settings (JSON) for a session the script opens: config/runtime_settings.py
+# reads it. Named here, below both, so the writer and the reader agree.
+SETTINGS_ENV = "JZK_SESSION_SETTINGS"
 
 # Written in the run directory by a task whose command exited 3 ("requeue me",
 # node/script_task.py); the batch script's restart step (node/restart_job.py --script)
@@ -34,9 +39,10 @@ def script_argv(python: str, entry: str, args: Sequence[str]) -> list[str]:
     return [python, *shlex.split(entry), *args]
 
 
-def script_env(info: RankInfo, run_dir: str) -> dict[str, str]:
-    """The variables a torchrun-style script reads (torch.distributed's env:// init), and
-    where its run directory is."""
+def script_env(info: RankInfo, run_dir: str, settings: str = "") -> dict[str, str]:
+    """The variables a torchrun-style script reads (torch.distributed's env:// init), where
+    its run directory is, and the job's runtime settings for a session it opens
+    (settings: config/runtime_settings.py to_env; SETTINGS_ENV there names the variable)."""
     env = {
         "RANK": str(info.rank),
         "LOCAL_RANK": str(info.local_rank),
@@ -50,6 +56,8 @@ def script_env(info: RankInfo, run_dir: str) -> dict[str, str]:
     }
     if info.job_id:
         env["JZK_JOB_ID"] = info.requeue_id or info.job_id
+    if settings:
+        env[SETTINGS_ENV] = settings
     return env
 
 

@@ -95,7 +95,9 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     script_task.check_entry(spec.job.entry, Path.cwd())
     if launched_by(env) is not None:
         script = script_task.script_command(spec)
-        return script_task.run_task(sys.executable, script, env, str(run_dir))
+        return script_task.run_task(
+            sys.executable, script, env, str(run_dir), settings=script_task.job_settings(spec)
+        )
     # Another command's run directory is refused before anything is written in it.
     script_task.claim_run_dir(run_dir, script_task.script_command(spec))
     with recorded_outcome(run_dir) as outcome:

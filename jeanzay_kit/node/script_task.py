@@ -99,11 +99,19 @@ def attempt_start(env: Mapping[str, str]) -> float:
     return float(value) if value.isdigit() else time.time()
 
 
-def task_env(env: Mapping[str, str], run_dir: str) -> dict[str, str]:
-    """The task's environment plus torchrun's variables derived from the launcher's."""
+def task_env(env: Mapping[str, str], run_dir: str, settings: str = "") -> dict[str, str]:
+    """The task's environment plus torchrun's variables derived from the launcher's, and
+    the job's runtime settings (JSON, config/runtime_settings.py) for a session."""
     info = rank_info_from_env(env)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    return {**env, **script_env(info, str(Path(run_dir).resolve()))}
+    return {**env, **script_env(info, str(Path(run_dir).resolve()), settings)}
+
+
+def job_settings(spec: JobSpec) -> str:
+    """The job's runtime settings as a script task passes them on (config/runtime_settings.py)."""
+    from jeanzay_kit.config.runtime_settings import from_spec, to_env
+
+    return to_env(from_spec(spec))
 
 
 def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
@@ -137,6 +145,7 @@ def slurm_task(
     stall_seconds: float = 0.0,
     heartbeat_seconds: float = 2.0,
     after_signal_seconds: float = 0.0,
+    settings: str = "",
 ) -> int:
     """The rendered scripts' way: run `command` as this Slurm task's child and end as it
     ended, except that its "requeue me" (exit 3) is written down as REQUEUE_MARK in the
@@ -148,7 +157,7 @@ def slurm_task(
 
     script = ScriptCommand.from_argv(command, resume_args, may_change)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
-    full_env = task_env(env, run_dir)
+    full_env = task_env(env, run_dir, settings)
     head = command[: len(command) - len(script.args)]  # python and the entry
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
     command, full = frozen(argv, full_env)
@@ -174,13 +183,14 @@ def run_task(
     run_dir: str,
     runner: Any = None,
     sleep: Callable[[float], None] = time.sleep,
+    settings: str = "",
 ) -> int:
     """Run the script as a child of this task (a sweep's task, which must return to
     submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
     The command's "run me again" (exit 3, or death by SIGUSR1) requeues the job: task 0
     runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
     info, start = rank_info_from_env(env), attempt_start(env)
-    full_env = task_env(env, run_dir)
+    full_env = task_env(env, run_dir, settings)
     argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
     command, full = frozen(argv, full_env)
     code = subprocess.run(command, env=full, check=False).returncode
@@ -236,7 +246,9 @@ def launch_local(
     # alone, which passes it on once (in the terminal's group they would get it twice).
     procs = [
         subprocess.Popen(
-            command, env={**env, **script_env(info, str(run_dir.resolve()))}, process_group=0
+            command,
+            env={**env, **script_env(info, str(run_dir.resolve()), job_settings(spec))},
+            process_group=0,
         )
         for info in infos
     ]
@@ -315,6 +327,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--after-signal-seconds", type=float, default=0.0, help="preemption.lead_seconds / 2"
     )
+    parser.add_argument(
+        "--settings",
+        default="",
+        help="the job's runtime settings, JSON (config/runtime_settings.py)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -331,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
             args.stall_seconds,
             args.heartbeat_seconds,
             args.after_signal_seconds,
+            args.settings,
         )
     except JzkError as err:
         print(f"jzk: {err}", file=sys.stderr, flush=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,9 @@ from jeanzay_kit import report
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
+from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
+from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
+from jeanzay_kit.contracts import MapDataset
 from jeanzay_kit.distributed.process_group import pick_device, resolve_backend
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError, NonFiniteLoss
@@ -45,6 +49,9 @@ from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.preemption import StopRequest, signal_name
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 
+# Session's keyword arguments that are runtime settings (config/runtime_settings.py).
+_SETTING_NAMES = frozenset(f.name for f in fields(RuntimeSettings))
+
 
 class Session:
     """The runtime of a loop you wrote. Use it as a context manager (`with session() as
@@ -52,48 +59,55 @@ class Session:
 
     steps: how many steps the run makes (progress lines and ETA; None: unknown).
     run_dir: where checkpoints, metrics.jsonl and heartbeats go (default: JZK_RUN_DIR
-    under `jzk train`/`jzk submit`, else outputs/session). device: auto | cpu | cuda.
-    backend: auto (NCCL on GPUs, gloo on the CPU) | nccl | gloo. stall_seconds: a rank
-    without progress this long is named by the watchdog and the run stops (0: off).
-    requeue: after a stop by Slurm's time-limit signal, requeue the job (under plain
-    srun; a script task of the toolkit is requeued by its wrapper). env: the environment
-    to read (default os.environ, read once here).
+    under `jzk train`/`jzk submit`, else outputs/session).
+
+    The other settings default to the job's config under `jzk train|submit
+    job.entry=your_script.py` (the key in brackets), else to that key's shipped default
+    (config/runtime_settings.py); a value given here wins over both.
+    device: auto | cpu | cuda [cluster.device]. backend: auto (NCCL on GPUs, gloo on the
+    CPU) | nccl | gloo [parallel.backend]. timeout_minutes: a collective waiting this
+    long fails the run [parallel.timeout_minutes]. keep_last: complete checkpoints kept
+    [checkpoint.keep_last]. stall_seconds: a rank without progress this long is named by
+    the watchdog and the run stops, 0: off [watchdog.stall_seconds]. heartbeat_seconds
+    [watchdog.heartbeat_seconds]. requeue: after a stop by the time-limit signal, requeue
+    the job under plain srun; a script task of the toolkit is requeued by its wrapper
+    [preemption.requeue]. requeue_signal: which signal is the time-limit warning
+    [preemption.signal]. term_wait_seconds: after a SIGTERM save, how long to wait for
+    Slurm to end the job [preemption.term_wait_seconds]. env: the environment to read
+    (default os.environ, read once here).
     """
 
     def __init__(
         self,
         steps: int | None = None,
-        run_dir: str | os.PathLike | None = None,
+        run_dir: str | os.PathLike[str] | None = None,
         *,
-        device: str = "auto",
-        backend: str = "auto",
-        timeout_minutes: float = 10.0,
-        keep_last: int = 3,
-        stall_seconds: float = 300.0,
-        heartbeat_seconds: float = 2.0,
-        requeue: bool = True,
-        requeue_signal: str = "USR1",
-        term_wait_seconds: float = 300.0,
+        device: str | None = None,
+        backend: str | None = None,
+        timeout_minutes: float | None = None,
+        keep_last: int | None = None,
+        stall_seconds: float | None = None,
+        heartbeat_seconds: float | None = None,
+        requeue: bool | None = None,
+        requeue_signal: str | None = None,
+        term_wait_seconds: float | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         # Signals are noted from the very start, never fatal (runtime/preemption.py).
         self._stop = StopRequest()
         self._env = dict(os.environ if env is None else env)  # the one read
+        # The keyword arguments above that are settings; None: not given.
+        given = {k: v for k, v in locals().items() if k in _SETTING_NAMES}
+        self.settings: RuntimeSettings = resolve(settings_from_env(self._env), given)
         self.steps = steps
         self.info: RankInfo = rank_info_from_env(self._env)
-        self.run_dir = Path(rules.run_dir_for(str(run_dir) if run_dir else None, self._env))
-        self._want_device, self._backend = device, backend
-        self._timeout_minutes, self.keep_last = timeout_minutes, keep_last
-        self._stall_seconds, self._heartbeat_seconds = stall_seconds, heartbeat_seconds
-        self._requeue, self._requeue_signal = requeue, requeue_signal
-        self._term_wait_seconds = term_wait_seconds
+        self.run_dir = Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, self._env))
         self.device = torch.device("cpu")
         self.mode = "ddp"  # what s.wrap did: a checkpoint records it
         self.stopped_by = ""
         self.start_step = 0  # where ckpt.resume() put the run (the sampler starts there)
         self.start_position = 0
         self.last_loss: float | None = None
-        self._plan: GlobalBatchPlan | None = None
         self._data: dict[str, Any] = {}  # the data order, for the resume check
         self._checkpointers: list[SessionCheckpointer] = []
         self._own_group = False
@@ -102,6 +116,10 @@ class Session:
         self._metrics: Any = None
         self._pending: tuple[Any, torch.Tensor, int] | None = None  # should_stop's all-reduce
         self._window = (time.perf_counter(), 0)  # (start, first step) of the logged window
+
+    @property
+    def keep_last(self) -> int:
+        return self.settings.keep_last
 
     # ---- where this process sits ---------------------------------------------------------
 
@@ -127,7 +145,7 @@ class Session:
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             self.device = pick_device(
-                self.info, self._want_device, self._env.get("CUDA_VISIBLE_DEVICES")
+                self.info, self.settings.device, self._env.get("CUDA_VISIBLE_DEVICES")
             )
             self._join()
             self._heartbeat, self._watchdog = start_watch(
@@ -135,16 +153,18 @@ class Session:
                 self.rank,
                 self.steps or 0,
                 self.info.job_id,
-                self._heartbeat_seconds,
-                self._stall_seconds,
+                self.settings.heartbeat_seconds,
+                self.settings.stall_seconds,
             )
         except JzkError as err:  # no GPU where device=cuda asks for one, ...: one line
             report.error("session", f"rank {self.rank}: {err}")
             raise SystemExit(err.exit_code) from None
         if self.is_main:
+            different = changed(self.settings)
             print(
                 f"jzk session: {self.world_size} rank(s) ({self.info.launcher}), device "
-                f"{self.device}, backend {dist.get_backend()}, run dir {self.run_dir}",
+                f"{self.device}, backend {dist.get_backend()}, run dir {self.run_dir}"
+                + (f", settings {different}" if different else ""),
                 flush=True,
             )
         return self
@@ -156,10 +176,10 @@ class Session:
         from datetime import timedelta
 
         common = {
-            "backend": resolve_backend(self._backend, self.device, "session(backend)"),
+            "backend": resolve_backend(self.settings.backend, self.device, "session(backend)"),
             "rank": self.info.rank,
             "world_size": self.info.world_size,
-            "timeout": timedelta(minutes=self._timeout_minutes),
+            "timeout": timedelta(minutes=self.settings.timeout_minutes),
             "device_id": self.device if self.device.type == "cuda" else None,
         }
         if self.info.launcher == "local" and self.info.world_size == 1:
@@ -267,7 +287,7 @@ class Session:
 
     def sampler(
         self,
-        dataset: Any,
+        dataset: MapDataset,
         batch_size: int,
         *,
         global_batch_size: int | None = None,
@@ -356,14 +376,14 @@ class Session:
         saved = max((c.saved_step for c in self._checkpointers), default=0)
         self._close(failed=False)
         self._stop.ignore_from_now()
-        requeue = self._requeue and not rules.under_script_task(self._env)
+        requeue = self.settings.requeue and not rules.under_script_task(self._env)
         after_stop(
             self.info,
             self.stopped_by or "a request",
             saved,
-            requeue_signal=self._requeue_signal,
+            requeue_signal=self.settings.requeue_signal,
             requeue=requeue,
-            term_wait_seconds=self._term_wait_seconds,
+            term_wait_seconds=self.settings.term_wait_seconds,
         )
 
     def log(self, step: int, **values: float | torch.Tensor) -> None:
@@ -414,12 +434,15 @@ class Session:
         extra: dict[str, Any] | None = None,
         *,
         config: Mapping[str, Any] | None = None,
-        allow_config_change: bool = False,
+        allow_config_change: bool | None = None,
     ) -> SessionCheckpointer:
         """The toolkit's checkpoints of model, optimizer and `extra` in <run_dir>/checkpoints.
         extra: objects with state_dict()/load_state_dict() (an LR scheduler, a GradScaler)
         or plain values (restored into the same dict); config: your hyper-parameters, a
-        resume with other values is refused unless allow_config_change."""
+        resume with other values is refused unless allow_config_change (default: the job's
+        checkpoint.allow_config_change)."""
+        if allow_config_change is None:
+            allow_config_change = self.settings.allow_config_change
         ckpt = SessionCheckpointer(self, model, optimizer, extra, config, allow_config_change)
         self._checkpointers.append(ckpt)
         return ckpt
@@ -565,3 +588,7 @@ class SessionCheckpointer:
 
     def close(self) -> None:
         self.inner.close()
+
+
+# `with session(steps=...) as s:`: the documented spelling, the same class.
+session = Session

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
+from jeanzay_kit.config.runtime_settings import to_env as settings_text
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK, STOP_NOTE_FILE, script_argv
@@ -306,6 +308,8 @@ def render_sbatch(
             f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
             # A script asked to save must end before the limit: half the lead to do it.
             f"--after-signal-seconds={spec.preemption.lead_seconds / 2:g}",
+            # The job's settings for a session the script opens (config/runtime_settings.py).
+            shell_word(f"--settings={settings_text(runtime_settings(spec))}"),
             "--",
         ]
         program += [

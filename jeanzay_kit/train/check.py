@@ -5,7 +5,7 @@ It builds the dataset and the model as the job would (train/components.py), read
 run's first micro-batch through the real loader (with its worker processes), runs
 forward, loss and backward, and returns what it saw; or raises one ContractError whose
 message names the key to change (`data._target_`, `model._target_`, `loss=`), what it got,
-and the fix. The contracts are train/contracts.py's.
+and the fix. The contracts are jeanzay_kit/contracts.py's.
 """
 
 from __future__ import annotations
@@ -244,7 +244,7 @@ def _check_pipeline_split(spec: JobSpec, model: nn.Module) -> None:
         raise ContractError(
             f"parallel.mode={spec.layout.mode}: {type(model).__name__} (model._target_="
             f"{spec.model.get('_target_')}) has no pipeline_chunk(index, count) to split it "
-            "into stages. HINT: add one (train/contracts.py: PipelineSplittable), or use "
+            "into stages. HINT: add one (jeanzay_kit/contracts.py: PipelineSplittable), or use "
             "parallel=ddp or fsdp"
         )
 

@@ -151,7 +151,7 @@ def build_model(spec: JobSpec, warn: bool) -> nn.Module:
 
 def warn_unsupported(spec: JobSpec, model: nn.Module, warn: bool) -> None:
     """train.activation_checkpointing and FSDP per-block sharding need the model's help
-    (train/contracts.py): without it, say so instead of running at full memory."""
+    (jeanzay_kit/contracts.py): without it, say so instead of running at full memory."""
     name = type(model).__name__
     if spec.train.activation_checkpointing:
         if hasattr(model, "activation_checkpointing"):

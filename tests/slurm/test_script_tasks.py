@@ -61,18 +61,22 @@ def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
     slurm, tmp_path: Path
 ) -> None:
     """docs/examples/own_loop/train_session.py (the session API) as the entry of a 2-point
-    sweep (1 and 2 tasks, so two arrays), every task a script task under srun. SIGUSR1 to the
+    sweep (1 and 2 tasks, so two arrays), every task a script task under srun. The job's
+    settings reach the script's session (config/runtime_settings.py): the time-limit
+    signal is USR2, one checkpoint is kept, the watchdog waits 120 s. SIGUSR2 to the
     2-task point after step 10: the session saves, task 0 requeues its array task, and the
     script goes on to the same weights as an uninterrupted local run on 2 workers."""
     project = tmp_path / "my-loop"
     shutil.copytree(REPO / "docs" / "examples" / "own_loop", project)
     args = "job.args=[--steps,40,--step-seconds,0.1]"
+    job = ["preemption.signal=USR2", "checkpoint.keep_last=1", "watchdog.stall_seconds=120"]
     straight = run(
         [
             JZK,
             "train",
             "job.entry=train_session.py",
             args,
+            *job,
             "resources.gpus_per_node=2",
             f"job.run_dir={tmp_path / 'straight'}",
         ],
@@ -90,6 +94,7 @@ def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
             f"job.python={PYTHON}",
             "job.entry=train_session.py",
             args,
+            *job,
             "resources.gpus_per_node=1,2",
             f"hydra.sweep.dir={sweep_dir}",
         ],
@@ -100,13 +105,19 @@ def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
     one, two = manifest_records(sweep_dir)
     log = Path(two["log"])
     wait_for_line(log, "step 10/40", two["job_id"], slurm)
-    signalled = run(["scancel", "--signal=USR1", two["job_id"]], slurm)
+    signalled = run(["scancel", "--signal=USR2", two["job_id"]], slurm)
     assert signalled.returncode == 0, signalled.stderr
     for record in (one, two):  # two resource shapes: two arrays
         wait_for(record["job_id"], slurm, timeout=300)
 
     out = log.read_text()
-    assert "SIGUSR1 received" in out and "requeued job" in out, out[-3000:]
+    assert "SIGUSR2 received" in out and "requeued job" in out, out[-3000:]
+    first = next(line for line in out.splitlines() if line.startswith("jzk session"))
+    for setting in job:
+        assert setting.replace("=120", "=120.0") in first, first
+    assert "settings" in straight.stdout and "checkpoint.keep_last=1" in straight.stdout
+    for run_dir in (Path(two["run_dir"]), tmp_path / "straight"):
+        assert [p.name for p in (run_dir / "checkpoints").glob("step-*")] == ["step-40"]
     assert re.search(r"resumed from .*step-\d+ \(step (1\d|[2-3]\d)\)", out), out[-3000:]
     assert (Path(two["run_dir"]) / "model_final.sha256").read_text() == (
         tmp_path / "straight" / "model_final.sha256"

@@ -101,7 +101,7 @@ def test_no_import_cycle_between_rooms() -> None:
 
 # The rooms from the bottom up, following the data flow (docs/architecture.md): a room
 # imports only rooms below it. Top-level helpers (errors, report, durable_io, version,
-# torch_version) sit under everything.
+# torch_version) and the contracts user code meets (contracts) sit under everything.
 ROOM_ORDER = [
     "slurm_syntax",
     "distributed",
@@ -118,7 +118,7 @@ ROOM_ORDER = [
     "doctor",
     "cli",
 ]
-HELPERS = {"errors", "report", "durable_io", "version", "torch_version"}
+HELPERS = {"errors", "report", "durable_io", "version", "torch_version", "contracts"}
 
 
 def test_rooms_import_only_the_rooms_below_them() -> None:

@@ -12,6 +12,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.runtime_settings import from_spec, to_env
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.slurm.sbatch import (
     RenderError,
@@ -264,6 +265,7 @@ def test_hostile_script_arguments_reach_the_script_as_data(hostile: str, tmp_pat
         "--stall-seconds=300",
         "--heartbeat-seconds=2",
         "--after-signal-seconds=60",
+        f"--settings={to_env(from_spec(spec))}",
         "--",
         "python",
         f"my {hostile}.py",

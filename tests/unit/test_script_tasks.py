@@ -4,6 +4,7 @@ requeue of a script that asks for it. Pure parts, plus the real restart-budget f
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.entry import runs_script
+from jeanzay_kit.config.runtime_settings import from_spec, to_env
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.distributed.script_env import (
@@ -122,7 +124,7 @@ def test_a_script_task_renders_its_command_without_hydra_arguments() -> None:
     assert srun.endswith(
         "python -m jeanzay_kit.node.script_task "
         f"--run-dir={spec.checkpoint.run_dir} --stall-seconds=300 --heartbeat-seconds=2 "
-        "--after-signal-seconds=60 -- "
+        f"--after-signal-seconds=60 {shlex.quote('--settings=' + to_env(from_spec(spec)))} -- "
         "python ddp_script.py --steps 40 --out 'my dir' &"
     )
     assert "--config-dir" not in srun and "hydra.run.dir" not in srun

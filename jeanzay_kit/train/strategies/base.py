@@ -11,8 +11,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from jeanzay_kit.contracts import Batch
 from jeanzay_kit.distributed.process_group import DistContext
-from jeanzay_kit.train.contracts import Batch
 
 # compute_loss(module, batch) -> scalar tensor: train/loss.py's ComputeLoss.
 ComputeLossFn = Callable[[nn.Module, Any], torch.Tensor]

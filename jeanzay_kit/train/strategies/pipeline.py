@@ -59,7 +59,7 @@ class PipelineStrategy(Strategy):
             raise ContractError(
                 f"parallel.mode={lay.mode}: {type(model).__name__} has no "
                 "pipeline_chunk(index, count) to split it into stages. HINT: add one "
-                "(train/contracts.py: PipelineSplittable), or use parallel=ddp or fsdp"
+                "(jeanzay_kit/contracts.py: PipelineSplittable), or use parallel=ddp or fsdp"
             )
         for sid in self.ids:
             chunk = model.pipeline_chunk(sid, self.num_stages).to(self.ctx.device)

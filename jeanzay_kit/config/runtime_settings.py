@@ -15,10 +15,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from jeanzay_kit.config import schema
+from jeanzay_kit.distributed.script_env import SETTINGS_ENV
 from jeanzay_kit.errors import JzkError
-
-# The job's runtime settings, as JSON, in a script task's environment.
-SETTINGS_ENV = "JZK_SESSION_SETTINGS"
 
 _PARALLEL = schema.ParallelConfig()
 _CHECKPOINT = schema.CheckpointConfig()
@@ -103,3 +101,14 @@ def resolve(job: RuntimeSettings, given: Mapping[str, Any]) -> RuntimeSettings:
     """The job's settings with what the script gave session(...) (its non-None keyword
     arguments) on top."""
     return replace(job, **{k: v for k, v in given.items() if v is not None})
+
+
+def changed(settings: RuntimeSettings) -> str:
+    """The settings that differ from the shipped defaults, as `key=value` words by config
+    key ("" when none): what a session's first line shows."""
+    default = RuntimeSettings()
+    return " ".join(
+        f"{KEYS[f.name]}={getattr(settings, f.name)}"
+        for f in fields(RuntimeSettings)
+        if getattr(settings, f.name) != getattr(default, f.name)
+    )
