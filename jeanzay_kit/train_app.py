@@ -17,6 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from jeanzay_kit.runtime.preemption import StopRequest
 
@@ -72,7 +73,7 @@ def run_app(
     def train(cfg: DictConfig) -> None:
         from jeanzay_kit.node.entry import main as run_main
 
-        config = OmegaConf.to_container(cfg, resolve=True)
+        config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         code = run_main(config, env, run_dir, cpu_count=os.cpu_count() or 1, stop=stop)
         if code:

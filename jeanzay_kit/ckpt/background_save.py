@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -58,6 +59,8 @@ class BackgroundSave:
         response = dcp.async_save(
             state, storage_writer=writer, process_group=self.group, async_stager=self._stager
         )
+        # With an async_stager torch returns an AsyncSaveResponse (a Future without one).
+        assert not isinstance(response, Future)
         self._staging = response.staging_completion
         self._pending = threading.Thread(
             target=self._finish, args=(response.upload_completion, commit), daemon=True

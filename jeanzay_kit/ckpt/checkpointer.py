@@ -294,8 +294,8 @@ class Checkpointer:
         set_state_dict(
             self.module,
             self.optimizer,
-            model_state_dict=state["model"],
-            optim_state_dict=state["optim"],
+            model_state_dict=model_sd,
+            optim_state_dict=optim_sd,
             options=OPTIONS,
         )
         set_rng_state(torch.load(self._rng_file(folder), weights_only=True), self.device)

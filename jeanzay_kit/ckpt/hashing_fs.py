@@ -92,7 +92,7 @@ class HashingFileSystem(FileSystem):
             return
         with Path(path).open("wb") as raw:
             stream = _HashingStream(raw)
-            yield stream  # type: ignore[misc]
+            yield stream
             raw.flush()
         with self._lock:
             self.records[str(path)] = FileRecord(

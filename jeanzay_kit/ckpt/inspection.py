@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 from jeanzay_kit.ckpt.layout import best_step
 from jeanzay_kit.ckpt.store import CheckpointStore
@@ -23,10 +24,10 @@ def list_checkpoints(run_dir: str | Path) -> list[dict]:
     """One row per step folder: step, size, complete or not (manifest present), its
     evaluation, and `best` on the one checkpoint.keep_best keeps."""
     store = _store(run_dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     keep_best = None
     for entry in store.entries():
-        row = {
+        row: dict[str, Any] = {
             "step": entry.step,
             "name": entry.name,
             "complete": entry.has_manifest,

@@ -273,7 +273,7 @@ def shape_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return changes
 
 
-def _lookup(node: Mapping[str, Any], dotted: str) -> Any:
+def _lookup(node: Any, dotted: str) -> Any:
     for part in dotted.split(".")[1:]:
         if not isinstance(node, Mapping):
             return None

@@ -46,7 +46,6 @@ from torch.distributed.checkpoint.planner import (
     SavePlan,
     SavePlanner,
     WriteItem,
-    WriteItemType,
 )
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
@@ -60,7 +59,7 @@ _READ_CHUNK = 64 << 20
 def byte_view(tensor: torch.Tensor) -> memoryview:
     """The bytes of a contiguous CPU tensor, without a copy (any dtype, bf16 included)."""
     flat = tensor.reshape(-1)  # a view: the tensor is contiguous
-    return memoryview(flat.view(torch.uint8).numpy()) if flat.numel() else memoryview(b"")
+    return flat.view(torch.uint8).numpy().data if flat.numel() else memoryview(b"")
 
 
 def _narrow(tensor: torch.Tensor, offsets, lengths) -> torch.Tensor:  # noqa: ANN001
@@ -129,7 +128,7 @@ class RawWriter(FileSystemWriter):
             offset = 0
             for item in items:
                 data = planner.resolve_data(item)
-                if item.type == WriteItemType.BYTE_IO:
+                if isinstance(data, io.BytesIO):  # WriteItemType.BYTE_IO
                     view = data.getbuffer()  # a torch.save'd object, as DCP writes it
                     descriptors = None
                     size = len(view)

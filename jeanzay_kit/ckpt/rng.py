@@ -16,7 +16,8 @@ import torch
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)
+    assert isinstance(keys, np.ndarray)  # the legacy form: (name, keys, pos, gauss...)
     state: dict[str, Any] = {
         "python": random.getstate(),
         "numpy": [kind, keys.tolist(), int(pos), int(has_gauss), float(cached)],

@@ -160,7 +160,7 @@ class CheckpointStore:
 
     def remove_stale(self) -> list[str]:
         """Delete leftovers of interrupted saves: temporary folders and unsealed step folders."""
-        removed = []
+        removed: list[str] = []
         if not self.root.is_dir():
             return removed
         for child in self.root.iterdir():

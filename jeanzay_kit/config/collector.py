@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from jeanzay_kit.errors import Problem, SpecError
+
+T = TypeVar("T")
 
 # Control characters would end an #SBATCH line and start a shell command.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -111,3 +113,11 @@ def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
             )
         )
     return node
+
+
+def complete(settings: type[T], nullable: tuple[str, ...] = (), **checked: object) -> T | None:
+    """settings(**checked), by keyword, when every checked value is usable (None: one was
+    not, and its problem is in the Collector). nullable: keys whose None is a value."""
+    if any(value is None for key, value in checked.items() if key not in nullable):
+        return None
+    return settings(**checked)

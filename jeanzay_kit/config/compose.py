@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jeanzay_kit.errors import ConfigError, JzkError, Problem, SpecError
 
@@ -191,7 +191,7 @@ def compose_config(
     except (HydraException, OmegaConfBaseException) as err:
         raise compose_error(err, overrides) from err
     assert isinstance(container, dict)
-    return container
+    return cast(dict[str, Any], container)
 
 
 # OmegaConf's words for a value of the wrong type -> ours (config/collector.py says the same).

@@ -141,7 +141,11 @@ def check_loss(c: Collector, loss: Mapping[str, Any] | None, mode: object) -> Lo
         return None
     if form is None:
         return None
-    return LossSettings(form, dict(criterion) if form == "criterion" else None, target_key)
+    return LossSettings(
+        form=form,
+        criterion=dict(criterion) if form == "criterion" and criterion is not None else None,
+        target_key=target_key,
+    )
 
 
 def _names_a_class(node: object) -> bool:

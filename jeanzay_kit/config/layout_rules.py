@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile
-from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.config.collector import Collector, complete
 from jeanzay_kit.distributed.layout import ParallelLayout
 
 MODES = ("ddp", "fsdp", "pipeline", "pipeline_ddp", "dataparallel")
@@ -39,19 +39,17 @@ class ParallelRequest:
 def read_parallel(
     c: Collector, par: Mapping[str, Any], train: Mapping[str, Any]
 ) -> ParallelRequest | None:
-    values = (
-        c.choice("parallel.mode", par.get("mode"), MODES),
-        c.choice("parallel.launcher", par.get("launcher"), LAUNCHERS),
-        c.choice("parallel.schedule", par.get("schedule"), SCHEDULES),
-        c.positive_int("parallel.pipeline_stages", par.get("pipeline_stages")),
-        c.positive_int("parallel.microbatches", par.get("microbatches")),
-        c.positive_int("parallel.stages_per_rank", par.get("stages_per_rank")),
-        c.positive_int("train.global_batch_size", train.get("global_batch_size")),
-        c.positive_int("train.micro_batch_size", train.get("micro_batch_size")),
+    return complete(
+        ParallelRequest,
+        mode=c.choice("parallel.mode", par.get("mode"), MODES),
+        launcher=c.choice("parallel.launcher", par.get("launcher"), LAUNCHERS),
+        schedule=c.choice("parallel.schedule", par.get("schedule"), SCHEDULES),
+        stages=c.positive_int("parallel.pipeline_stages", par.get("pipeline_stages")),
+        microbatches=c.positive_int("parallel.microbatches", par.get("microbatches")),
+        stages_per_rank=c.positive_int("parallel.stages_per_rank", par.get("stages_per_rank")),
+        global_batch=c.positive_int("train.global_batch_size", train.get("global_batch_size")),
+        micro_batch=c.positive_int("train.micro_batch_size", train.get("micro_batch_size")),
     )
-    if any(v is None for v in values):
-        return None
-    return ParallelRequest(*values)  # type: ignore[arg-type]
 
 
 def check_layout(c: Collector, req: ParallelRequest, nodes: int, gpn: int) -> ParallelLayout:

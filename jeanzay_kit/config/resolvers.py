@@ -10,7 +10,7 @@ A script task's folder is named by its command instead: job.entry and job.args.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from jeanzay_kit.config.identity import run_hash
 
@@ -39,7 +39,8 @@ def _config_hash_resolver(*, _root_: Any) -> str:
     # are hashed as written, unresolved: `--out_dir=${job.run_dir}` names this very hash.
     job = _root_.get("job")
     raw_job = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
-    return short_config_hash(plain, raw_job)
+    assert isinstance(raw_job, dict)
+    return short_config_hash(plain, cast(dict[str, Any], raw_job))
 
 
 def register_resolvers() -> None:

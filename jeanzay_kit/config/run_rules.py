@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jeanzay_kit.config.collector import CONTROL, Collector
+from jeanzay_kit.config.collector import CONTROL, Collector, complete
 from jeanzay_kit.config.entry import ENTRY_KINDS
 from jeanzay_kit.config.sections import (
     CheckpointSettings,
@@ -140,14 +140,14 @@ def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] |
 
 def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
     name = c.choice("optim.name", optim.get("name"), OPTIMIZERS)
-    values = {
+    values: dict[str, object] = {
         "lr": c.number("optim.lr", optim.get("lr"), 0, low_open=True, example=0.001),
         "weight_decay": c.number("optim.weight_decay", optim.get("weight_decay"), 0),
         "warmup_steps": c.positive_int("optim.warmup_steps", optim.get("warmup_steps"), 0),
         "min_lr_ratio": c.number("optim.min_lr_ratio", optim.get("min_lr_ratio"), 0, 1),
         "grad_clip": c.number("optim.grad_clip", optim.get("grad_clip"), 0, example=1.0),
     }
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if name == "sgd":
         extra["momentum"] = c.number(
             "optim.momentum", optim.get("momentum"), 0, 1, high_open=True, example=0.9
@@ -163,9 +163,7 @@ def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
                 for b in betas
             ]
             extra["betas"] = None if None in checked else tuple(checked)
-    if name is None or any(v is None for v in (*values.values(), *extra.values())):
-        return None
-    return OptimSettings(name=name, **values, **extra)
+    return complete(OptimSettings, nullable=(), name=name, **values, **extra)
 
 
 WRITE_ERROR_CHOICES = ("stop", "continue")
@@ -181,21 +179,25 @@ def check_checkpoint(
         every_minutes = c.number(
             "checkpoint.every_minutes", raw_minutes, 0, low_open=True, example=30
         )
-    values = (
-        c.line("job.run_dir", run_dir, "use e.g. job.run_dir=outputs/my_run"),
-        c.line("resume", resume, "use resume=auto, resume=never or the path of a step-N folder"),
-        c.positive_int("checkpoint.every_steps", ckpt.get("every_steps"), minimum=0),
-        c.positive_int("checkpoint.keep_last", ckpt.get("keep_last")),
-        c.flag("checkpoint.async", ckpt.get("async")),
-        c.flag("checkpoint.allow_config_change", ckpt.get("allow_config_change")),
-        c.choice("checkpoint.on_write_error", ckpt.get("on_write_error"), WRITE_ERROR_CHOICES),
+    settings = complete(
+        CheckpointSettings,
+        nullable=("every_minutes",),  # null: no time-based saves
+        run_dir=c.line("job.run_dir", run_dir, "use e.g. job.run_dir=outputs/my_run"),
+        resume=c.line(
+            "resume", resume, "use resume=auto, resume=never or the path of a step-N folder"
+        ),
+        every_steps=c.positive_int("checkpoint.every_steps", ckpt.get("every_steps"), minimum=0),
+        every_minutes=every_minutes,
+        keep_last=c.positive_int("checkpoint.keep_last", ckpt.get("keep_last")),
+        use_async=c.flag("checkpoint.async", ckpt.get("async")),
+        allow_config_change=c.flag(
+            "checkpoint.allow_config_change", ckpt.get("allow_config_change")
+        ),
+        on_write_error=c.choice(
+            "checkpoint.on_write_error", ckpt.get("on_write_error"), WRITE_ERROR_CHOICES
+        ),
     )
-    if any(v is None for v in values) or (raw_minutes is not None and every_minutes is None):
-        return None
-    run_dir_s, resume_s, every_steps, keep_last, use_async, allow, on_error = values
-    return CheckpointSettings(
-        run_dir_s, resume_s, every_steps, every_minutes, keep_last, use_async, allow, on_error
-    )  # type: ignore[arg-type]
+    return settings if raw_minutes is None or every_minutes is not None else None
 
 
 def check_preemption(c: Collector, pre: Mapping[str, Any]) -> PreemptionSettings | None:

@@ -458,7 +458,7 @@ _FIXED = {
 }
 _BY_NAME = {"adamw": AdamWConfig, "sgd": SGDConfig}
 _BY_TARGET = {
-    schema._target_: schema  # type: ignore[attr-defined]
+    schema._target_: schema
     for schema in (
         MLPConfig,
         GPTConfig,

@@ -9,6 +9,7 @@ digests are the same whatever the parallel mode), and a `loss(output, target)` m
 from __future__ import annotations
 
 import copy
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -67,7 +68,9 @@ class _Splittable(nn.Module):
             return chunks[0]
         view = copy.copy(chunks[0])
         view._modules = dict(chunks[0]._modules)  # a new dict: the chunk stays as it is
-        view.blocks = nn.ModuleDict({k: v for c in chunks for k, v in c.blocks.items()})
+        view.blocks = nn.ModuleDict(
+            {k: v for c in chunks for k, v in cast(nn.ModuleDict, c.blocks).items()}
+        )
         for name in self._first_stage_modules() + self._last_stage_modules():
             setattr(
                 view,
@@ -160,7 +163,7 @@ class TinyGPT(_Splittable):
             raise ValueError(f"model.n_embd={n_embd} is not divisible by model.n_head={n_head}")
         self.block_size = block_size
         self.tok_emb: nn.Module | None = nn.Embedding(vocab_size, n_embd)
-        self.pos_emb: nn.Module | None = nn.Embedding(block_size, n_embd)
+        self.pos_emb: nn.Embedding | None = nn.Embedding(block_size, n_embd)
         self.blocks = nn.ModuleDict(
             {str(i): Block(n_embd, n_head, dropout) for i in range(n_layer)}
         )

@@ -92,7 +92,9 @@ class TokenDicts(TokenWindows):
     """The same windows as a Hugging Face-style batch: `input_ids`, `attention_mask` and
     `labels` (the same ids: the model shifts them itself)."""
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    # Another sample shape on purpose (a dict, as Hugging Face models take): the same
+    # windows, not a drop-in for a loop that expects pairs.
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:  # type: ignore[override]
         ids = self.window(index)[:-1]
         return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids.clone()}
 

@@ -76,7 +76,9 @@ class PointConfigs:
         parsed = [self._parse(line) for line in overrides]
         is_value = [is_value_override(o, self.group_exists) for o in parsed]
         values = [o for o, v in zip(parsed, is_value, strict=True) if v]
-        structural = tuple(o.input_line for o, v in zip(parsed, is_value, strict=True) if not v)
+        structural = tuple(
+            str(o.input_line) for o, v in zip(parsed, is_value, strict=True) if not v
+        )
         task = [o for o in parsed if not o.is_hydra_override()]
         cfg = self.bases.get(structural)
         if cfg is None:
@@ -162,7 +164,7 @@ def _point_fields(hydra: DictConfig, task: list[Override], num: int) -> dict[str
     }
 
 
-def _set_point_fields(hydra: DictConfig, fields: dict[str, Any]) -> None:
+def _set_point_fields(hydra: Any, fields: dict[str, Any]) -> None:
     with read_write(hydra), open_dict(hydra):
         hydra.overrides.task = fields["task"]
         job = hydra.job

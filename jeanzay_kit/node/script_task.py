@@ -254,7 +254,7 @@ def launch_local(
     ]
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     sent = 0
-    failed: tuple[int, int] | None = None
+    failed: tuple[int, int | None] | None = None
     while any(p.poll() is None for p in procs):
         if stop.signum and stop.signum != sent:  # pass each new signal on, once
             sent = stop.signum
@@ -272,6 +272,7 @@ def launch_local(
         failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
     if failed is not None:
         rank, code = failed
+        code = code if code is not None else 0  # failed holds an ended process's code
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
         print(
             f"jzk train: process {rank} of {shlex.join(command)} ended ({how}); the others "

@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
 from jeanzay_kit.node.script_files import (
@@ -58,11 +58,11 @@ class _Pump(threading.Thread):
     """Copies one output of the command to ours as it comes, noting when it last did and
     its last line; while `capture` is set, also into that file (the stacks of a hang)."""
 
-    def __init__(self, source: BinaryIO, sink: BinaryIO, start: float) -> None:
+    def __init__(self, source: IO[bytes], sink: IO[bytes], start: float) -> None:
         super().__init__(daemon=True)
         self.source, self.sink = source, sink
         self.last_time, self.last_line = start, ""
-        self.capture: BinaryIO | None = None
+        self.capture: IO[bytes] | None = None
         self._partial = b""
 
     def run(self) -> None:

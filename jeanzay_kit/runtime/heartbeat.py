@@ -53,7 +53,9 @@ def dump_flight_recorder(folder: Path, rank: int) -> str:
     """This rank's flight recorder buffer into folder/flight_recorder/rank_<N>; returns a
     line for the stack file (where it went, or why there is none)."""
     try:
-        from torch._C._distributed_c10d import _dump_fr_trace  # private: may move
+        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
+            _dump_fr_trace,  # private: may move, hence the ImportError below
+        )
 
         data = _dump_fr_trace()
     except (ImportError, RuntimeError) as err:

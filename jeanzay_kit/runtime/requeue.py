@@ -44,7 +44,7 @@ def after_stop(
     if info.rank == 0:
         if wants_requeue:
             try:
-                scontrol_requeue(info.requeue_id, runner)
+                scontrol_requeue(str(info.requeue_id), runner)
                 print(f"requeued job {info.requeue_id}; it resumes from step-{steps}", flush=True)
             except SlurmCommandError as err:
                 report.error(

@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 import torch.distributed as dist
@@ -175,21 +175,20 @@ class Session:
             return
         from datetime import timedelta
 
-        common = {
-            "backend": resolve_backend(self.settings.backend, self.device, "session(backend)"),
-            "rank": self.info.rank,
-            "world_size": self.info.world_size,
-            "timeout": timedelta(minutes=self.settings.timeout_minutes),
-            "device_id": self.device if self.device.type == "cuda" else None,
-        }
-        if self.info.launcher == "local" and self.info.world_size == 1:
-            # One process, started by hand: an in-process store, no port to collide on.
-            dist.init_process_group(store=dist.HashStore(), **common)
-        else:
-            dist.init_process_group(init_method=self.info.init_method, **common)
+        # One process, started by hand: an in-process store, no port to collide on.
+        alone = self.info.launcher == "local" and self.info.world_size == 1
+        dist.init_process_group(
+            backend=resolve_backend(self.settings.backend, self.device, "session(backend)"),
+            init_method=None if alone else self.info.init_method,
+            store=dist.HashStore() if alone else None,
+            rank=self.info.rank,
+            world_size=self.info.world_size,
+            timeout=timedelta(minutes=self.settings.timeout_minutes),
+            device_id=self.device if self.device.type == "cuda" else None,
+        )
         self._own_group = True
 
-    def __exit__(self, kind: type | None, err: BaseException | None, _tb: object) -> bool:
+    def __exit__(self, kind: type | None, err: BaseException | None, _tb: object) -> Literal[False]:
         if err is None:
             try:
                 self._settle()  # the last step's agreement: a NaN there is said too
@@ -276,7 +275,7 @@ class Session:
         state = get_model_state_dict(
             model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
-        digest = [state_digest(state) if self.is_main else None]
+        digest = [state_digest(cast(dict[str, torch.Tensor], state)) if self.is_main else None]
         if self.is_main:
             torch.save(state, self.run_dir / name)
             (self.run_dir / f"{Path(name).stem}.sha256").write_text(f"{digest[0]}\n")
@@ -391,10 +390,11 @@ class Session:
         and a progress line (rank 0) for `step` (the number of steps done). Tensors are
         averaged over the ranks in one all-reduce; numbers are rank 0's. The step time
         is measured since the previous call."""
-        names = [k for k, v in values.items() if torch.is_tensor(v)]
+        tensors = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
+        names = list(tensors)
         record: dict[str, Any] = {"step": step}
         if names:
-            stacked = torch.stack([values[k].detach().float().reshape(()) for k in names])
+            stacked = torch.stack([tensors[k].detach().float().reshape(()) for k in names])
             stacked = stacked.to(self.device)
             dist.all_reduce(stacked, op=dist.ReduceOp.SUM)
             means = (stacked / self.world_size).tolist()
@@ -581,7 +581,7 @@ class SessionCheckpointer:
     def _restore_extra(self, saved: dict[str, Any]) -> None:
         for key, value in saved.items():
             target = self.extra.get(key)
-            if hasattr(target, "load_state_dict"):
+            if target is not None and hasattr(target, "load_state_dict"):
                 target.load_state_dict(value)
             else:
                 self.extra[key] = value

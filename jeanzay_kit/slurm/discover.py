@@ -114,7 +114,11 @@ def _partitions(part_text: str, node_text: str) -> list[_Partition]:
             tier=int(rec.get("PriorityTier", "1") or 1),
             preempt_mode=rec.get("PreemptMode", "OFF"),
         )
-        gpus, cpus, mems, threads, feats = [], [], [], [], set()
+        gpus: list[int] = []
+        cpus: list[int] = []
+        mems: list[int] = []
+        threads: list[int] = []
+        feats: set[str] = set()
         for node in (nodes[n] for n in names if n in nodes):
             count, kind = gres_gpus(node.get("Gres", ""))
             gpus.append(count)
@@ -156,7 +160,8 @@ def _qos_limits(qos_text: str) -> dict[str, tuple[str | None, int | None]]:
 
 def _assoc(assoc_text: str) -> tuple[list[str], set[str]]:
     """The user's accounts and every QoS their associations allow."""
-    accounts, qos = [], set()
+    accounts: list[str] = []
+    qos: set[str] = set()
     for line in assoc_text.splitlines():
         cols = line.split("|")
         if len(cols) < 3 or not cols[0]:

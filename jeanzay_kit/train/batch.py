@@ -4,7 +4,7 @@ model's inputs and the target, join micro-batches, and describe them in one line
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -19,7 +19,7 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool = False) -> A
         if type(batch) is dict:
             return moved
         try:  # a dict subclass such as transformers' BatchEncoding keeps its type
-            return type(batch)(moved)
+            return cast(Any, type(batch))(moved)
         except TypeError:
             return moved
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):  # a namedtuple

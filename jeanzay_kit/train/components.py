@@ -12,7 +12,7 @@ import contextlib
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -22,6 +22,7 @@ from jeanzay_kit import report
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.contracts import ActivationCheckpointable
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.train.loss import ComputeLoss
@@ -155,7 +156,7 @@ def warn_unsupported(spec: JobSpec, model: nn.Module, warn: bool) -> None:
     name = type(model).__name__
     if spec.train.activation_checkpointing:
         if hasattr(model, "activation_checkpointing"):
-            model.activation_checkpointing = True
+            cast(ActivationCheckpointable, model).activation_checkpointing = True
         elif warn:
             _warning(
                 f"train.activation_checkpointing=true, but {name} has no "

@@ -121,7 +121,8 @@ def prefetch_for(setting: int | None, workers: int, per_step: int) -> int:
 def fetch(loader: DataLoader, batch_keys: list[tuple[int, int]]) -> Any:
     """One batch of `build_loader`'s dataset in this process, as a loader without workers
     would build it."""
-    return loader.collate_fn(loader.dataset.__getitems__(batch_keys))
+    dataset: Any = loader.dataset  # SeededSamples (train/seeded_samples.py)
+    return loader.collate_fn(dataset.__getitems__(batch_keys))
 
 
 def describe_loader(spec: JobSpec, workers: int | None) -> str:

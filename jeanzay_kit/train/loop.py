@@ -353,6 +353,7 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     if eval_due(a, done):
         a.hb.beat(done, "eval")
         a.strategy.agree_buffers()
+        assert a.evaluator is not None  # eval_due says so
         a.last_eval = {"step": done, **a.evaluator.run(a.strategy)}
         record.update({k: v for k, v in a.last_eval.items() if k != "step"})
     # An attempt's first window holds the loader workers' start: not judged input-bound.

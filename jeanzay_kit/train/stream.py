@@ -100,6 +100,7 @@ class StreamBatches(StepBatches):
 
     def __init__(self, loader: Any, grad_accum: int, device: torch.device, describe: str):
         super().__init__(loader, grad_accum, device, describe)
+        self.loader: Any = loader  # torchdata's StatefulDataLoader, or torch's
         self.epoch = 0
         self.stateful = is_stateful(loader.dataset)
 

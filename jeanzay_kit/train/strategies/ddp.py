@@ -30,12 +30,13 @@ class DDPStrategy(ReplicatedStrategy):
         if compile_model:
             model = torch.compile(model)  # type: ignore[assignment]
         device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        self.model = DDP(
+        self.ddp = DDP(
             model,
             device_ids=device_ids,
             process_group=self.ctx.dp_group,
             bucket_cap_mb=bucket_cap_mb,
         )
+        self.model = self.ddp
 
     def parameters(self) -> list[nn.Parameter]:
         return list(self.model.parameters())
@@ -73,7 +74,7 @@ class DDPStrategy(ReplicatedStrategy):
         run would differ from the uninterrupted one (which goes on with rank 0's), and
         each rank would evaluate with its own. Training is unchanged: the next forward
         broadcasts rank 0's buffers anyway."""
-        buffers = [b for b in self.model.module.buffers() if b.numel()]
+        buffers = [b for b in self.raw.buffers() if b.numel()]
         if buffers and dist.get_world_size(self.ctx.dp_group) > 1:
             for buffer in buffers:
                 dist.broadcast(buffer, group_src=0, group=self.ctx.dp_group)
@@ -84,10 +85,10 @@ class DDPStrategy(ReplicatedStrategy):
     def sync_gradients(self, last: bool) -> contextlib.AbstractContextManager:
         # Gradients are all-reduced only on the last micro-batch of the step; the others
         # accumulate locally (no_sync), which is what makes accumulation cheap.
-        return contextlib.nullcontext() if last else self.model.no_sync()
+        return contextlib.nullcontext() if last else self.ddp.no_sync()
 
     def eval_module(self) -> nn.Module:
-        return self.model.module
+        return self.ddp.module
 
     def state_module(self) -> nn.Module:
         return self.raw

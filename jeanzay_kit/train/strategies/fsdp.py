@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ class FSDPStrategy(ReplicatedStrategy):
             for block in blocks.values() if isinstance(blocks, nn.ModuleDict) else blocks:
                 fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
-        self.model = torch.compile(model) if compile_model else model
+        self.model = cast(nn.Module, torch.compile(model)) if compile_model else model
         self.sharded = model
 
     def parameters(self) -> list[nn.Parameter]:
@@ -49,4 +50,4 @@ class FSDPStrategy(ReplicatedStrategy):
         state = get_model_state_dict(
             self.sharded, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
         )
-        return dict(state) if self.ctx.is_main else None
+        return cast(dict[str, torch.Tensor], dict(state)) if self.ctx.is_main else None

@@ -17,6 +17,7 @@ accumulation happens inside the schedule instead of around it.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -28,6 +29,7 @@ from torch.distributed.pipelining import (
     ScheduleInterleaved1F1B,
 )
 
+from jeanzay_kit.contracts import PipelineSplittable
 from jeanzay_kit.errors import ContractError
 from jeanzay_kit.train.batch import concat
 from jeanzay_kit.train.strategies.base import Batch, Strategy, cpu_state
@@ -54,7 +56,7 @@ class PipelineStrategy(Strategy):
         self.num_stages = lay.pp_size * per_rank
         self.ids = stage_ids(self.ctx.pp_rank, lay.pp_size, per_rank)
         self.chunks: list[nn.Module] = []
-        stages = []
+        stages: list[Any] = []  # PipelineStage
         if not callable(getattr(model, "pipeline_chunk", None)):
             raise ContractError(
                 f"parallel.mode={lay.mode}: {type(model).__name__} has no "
@@ -62,7 +64,8 @@ class PipelineStrategy(Strategy):
                 "(jeanzay_kit/contracts.py: PipelineSplittable), or use parallel=ddp or fsdp"
             )
         for sid in self.ids:
-            chunk = model.pipeline_chunk(sid, self.num_stages).to(self.ctx.device)
+            chunk = cast(PipelineSplittable, model).pipeline_chunk(sid, self.num_stages)
+            chunk = chunk.to(self.ctx.device)
             self.chunks.append(chunk)
             stages.append(
                 PipelineStage(chunk, sid, self.num_stages, self.ctx.device, group=pp_group)
@@ -81,6 +84,7 @@ class PipelineStrategy(Strategy):
             loss = last_stage_loss(output, target)
             return self.scaler.scale(loss) if self.scaler is not None else loss
 
+        self.schedule: Any  # a schedule of torch.distributed.pipelining
         if interleaved:
             self.schedule = ScheduleInterleaved1F1B(stages, n_microbatches, loss_fn=scaled_loss)
         else:
