@@ -50,12 +50,9 @@ ConfigStore.instance().store(
 
 
 class JeanzayLauncher(Launcher):
+    # Hydra passes every field of JeanzayLauncherConf, where the defaults are declared.
     def __init__(
-        self,
-        wait: bool = False,
-        poll_seconds: float = 5.0,
-        array_parallelism: int = 256,
-        submitit_folder: str = ".submitit/%j",
+        self, *, wait: bool, poll_seconds: float, array_parallelism: int, submitit_folder: str
     ) -> None:
         self.wait = wait
         self.poll_seconds = poll_seconds

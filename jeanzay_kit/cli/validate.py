@@ -11,6 +11,7 @@ from jeanzay_kit.cli.common import (
     check_script_run,
     workdir_of,
 )
+from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
@@ -121,7 +122,7 @@ def _describe_loader(spec: JobSpec) -> str:
 
 
 def _explicit(spec: JobSpec) -> set[str]:
-    value = (spec.config.get("loader") or {}).get("num_workers", "auto")
+    value = (spec.config.get("loader") or {}).get("num_workers", default("loader.num_workers"))
     return set() if value in (None, "auto") else {"loader.num_workers"}
 
 

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings
 
 LOSS_FORMS = ("criterion", "output", "model")
@@ -29,15 +30,18 @@ STREAM_RESUME = ("exact", "replay", "restart")
 
 def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettings | None:
     loader = loader or {}
-    workers_value = loader.get("num_workers", "auto")
+    workers_value = loader.get("num_workers", default("loader.num_workers"))
     workers = None
     if workers_value not in ("auto", None):
         workers = c.positive_int("loader.num_workers", workers_value, minimum=0)
         if workers is None:
             return None
-    pin_value = loader.get("pin_memory", "auto")
+    pin_value = loader.get("pin_memory", default("loader.pin_memory"))
     pin = None if pin_value in ("auto", None) else c.flag("loader.pin_memory", pin_value)
-    persistent = c.flag("loader.persistent_workers", loader.get("persistent_workers", False))
+    persistent = c.flag(
+        "loader.persistent_workers",
+        loader.get("persistent_workers", default("loader.persistent_workers")),
+    )
     prefetch = loader.get("prefetch_factor")
     if prefetch is not None:
         prefetch = c.positive_int("loader.prefetch_factor", prefetch)
@@ -236,8 +240,13 @@ def check_keep_best(
     c: Collector, ckpt: Mapping[str, Any], ev: EvalSettings | None
 ) -> tuple[str | None, str]:
     """checkpoint.keep_best: `loss` or a name of eval.metrics, as its metrics.jsonl key."""
-    name, mode = ckpt.get("keep_best"), ckpt.get("keep_best_mode", "auto")
-    mode = c.choice("checkpoint.keep_best_mode", mode, ("auto", "min", "max")) or "auto"
+    name, mode = (
+        ckpt.get("keep_best"),
+        ckpt.get("keep_best_mode", default("checkpoint.keep_best_mode")),
+    )
+    mode = c.choice("checkpoint.keep_best_mode", mode, ("auto", "min", "max")) or default(
+        "checkpoint.keep_best_mode"
+    )
     if name is None or ev is None:
         return None, mode
     names = ["loss", *ev.metrics]

@@ -10,6 +10,7 @@ from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile, Partition, Qos, mem_megabytes
 from jeanzay_kit.config.collector import CONTROL, Collector
+from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import PreemptionSettings, Resources
 from jeanzay_kit.slurm_syntax.timefmt import TimeFormatError, format_time, parse_time
 
@@ -27,7 +28,7 @@ def check_counts(
 ) -> tuple[int | None, int | None, int | None, str | None]:
     """nodes, GPUs per node, minutes and memory, each on its own."""
     nodes = c.positive_int("resources.nodes", res.get("nodes"))
-    raw_gpn = res.get("gpus_per_node", "auto")
+    raw_gpn = res.get("gpus_per_node", default("resources.gpus_per_node"))
     if raw_gpn in (None, "auto"):
         # On a cluster, one GPU: the smallest request, scaled up explicitly. On this
         # machine, every visible GPU, or LOCAL_CPU_WORKERS processes without one.
@@ -78,12 +79,20 @@ def check_resources(
     ntasks = 1 if one_task_per_node else gpn
     gpus_per_task = gpn if one_task_per_node else 1
     cpus = check_cpus(
-        c, cluster, partition, res.get("cpus_per_task", "auto"), gpus_per_task, ntasks, gpus_fit
+        c,
+        cluster,
+        partition,
+        res.get("cpus_per_task", default("resources.cpus_per_task")),
+        gpus_per_task,
+        ntasks,
+        gpus_fit,
     )
     check_mem(c, cluster, partition, mem)
     account = check_account(c, cluster)
     lead = (preemption.signal, preemption.lead_seconds)
-    qos = check_time(c, cluster, partition, res.get("qos", "auto"), minutes, nodes * gpn, lead)
+    qos = check_time(
+        c, cluster, partition, res.get("qos", default("resources.qos")), minutes, nodes * gpn, lead
+    )
     return Resources(
         account, partition, constraint, qos, nodes, gpn, ntasks, cpus or 1, minutes, mem
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from jeanzay_kit.config.collector import CONTROL, Collector, complete
 from jeanzay_kit.config.entry import ENTRY_KINDS
+from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
@@ -72,7 +73,7 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
     )
     kind = c.choice(
         "job.entry_kind",
-        job.get("entry_kind", "auto"),
+        job.get("entry_kind", default("job.entry_kind")),
         ENTRY_KINDS,
         "auto: the default entry is the toolkit's loop and any other your own command; "
         "toolkit: a Hydra application of yours that calls the toolkit",

@@ -487,6 +487,14 @@ def schema_of(section: str, node: Any) -> type | None:
     return None
 
 
+def default(key: str) -> Any:
+    """The schema's default of `section.field` (e.g. "loader.num_workers"): what a rule
+    falls back on when a plain-dict config leaves the key out."""
+    section, name = key.split(".", 1)
+    value = getattr(_FIXED[section](), name)
+    return list(value) if isinstance(value, tuple) else value
+
+
 def unknown_keys(config: dict[str, Any]) -> list[tuple[str, str | None, str]]:
     """(dotted key, closest known key or None, schema name) for every key no schema has.
 

@@ -10,8 +10,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jeanzay_kit.config import schema
 from jeanzay_kit.config.clusters import Partition
 from jeanzay_kit.slurm_syntax.timefmt import format_time
+
+
+# The schema's defaults (declared there once) for the fields below that have one: a
+# settings object built by hand (tests, benchmarks) gets what the YAML would give.
+_JOB, _TRAIN, _LOADER = schema.JobConfig(), schema.TrainConfig(), schema.LoaderConfig()
+_CHECKPOINT, _ADAMW = schema.CheckpointConfig(), schema.AdamWConfig()
 
 
 @dataclass(frozen=True)
@@ -24,10 +31,11 @@ class JobSettings:
     entry: str
     workdir: str | None  # #SBATCH --chdir; None: the directory the script is rendered in
     # Copy the project's code at submission and run that copy (None: on Slurm profiles).
-    snapshot: bool | None = None
-    snapshot_include: tuple[str, ...] = ()  # the files copied outside a git repository
+    snapshot: bool | None = _JOB.snapshot
+    # The files copied outside a git repository.
+    snapshot_include: tuple[str, ...] = tuple(_JOB.snapshot_include)
     args: tuple[str, ...] = ()  # your own command's arguments (job.entry a script)
-    entry_kind: str = "auto"  # auto | toolkit | script (distributed/script_env.py)
+    entry_kind: str = _JOB.entry_kind  # auto | toolkit | script (distributed/script_env.py)
     resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)
     args_may_change: tuple[str, ...] = ()  # options left out of the run's identity
 
@@ -92,7 +100,7 @@ class TrainSettings:
     eval_fraction: float
     activation_checkpointing: bool
     compile: bool
-    nonfinite: str = "stop"  # stop | skip: a NaN/inf loss
+    nonfinite: str = _TRAIN.nonfinite  # stop | skip: a NaN/inf loss
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,7 @@ class LoaderSettings:
     cpus_per_process: int | None = None  # what auto was resolved from, for display
     # A stream (IterableDataset) resumed: exact (its saved state, or refuse), replay
     # (re-read what was taken), restart (from its beginning). train/stream.py.
-    stream_resume: str = "exact"
+    stream_resume: str = _LOADER.stream_resume
 
     def workers_for(self, cpus: int) -> int:
         """auto: one CPU for the training loop, the others load data."""
@@ -149,8 +157,8 @@ class OptimSettings:
     warmup_steps: int
     min_lr_ratio: float
     grad_clip: float  # 0: no clipping
-    betas: tuple[float, float] = (0.9, 0.95)  # adamw
-    momentum: float = 0.0  # sgd
+    betas: tuple[float, float] = (_ADAMW.betas[0], _ADAMW.betas[1])  # adamw
+    momentum: float = 0.0  # sgd's (optim.momentum); 0.0 here: AdamW has none
 
 
 @dataclass(frozen=True)
@@ -164,11 +172,12 @@ class CheckpointSettings:
     keep_last: int
     use_async: bool  # checkpoint.async
     allow_config_change: bool
-    on_write_error: str = "stop"  # stop | continue
+    on_write_error: str = _CHECKPOINT.on_write_error  # stop | continue
     # The metrics.jsonl key whose best checkpoint retention keeps (eval_loss, eval_<name>),
     # and "min" or "max"; None: none.
-    keep_best: str | None = None
-    keep_best_mode: str = "auto"  # auto | min | max (train/components.py best_direction)
+    keep_best: str | None = _CHECKPOINT.keep_best
+    # auto | min | max (train/components.py best_direction)
+    keep_best_mode: str = _CHECKPOINT.keep_best_mode
 
 
 @dataclass(frozen=True)
