@@ -32,10 +32,9 @@ import torch  # noqa: E402
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint import FileSystemWriter  # noqa: E402
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions  # noqa: E402
-from torch.distributed.checkpoint.state_dict import get_state_dict  # noqa: E402
 
 from jeanzay_kit.ckpt import hashing_fs  # noqa: E402
-from jeanzay_kit.ckpt.checkpointer import OPTIONS  # noqa: E402
+from jeanzay_kit.ckpt.checkpointer import state_dicts  # noqa: E402
 from jeanzay_kit.ckpt.hashing_fs import HashingFileSystem  # noqa: E402
 from jeanzay_kit.ckpt.raw_storage import RawWriter  # noqa: E402
 from jeanzay_kit.examples.models import MLP  # noqa: E402
@@ -49,7 +48,7 @@ def bench_state(hidden: int = 2048, depth: int = 6) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.randn(64, hidden)).square().mean().backward()
     opt.step()
-    model_sd, optim_sd = get_state_dict(model, opt, options=OPTIONS)
+    model_sd, optim_sd = state_dicts(model, opt)
     return {"model": model_sd, "optim": optim_sd}
 
 

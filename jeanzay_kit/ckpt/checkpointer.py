@@ -31,20 +31,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch import nn
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_state_dict,
-    set_state_dict,
-)
 
-from jeanzay_kit.ckpt.background_save import BackgroundSave
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
 from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord, parameter_mismatch, parse_step_dir
-from jeanzay_kit.ckpt.raw_storage import RawReader, RawWriter
 from jeanzay_kit.ckpt.resume import check_compatible, choose_checkpoint
 from jeanzay_kit.ckpt.rng import rng_state, set_rng_state
 from jeanzay_kit.ckpt.store import CheckpointStore
@@ -57,7 +48,27 @@ from jeanzay_kit.version import __version__
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
 # pipeline stages hold different parameters, and a nested "param_groups" list would have
 # the same key on every rank, which DCP would save once as if it were replicated.
-OPTIONS = StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+# torch.distributed.checkpoint (DCP) is imported where a save or a load needs it, not
+# with this module: its import takes about 0.5 s per process (it pulls in sympy), which a
+# fresh run would otherwise pay before its first step (bench/'s ttfs_vs_bare).
+
+
+def _options() -> Any:
+    """DCP's state-dict options: a flattened optimizer state, keyed by parameter name,
+    valid for any sharding."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(flatten_optimizer_state_dict=True)
+
+
+def state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """The model's and optimizer's state dicts as DCP saves them."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    return get_state_dict(module, optimizer, options=_options())
+
 
 WRITER_THREADS = min(4, os.cpu_count() or 1)
 
@@ -100,7 +111,11 @@ class Checkpointer:
         self.keep_best = keep_best  # (metrics.jsonl key, "min" | "max"): kept by retention
         self.log = log if rank == 0 else (lambda _msg: None)
         self._trash = TrashEmptier(self.store)
-        self._background = BackgroundSave(device) if use_async else None
+        self._background = None
+        if use_async:
+            from jeanzay_kit.ckpt.background_save import BackgroundSave
+
+            self._background = BackgroundSave(device)
         # How long the last save held up training: the save call, plus (async) the wait
         # in before_update() for the staging copy.
         self.last_blocking_s = 0.0
@@ -132,7 +147,7 @@ class Checkpointer:
             except OSError as err:
                 failure = err
         self._agree(step, failure)  # also the barrier: the folder exists for everyone
-        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
+        model_sd, optim_sd = state_dicts(self.module, self.optimizer)
         state = {"model": model_sd, "optim": optim_sd}
         records: dict[str, FileRecord] = {}
         try:
@@ -159,6 +174,11 @@ class Checkpointer:
             "sample_position": trainer.sample_position,
             "extra": _extra(evaluated, self.keep_best),
         }
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.api import CheckpointException
+
+        from jeanzay_kit.ckpt.raw_storage import RawWriter
+
         background = self._background is not None and not force_sync
         # In the background one writer thread is enough and leaves the cores to training
         # (measured in docs/performance.md, "Checkpoint costs").
@@ -218,6 +238,8 @@ class Checkpointer:
 
     def _wait_save(self) -> None:
         if self._background is not None:
+            from torch.distributed.checkpoint.api import CheckpointException
+
             step, self._in_flight = self._in_flight, None
             try:
                 self._background.wait()
@@ -263,7 +285,7 @@ class Checkpointer:
                 return f"{size / 1e6:.1f} MB (the size of {entry.name})"
             except Exception:  # noqa: BLE001 - only a hint for the message
                 continue
-        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
+        model_sd, optim_sd = state_dicts(self.module, self.optimizer)
         tensors = [v for v in [*model_sd.values(), *optim_sd.values()] if torch.is_tensor(v)]
         return f"{sum(t.nbytes for t in tensors) / 1e6:.1f} MB (this rank's state)"
 
@@ -281,7 +303,12 @@ class Checkpointer:
         check_compatible(folder, self.world, self.config, allow_change, self.log)
 
     def load(self, folder: Path) -> TrainerState:
-        model_sd, optim_sd = get_state_dict(self.module, self.optimizer, options=OPTIONS)
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        from jeanzay_kit.ckpt.raw_storage import RawReader
+
+        model_sd, optim_sd = state_dicts(self.module, self.optimizer)
         self._check_shapes(folder, model_sd)
         state = {"model": model_sd, "optim": optim_sd}
         # Each rank reads what it holds straight from the checkpoint's metadata: DCP's
@@ -296,7 +323,7 @@ class Checkpointer:
             self.optimizer,
             model_state_dict=model_sd,
             optim_state_dict=optim_sd,
-            options=OPTIONS,
+            options=_options(),
         )
         set_rng_state(torch.load(self._rng_file(folder), weights_only=True), self.device)
         payload = torch.load(folder / "trainer.pt", weights_only=True)
@@ -314,6 +341,8 @@ class Checkpointer:
         """Refuse, on every rank alike and before reading any tensor, a model whose
         parameters no longer fit the checkpoint (its code changed; the config did not):
         one message naming the parameter and both shapes, exit 2, no restart spent."""
+        from jeanzay_kit.ckpt.raw_storage import RawReader
+
         metadata = RawReader(folder / "dcp").read_metadata()
         saved = {
             key.removeprefix("model."): tuple(meta.size)
@@ -338,6 +367,8 @@ class Checkpointer:
 
 def _root_cause(err: BaseException | None) -> str:
     """The OS error behind a failed save (DCP wraps each rank's error), in one line."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
     if isinstance(err, CheckpointException):
         for rank, (inner, _trace) in sorted(err.failures.items()):
             return f"{_root_cause(inner)} (rank {rank})"

@@ -14,7 +14,6 @@ from jeanzay_kit.config import schema
 from jeanzay_kit.config.clusters import Partition
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
-
 # The schema's defaults (declared there once) for the fields below that have one: a
 # settings object built by hand (tests, benchmarks) gets what the YAML would give.
 _JOB, _TRAIN, _LOADER = schema.JobConfig(), schema.TrainConfig(), schema.LoaderConfig()

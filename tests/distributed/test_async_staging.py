@@ -21,9 +21,7 @@ SCRIPT = textwrap.dedent(
     import torch
     import torch.distributed as dist
 
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
-    from jeanzay_kit.ckpt.checkpointer import OPTIONS, Checkpointer
+    from jeanzay_kit.ckpt.checkpointer import Checkpointer, state_dicts
     from jeanzay_kit.ckpt.trainer_state import TrainerState
     from jeanzay_kit.node.local import free_port
 
@@ -38,7 +36,7 @@ SCRIPT = textwrap.dedent(
     ck = Checkpointer(run_dir, model, opt, 0, {"mode": "t"}, {"t": 1}, torch.device("cpu"),
                       use_async=True, log=lambda _m: None)
     def state():
-        m, o = get_state_dict(model, opt, options=OPTIONS)
+        m, o = state_dicts(model, opt)
         return {k: v.clone() for k, v in {**m, **o}.items() if torch.is_tensor(v)}
 
     # A slow copy (a big model, a busy host): the copy starts 0.5 s after the save call.
