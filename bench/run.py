@@ -264,7 +264,7 @@ def startup_figures(r: dict) -> list[Figure]:
             r["ratios"],
             f"{median(r['train_py_s']):.2f} s",
             f"{median(r['bare_torchrun_s']):.2f} s (torchrun)",
-            "<= 1.5",
+            "<= 1.10",
         )
     ]
 

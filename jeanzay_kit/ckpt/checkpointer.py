@@ -91,11 +91,12 @@ class Checkpointer:
         run_dir: Path,
         module: nn.Module,
         optimizer: torch.optim.Optimizer,
+        *,
         rank: int,
         world: Mapping[str, Any],
         config: Mapping[str, Any],
         device: torch.device,
-        keep_last: int = 3,
+        keep_last: int,
         use_async: bool = False,
         log: Callable[[str], None] = print,
         keep_best: tuple[str, str] | None = None,
@@ -137,6 +138,23 @@ class Checkpointer:
         saved as its own `data-<rank>.pt` (plain types)."""
         t0 = time.perf_counter()
         self._wait_save()  # the next save waits for the previous one
+        tmp = self._fresh_folder(step)
+        model_sd, optim_sd = state_dicts(self.module, self.optimizer)
+        records = self._small_files(step, tmp, trainer, data_state)
+        fields = {
+            "world": self.world,
+            "config_hash": resume_hash(self.config),
+            "code_version": __version__,
+            "sample_position": trainer.sample_position,
+            "extra": _extra(evaluated, self.keep_best),
+        }
+        self._write_and_commit(
+            step, tmp, {"model": model_sd, "optim": optim_sd}, fields, records, force_sync
+        )
+        self.last_blocking_s = time.perf_counter() - t0
+
+    def _fresh_folder(self, step: int) -> Path:
+        """The step's temporary folder, empty (rank 0 makes it; every rank agrees)."""
         tmp = self.store.tmp_dir(step)
         failure: OSError | None = None
         if self.rank == 0:
@@ -147,9 +165,19 @@ class Checkpointer:
             except OSError as err:
                 failure = err
         self._agree(step, failure)  # also the barrier: the folder exists for everyone
-        model_sd, optim_sd = state_dicts(self.module, self.optimizer)
-        state = {"model": model_sd, "optim": optim_sd}
+        return tmp
+
+    def _small_files(
+        self,
+        step: int,
+        tmp: Path,
+        trainer: TrainerState,
+        data_state: Mapping[str, Any] | None,
+    ) -> dict[str, FileRecord]:
+        """This rank's random generators and stream position; rank 0's trainer state and
+        config. Every rank agrees that all were written."""
         records: dict[str, FileRecord] = {}
+        failure: OSError | None = None
         try:
             records[f"rank-{self.rank}.pt"] = _save_torch(
                 rng_state(self.device), tmp / f"rank-{self.rank}.pt"
@@ -167,13 +195,19 @@ class Checkpointer:
         except OSError as err:
             failure = err
         self._agree(step, failure)
-        fields = {
-            "world": self.world,
-            "config_hash": resume_hash(self.config),
-            "code_version": __version__,
-            "sample_position": trainer.sample_position,
-            "extra": _extra(evaluated, self.keep_best),
-        }
+        return records
+
+    def _write_and_commit(
+        self,
+        step: int,
+        tmp: Path,
+        state: dict[str, Any],
+        fields: dict[str, Any],
+        records: dict[str, FileRecord],
+        force_sync: bool,
+    ) -> None:
+        """The tensors through DCP, then the commit (manifest last): here, or in the
+        background (checkpoint.async) unless force_sync."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
 
@@ -189,30 +223,29 @@ class Checkpointer:
                 self.store,
                 step,
                 self.rank,
-                fields,
-                records,
-                writer.fs.records,
-                group,
-                self.keep_last,
-                self._trash,
-                self.log,
-                self.device if group is None else torch.device("cpu"),
-                self.keep_best,
+                fields=fields,
+                records=records,
+                dcp_records=writer.fs.records,
+                group=group,
+                keep_last=self.keep_last,
+                trash=self._trash,
+                log=self.log,
+                device=self.device if group is None else torch.device("cpu"),
+                keep_best=self.keep_best,
             )
 
         if background:
             assert self._background is not None
             self._background.start(state, writer, commit)
             self._in_flight = step
-        else:
-            try:
-                dcp.save(state, storage_writer=writer)
-                commit(None)
-            except (OSError, CheckpointException) as err:
-                # DCP gathers every rank's write errors and raises on all of them; the
-                # commit agrees by itself: every rank is here for the same step.
-                raise self._lost(step, err) from None
-        self.last_blocking_s = time.perf_counter() - t0
+            return
+        try:
+            dcp.save(state, storage_writer=writer)
+            commit(None)
+        except (OSError, CheckpointException) as err:
+            # DCP gathers every rank's write errors and raises on all of them; the
+            # commit agrees by itself: every rank is here for the same step.
+            raise self._lost(step, err) from None
 
     def before_update(self) -> None:
         """Call before anything changes the weights or the optimizer state (the optimizer

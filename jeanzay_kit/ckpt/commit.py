@@ -46,6 +46,7 @@ def commit_checkpoint(
     store: CheckpointStore,
     step: int,
     rank: int,
+    *,
     fields: dict[str, Any],
     records: dict[str, FileRecord],
     dcp_records: dict[str, FileRecord],

@@ -82,16 +82,22 @@ def check_resources(
         c,
         cluster,
         partition,
-        res.get("cpus_per_task", default("resources.cpus_per_task")),
-        gpus_per_task,
-        ntasks,
-        gpus_fit,
+        raw_cpus=res.get("cpus_per_task", default("resources.cpus_per_task")),
+        gpus_per_task=gpus_per_task,
+        ntasks_per_node=ntasks,
+        gpus_fit=gpus_fit,
     )
     check_mem(c, cluster, partition, mem)
     account = check_account(c, cluster)
     lead = (preemption.signal, preemption.lead_seconds)
     qos = check_time(
-        c, cluster, partition, res.get("qos", default("resources.qos")), minutes, nodes * gpn, lead
+        c,
+        cluster,
+        partition,
+        requested_qos=res.get("qos", default("resources.qos")),
+        minutes=minutes,
+        total_gpus=nodes * gpn,
+        preemption=lead,
     )
     return Resources(
         account, partition, constraint, qos, nodes, gpn, ntasks, cpus or 1, minutes, mem
@@ -165,6 +171,7 @@ def check_cpus(
     c: Collector,
     cluster: ClusterProfile,
     partition: Partition,
+    *,
     raw_cpus: object,
     gpus_per_task: int,
     ntasks_per_node: int,
@@ -242,6 +249,7 @@ def check_time(
     c: Collector,
     cluster: ClusterProfile,
     partition: Partition,
+    *,
     requested_qos: object,
     minutes: int,
     total_gpus: int,

@@ -32,10 +32,10 @@ def _probe(spec: JobSpec, info: RankInfo, visible: str | None, options: DoctorOp
         info,
         spec.cluster.device,
         visible,
-        spec.comm.backend,
-        options.timeout_s,
-        options.size_mb,
-        options.iters,
+        backend=spec.comm.backend,
+        timeout_s=options.timeout_s,
+        size_mb=options.size_mb,
+        iters=options.iters,
     )
 
 

@@ -112,6 +112,7 @@ def probe_rank(
     info: RankInfo,
     want_device: str,
     visible: str | None,
+    *,
     backend: str = "auto",
     timeout_s: float = 60.0,
     size_mb: float = 16.0,
@@ -134,7 +135,16 @@ def probe_rank(
         device_id=device if device.type == "cuda" else None,
     )
     try:
-        return _checks(info, device, visible, backend, timeout_s, size_mb, iters, out)
+        return _checks(
+            info,
+            device,
+            visible,
+            backend=backend,
+            timeout_s=timeout_s,
+            size_mb=size_mb,
+            iters=iters,
+            out=out,
+        )
     finally:
         dist.destroy_process_group()
 
@@ -143,6 +153,7 @@ def _checks(
     info: RankInfo,
     device: torch.device,
     visible: str | None,
+    *,
     backend: str,
     timeout_s: float,
     size_mb: float,

@@ -163,7 +163,7 @@ def main(
                 spec,
                 info,
                 run_dir,
-                env.get("CUDA_VISIBLE_DEVICES"),
+                visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
                 threads=0,
                 stop=stop,
                 allocation_end=float(end) if end and end.isdigit() else None,

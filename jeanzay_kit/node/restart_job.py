@@ -47,6 +47,7 @@ def restart_after_failure(
     run_dir: Path,
     status: int,
     max_restarts: int,
+    *,
     env: Mapping[str, str],
     runner=None,
     since: float | None = None,
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.run_dir),
         args.status,
         args.max_restarts,
-        dict(os.environ),
+        env=dict(os.environ),
         since=args.since,
         script=args.script,
     )

@@ -177,11 +177,23 @@ def _write_beat(
 
 def _hang(watch: Watch, now: float, warned_at: float | None) -> ScriptHang | None:
     beats = read_script_beats(watch.run_dir)
-    rule = (watch.stall_seconds, watch.token, warned_at, watch.after_signal_seconds)
+
+    def judge(newest_write: float | None) -> ScriptHang | None:
+        return script_hang(
+            beats,
+            newest_write,
+            watch.start,
+            now,
+            stall_seconds=watch.stall_seconds,
+            token=watch.token,
+            signalled_at=warned_at,
+            after_signal_s=watch.after_signal_seconds,
+        )
+
     # Output alone first; the run directory is walked only when no task printed.
-    if script_hang(beats, None, watch.start, now, *rule) is None:
+    if judge(None) is None:
         return None
-    return script_hang(beats, newest_script_write(watch.run_dir), watch.start, now, *rule)
+    return judge(newest_script_write(watch.run_dir))
 
 
 def _together(folder: Path, what: str, watch: Watch, hang: ScriptHang, timeout: float) -> None:

@@ -112,6 +112,7 @@ def script_hang(
     newest_write: float | None,
     start: float,
     now: float,
+    *,
     stall_seconds: float,
     token: str,
     signalled_at: float | None = None,

@@ -29,6 +29,7 @@ def run_worker(
     spec: JobSpec,
     info: RankInfo,
     run_dir: Path,
+    *,
     visible_devices: str | None,
     threads: int,
     stop: StopRequest | None = None,

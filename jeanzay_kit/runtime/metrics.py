@@ -53,6 +53,7 @@ class MetricsWriter:
         run_dir: Path,
         enabled: bool,
         total_steps: int,
+        *,
         stream: TextIO | None = None,
         resume_step: int = 0,
         end_time: float | None = None,

@@ -528,10 +528,10 @@ class SessionCheckpointer:
             session.run_dir,
             model,
             optimizer,
-            session.rank,
-            rules.checkpoint_world(session.mode, session.world_size),
-            {},
-            session.device,
+            rank=session.rank,
+            world=rules.checkpoint_world(session.mode, session.world_size),
+            config={},
+            device=session.device,
             keep_last=session.keep_last,
         )
         self.resumed = False

@@ -206,42 +206,63 @@ def discover_profile(
         )
     if skipped:
         notes.append(f"partitions without GPUs left out: {', '.join(skipped)}")
-    default = next((p for p in gpu_parts if p.default), gpu_parts[0])
-    preempt_type = conf.get("PreemptType", "")
-    top_tier = max(p.tier for p in parts)
-    threads = max(p.threads_per_core for p in gpu_parts)
-    kinds = {k.lower() for p in gpu_parts for k in p.gpu_kinds}
-    bf16 = not any(k.startswith(_NO_BF16) for k in kinds)
-    enforce = conf.get("AccountingStorageEnforce", "none")
+    qos_lines, accounts, default_qos = _qos_section(accounting, gpu_parts, notes)
+    lines = _profile_head(name, conf, gpu_parts, accounts)
+    lines.append("partitions:")
+    preempt_type, top_tier = conf.get("PreemptType", ""), max(p.tier for p in parts)
+    for p in gpu_parts:
+        lines += _partition_lines(p, preempt_type, top_tier)
+    if qos_lines:
+        lines.append("qos:")
+        lines += qos_lines
+    else:
+        why = accounting.missing and "no accounting" or "no QoS found for you"
+        lines.append(f"qos: {{}}  # {why}: QoS names are passed to Slurm unchecked")
+    lines.append(f"default_qos: {default_qos or 'null'}")
+    return Discovered(name, "\n".join(lines) + "\n", notes)
 
-    qos_lines: list[str] = []
-    accounts: list[str] = []
-    default_qos = None
+
+def _qos_section(
+    accounting: Accounting, gpu_parts: list[_Partition], notes: list[str]
+) -> tuple[list[str], list[str], str | None]:
+    """The profile's `qos:` entries, the user's accounts and the default QoS, from
+    sacctmgr (notes: what could not be known)."""
     if accounting.missing:
         notes.append(
             f"no Slurm accounting ({accounting.missing}): QoS and accounts are not known; "
             "QoS names are passed to Slurm unchecked"
         )
-    else:
-        limits = _qos_limits(accounting.qos_text or "")
-        accounts, allowed = _assoc(accounting.assoc_text or "")
-        longest = max((p.max_time for p in gpu_parts if p.max_time), default=None, key=_minutes)
-        for qname in sorted(limits):
-            if allowed and qname not in allowed:
+        return [], [], None
+    qos_lines: list[str] = []
+    limits = _qos_limits(accounting.qos_text or "")
+    accounts, allowed = _assoc(accounting.assoc_text or "")
+    longest = max((p.max_time for p in gpu_parts if p.max_time), default=None, key=_minutes)
+    for qname in sorted(limits):
+        if allowed and qname not in allowed:
+            continue
+        wall, gpus = limits[qname]
+        src = f"# {SACCTMGR_QOS}"
+        if wall is None:
+            if longest is None:
+                notes.append(f"QoS {qname} has no MaxWall and no partition a MaxTime: left out")
                 continue
-            wall, gpus = limits[qname]
-            src = f"# {SACCTMGR_QOS}"
-            if wall is None:
-                if longest is None:
-                    notes.append(f"QoS {qname} has no MaxWall and no partition a MaxTime: left out")
-                    continue
-                wall, src = longest, src + " (no MaxWall: the longest partition MaxTime)"
-            limit = f", max_gpus_per_job: {gpus}" if gpus is not None else ""
-            qos_lines.append(f"  {qname}: {{max_time: {_q(wall)}{limit}}}  {src}")
-        if "normal" in limits and (not allowed or "normal" in allowed):
-            default_qos = "normal"
+            wall, src = longest, src + " (no MaxWall: the longest partition MaxTime)"
+        limit = f", max_gpus_per_job: {gpus}" if gpus is not None else ""
+        qos_lines.append(f"  {qname}: {{max_time: {_q(wall)}{limit}}}  {src}")
+    default_qos = "normal" if "normal" in limits and (not allowed or "normal" in allowed) else None
+    return qos_lines, accounts, default_qos
 
-    lines = [
+
+def _profile_head(
+    name: str, conf: dict[str, str], gpu_parts: list[_Partition], accounts: list[str]
+) -> list[str]:
+    """The profile's keys above `partitions:`, each naming the command it came from."""
+    default = next((p for p in gpu_parts if p.default), gpu_parts[0])
+    threads = max(p.threads_per_core for p in gpu_parts)
+    kinds = {k.lower() for p in gpu_parts for k in p.gpu_kinds}
+    bf16 = not any(k.startswith(_NO_BF16) for k in kinds)
+    enforce = conf.get("AccountingStorageEnforce", "none")
+    return [
         f"# Cluster profile written by `jzk cluster discover` from the live cluster {name}.",
         "# Every value names the command it came from: check them, edit what the site's",
         "# documentation says better (modules, env, the account to charge), keep the file.",
@@ -277,42 +298,37 @@ def discover_profile(
         f"  # {SCONTROL_CONFIG}: MaxArraySize",
         f"default_partition: {default.name}  # {SCONTROL_PARTITIONS}: "
         + ("Default=YES" if default.default else "the first GPU partition (the default has none)"),
-        "partitions:",
     ]
-    for p in gpu_parts:
-        lines.append(f"  {p.name}:  # {SCONTROL_PARTITIONS}: Nodes={_hosts(p.nodes)}")
-        src = f"# {SCONTROL_NODES}"
-        uneven = f" (mixed nodes: {'; '.join(p.uneven)}; the smallest)" if p.uneven else ""
-        lines.append(f"    gpus_per_node: {p.gpus}  {src}: Gres{uneven}")
-        if p.cpus is not None:
-            lines.append(
-                f"    cpus_per_node: {p.cpus}  {src}: CPUTot / ThreadsPerCore={p.threads_per_core}"
-            )
-        if p.mem_mb is not None:
-            lines.append(f'    mem_per_node: "{p.mem_mb}M"  {src}: RealMemory')
+
+
+def _partition_lines(p: _Partition, preempt_type: str, top_tier: int) -> list[str]:
+    """One partition of the profile, each value naming where it came from."""
+    src = f"# {SCONTROL_NODES}"
+    uneven = f" (mixed nodes: {'; '.join(p.uneven)}; the smallest)" if p.uneven else ""
+    lines = [
+        f"  {p.name}:  # {SCONTROL_PARTITIONS}: Nodes={_hosts(p.nodes)}",
+        f"    gpus_per_node: {p.gpus}  {src}: Gres{uneven}",
+    ]
+    if p.cpus is not None:
         lines.append(
-            f"    max_time: {_q(p.max_time)}  # {SCONTROL_PARTITIONS}: MaxTime"
-            + ("=UNLIMITED" if p.max_time is None else "")
+            f"    cpus_per_node: {p.cpus}  {src}: CPUTot / ThreadsPerCore={p.threads_per_core}"
         )
-        lines.append("    select: partition")
-        if p.features:
-            lines.append(f"    constraints: [{', '.join(p.features)}]  {src}: AvailableFeatures")
-        preemptible = (
-            "partition_prio" in preempt_type and p.tier < top_tier and p.preempt_mode != "OFF"
-        )
-        lines.append(
-            f"    preemptible: {_q(preemptible)}  # {SCONTROL_PARTITIONS}: PriorityTier={p.tier}"
-            f" (highest {top_tier}), PreemptMode={p.preempt_mode}; {SCONTROL_CONFIG}: "
-            f"PreemptType={preempt_type or 'none'}"
-        )
-    if qos_lines:
-        lines.append("qos:")
-        lines += qos_lines
-    else:
-        why = accounting.missing and "no accounting" or "no QoS found for you"
-        lines.append(f"qos: {{}}  # {why}: QoS names are passed to Slurm unchecked")
-    lines.append(f"default_qos: {default_qos or 'null'}")
-    return Discovered(name, "\n".join(lines) + "\n", notes)
+    if p.mem_mb is not None:
+        lines.append(f'    mem_per_node: "{p.mem_mb}M"  {src}: RealMemory')
+    lines.append(
+        f"    max_time: {_q(p.max_time)}  # {SCONTROL_PARTITIONS}: MaxTime"
+        + ("=UNLIMITED" if p.max_time is None else "")
+    )
+    lines.append("    select: partition")
+    if p.features:
+        lines.append(f"    constraints: [{', '.join(p.features)}]  {src}: AvailableFeatures")
+    preemptible = "partition_prio" in preempt_type and p.tier < top_tier and p.preempt_mode != "OFF"
+    lines.append(
+        f"    preemptible: {_q(preemptible)}  # {SCONTROL_PARTITIONS}: PriorityTier={p.tier}"
+        f" (highest {top_tier}), PreemptMode={p.preempt_mode}; {SCONTROL_CONFIG}: "
+        f"PreemptType={preempt_type or 'none'}"
+    )
+    return lines
 
 
 def _hosts(nodes: Sequence[str]) -> str:

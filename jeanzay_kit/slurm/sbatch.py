@@ -214,19 +214,40 @@ def render_sbatch(
     code_dir: the snapshot of the project's code (project/snapshot.py), exported as
     JZK_CODE_DIR; None: the tasks import the project's live tree.
     """
-    argv = list(command) if command is not None else shlex.split(spec.job.entry)
+    runs_script = command is None and spec.job.runs_script
+    lines = header_lines(spec, rendered_by, rerender, workdir)
+    lines += directive_lines(spec, array, workdir)
+    lines += ["", "set -eo pipefail", ""]
+    lines += setup_lines(spec, code_dir)
+    lines.append("")
+    lines += run_dir_check_lines(spec.checkpoint.run_dir)
+    lines.append("")
+    lines += frozen_config_lines(spec)
+    lines.append("")
+    if spec.layout.launcher == "torchrun":
+        lines += torchrun_rendezvous_lines()
+    program = task_command(spec, command, runs_script)
+    if not spec.preemption.requeue:
+        lines += [*KILL_NOTE, "srun --kill-on-bad-exit=1 " + " ".join(program)]
+    else:
+        lines += requeue_step_lines(spec, program, runs_script)
+    return "\n".join(lines) + "\n"
+
+
+def header_lines(
+    spec: JobSpec, rendered_by: Sequence[str], rerender: str, workdir: str | None
+) -> list[str]:
+    """The comments on top: where it came from, how to render it again, what it runs."""
     lay, res, tset = spec.layout, spec.resources, spec.train
-    lines = ["#!/bin/bash"]
-    lines.append(
-        f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>"
-    )
-    lines.append(f"# Re-render: {rerender} " + " ".join(shell_word(o) for o in rendered_by))
-    lines.append(
+    lines = [
+        "#!/bin/bash",
+        f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>",
+        f"# Re-render: {rerender} " + " ".join(shell_word(o) for o in rendered_by),
         f"# {res.nodes} node(s) x {res.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
         f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "
         f"global batch {tset.global_batch_size} = {lay.dp_size} x {tset.micro_batch_size} "
-        f"x {tset.grad_accum_steps} accumulation step(s)"
-    )
+        f"x {tset.grad_accum_steps} accumulation step(s)",
+    ]
     if workdir:
         lines.append(
             "# Slurm opens the logs before the script runs and creates no folder: "
@@ -236,11 +257,16 @@ def render_sbatch(
         lines.append(
             f"# Slurm does not create log folders: mkdir -p {shell_word(spec.job.log_dir)}"
         )
+    return lines
+
+
+def directive_lines(spec: JobSpec, array: str | None, workdir: str | None) -> list[str]:
+    """The #SBATCH lines: what the job asks of Slurm (slurm/flags.py, shared with the
+    launcher), with this script's own options in their places: --chdir after the name,
+    the array and the log files before the preemption options."""
     log_pattern = "%x-%A_%a" if array else "%x-%j"
     log_dir = _slurm_pattern_literal(spec.job.log_dir.rstrip("/") or "/")
-    # What the job asks of Slurm (slurm/flags.py, shared with the launcher), with this
-    # script's own options in their places: --chdir after the name, the array and the
-    # log files before the preemption options.
+    lines = []
     for flag in sbatch_flags(spec):
         if flag.name == "signal":
             if array:
@@ -254,36 +280,38 @@ def render_sbatch(
             lines.append(_directive("chdir", workdir))
     # Requeued runs append to the same log instead of truncating it.
     lines.append(_directive("open-mode", "append"))
-    lines.append("")
-    lines.append("set -eo pipefail")
-    lines.append("")
+    return lines
 
-    lines += setup_lines(spec, code_dir)
-    lines.append("")
 
-    lines += run_dir_check_lines(spec.checkpoint.run_dir)
-    lines.append("")
-
+def frozen_config_lines(spec: JobSpec) -> list[str]:
+    """The config validated at render time, written by the job where Hydra reads it."""
     body = frozen_config_yaml(spec.config)
     tag = _heredoc_delimiter(body)
-    lines.append("# The config validated at render time, frozen into this script.")
-    lines.append(f"JZK_CONFIG_DIR={shell_word(spec.job.log_dir)}")
-    lines.append('JZK_CONFIG_NAME="jzk-config-${SLURM_JOB_ID}"')
-    lines.append('mkdir -p -- "$JZK_CONFIG_DIR"')
-    lines.append(f"cat > \"$JZK_CONFIG_DIR/$JZK_CONFIG_NAME.yaml\" <<'{tag}'")
-    lines.append(body.rstrip("\n"))
-    lines.append(tag)
-    lines.append("")
+    return [
+        "# The config validated at render time, frozen into this script.",
+        f"JZK_CONFIG_DIR={shell_word(spec.job.log_dir)}",
+        'JZK_CONFIG_NAME="jzk-config-${SLURM_JOB_ID}"',
+        'mkdir -p -- "$JZK_CONFIG_DIR"',
+        f"cat > \"$JZK_CONFIG_DIR/$JZK_CONFIG_NAME.yaml\" <<'{tag}'",
+        body.rstrip("\n"),
+        tag,
+    ]
 
-    program = [shell_word(spec.job.python)]
-    if lay.launcher == "torchrun":
-        lines.append(
-            "# torchrun starts one worker per GPU on each node; rendezvous on the first node"
-        )
+
+def torchrun_rendezvous_lines() -> list[str]:
+    return [
+        "# torchrun starts one worker per GPU on each node; rendezvous on the first node",
         # sed reads the whole list: `head -n 1` would leave scontrol writing into a closed
         # pipe on a big job, and SIGPIPE + pipefail would end the script here.
-        lines.append('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"')
-        lines.append(f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))")
+        'MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
+        f"MASTER_PORT=$(( {PORT_BASE} + SLURM_JOB_ID % {PORT_SPAN} ))",
+    ]
+
+
+def task_command(spec: JobSpec, command: Sequence[str] | None, runs_script: bool) -> list[str]:
+    """What srun starts on each task, as shell words."""
+    program = [shell_word(spec.job.python)]
+    if spec.layout.launcher == "torchrun":
         # torch.distributed.run, with the preemption signals passed on to the workers
         # (node/torchrun_agent.py: plain torchrun dies of SIGUSR1).
         program += [
@@ -295,60 +323,65 @@ def render_sbatch(
             '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"',
             '--rdzv-id="$SLURM_JOB_ID"',
         ]
-    if command is None and spec.job.runs_script:
-        # Your own command, with exactly job.args: node/script_task.py adds torchrun's
-        # variables (and JZK_RUN_DIR) and becomes it, so Slurm's signals reach it.
-        program += [
-            "-m",
-            "jeanzay_kit.node.script_task",
-            shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
-            *(shell_word(f"--resume-arg={a}") for a in spec.job.resume_args),
-            *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
-            f"--stall-seconds={spec.watchdog.stall_seconds:g}",
-            f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
-            # A script asked to save must end before the limit: half the lead to do it.
-            f"--after-signal-seconds={spec.preemption.lead_seconds / 2:g}",
-            # The job's settings for a session the script opens (config/runtime_settings.py).
-            shell_word(f"--settings={settings_text(runtime_settings(spec))}"),
-            "--",
-        ]
-        program += [
-            shell_word(a) for a in script_argv(spec.job.python, spec.job.entry, spec.job.args)
-        ]
-    else:
-        program += [shell_word(a) for a in argv]
-        program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
-        # The run directory comes from the job's identity (job.run_dir), so a requeued job
-        # finds its checkpoints; the frozen config has no `hydra` section to carry it.
-        program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
-    kill_note = [
-        "# --kill-on-bad-exit: one failed task ends the step instead of leaving the",
-        "# others blocked in a collective until the time limit",
+    if runs_script:
+        return program + script_task_words(spec)
+    argv = list(command) if command is not None else shlex.split(spec.job.entry)
+    program += [shell_word(a) for a in argv]
+    program += ['--config-dir="$JZK_CONFIG_DIR"', '--config-name="$JZK_CONFIG_NAME"']
+    # The run directory comes from the job's identity (job.run_dir), so a requeued job
+    # finds its checkpoints; the frozen config has no `hydra` section to carry it.
+    program.append(shell_word(hydra_override("hydra.run.dir", spec.checkpoint.run_dir)))
+    return program
+
+
+def script_task_words(spec: JobSpec) -> list[str]:
+    """Your own command, with exactly job.args: node/script_task.py adds torchrun's
+    variables (and JZK_RUN_DIR) and becomes it, so Slurm's signals reach it."""
+    return [
+        "-m",
+        "jeanzay_kit.node.script_task",
+        shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
+        *(shell_word(f"--resume-arg={a}") for a in spec.job.resume_args),
+        *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
+        f"--stall-seconds={spec.watchdog.stall_seconds:g}",
+        f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
+        # A script asked to save must end before the limit: half the lead to do it.
+        f"--after-signal-seconds={spec.preemption.lead_seconds / 2:g}",
+        # The job's settings for a session the script opens (config/runtime_settings.py).
+        shell_word(f"--settings={settings_text(runtime_settings(spec))}"),
+        "--",
+        *(shell_word(a) for a in script_argv(spec.job.python, spec.job.entry, spec.job.args)),
     ]
-    if not spec.preemption.requeue:
-        lines += kill_note
-        lines.append("srun --kill-on-bad-exit=1 " + " ".join(program))
-        return "\n".join(lines) + "\n"
-    lines.append("status=0")
-    runs_script = command is None and spec.job.runs_script
+
+
+KILL_NOTE = [
+    "# --kill-on-bad-exit: one failed task ends the step instead of leaving the",
+    "# others blocked in a collective until the time limit",
+]
+
+
+def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> list[str]:
+    """The step in the background (the batch shell takes Slurm's signals), then, after a
+    failure, the restart step that requeues from the newest checkpoint."""
     marks = [f'"$JZK_RUN_DIR/{STOP_NOTE_FILE}"']
     if runs_script:
         marks.insert(0, f'"$JZK_RUN_DIR/{REQUEUE_MARK}"')  # a task whose script exited 3
-    lines.append("rm -f -- " + " ".join(marks))
-    lines += signal_trap_lines()
+    lines = ["status=0", "rm -f -- " + " ".join(marks), *signal_trap_lines()]
     # The step's start: a step failing before any progress is not requeued; a script
     # task's files older than it are an earlier attempt's (its resume arguments apply).
     lines.append("export JZK_STEP_START=$(date +%s)")
-    lines += kill_note
-    lines.append("srun --kill-on-bad-exit=1 " + " ".join(program) + " &")
-    lines.append("jzk_step=$!")
-    lines.append("# wait returns at each trapped signal: wait again until the step has ended")
-    lines.append("while :; do")
-    lines.append('  wait "$jzk_step" && status=0 || status=$?')
-    lines.append('  kill -0 "$jzk_step" 2>/dev/null || break')
-    lines.append("done")
-    lines.append("# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue")
-    lines.append("# from the newest checkpoint while preemption.max_restarts allows")
+    lines += KILL_NOTE
+    lines += [
+        "srun --kill-on-bad-exit=1 " + " ".join(program) + " &",
+        "jzk_step=$!",
+        "# wait returns at each trapped signal: wait again until the step has ended",
+        "while :; do",
+        '  wait "$jzk_step" && status=0 || status=$?',
+        '  kill -0 "$jzk_step" 2>/dev/null || break',
+        "done",
+        "# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue",
+        "# from the newest checkpoint while preemption.max_restarts allows",
+    ]
     restart = [
         shell_word(spec.job.python),
         "-m",
@@ -366,7 +399,5 @@ def render_sbatch(
         )
     else:
         lines.append('if [ -z "$jzk_ending" ] && [ "$status" -ne 0 ]; then')
-    lines.append("  " + " ".join(restart) + " || true")
-    lines.append("fi")
-    lines.append('exit "$status"')
-    return "\n".join(lines) + "\n"
+    lines += ["  " + " ".join(restart) + " || true", "fi", 'exit "$status"']
+    return lines

@@ -149,14 +149,24 @@ def _first_micro_batch(spec: JobSpec, dataset: Any, workers: int, device: torch.
     """Rank 0's first micro-batch of the run, read as the loop reads it."""
     if is_stream(dataset):
         loader = build_stream_loader(
-            dataset, spec.loader, workers, device.type, spec.train.micro_batch_size, 0
+            dataset,
+            spec.loader,
+            workers=workers,
+            device_type=device.type,
+            micro_batch=spec.train.micro_batch_size,
+            seed=0,
         )
     else:
         plan = plan_for(spec, 0, len(dataset))
         # One micro-batch and no more: the workers must not prefetch the rest of the step.
         only_first = [keys(plan.step_indices(0)[0], plan.step_positions(0)[0])]
         loader = build_loader(
-            dataset, only_first, spec.loader, workers, device.type, spec.train.seed
+            dataset,
+            only_first,
+            spec.loader,
+            workers=workers,
+            device_type=device.type,
+            seed=spec.train.seed,
         )
     data_key = f"data._target_={spec.data.get('_target_')}"
     iterator = iter(loader)

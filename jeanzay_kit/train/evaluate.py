@@ -80,9 +80,9 @@ class Evaluator:
             dataset,
             self.batch_lists,
             spec.loader,
-            workers,
-            ctx.device.type,
-            spec.train.seed,
+            workers=workers,
+            device_type=ctx.device.type,
+            seed=spec.train.seed,
             seeded=False,
         )
         self._noted_remainder = False

@@ -74,6 +74,7 @@ def build_loader(
     dataset: Any,
     sampler: Sampler[list[tuple[int, int]]] | list[list[tuple[int, int]]],
     settings: LoaderSettings,
+    *,
     workers: int,
     device_type: str,
     seed: int,

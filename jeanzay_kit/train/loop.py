@@ -216,9 +216,9 @@ def open_batches(
         dataset,
         sampler,
         loader_set,
-        workers,
-        ctx.device.type,
-        spec.train.seed,
+        workers=workers,
+        device_type=ctx.device.type,
+        seed=spec.train.seed,
         per_step=plan.accumulation_steps,
     )
     return StepBatches(loader, plan.accumulation_steps, ctx.device, describe_loader(spec, workers))

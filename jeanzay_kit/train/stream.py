@@ -59,6 +59,7 @@ def is_stateful(dataset: Any) -> bool:
 def build_stream_loader(
     dataset: Any,
     settings: LoaderSettings,
+    *,
     workers: int,
     device_type: str,
     micro_batch: int,
@@ -169,10 +170,10 @@ def open_stream(
     loader = build_stream_loader(
         dataset,
         spec.loader,
-        workers,
-        ctx.device.type,
-        spec.train.micro_batch_size,
-        spec.train.seed + ctx.dp_rank,  # the ranks' workers draw different numbers
+        workers=workers,
+        device_type=ctx.device.type,
+        micro_batch=spec.train.micro_batch_size,
+        seed=spec.train.seed + ctx.dp_rank,  # the ranks' workers draw different numbers
         per_step=accum,
     )
     batches = StreamBatches(loader, accum, ctx.device, describe_loader(spec, workers))
@@ -194,11 +195,11 @@ def open_stream(
         spec.loader.stream_resume,
         saved,
         saved_dp,
-        spec.layout.dp_size,
-        ctx.dp_rank,
-        workers,
-        str(folder),
-        data_key,
+        dp_size=spec.layout.dp_size,
+        dp_rank=ctx.dp_rank,
+        workers=workers,
+        folder=str(folder),
+        data_key=data_key,
     )
     if state is None and ctx.is_main:
         print(f"note: {data_key} starts again from its beginning (loader.stream_resume=restart)")

@@ -18,6 +18,7 @@ def stream_restore(
     mode: str,
     saved: Mapping[str, Any] | None,
     saved_dp: int,
+    *,
     dp_size: int,
     dp_rank: int,
     workers: int,

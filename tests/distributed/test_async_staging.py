@@ -33,7 +33,8 @@ SCRIPT = textwrap.dedent(
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.randn(2, 4096)).sum().backward()
     opt.step()
-    ck = Checkpointer(run_dir, model, opt, 0, {"mode": "t"}, {"t": 1}, torch.device("cpu"),
+    ck = Checkpointer(run_dir, model, opt, rank=0, world={"mode": "t"}, config={"t": 1},
+                      device=torch.device("cpu"), keep_last=3,
                       use_async=True, log=lambda _m: None)
     def state():
         m, o = state_dicts(model, opt)

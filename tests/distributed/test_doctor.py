@@ -39,7 +39,7 @@ def _rank(index: int, infos: list, queue) -> None:  # noqa: ANN001
     from jeanzay_kit.doctor.probe import probe_rank
 
     try:
-        probe_rank(infos[index], "cpu", None, "gloo", timeout_s=3.0, size_mb=1)
+        probe_rank(infos[index], "cpu", None, backend="gloo", timeout_s=3.0, size_mb=1)
         queue.put((index, "ok"))
     except DoctorError as err:
         queue.put((index, str(err)))

@@ -136,7 +136,9 @@ def test_the_loader_serves_the_plan_in_order_with_workers() -> None:
         100, 16, 4, dp_size=2, dp_rank=1, seed=3, start_step=5, start_position=80
     )
     settings = LoaderSettings(2, False, False, None, None)
-    loader = build_loader(Indices(), PlanBatchSampler(plan, 5, 9), settings, 2, "cpu", seed=0)
+    loader = build_loader(
+        Indices(), PlanBatchSampler(plan, 5, 9), settings, workers=2, device_type="cpu", seed=0
+    )
     batches = StepBatches(loader, plan.accumulation_steps, CPU, "test")
     for step in range(5, 9):
         got = [b.tolist() for b in batches.next_step()]
@@ -168,7 +170,14 @@ PLAN = GlobalBatchPlan(64, 4, 4, dp_size=1, dp_rank=0, seed=0)
 def _two_worker_batches(first_step: int) -> StepBatches:
     plan = PLAN
     settings = LoaderSettings(2, False, False, None, None)
-    loader = build_loader(_Indices(), PlanBatchSampler(plan, first_step, 16), settings, 1, "cpu", 0)
+    loader = build_loader(
+        _Indices(),
+        PlanBatchSampler(plan, first_step, 16),
+        settings,
+        workers=1,
+        device_type="cpu",
+        seed=0,
+    )
     return StepBatches(loader, 1, CPU, "data._target_=test._Indices")
 
 

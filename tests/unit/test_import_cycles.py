@@ -160,13 +160,32 @@ def test_exceptions_are_one_family_in_errors_py() -> None:
     assert all(issubclass(cls, errors.JzkError) for cls in family), family
 
 
-def test_no_function_of_the_training_room_is_over_60_lines() -> None:
-    """train/ is read top to bottom by newcomers: every function fits on a screen."""
-    long = []
-    for path in sorted((PACKAGE / "train").rglob("*.py")):
+def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                length = (node.end_lineno or node.lineno) - node.lineno + 1
-                if length > 60:
-                    long.append(f"{path.relative_to(PACKAGE)}:{node.name} ({length} lines)")
+                out.append((f"{path.relative_to(PACKAGE)}:{node.name}", node))
+    return out
+
+
+def test_no_function_of_the_package_is_over_60_lines() -> None:
+    """Read top to bottom by newcomers: every function fits on a screen."""
+    long = [
+        f"{where} ({length} lines)"
+        for where, node in _functions()
+        if (length := (node.end_lineno or node.lineno) - node.lineno + 1) > 60
+    ]
     assert not long, long
+
+
+def test_many_settings_are_passed_by_name() -> None:
+    """More than 6 parameters (self aside) is a settings list: the rest keyword-only, so
+    a call reads `keep_last=3`, never a seventh bare value in the right place."""
+    crowded = []
+    for where, node in _functions():
+        positional = [a.arg for a in node.args.posonlyargs + node.args.args]
+        positional = [a for a in positional if a not in ("self", "cls")]
+        if len(positional) > 6:
+            crowded.append(f"{where} ({len(positional)} positional parameters)")
+    assert not crowded, crowded

@@ -29,14 +29,14 @@ JOB = {"SLURM_JOB_ID": "42"}
 @pytest.mark.parametrize("status", [0, 2, 3])
 def test_success_refusal_and_preemption_stop_are_left_alone(tmp_path: Path, status: int) -> None:
     runner = Scontrol()
-    assert restart_after_failure(tmp_path, status, 3, JOB, runner) == ""
+    assert restart_after_failure(tmp_path, status, 3, env=JOB, runner=runner) == ""
     assert runner.calls == [] and read_restarts(tmp_path) == []
 
 
 def test_a_hang_is_recorded_and_the_array_task_requeued(tmp_path: Path) -> None:
     runner = Scontrol()
     env = {**JOB, "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2"}
-    line = restart_after_failure(tmp_path, 4, 3, env, runner)
+    line = restart_after_failure(tmp_path, 4, 3, env=env, runner=runner)
     assert runner.calls == [["scontrol", "requeue", "40_2"]]
     assert line == (
         "jzk: hang; requeued job 40_2 (1/3): it resumes from the newest complete checkpoint"
@@ -47,22 +47,22 @@ def test_a_hang_is_recorded_and_the_array_task_requeued(tmp_path: Path) -> None:
 def test_an_exhausted_budget_stops_without_requeue(tmp_path: Path) -> None:
     runner = Scontrol()
     for _ in range(2):
-        restart_after_failure(tmp_path, 137, 2, JOB, runner)
-    line = restart_after_failure(tmp_path, 137, 2, JOB, runner)
+        restart_after_failure(tmp_path, 137, 2, env=JOB, runner=runner)
+    line = restart_after_failure(tmp_path, 137, 2, env=JOB, runner=runner)
     assert len(runner.calls) == 2 and len(read_restarts(tmp_path)) == 2
     assert line.startswith("jzk: failure (srun exit 137); the run has used its 2 restart(s)")
     assert "not requeued. HINT:" in line
 
 
 def test_a_refused_requeue_is_said(tmp_path: Path) -> None:
-    line = restart_after_failure(tmp_path, 1, 3, JOB, Scontrol(fail=True))
+    line = restart_after_failure(tmp_path, 1, 3, env=JOB, runner=Scontrol(fail=True))
     assert line.startswith("jzk: failure (srun exit 1); could not requeue job 42:")
     assert "denied" in line
 
 
 def test_outside_slurm_nothing_is_requeued(tmp_path: Path) -> None:
     runner = Scontrol()
-    line = restart_after_failure(tmp_path, 4, 3, {}, runner)
+    line = restart_after_failure(tmp_path, 4, 3, env={}, runner=runner)
     assert line == "jzk: hang, and this is not a Slurm job: nothing to requeue"
     assert runner.calls == [] and read_restarts(tmp_path) == []
 
@@ -105,7 +105,7 @@ def test_a_step_that_failed_before_any_progress_is_not_requeued(
     for rank, step, start, wall in beats:
         _beat(tmp_path, rank, step, start, wall)
     runner = Scontrol()
-    line = restart_after_failure(tmp_path, 1, 3, JOB, runner, since=900.0)
+    line = restart_after_failure(tmp_path, 1, 3, env=JOB, runner=runner, since=900.0)
     assert (runner.calls == [["scontrol", "requeue", "42"]]) is requeued
     assert (len(read_restarts(tmp_path)) == 1) is requeued
     if not requeued:

@@ -145,7 +145,9 @@ def test_a_script_that_asks_is_requeued_without_spending_a_restart(
     tmp_path: Path, status: int
 ) -> None:
     runner = Scontrol()
-    line = restart_after_failure(tmp_path, status, 3, {"SLURM_JOB_ID": "42"}, runner, script=True)
+    line = restart_after_failure(
+        tmp_path, status, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
+    )
     assert runner.calls == [["scontrol", "requeue", "42"]]
     assert "no restart spent" in line and read_restarts(tmp_path) == []
 
@@ -154,16 +156,16 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
     runner = Scontrol()
     env = {"SLURM_JOB_ID": "42"}
     started = 1_000_000_000.0
-    line = restart_after_failure(tmp_path, 1, 3, env, runner, since=9e9, script=True)
+    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=9e9, script=True)
     assert "before any step" in line and runner.calls == []
     # A session writes heartbeats (and hang dumps) from its first second: no progress.
     for name in ("heartbeat/rank-0.json", "hang-3/report.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
-    line = restart_after_failure(tmp_path, 1, 3, env, runner, since=started, script=True)
+    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=started, script=True)
     assert "before any step" in line and runner.calls == []
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
-    line = restart_after_failure(tmp_path, 1, 3, env, runner, since=started, script=True)
+    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=started, script=True)
     assert runner.calls == [["scontrol", "requeue", "42"]] and len(read_restarts(tmp_path)) == 1
 
 
@@ -174,10 +176,17 @@ def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path
 
     runner = Scontrol()
     (tmp_path / REQUEUE_MARK).write_text("123\n")
-    line = restart_after_failure(tmp_path, 0, 3, {"SLURM_JOB_ID": "42"}, runner, script=True)
+    line = restart_after_failure(
+        tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
+    )
     assert runner.calls == [["scontrol", "requeue", "42"]] and "no restart spent" in line
     assert not (tmp_path / REQUEUE_MARK).exists()
-    assert restart_after_failure(tmp_path, 0, 3, {"SLURM_JOB_ID": "42"}, runner, script=True) == ""
+    assert (
+        restart_after_failure(
+            tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
+        )
+        == ""
+    )
 
 
 @pytest.mark.parametrize(
@@ -218,7 +227,9 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     }
     command = ScriptCommand("-c", (exit_with,))
     waits: list[float] = []
-    got = run_task(sys.executable, command, env, str(tmp_path / "run"), runner, waits.append)
+    got = run_task(
+        sys.executable, command, env, str(tmp_path / "run"), runner=runner, sleep=waits.append
+    )
     assert got == code
     assert runner.calls == ([["scontrol", "requeue", "70_7"]] if requeued else [])
     # The other ranks wait for rank 0's requeue to end the job: exiting 3 at once would

@@ -108,7 +108,14 @@ def test_after_the_stop_signal_a_quiet_script_is_hung_sooner(
 ) -> None:
     beats = [_beat(0, 50.0, line="step 20"), _beat(1, 0.0)]
     verdict = script_hang(
-        beats, None, 0.0, 100.0, 300.0, "job-1", signalled_at=signalled_at, after_signal_s=30.0
+        beats,
+        None,
+        0.0,
+        100.0,
+        stall_seconds=300.0,
+        token="job-1",
+        signalled_at=signalled_at,
+        after_signal_s=30.0,
     )
     assert (verdict is not None) is hung
     if verdict is not None:
@@ -116,7 +123,7 @@ def test_after_the_stop_signal_a_quiet_script_is_hung_sooner(
 
 
 def test_no_watch_with_stall_seconds_zero() -> None:
-    assert script_hang([_beat(0, 0.0)], None, 0.0, 1e6, 0.0, "job-1") is None
+    assert script_hang([_beat(0, 0.0)], None, 0.0, 1e6, stall_seconds=0.0, token="job-1") is None
 
 
 def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp_path) -> None:

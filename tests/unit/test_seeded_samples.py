@@ -32,7 +32,7 @@ class BatchDraws(Draws):
 
 def read(dataset: Dataset, workers: int, batches: list[list[tuple[int, int]]]) -> torch.Tensor:
     settings = LoaderSettings(workers, False, False, None, None)
-    loader = build_loader(dataset, batches, settings, workers, "cpu", seed=7)
+    loader = build_loader(dataset, batches, settings, workers=workers, device_type="cpu", seed=7)
     return torch.cat(list(loader))
 
 
@@ -48,7 +48,9 @@ def test_the_same_keys_draw_the_same_numbers_whoever_reads_them(dataset: Dataset
     assert not torch.equal(alone[1, 1:], alone[3, 1:])
     # The seed (train.seed) changes every draw.
     settings = LoaderSettings(0, False, False, None, None)
-    other = torch.cat(list(build_loader(dataset, BATCHES, settings, 0, "cpu", seed=8)))
+    other = torch.cat(
+        list(build_loader(dataset, BATCHES, settings, workers=0, device_type="cpu", seed=8))
+    )
     assert not torch.equal(alone[:, 1:], other[:, 1:])
 
 

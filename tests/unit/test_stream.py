@@ -50,7 +50,9 @@ class Plain(IterableDataset):
 
 
 def batches(size: int, workers: int, accum: int = 2) -> StreamBatches:
-    loader = build_stream_loader(Counting(size), SETTINGS, workers, "cpu", 4, seed=0)
+    loader = build_stream_loader(
+        Counting(size), SETTINGS, workers=workers, device_type="cpu", micro_batch=4, seed=0
+    )
     made = StreamBatches(loader, accum, torch.device("cpu"), "data._target_=Counting")
     made.restore(None)
     return made
@@ -127,7 +129,16 @@ def test_when_a_stream_resumes_and_when_it_is_refused(
     mode: str, saved: dict | None, saved_dp: int, workers: int, expect: str
 ) -> None:
     def choose():
-        return stream_restore(mode, saved, saved_dp, 2, 1, workers, "step-8", "data._target_=S")
+        return stream_restore(
+            mode,
+            saved,
+            saved_dp,
+            dp_size=2,
+            dp_rank=1,
+            workers=workers,
+            folder="step-8",
+            data_key="data._target_=S",
+        )
 
     if expect == "restored":
         assert choose() is saved
