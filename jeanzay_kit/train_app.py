@@ -34,40 +34,11 @@ def run_app(
     # The environment is read here, once; everything below receives values.
     env = dict(os.environ)
     cwd = Path.cwd()
-    args = list(sys.argv[1:] if argv is None else argv)
-    # `jzk train [OVERRIDES] -- ARGS`: the script's arguments, verbatim, as job.args.
-    from jeanzay_kit.config.command_line import split_script_args, with_script_args
-    from jeanzay_kit.errors import JzkError
-
-    try:
-        args = with_script_args(*split_script_args(args))
-    except JzkError as err:
-        from jeanzay_kit import report
-
-        report.error(report.TRAIN, err)
-        sys.exit(err.exit_code)
-
-    from jeanzay_kit.project.import_path import put_project_on_path
-
-    put_project_on_path(env, cwd)
+    args = _prepared_args(list(sys.argv[1:] if argv is None else argv), env, cwd)
 
     import hydra
     from hydra.core.hydra_config import HydraConfig
     from omegaconf import DictConfig, OmegaConf
-
-    from jeanzay_kit import report
-    from jeanzay_kit.config.compose import check_group_choices, config_roots, register_schemas
-    from jeanzay_kit.config.resolvers import register_resolvers
-
-    register_resolvers()  # ${jzk.config_hash:} in the default job.run_dir
-    register_schemas()  # the typed schema every conf/ file extends (base_<name>)
-    if not _has_config_dir(args):
-        try:
-            overrides = [a for a in args if not a.startswith("-")]
-            check_group_choices(overrides, config_roots(env, cwd))
-        except JzkError as err:
-            report.error(report.TRAIN, err)
-            sys.exit(err.exit_code)
 
     @hydra.main(version_base="1.3", config_path="pkg://jeanzay_kit.conf", config_name="config")
     def train(cfg: DictConfig) -> None:
@@ -86,6 +57,36 @@ def run_app(
         train()
     finally:
         sys.argv = saved
+
+
+def _prepared_args(args: list[str], env: dict[str, str], cwd: Path) -> list[str]:
+    """The command line as Hydra takes it (`-- ARGS` as job.args), the project on the
+    import path, the schema and resolvers registered, the group choices checked: a
+    mistake is one line and exit 2 before Hydra composes anything."""
+    from jeanzay_kit import report
+    from jeanzay_kit.config.command_line import split_script_args, with_script_args
+    from jeanzay_kit.config.compose import check_group_choices, config_roots, register_schemas
+    from jeanzay_kit.config.resolvers import register_resolvers
+    from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.project.import_path import put_project_on_path
+
+    try:
+        # `jzk train [OVERRIDES] -- ARGS`: the script's arguments, verbatim, as job.args.
+        args = with_script_args(*split_script_args(args))
+    except JzkError as err:
+        report.error(report.TRAIN, err)
+        sys.exit(err.exit_code)
+    put_project_on_path(env, cwd)
+    register_resolvers()  # ${jzk.config_hash:} in the default job.run_dir
+    register_schemas()  # the typed schema every conf/ file extends (base_<name>)
+    if not _has_config_dir(args):
+        try:
+            overrides = [a for a in args if not a.startswith("-")]
+            check_group_choices(overrides, config_roots(env, cwd))
+        except JzkError as err:
+            report.error(report.TRAIN, err)
+            sys.exit(err.exit_code)
+    return args
 
 
 def _has_config_dir(args: Sequence[str]) -> bool:

@@ -34,65 +34,64 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def describe_spec(spec: JobSpec) -> str:
     """The resolved request as a two-column table."""
-    lay = spec.layout
-    part = spec.resources.partition
+    rows = _where_rows(spec) + _how_rows(spec)
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def _where_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    """Where the job runs and what it asks Slurm for."""
+    lay, res, slurm = spec.layout, spec.resources, spec.cluster.is_slurm
+    part = res.partition
     select = (
-        f"selected with -C {spec.resources.constraint}"
+        f"selected with -C {res.constraint}"
         if part.select == "constraint"
-        else f"constraint {spec.resources.constraint}"
-        if spec.resources.constraint
+        else f"constraint {res.constraint}"
+        if res.constraint
         else ""
     )
     launch = (
         "local worker processes"
-        if not spec.cluster.is_slurm
+        if not slurm
         else "torchrun, one task per node"
         if lay.launcher == "torchrun"
         else "one process driving every GPU"
         if lay.mode == "dataparallel"
         else "srun, one task per GPU"
     )
-    qos = spec.resources.qos or "(site default)"
+    qos = res.qos or "(site default)"
     if spec.cluster.qos and "resources.qos" in spec.auto_keys:
-        qos += f"  (auto: shortest QoS that fits {spec.resources.time})"
-    rows = [
+        qos += f"  (auto: shortest QoS that fits {res.time})"
+    return [
         ("cluster", f"{spec.cluster.name}  ({spec.cluster.description})"),
-        ("account", spec.resources.account or "-"),
-        ("partition", f"{part.name}  {select}".rstrip() if spec.cluster.is_slurm else "-"),
-        ("qos", qos if spec.cluster.is_slurm else "-"),
-        ("nodes", str(spec.resources.nodes)),
-        ("gpus per node", f"{spec.resources.gpus_per_node}  ({spec.resources.total_gpus} in all)"),
-        ("tasks per node", f"{spec.resources.ntasks_per_node}  ({launch})"),
-        (
-            "cpus per task",
-            f"{spec.resources.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})",
-        ),
-        (
-            "time",
-            spec.resources.time
-            if spec.cluster.is_slurm
-            else format_time(spec.resources.time_minutes),
-        ),
+        ("account", res.account or "-"),
+        ("partition", f"{part.name}  {select}".rstrip() if slurm else "-"),
+        ("qos", qos if slurm else "-"),
+        ("nodes", str(res.nodes)),
+        ("gpus per node", f"{res.gpus_per_node}  ({res.total_gpus} in all)"),
+        ("tasks per node", f"{res.ntasks_per_node}  ({launch})"),
+        ("cpus per task", f"{res.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})"),
+        ("time", res.time if slurm else format_time(res.time_minutes)),
+    ]
+
+
+def _how_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    """How it trains, stops and where it writes."""
+    lay, tset = spec.layout, spec.train
+    pipeline = f", {lay.microbatches} micro-batches, {lay.schedule}" if lay.pipeline_enabled else ""
+    auto = "  (decided by the hardware at run time)" if tset.precision == "auto" else ""
+    return [
         (
             "parallel",
             f"{lay.mode}: world size {lay.world_size} = {lay.dp_size} data-parallel "
-            f"x {lay.pp_size} pipeline"
-            + (
-                f", {lay.microbatches} micro-batches, {lay.schedule}"
-                if lay.pipeline_enabled
-                else ""
-            ),
+            f"x {lay.pp_size} pipeline{pipeline}",
         ),
         (
             "batch",
-            f"global {spec.train.global_batch_size} = {lay.dp_size} replica(s) x micro "
-            f"{spec.train.micro_batch_size} x {spec.train.grad_accum_steps} accumulation step(s)",
+            f"global {tset.global_batch_size} = {lay.dp_size} replica(s) x micro "
+            f"{tset.micro_batch_size} x {tset.grad_accum_steps} accumulation step(s)",
         ),
-        (
-            "precision",
-            spec.train.precision
-            + ("  (decided by the hardware at run time)" if spec.train.precision == "auto" else ""),
-        ),
+        ("precision", tset.precision + auto),
         (
             "preemption",
             f"SIG{spec.preemption.signal} {spec.preemption.lead_seconds} s before the time limit, "
@@ -103,8 +102,6 @@ def describe_spec(spec: JobSpec) -> str:
         ("job name", spec.job.name),
         ("run dir", spec.checkpoint.run_dir),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
 
 def _describe_loader(spec: JobSpec) -> str:

@@ -26,16 +26,7 @@ BACKENDS = ("auto", "nccl", "gloo")
 
 
 def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
-    name = job.get("name")
-    if not isinstance(name, str) or not name.strip():
-        c.add("job.name", name, "must be a non-empty name", "use e.g. job.name=my_run")
-    elif CONTROL.search(name) or "/" in name:
-        c.add(
-            "job.name",
-            name,
-            "contains a control character or '/'",
-            "use letters, digits, '-', '_' or '.'",
-        )
+    name = _job_name(c, job.get("name"))
     log_dir, python, entry = (
         c.line(f"job.{k}", job.get(k)) for k in ("log_dir", "python", "entry")
     )
@@ -51,18 +42,7 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
             "you render from",
         )
         return None
-    snapshot = job.get("snapshot")
-    if snapshot is not None and not isinstance(snapshot, bool):
-        c.add("job.snapshot", snapshot, "must be true, false or null", "use job.snapshot=false")
-    include = job.get("snapshot_include") or ()
-    if isinstance(include, str) or not all(isinstance(g, str) and g for g in include):
-        c.add(
-            "job.snapshot_include",
-            include,
-            "must be a list of glob patterns",
-            "use e.g. job.snapshot_include='[**/*.py,conf/**/*.yaml]'",
-        )
-        include = ()
+    snapshot, include = _snapshot(c, job)
     args, resume_args, may_change = (
         _arguments(c, f"job.{key}", job.get(key), example)
         for key, example in (
@@ -78,23 +58,54 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
         "auto: the default entry is the toolkit's loop and any other your own command; "
         "toolkit: a Hydra application of yours that calls the toolkit",
     )
-    if kind is None:
-        return None
-    if not (log_dir and python and entry and isinstance(name, str)):
-        return None
-    return JobSettings(
-        name,
-        log_dir,
-        python,
-        entry,
-        workdir,
-        snapshot,
-        tuple(include),
+    return complete(
+        JobSettings,
+        nullable=("workdir", "snapshot"),
+        name=name,
+        log_dir=log_dir,
+        python=python,
+        entry=entry,
+        workdir=workdir,
+        snapshot=snapshot,
+        snapshot_include=include,
         args=args,
         entry_kind=kind,
         resume_args=resume_args,
         args_may_change=may_change,
     )
+
+
+def _job_name(c: Collector, name: object) -> str | None:
+    if not isinstance(name, str) or not name.strip():
+        c.add("job.name", name, "must be a non-empty name", "use e.g. job.name=my_run")
+        return None
+    if CONTROL.search(name) or "/" in name:
+        c.add(
+            "job.name",
+            name,
+            "contains a control character or '/'",
+            "use letters, digits, '-', '_' or '.'",
+        )
+        return None
+    return name
+
+
+def _snapshot(c: Collector, job: Mapping[str, Any]) -> tuple[bool | None, tuple[str, ...]]:
+    """job.snapshot (true, false or null: on Slurm profiles) and job.snapshot_include."""
+    snapshot = job.get("snapshot")
+    if snapshot is not None and not isinstance(snapshot, bool):
+        c.add("job.snapshot", snapshot, "must be true, false or null", "use job.snapshot=false")
+        snapshot = None
+    include = job.get("snapshot_include") or ()
+    if isinstance(include, str) or not all(isinstance(g, str) and g for g in include):
+        c.add(
+            "job.snapshot_include",
+            include,
+            "must be a list of glob patterns",
+            "use e.g. job.snapshot_include='[**/*.py,conf/**/*.yaml]'",
+        )
+        include = ()
+    return snapshot, tuple(include)
 
 
 def _arguments(c: Collector, key: str, value: Any, example: str) -> tuple[str, ...]:

@@ -106,81 +106,119 @@ def build_job_spec(
     if _runs_script(section(cfg, "job")):
         cfg, loop_note = _without_loop_keys(cfg)
     cluster = profile_from_dict(section(cfg, "cluster"))
-    res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
-    job_cfg = section(cfg, "job")
     c = Collector()
-
-    # ---- stage 1: every value on its own --------------------------------------------------
-    # Hydra refuses these while composing, except keys added with +key=value.
-    for key, near, schema in unknown_keys(dict(cfg)):
-        hint = f"did you mean {near}? " if near else ""
-        c.add(key, _dig(cfg, key), f"is not a key of {schema}", hint + _SCHEMA_HINT)
-    job = check_job(c, job_cfg)
-    nodes, gpn, minutes, mem = resource_rules.check_counts(c, cluster, res, local_gpus)
-    request = layout_rules.read_parallel(c, par, train)
-    loop = check_train_loop(c, train)
-    optim = check_optim(c, section(cfg, "optim"))
-    ckpt = check_checkpoint(
-        c, section(cfg, "checkpoint"), job_cfg.get("run_dir"), cfg.get("resume")
-    )
-    preemption = check_preemption(c, section(cfg, "preemption"))
-    comm = check_communication(c, par, cluster.device)
-    watchdog = check_watchdog(c, section(cfg, "watchdog"))
-    metrics = check_metrics(c, section(cfg, "metrics"))
-    loader = check_loader(c, cfg.get("loader"))
-    loss = check_loss(c, cfg.get("loss"), par.get("mode"))
+    one = _each_value(c, cfg, cluster, local_gpus)
     c.raise_if_any()  # the checks below need the values above
-    assert job and nodes and gpn and minutes and request and loop and optim and ckpt
-    assert (
-        preemption and comm and watchdog and metrics and loader and loss
-    )  # for the type checker: raise_if_any had nothing to raise
+    res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
 
     # ---- stage 2: against the cluster profile and each other -----------------------------
+    nodes, gpn, _minutes, _mem = one.counts
     resources = resource_rules.check_resources(
-        c, cluster, res, (nodes, gpn, minutes, mem), request.one_task_per_node, preemption
+        c, cluster, res, one.counts, one.request.one_task_per_node, one.preemption
     )
-    layout = layout_rules.check_layout(c, request, nodes, gpn)
-    grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
+    layout = layout_rules.check_layout(c, one.request, nodes, gpn)
+    grad_accum = layout_rules.check_accumulation(c, one.request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
-    evaluation = check_eval(c, cfg.get("eval"), loop, request.micro_batch, par.get("mode"))
+    evaluation = check_eval(c, cfg.get("eval"), one.loop, one.request.micro_batch, par.get("mode"))
     keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
     c.raise_if_any()
     assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
-    loader, notes = check_loader_cpus(c, loader, cpus, where)
+    loader, notes = check_loader_cpus(c, one.loader, cpus, where)
     c.raise_if_any()
 
-    return JobSpec(
-        cluster=cluster,
-        job=job,
-        resources=resources,
-        layout=layout,
-        comm=comm,
-        train=TrainSettings(
-            global_batch_size=request.global_batch,
-            micro_batch_size=request.micro_batch,
+    parts = {
+        "resources": resources,
+        "layout": layout,
+        "train": TrainSettings(
+            global_batch_size=one.request.global_batch,
+            micro_batch_size=one.request.micro_batch,
             grad_accum_steps=grad_accum,
             precision=precision,
-            **loop,
+            **one.loop,
         ),
-        optim=optim,
-        checkpoint=replace(ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
-        preemption=preemption,
-        watchdog=watchdog,
-        metrics=metrics,
-        loader=loader,
-        loss=loss,
-        eval=evaluation,
+        "checkpoint": replace(one.ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
+        "loader": loader,
+        "eval": evaluation,
+        "notes": (*notes, loop_note) if loop_note else notes,
+    }
+    return _assemble(cfg, cluster, one, parts)
+
+
+def _assemble(
+    cfg: Mapping[str, Any], cluster: ClusterProfile, one: _EachValue, parts: dict[str, Any]
+) -> JobSpec:
+    """The frozen JobSpec from stage 1's values and stage 2's parts."""
+    res = section(cfg, "resources")
+    return JobSpec(
+        cluster=cluster,
+        job=one.job,
+        comm=one.comm,
+        optim=one.optim,
+        preemption=one.preemption,
+        watchdog=one.watchdog,
+        metrics=one.metrics,
+        loss=one.loss,
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
-        config=_resolved_config(cfg, resources),
+        config=_resolved_config(cfg, parts["resources"]),
         auto_keys=tuple(
             f"resources.{k}"
             for k in ("gpus_per_node", "cpus_per_task", "qos")
             if res.get(k, "auto") in (None, "auto")
         ),
-        notes=(*notes, loop_note) if loop_note else notes,
+        **parts,
     )
+
+
+@dataclass(frozen=True)
+class _EachValue:
+    """Stage 1: every section checked on its own (config/*_rules.py)."""
+
+    job: JobSettings
+    counts: tuple[int, int, int, str | None]  # nodes, GPUs per node, minutes, --mem
+    request: layout_rules.ParallelRequest
+    loop: dict[str, Any]
+    optim: OptimSettings
+    ckpt: CheckpointSettings
+    preemption: PreemptionSettings
+    comm: Communication
+    watchdog: WatchdogSettings
+    metrics: MetricsSettings
+    loader: LoaderSettings
+    loss: LossSettings
+
+
+def _each_value(
+    c: Collector, cfg: Mapping[str, Any], cluster: ClusterProfile, local_gpus: int | None
+) -> _EachValue:
+    """Every value on its own; the problems go to `c` (the caller raises them)."""
+    res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
+    job_cfg = section(cfg, "job")
+    # Hydra refuses these while composing, except keys added with +key=value.
+    for key, near, schema in unknown_keys(dict(cfg)):
+        hint = f"did you mean {near}? " if near else ""
+        c.add(key, _dig(cfg, key), f"is not a key of {schema}", hint + _SCHEMA_HINT)
+    values: dict[str, Any] = {
+        "job": check_job(c, job_cfg),
+        "counts": resource_rules.check_counts(c, cluster, res, local_gpus),
+        "request": layout_rules.read_parallel(c, par, train),
+        "loop": check_train_loop(c, train),
+        "optim": check_optim(c, section(cfg, "optim")),
+        "ckpt": check_checkpoint(
+            c, section(cfg, "checkpoint"), job_cfg.get("run_dir"), cfg.get("resume")
+        ),
+        "preemption": check_preemption(c, section(cfg, "preemption")),
+        "comm": check_communication(c, par, cluster.device),
+        "watchdog": check_watchdog(c, section(cfg, "watchdog")),
+        "metrics": check_metrics(c, section(cfg, "metrics")),
+        "loader": check_loader(c, cfg.get("loader")),
+        "loss": check_loss(c, cfg.get("loss"), par.get("mode")),
+    }
+    c.raise_if_any()
+    counts = values["counts"]
+    assert all(values.values()) and all(v is not None for v in counts[:3])
+    return _EachValue(**values)
 
 
 # The keys of the toolkit's own loop, and their schema defaults: a script task (job.entry

@@ -218,6 +218,31 @@ def parse_tasks_per_node(value: str) -> list[int]:
     return counts
 
 
+def _check_shape(
+    env: Mapping[str, str],
+    hostlist: tuple[str, list[str]],
+    per_node: tuple[str, list[int]],
+    nodes: tuple[str, int],
+    world_name: str,
+) -> None:
+    """The node list, the tasks per node and the counts agree (name, value pairs)."""
+    (list_name, hosts), (tpn_name, counts), (nodes_name, num_nodes) = hostlist, per_node, nodes
+    world = _int(env, world_name)
+    if len(hosts) != num_nodes:
+        raise RankEnvError(
+            f"{list_name}={env[list_name]!r} names {len(hosts)} nodes but {nodes_name}={num_nodes}"
+        )
+    if len(counts) != num_nodes:
+        raise RankEnvError(
+            f"{tpn_name}={env[tpn_name]!r} describes {len(counts)} nodes "
+            f"but {nodes_name}={num_nodes}"
+        )
+    if sum(counts) != world:
+        raise RankEnvError(
+            f"{tpn_name}={env[tpn_name]!r} adds up to {sum(counts)} tasks but {world_name}={world}"
+        )
+
+
 def _from_srun(env: Mapping[str, str]) -> RankInfo:
     in_step = "SLURM_STEP_ID" in env or "SLURM_STEPID" in env
 
@@ -249,19 +274,7 @@ def _from_srun(env: Mapping[str, str]) -> RankInfo:
         raise RankEnvError(f"{list_name}: {err}") from err
     counts = parse_tasks_per_node(env[tpn_name])
 
-    if len(hosts) != num_nodes:
-        raise RankEnvError(
-            f"{list_name}={env[list_name]!r} names {len(hosts)} nodes but {nodes_name}={num_nodes}"
-        )
-    if len(counts) != num_nodes:
-        raise RankEnvError(
-            f"{tpn_name}={env[tpn_name]!r} describes {len(counts)} nodes "
-            f"but {nodes_name}={num_nodes}"
-        )
-    if sum(counts) != world:
-        raise RankEnvError(
-            f"{tpn_name}={env[tpn_name]!r} adds up to {sum(counts)} tasks but {world_name}={world}"
-        )
+    _check_shape(env, (list_name, hosts), (tpn_name, counts), (nodes_name, num_nodes), world_name)
     _check_range("SLURM_PROCID", rank, world_name, world)
     _check_range("SLURM_NODEID", node_rank, nodes_name, num_nodes)
     local_world = counts[node_rank]

@@ -20,6 +20,7 @@ import sys
 import time
 from dataclasses import asdict
 from datetime import timedelta
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -160,7 +161,7 @@ def _checks(
     iters: int,
     out,  # noqa: ANN001
 ) -> int:
-    world, main = info.world_size, info.rank == 0
+    world = info.world_size
     # monitored_barrier exists on gloo only: an NCCL job gets a gloo group beside it.
     gloo = dist.new_group(backend="gloo") if backend != "gloo" else None
     try:
@@ -177,7 +178,20 @@ def _checks(
     gathered: list = [None] * world
     dist.all_gather_object(gathered, asdict(_facts(info, device, visible)), group=gloo)
     facts = [RankFacts(**{**f, "cpus": tuple(f["cpus"])}) for f in gathered]
+    _check_sum(info, device, timeout_s)
+    nbytes = max(4, int(size_mb * 2**20)) // 4 * 4
+    world_bw: float | None = None
+    figures: list[float | None] = [None] * world
+    if world > 1:
+        world_bw, figures = _bandwidths(info, device, backend, gloo, nbytes, iters)
+    if info.rank == 0:
+        _print_table(facts, figures, (world_bw, nbytes, timeout_s, backend), out)
+    return 0
 
+
+def _check_sum(info: RankInfo, device: torch.device, timeout_s: float) -> None:
+    """One all-reduce of each rank's number: it ends in time and sums right."""
+    world = info.world_size
     ones = torch.full((1,), float(info.rank + 1), device=device)
     work = dist.all_reduce(ones, async_op=True)
     if not work.wait(timeout=timedelta(seconds=timeout_s)):
@@ -189,47 +203,57 @@ def _checks(
             "HINT: a broken interconnect or driver on this rank's host"
         )
 
-    nbytes = max(4, int(size_mb * 2**20)) // 4 * 4
-    payload = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    world_bw = None
-    figures: list[float | None] = [None] * world
-    if world > 1:
-        world_bw = bus_bandwidth(nbytes, _timed_all_reduce(payload, None, iters), world)
-        per_round = []
-        for pairs in pair_rounds(world):
-            mine, _ = dist.new_subgroups_by_enumeration(pairs, backend=backend)
-            measured = {}
-            if mine is not None:
-                measured = {
-                    info.rank: bus_bandwidth(nbytes, _timed_all_reduce(payload, mine, iters), 2)
-                }
-            dist.barrier()  # one round at a time: rounds must not share links
-            round_figures: list = [None] * world
-            dist.all_gather_object(round_figures, measured, group=gloo)
-            per_round.append({r: v for m in round_figures for r, v in m.items()})
-        figures = rank_figures(world, per_round)
-    slow = slow_ranks(figures)
 
-    if main:
-        print(f"jzk doctor: {world} rank(s), backend {backend}", file=out)
-        print(format_rank_table(facts, figures if world > 1 else (), slow), file=out)
+def _bandwidths(
+    info: RankInfo, device: torch.device, backend: str, gloo: Any, nbytes: int, iters: int
+) -> tuple[float, list[float | None]]:
+    """The whole world's all-reduce bus bandwidth, and each rank's best pair figure."""
+    world = info.world_size
+    payload = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    world_bw = bus_bandwidth(nbytes, _timed_all_reduce(payload, None, iters), world)
+    per_round = []
+    for pairs in pair_rounds(world):
+        mine, _ = dist.new_subgroups_by_enumeration(pairs, backend=backend)
+        measured = {}
+        if mine is not None:
+            measured = {
+                info.rank: bus_bandwidth(nbytes, _timed_all_reduce(payload, mine, iters), 2)
+            }
+        dist.barrier()  # one round at a time: rounds must not share links
+        round_figures: list = [None] * world
+        dist.all_gather_object(round_figures, measured, group=gloo)
+        per_round.append({r: v for m in round_figures for r, v in m.items()})
+    return world_bw, rank_figures(world, per_round)
+
+
+def _print_table(
+    facts: list[RankFacts],
+    figures: list[float | None],
+    run: tuple[float | None, int, float, str],
+    out: Any,
+) -> None:
+    """Rank 0's report: the table, the all-reduce figures, the SLOW ranks."""
+    world_bw, nbytes, timeout_s, backend = run
+    world = len(facts)
+    slow = slow_ranks(figures)
+    print(f"jzk doctor: {world} rank(s), backend {backend}", file=out)
+    print(format_rank_table(facts, figures if world > 1 else (), slow), file=out)
+    print(
+        f"\ncheck-in, barrier and a {world}-rank all-reduce: {HEALTHY} within "
+        f"{timeout_s:g} s, sum correct",
+        file=out,
+    )
+    if world_bw is not None:
         print(
-            f"\ncheck-in, barrier and a {world}-rank all-reduce: {HEALTHY} within "
-            f"{timeout_s:g} s, sum correct",
+            f"all-reduce of {nbytes / 2**20:g} MiB over {world} ranks: bus bandwidth "
+            f"{gbps(world_bw)} GB/s; per rank: the better of its pair tests",
             file=out,
         )
-        if world_bw is not None:
-            print(
-                f"all-reduce of {nbytes / 2**20:g} MiB over {world} ranks: bus bandwidth "
-                f"{gbps(world_bw)} GB/s; per rank: the better of its pair tests",
-                file=out,
-            )
-        for rank in slow:
-            host = next(f.host for f in facts if f.rank == rank)
-            print(
-                f"SLOW: rank {rank} on {host}: {gbps(figures[rank])} GB/s, under 0.7x the "
-                "median of the ranks",
-                file=out,
-            )
-        out.flush()
-    return 0
+    for rank in slow:
+        host = next(f.host for f in facts if f.rank == rank)
+        print(
+            f"SLOW: rank {rank} on {host}: {gbps(figures[rank])} GB/s, under 0.7x the "
+            "median of the ranks",
+            file=out,
+        )
+    out.flush()

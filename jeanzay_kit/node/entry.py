@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit import report
-from jeanzay_kit.config.spec import build_job_spec
+from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import StopRequest
@@ -127,6 +127,49 @@ def recorded_outcome(run_dir: Path) -> Iterator[_Outcome]:
         record_outcome(run_dir, outcome.code)
 
 
+def _train_as_task(spec: JobSpec, env: Mapping[str, str], run_dir: Path, stop: StopRequest) -> None:
+    """This process is a task of srun or torchrun: it is one rank."""
+    from jeanzay_kit.node.worker import run_worker
+
+    info = rank_info_from_env(env)
+    if info.rank == 0:
+        record_provenance(run_dir, env)
+    end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
+    run_worker(
+        spec,
+        info,
+        run_dir,
+        visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+        threads=0,
+        stop=stop,
+        allocation_end=float(end) if end and end.isdigit() else None,
+    )
+
+
+def _train_here(
+    spec: JobSpec, env: Mapping[str, str], run_dir: Path, cpu_count: int, stop: StopRequest
+) -> int:
+    """cluster=local: check the resume, then start the workers on this machine."""
+    from jeanzay_kit.ckpt.store import check_resume_early
+
+    # Before torch is imported and any worker starts.
+    ckpt = spec.checkpoint
+    check_resume_early(
+        run_dir,
+        spec.config,
+        spec.layout.checkpoint_world(),
+        ckpt.resume,
+        ckpt.allow_config_change,
+    )
+    from jeanzay_kit.node.local import launch_local
+
+    record_provenance(run_dir, env)
+    with recorded_outcome(run_dir) as outcome:
+        outcome.code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
+    stop.ignore_from_now()  # the workers are gone: nothing left to stop
+    return outcome.code
+
+
 def main(
     cfg: dict[str, Any],
     env: Mapping[str, str],
@@ -153,40 +196,9 @@ def main(
             return _run_script(spec, env, run_dir, stop)
         check_data_paths(spec.data)
         if launched_by(env) is not None:
-            from jeanzay_kit.node.worker import run_worker
-
-            info = rank_info_from_env(env)
-            if info.rank == 0:
-                record_provenance(run_dir, env)
-            end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
-            run_worker(
-                spec,
-                info,
-                run_dir,
-                visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
-                threads=0,
-                stop=stop,
-                allocation_end=float(end) if end and end.isdigit() else None,
-            )
+            _train_as_task(spec, env, run_dir, stop)
             return 0
-        from jeanzay_kit.ckpt.store import check_resume_early
-
-        # Before torch is imported and any worker starts.
-        ckpt = spec.checkpoint
-        check_resume_early(
-            run_dir,
-            spec.config,
-            spec.layout.checkpoint_world(),
-            ckpt.resume,
-            ckpt.allow_config_change,
-        )
-        from jeanzay_kit.node.local import launch_local
-
-        record_provenance(run_dir, env)
-        with recorded_outcome(run_dir) as outcome:
-            outcome.code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
-        stop.ignore_from_now()  # the workers are gone: nothing left to stop
-        return outcome.code
+        return _train_here(spec, env, run_dir, cpu_count, stop)
     except JzkError as err:
         report.error(report.TRAIN, err)
         return 2

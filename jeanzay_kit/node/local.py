@@ -208,12 +208,18 @@ def _launch_once(
             signal.signal(sig, handler)
     if failed is None:
         return 0
-    code, pid = procs[failed].exitcode or 0, procs[failed].pid or 0
+    return _failure_code(failed, procs[failed], run_dir, since)
+
+
+def _failure_code(index: int, proc: BaseProcess, run_dir: Path, since: float) -> int:
+    """What the run ends with when worker `index` ended first with a non-zero code, said
+    in one line where the worker has not said it."""
+    code, pid = proc.exitcode or 0, proc.pid or 0
     if code in (EXIT_PREEMPTED, 2, EXIT_HUNG):
         # 3: every worker saved, the checkpoint is sealed; 2: a refusal rank 0 explained;
         # 4: the watchdog named the rank and dumped the stacks.
         return code
-    rank = describe_rank(failed, pid, run_dir, since)
+    rank = describe_rank(index, pid, run_dir, since)
     if code == EXIT_RAISED:
         print(
             f"{report.TRAIN}: {rank} failed (its traceback is above); the others were stopped.",

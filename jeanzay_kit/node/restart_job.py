@@ -16,6 +16,7 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK
@@ -75,6 +76,25 @@ def restart_after_failure(
         return f"jzk: the script stopped (exit {status}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         return ""
+    return _restart(
+        run_dir, status, max_restarts, job=job, runner=runner, since=since, script=script
+    )
+
+
+def _restart(
+    run_dir: Path,
+    status: int,
+    max_restarts: int,
+    *,
+    job: str | None,
+    runner: Any,
+    since: float | None,
+    script: bool,
+) -> str:
+    """After a hang or a crash: requeue from the newest checkpoint while the budget
+    allows and the attempt made progress (a restart would fail the same way otherwise)."""
+    from jeanzay_kit.slurm.commands import requeue
+
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
     hung = status == 4 or (

@@ -255,20 +255,7 @@ def launch_local(
         for info in infos
     ]
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
-    sent = 0
-    failed: tuple[int, int | None] | None = None
-    while any(p.poll() is None for p in procs):
-        if stop.signum and stop.signum != sent:  # pass each new signal on, once
-            sent = stop.signum
-            for p in procs:
-                if p.poll() is None:
-                    p.send_signal(sent)
-        for rank, p in enumerate(procs):
-            code = p.poll()
-            if failed is None and not _stopped_or_done(code, sent):
-                failed = (rank, code)
-                _stop_others(procs)
-        time.sleep(0.05)
+    failed, sent = _watch_processes(procs, stop)
     codes = [p.returncode for p in procs]
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
         failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
@@ -291,6 +278,29 @@ def launch_local(
         )
         return EXIT_PREEMPTED
     return 0
+
+
+def _watch_processes(
+    procs: list[subprocess.Popen], stop: StopRequest
+) -> tuple[tuple[int, int | None] | None, int]:
+    """Until every process ended: pass each new stop signal on once, and stop the others
+    when one fails. Returns (rank, code) of the first failure (None: none seen while
+    they ran) and the signal sent (0: none)."""
+    sent = 0
+    failed: tuple[int, int | None] | None = None
+    while any(p.poll() is None for p in procs):
+        if stop.signum and stop.signum != sent:  # pass each new signal on, once
+            sent = stop.signum
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(sent)
+        for rank, p in enumerate(procs):
+            code = p.poll()
+            if failed is None and not _stopped_or_done(code, sent):
+                failed = (rank, code)
+                _stop_others(procs)
+        time.sleep(0.05)
+    return failed, sent
 
 
 def _stopped_or_done(code: int | None, sent: int) -> bool:

@@ -13,7 +13,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
@@ -53,9 +53,9 @@ def run_worker(
 
     if threads > 0:
         torch.set_num_threads(threads)
-    # Start-up failures are said like any other: under the local launcher torch's spawn
-    # wrapper hands an escaping traceback to the parent without printing it (seen on an
-    # H100, where NCCL's init failed in rank 1 and nothing was shown).
+    # Start-up failures are said like any other: a spawn wrapper may hand an escaping
+    # traceback to the parent without printing it (seen on an H100 under torch's, where
+    # NCCL's init failed in rank 1 and nothing was shown).
     try:
         ctx = _join(spec, info, run_dir, visible_devices, threads)
     except BaseException as caught:
@@ -84,6 +84,11 @@ def run_worker(
         watchdog.stop()
         heartbeat.stop(failed=failed)
     shutdown(clean=True)
+    _finish(spec, info, run_dir, result, stop)
+
+
+def _finish(spec: JobSpec, info: RankInfo, run_dir: Path, result: Any, stop: StopRequest) -> None:
+    """After the group is left: requeue and exit after a signal, else say it is done."""
     # From here a late signal must not kill the finished task (seen on the local cluster: a
     # time-limit SIGUSR1 during exit turned a finished array task FAILED; in CI, the local
     # launcher's re-sent SIGUSR1 killed workers exiting after their save).
