@@ -4,7 +4,7 @@ The file is read through `np.memmap`, never loaded whole: a sample is one window
 `block_size + 1` tokens, inputs the first `block_size`, targets the same shifted by one.
 With `random_windows` (training, as nanoGPT does) each read draws the window's start with
 numpy's global generator, which the toolkit seeds per sample from its position in the
-run (train/seeded_samples.py), so a resumed run reads the same windows. Without it
+run (runtime/seeded_samples.py), so a resumed run reads the same windows. Without it
 (validation) window i starts at token i x block_size, so every evaluation reads the same
 text.
 

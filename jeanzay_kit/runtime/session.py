@@ -32,7 +32,6 @@ from typing import Any, Literal, cast
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.utils.data import Sampler
 
 from jeanzay_kit import report
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
@@ -45,9 +44,11 @@ from jeanzay_kit.distributed.process_group import pick_device, resolve_backend
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError, NonFiniteLoss
 from jeanzay_kit.runtime import session_rules as rules
+from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.preemption import StopRequest, signal_name
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
+from jeanzay_kit.runtime.seeded_samples import SeededSamples
 
 # Session's keyword arguments that are runtime settings (config/runtime_settings.py).
 _SETTING_NAMES = frozenset(f.name for f in fields(RuntimeSettings))
@@ -291,6 +292,7 @@ class Session:
         *,
         global_batch_size: int | None = None,
         seed: int = 0,
+        seed_per_sample: bool = False,
     ) -> PlanSampler:
         """The toolkit's global-batch plan over `dataset` as a `batch_sampler` for torch's
         DataLoader: this rank's micro-batches of batch_size samples, step after step,
@@ -298,7 +300,10 @@ class Session:
         samples (default batch_size x world size), in an order that depends only on
         seed and the step, not on the world size: a run resumed on another number of
         ranks trains on the same samples (then give global_batch_size, and run
-        `sampler.accumulation_steps` micro-batches a step)."""
+        `sampler.accumulation_steps` micro-batches a step). seed_per_sample: a dataset
+        that draws random numbers (augmentation) gets them from (seed, the sample's
+        global position), as in the toolkit's loop: read `sampler.dataset` then,
+        `DataLoader(sampler.dataset, batch_sampler=sampler)`."""
         if any(ckpt.resumed for ckpt in self._checkpointers):
             raise JzkError(
                 "s.sampler(...) was called after ckpt.resume(): the resume could not check "
@@ -309,7 +314,15 @@ class Session:
         accumulation = rules.split_global_batch(batch_size, global_batch_size, self.world_size)
         global_batch = batch_size * self.world_size * accumulation
         self._data = {"dataset_size": size, "global_batch_size": global_batch, "seed": seed}
-        return PlanSampler(self, size, global_batch, batch_size, seed, accumulation)
+        return PlanSampler(
+            self,
+            dataset,
+            global_batch,
+            batch_size,
+            seed=seed,
+            accumulation=accumulation,
+            seed_per_sample=seed_per_sample,
+        )
 
     def sample_position(self, step: int) -> int:
         """The global sample index where `step` starts (what a checkpoint records)."""
@@ -452,27 +465,35 @@ class Session:
         self._window = (time.perf_counter(), step)
 
 
-class PlanSampler(Sampler[list[int]]):
-    """This rank's micro-batches (lists of dataset indices) of the steps from where the run
-    resumed on: `accumulation_steps` per step, to session(steps=...) or without end. The
-    start is read when the DataLoader starts iterating: iterate after ckpt.resume()."""
+class PlanSampler(PlanBatchSampler):
+    """s.sampler(...): the toolkit's batch sampler (runtime/batch_sampler.py) over the
+    steps from where the run resumed on, to session(steps=...) or without end. The start
+    is read when the DataLoader starts iterating: iterate after ckpt.resume().
+
+    `dataset` is what the DataLoader reads: the dataset itself, or with
+    seed_per_sample=True the dataset read by (index, position) keys, each sample's random
+    numbers seeded from its global position (runtime/seeded_samples.py)."""
 
     def __init__(
         self,
         session: Session,
-        dataset_size: int,
+        dataset: MapDataset,
         global_batch: int,
         micro_batch: int,
+        *,
         seed: int,
         accumulation: int,
+        seed_per_sample: bool,
     ) -> None:
         self.session = session
         self.dataset_size, self.global_batch, self.micro_batch = (
-            dataset_size,
+            len(dataset),
             global_batch,
             micro_batch,
         )
         self.seed, self.accumulation_steps = seed, accumulation
+        self.dataset: Any = SeededSamples(dataset, seed) if seed_per_sample else dataset
+        super().__init__(self.plan(), 0, None, positions=seed_per_sample)
 
     def plan(self) -> GlobalBatchPlan:
         s = self.session
@@ -487,7 +508,13 @@ class PlanSampler(Sampler[list[int]]):
             start_position=s.start_position,
         )
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def first_step(self) -> int:
+        return self.session.start_step
+
+    def last_step(self) -> int | None:
+        return self.session.steps
+
+    def __iter__(self) -> Iterator[list[Any]]:
         for ckpt in self.session._checkpointers:
             if not ckpt.resumed:
                 raise JzkError(
@@ -495,17 +522,13 @@ class PlanSampler(Sampler[list[int]]):
                     "would read from step 0 whatever the checkpoint. HINT: call "
                     "ckpt.resume() first, then iterate the loader"
                 )
-        plan = self.plan()
-        step = self.session.start_step
-        while self.session.steps is None or step < self.session.steps:
-            for indices in plan.step_indices(step):
-                yield indices.tolist()
-            step += 1
+        # A generator: the check runs at the first batch, where the start is read.
+        yield from super().__iter__()
 
     def __len__(self) -> int:
         if self.session.steps is None:
             raise TypeError("s.sampler(...) has no length without session(steps=...)")
-        return max(0, self.session.steps - self.session.start_step) * self.accumulation_steps
+        return super().__len__()
 
 
 class SessionCheckpointer:

@@ -21,11 +21,11 @@ from torch import nn
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.runtime.sampler import plan_for
+from jeanzay_kit.runtime.seeded_samples import keys
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.batch import describe, split_batch, to_device
 from jeanzay_kit.train.evaluate import metric_target, prediction
 from jeanzay_kit.train.loader import build_loader, stop_workers
-from jeanzay_kit.train.seeded_samples import keys
 from jeanzay_kit.train.stream import build_stream_loader, is_stream
 
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")

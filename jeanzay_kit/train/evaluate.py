@@ -25,10 +25,10 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError
 from jeanzay_kit.runtime.sampler import eval_share
+from jeanzay_kit.runtime.seeded_samples import keys
 from jeanzay_kit.train.batch import split_batch, to_device
 from jeanzay_kit.train.loader import build_loader, fetch, stop_workers, workers_here
 from jeanzay_kit.train.loss import ComputeLoss
-from jeanzay_kit.train.seeded_samples import keys
 from jeanzay_kit.train.strategies.base import ReplicatedStrategy, Strategy
 
 
@@ -73,7 +73,7 @@ class Evaluator:
             len(indices), spec.layout.dp_size, ctx.dp_rank, spec.eval.micro_batch_size
         )
         # Keys (dataset index, position in the eval set), read without seeding: an
-        # evaluation is never resumed half-way (train/seeded_samples.py).
+        # evaluation is never resumed half-way (runtime/seeded_samples.py).
         self.batch_lists = [keys(indices[b], b) for b in self.share.batches]
         workers = workers_here(spec.loader)
         self.loader = build_loader(

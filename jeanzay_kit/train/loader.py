@@ -27,28 +27,8 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 from jeanzay_kit.config.sections import LoaderSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LoaderWorkerDied
-from jeanzay_kit.runtime.sampler import GlobalBatchPlan
+from jeanzay_kit.runtime.seeded_samples import IndexedSamples, SeededSamples
 from jeanzay_kit.train.batch import to_device
-from jeanzay_kit.train.seeded_samples import IndexedSamples, SeededSamples, keys
-
-
-class PlanBatchSampler(Sampler[list[tuple[int, int]]]):
-    """This rank's micro-batches of steps [first_step, last_step), in order: each one a
-    list of (dataset index, global sample position) keys (`grad_accum` of them per step;
-    the position seeds the sample's random numbers: train/seeded_samples.py)."""
-
-    def __init__(self, plan: GlobalBatchPlan, first_step: int, last_step: int):
-        self.plan, self.first_step, self.last_step = plan, first_step, last_step
-
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for step in range(self.first_step, self.last_step):
-            for indices, positions in zip(
-                self.plan.step_indices(step), self.plan.step_positions(step), strict=True
-            ):
-                yield keys(indices, positions)
-
-    def __len__(self) -> int:
-        return max(0, self.last_step - self.first_step) * self.plan.accumulation_steps
 
 
 def ignore_stop_signals(_worker_id: int) -> None:
@@ -122,7 +102,7 @@ def prefetch_for(setting: int | None, workers: int, per_step: int) -> int:
 def fetch(loader: DataLoader, batch_keys: list[tuple[int, int]]) -> Any:
     """One batch of `build_loader`'s dataset in this process, as a loader without workers
     would build it."""
-    dataset: Any = loader.dataset  # SeededSamples (train/seeded_samples.py)
+    dataset: Any = loader.dataset  # SeededSamples (runtime/seeded_samples.py)
     return loader.collate_fn(dataset.__getitems__(batch_keys))
 
 

@@ -25,6 +25,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
+from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.heartbeat import Heartbeat
 from jeanzay_kit.runtime.metrics import MetricsWriter, peak_flops
 from jeanzay_kit.runtime.preemption import StopRequest, agree, signal_name
@@ -32,7 +33,6 @@ from jeanzay_kit.runtime.sampler import GlobalBatchPlan, StreamPlan, held_out, p
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.evaluate import Evaluator, eval_indices
 from jeanzay_kit.train.loader import (
-    PlanBatchSampler,
     StepBatches,
     build_loader,
     describe_loader,

@@ -16,10 +16,10 @@ from jeanzay_kit.config.collector import Collector
 from jeanzay_kit.config.data_rules import check_loader, check_loader_cpus, check_loss
 from jeanzay_kit.config.sections import LoaderSettings, LossSettings
 from jeanzay_kit.errors import ContractError, SpecError
+from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.train.batch import concat, describe, split_batch, to_device
 from jeanzay_kit.train.loader import (
-    PlanBatchSampler,
     StepBatches,
     build_collate,
     build_loader,

@@ -1,5 +1,5 @@
 """A sample's random numbers come from (seed, position), whoever reads it
-(train/seeded_samples.py), and the training process's own generators are left alone."""
+(runtime/seeded_samples.py), and the training process's own generators are left alone."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from torch.utils.data import Dataset
 
 from jeanzay_kit.config.sections import LoaderSettings
+from jeanzay_kit.runtime.seeded_samples import SeededSamples, keys, sample_seed
 from jeanzay_kit.train.loader import build_loader
-from jeanzay_kit.train.seeded_samples import SeededSamples, keys, sample_seed
 
 
 class Draws(Dataset):

@@ -211,3 +211,42 @@ def test_nccl_on_the_cpu_is_refused_naming_the_option(tmp_path: Path, capsys) ->
     assert refused.value.code == 2
     err = capsys.readouterr().err
     assert "session(backend)=nccl but this rank trains on the CPU" in err and "HINT" in err
+
+
+class Augmented(torch.utils.data.Dataset):
+    """A dataset that draws a random number per sample, as a random crop would."""
+
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.tensor([float(index), torch.rand(()).item()])
+
+
+def _read(run_dir: Path, steps: int, stop_after: int | None = None) -> list[torch.Tensor]:
+    seen = []
+    with session(steps=steps, run_dir=run_dir, env={}, stall_seconds=0) as s:
+        model = s.wrap(nn.Linear(2, 1))
+        sampler = s.sampler(Augmented(), batch_size=4, seed=5, seed_per_sample=True)
+        ckpt = s.checkpointer(model, torch.optim.SGD(model.parameters(), lr=0.1))
+        start = ckpt.resume()
+        for step, batch in zip(
+            range(start, steps), DataLoader(sampler.dataset, batch_sampler=sampler), strict=True
+        ):
+            seen.append(batch)
+            if step + 1 == stop_after:
+                ckpt.save(step + 1)
+                return seen
+    return seen
+
+
+def test_a_sessions_samples_draw_the_same_numbers_after_a_resume(tmp_path: Path) -> None:
+    """seed_per_sample: the toolkit's own per-sample seeding (runtime/seeded_samples.py)
+    through the same batch sampler its loop uses."""
+    straight = _read(tmp_path / "straight", 6)
+    first = _read(tmp_path / "cut", 6, stop_after=3)
+    rest = _read(tmp_path / "cut", 6)
+    assert len(rest) == 3
+    for a, b in zip(straight, first + rest, strict=True):
+        assert torch.equal(a, b)
+    assert len({round(float(x), 6) for batch in straight for x in batch[:, 1]}) > 20
