@@ -86,6 +86,27 @@ def resolve_backend(backend: str, device: torch.device, key: str) -> str:
     return backend
 
 
+def join_group(info: RankInfo, device: torch.device, backend: str, timeout_minutes: float) -> bool:
+    """Join the job's process group, unless the process is in one already: the one way
+    every loop joins (the toolkit's through init_distributed, a session's). backend: as
+    resolve_backend returned it. True when this call made the group (its owner leaves
+    it)."""
+    if dist.is_initialized():
+        return False
+    # One process, started by hand: an in-process store, no port to collide on.
+    alone = info.launcher == "local" and info.world_size == 1
+    dist.init_process_group(
+        backend=backend,
+        init_method=None if alone else info.init_method,
+        store=dist.HashStore() if alone else None,
+        rank=info.rank,
+        world_size=info.world_size,
+        timeout=timedelta(minutes=timeout_minutes),
+        device_id=device if device.type == "cuda" else None,
+    )
+    return True
+
+
 def init_distributed(
     info: RankInfo,
     layout: ParallelLayout,
@@ -102,15 +123,7 @@ def init_distributed(
             "--ntasks-per-node match the config"
         )
     backend = resolve_backend(backend, device, "parallel.backend")
-    if not dist.is_initialized():
-        dist.init_process_group(
-            backend=backend,
-            init_method=info.init_method,
-            rank=info.rank,
-            world_size=info.world_size,
-            timeout=timedelta(minutes=timeout_minutes),
-            device_id=device if device.type == "cuda" else None,
-        )
+    join_group(info, device, backend, timeout_minutes)
     if layout.pp_size > 1:
         mesh = init_device_mesh(
             device.type, (layout.pp_size, layout.dp_size), mesh_dim_names=("pp", "dp")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 # INT: Ctrl-C on a local `jzk train` (the terminal signals every process of the run) is
 # a stop like the others: the loop saves at the next step boundary and exits 3.
@@ -95,18 +96,35 @@ def read_stop_note(path: Path, since: float) -> int:
     return note[0] if note is not None and note[1] / 1e9 >= since else 0
 
 
-def agree(local: list[int], device, extra=None) -> list[int]:  # noqa: ANN001
-    """Element-wise max over all ranks: one collective per step boundary. extra: flags
-    already on the device (a 1-D int64 tensor, e.g. "this rank's loss is not finite"),
-    appended without a device sync of their own."""
+class Agreement:
+    """What every rank said, element-wise max, once the all-reduce in flight is done: the
+    one way ranks agree on a stop (the toolkit's loop waits for it at once, a session
+    reads it one step later, runtime/session.py should_stop)."""
+
+    def __init__(self, work: Any, flags: Any) -> None:
+        self._work, self._flags = work, flags
+
+    def result(self) -> list[int]:
+        self._work.wait()
+        return [int(v) for v in self._flags.tolist()]
+
+
+def start_agreement(local: list[int], device: Any, extra: Any = None) -> Agreement:
+    """Start an element-wise max over all ranks (one all-reduce, asynchronous). extra:
+    flags already on the device (a 1-D int64 tensor, e.g. "this rank's loss is not
+    finite"), appended without a device sync of their own."""
     import torch  # here, so that installing the handlers does not wait for torch
     import torch.distributed as dist
 
     flags = torch.tensor(local, dtype=torch.int64, device=device)
     if extra is not None:
         flags = torch.cat([flags, extra.to(device=device, dtype=torch.int64).reshape(-1)])
-    dist.all_reduce(flags, op=dist.ReduceOp.MAX)
-    return [int(v) for v in flags.tolist()]
+    return Agreement(dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags)
+
+
+def agree(local: list[int], device: Any, extra: Any = None) -> list[int]:
+    """Element-wise max over all ranks, now: one collective per step boundary."""
+    return start_agreement(local, device, extra).result()
 
 
 def signal_name(signum: int) -> str:

@@ -40,13 +40,13 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
 from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
 from jeanzay_kit.contracts import MapDataset
-from jeanzay_kit.distributed.process_group import pick_device, resolve_backend
+from jeanzay_kit.distributed.process_group import join_group, pick_device, resolve_backend
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError, NonFiniteLoss
 from jeanzay_kit.runtime import session_rules as rules
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.heartbeat import start_watch
-from jeanzay_kit.runtime.preemption import StopRequest, signal_name
+from jeanzay_kit.runtime.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.runtime.seeded_samples import SeededSamples
 
@@ -115,7 +115,7 @@ class Session:
         self._heartbeat: Any = None
         self._watchdog: Any = None
         self._metrics: Any = None
-        self._pending: tuple[Any, torch.Tensor, int] | None = None  # should_stop's all-reduce
+        self._pending: tuple[Agreement, int] | None = None  # should_stop's, and its step
         self._window = (time.perf_counter(), 0)  # (start, first step) of the logged window
 
     @property
@@ -172,22 +172,8 @@ class Session:
 
     def _join(self) -> None:
         """The process group, unless the script made one already."""
-        if dist.is_initialized():
-            return
-        from datetime import timedelta
-
-        # One process, started by hand: an in-process store, no port to collide on.
-        alone = self.info.launcher == "local" and self.info.world_size == 1
-        dist.init_process_group(
-            backend=resolve_backend(self.settings.backend, self.device, "session(backend)"),
-            init_method=None if alone else self.info.init_method,
-            store=dist.HashStore() if alone else None,
-            rank=self.info.rank,
-            world_size=self.info.world_size,
-            timeout=timedelta(minutes=self.settings.timeout_minutes),
-            device_id=self.device if self.device.type == "cuda" else None,
-        )
-        self._own_group = True
+        backend = resolve_backend(self.settings.backend, self.device, "session(backend)")
+        self._own_group = join_group(self.info, self.device, backend, self.settings.timeout_minutes)
 
     def __exit__(self, kind: type | None, err: BaseException | None, _tb: object) -> Literal[False]:
         if err is None:
@@ -207,7 +193,7 @@ class Session:
 
     def _close(self, failed: bool) -> None:
         if self._pending is not None and not failed:
-            self._pending[0].wait()  # no collective left in flight when the group goes
+            self._pending[0].result()  # no collective left in flight when the group goes
         self._pending = None
         try:
             for ckpt in self._checkpointers:
@@ -347,11 +333,8 @@ class Session:
         bad = torch.zeros(1, dtype=torch.int64, device=self.device)
         if loss is not None:
             bad = (~torch.isfinite(loss.detach())).any().reshape(1).to(torch.int64)
-        signum = torch.tensor([self._stop.signum], dtype=torch.int64, device=self.device)
         stop = self._settle()  # the previous step's agreement
-        flags = torch.cat([signum, bad.to(self.device)])
-        work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True)
-        self._pending = (work, flags, step + 1)
+        self._pending = (start_agreement([self._stop.signum], self.device, extra=bad), step + 1)
         # Back in the user's code: a rank stuck there names its step and this phase.
         self._heartbeat.beat(step + 1, "own_step")
         return stop
@@ -361,10 +344,9 @@ class Session:
         finite, note a signal. True: stop (now, or already decided)."""
         if self._pending is None:
             return bool(self.stopped_by)
-        work, flags, at = self._pending
+        agreement, at = self._pending
         self._pending = None
-        work.wait()
-        signum, bad = flags.tolist()
+        signum, bad = agreement.result()
         if bad:
             raise NonFiniteLoss(
                 f"the loss is NaN or infinite at step {at} on some rank; nothing was saved "
