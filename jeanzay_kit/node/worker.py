@@ -8,6 +8,7 @@ reads the environment itself.
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -22,7 +23,7 @@ from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import StopRequest
 
 if TYPE_CHECKING:
-    from jeanzay_kit.distributed.process_group import DistContext
+    import torch
 
 
 def run_worker(
@@ -48,42 +49,41 @@ def run_worker(
 
         stop.watch_note(run_dir / STOP_NOTE_FILE)
 
-    from jeanzay_kit.distributed.process_group import shutdown
+    from jeanzay_kit.runtime.session import Session
     from jeanzay_kit.train.loop import train
 
     if threads > 0:
         torch.set_num_threads(threads)
+    # The runtime every loop uses (runtime/session.py): the device, the group with the
+    # job's device mesh, heartbeats and the watchdog, and leaving the group at the end.
+    session = Session.from_spec(
+        spec, info, run_dir, stop=stop, visible_devices=visible_devices, env=os.environ
+    )
     # Start-up failures are said like any other: a spawn wrapper may hand an escaping
     # traceback to the parent without printing it (seen on an H100 under torch's, where
     # NCCL's init failed in rank 1 and nothing was shown).
     try:
-        ctx = _join(spec, info, run_dir, visible_devices, threads)
+        session.start(before_join=lambda device: _before_join(spec, info, run_dir, device, threads))
     except BaseException as caught:
         _leave(caught, spec, info)
-    from jeanzay_kit.runtime.heartbeat import start_watch
-
-    heartbeat, watchdog = start_watch(
-        run_dir,
-        info.rank,
-        spec.train.steps,
-        info.job_id,
-        spec.watchdog.heartbeat_seconds,
-        spec.watchdog.stall_seconds,
-    )
+    assert session.ctx is not None  # from_spec: the group has the job's mesh
     failed = True  # until train() returns
     try:
         if info.rank == 0 and allocation_end is None and info.job_id:
             allocation_end = _allocation_end(info.job_id)
         result = train(
-            spec, ctx, run_dir, stop=stop, heartbeat=heartbeat, allocation_end=allocation_end
+            spec,
+            session.ctx,
+            run_dir,
+            stop=stop,
+            heartbeat=session.heartbeat,
+            allocation_end=allocation_end,
         )
         failed = False
     except BaseException as caught:
         _leave(caught, spec, info)
     finally:
-        watchdog.stop()
-        heartbeat.stop(failed=failed)
-    shutdown(clean=True)
+        session.close(failed=failed)  # after a success the ranks leave the group together
     _finish(spec, info, run_dir, result, stop)
 
 
@@ -107,14 +107,11 @@ def _finish(spec: JobSpec, info: RankInfo, run_dir: Path, result: Any, stop: Sto
         )
 
 
-def _join(
-    spec: JobSpec, info: RankInfo, run_dir: Path, visible_devices: str | None, threads: int
-) -> DistContext:
-    """The device, the start-of-run check (rank 0), then the process group."""
-    from jeanzay_kit.distributed.process_group import init_distributed, pick_device
-
-    want = spec.cluster.device if spec.cluster.device != "auto" else "auto"
-    device = pick_device(info, want, visible_devices)
+def _before_join(
+    spec: JobSpec, info: RankInfo, run_dir: Path, device: torch.device, threads: int
+) -> None:
+    """Before the process group: this task's line, the start-of-run check (rank 0), the
+    flight recorder."""
     # One line per task: where it sits in the job (the Slurm tests read it back). One
     # write: with PYTHONUNBUFFERED print() writes the text and its newline apart, and the
     # lines of the processes sharing a task's output interleave ("...host n2jzk: rank 3").
@@ -128,19 +125,10 @@ def _join(
     if info.rank == 0:
         _check_contracts_once(spec, device, threads)
     if spec.watchdog.stall_seconds > 0:
-        import os
-
         from jeanzay_kit.runtime.heartbeat import enable_flight_recorder
 
         # Read when the process group starts: the watchdog dumps it next to the stacks.
         enable_flight_recorder(run_dir, os.environ)
-    return init_distributed(
-        info,
-        spec.layout,
-        device,
-        backend=spec.comm.backend,
-        timeout_minutes=spec.comm.timeout_minutes,
-    )
 
 
 def _leave(caught: BaseException, spec: JobSpec, info: RankInfo) -> NoReturn:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -39,8 +39,17 @@ from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
 from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
+from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.contracts import MapDataset
-from jeanzay_kit.distributed.process_group import join_group, pick_device, resolve_backend
+from jeanzay_kit.distributed.layout import ParallelLayout
+from jeanzay_kit.distributed.process_group import (
+    DistContext,
+    init_distributed,
+    join_group,
+    pick_device,
+    resolve_backend,
+)
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError, NonFiniteLoss
 from jeanzay_kit.runtime import session_rules as rules
@@ -95,14 +104,60 @@ class Session:
         env: Mapping[str, str] | None = None,
     ) -> None:
         # Signals are noted from the very start, never fatal (runtime/preemption.py).
-        self._stop = StopRequest()
-        self._env = dict(os.environ if env is None else env)  # the one read
+        stop = StopRequest()
+        env = dict(os.environ if env is None else env)  # the one read
         # The keyword arguments above that are settings; None: not given.
         given = {k: v for k, v in locals().items() if k in _SETTING_NAMES}
-        self.settings: RuntimeSettings = resolve(settings_from_env(self._env), given)
+        self._setup(
+            steps,
+            Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env)),
+            resolve(settings_from_env(env), given),
+            rank_info_from_env(env),
+            stop=stop,
+            env=env,
+        )
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: JobSpec,
+        info: RankInfo,
+        run_dir: Path,
+        *,
+        stop: StopRequest,
+        visible_devices: str | None,
+        env: Mapping[str, str],
+    ) -> Session:
+        """The runtime of the toolkit's own loop (node/worker.py): the settings of a
+        validated job, the rank its entry point read, the stop request it made first
+        thing, and the job's parallel layout (the group gets its device mesh, `s.ctx`)."""
+        session = cls.__new__(cls)
+        env = dict(env)  # what the worker was given, not this process's variables
+        if visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices
+        else:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        session._setup(spec.train.steps, run_dir, runtime_settings(spec), info, stop=stop, env=env)
+        session._layout = spec.layout
+        return session
+
+    def _setup(
+        self,
+        steps: int | None,
+        run_dir: Path,
+        settings: RuntimeSettings,
+        info: RankInfo,
+        *,
+        stop: StopRequest,
+        env: dict[str, str],
+    ) -> None:
+        self._stop, self._env = stop, env
+        self.settings = settings
         self.steps = steps
-        self.info: RankInfo = rank_info_from_env(self._env)
-        self.run_dir = Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, self._env))
+        self.info = info
+        self.run_dir = run_dir
+        self._layout: ParallelLayout | None = None  # the toolkit's loop: its device mesh
+        self.ctx: DistContext | None = None  # the group and its mesh (from_spec)
         self.device = torch.device("cpu")
         self.mode = "ddp"  # what s.wrap did: a checkpoint records it
         self.stopped_by = ""
@@ -142,21 +197,39 @@ class Session:
 
     # ---- start and end -------------------------------------------------------------------
 
+    def start(self, before_join: Callable[[torch.device], None] | None = None) -> None:
+        """The device, the process group, heartbeats and the watchdog (`with session()`
+        does it). before_join(device): what must come first (the toolkit's loop checks the
+        user's contracts on rank 0 before any collective)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.device = pick_device(
+            self.info, self.settings.device, self._env.get("CUDA_VISIBLE_DEVICES")
+        )
+        if before_join is not None:
+            before_join(self.device)
+        self._join()
+        self._heartbeat, self._watchdog = start_watch(
+            self.run_dir,
+            self.rank,
+            self.steps or 0,
+            self.info.job_id,
+            self.settings.heartbeat_seconds,
+            self.settings.stall_seconds,
+        )
+
+    @property
+    def heartbeat(self) -> Any:
+        """This rank's heartbeat writer (runtime/heartbeat.py): beat(step, phase)."""
+        return self._heartbeat
+
+    def close(self, failed: bool = False) -> None:
+        """Stop the watchdog and the heartbeats and leave the group (together, after a
+        success; at once after a failure). `with session()` does it."""
+        self._close(failed)
+
     def __enter__(self) -> Session:
         try:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            self.device = pick_device(
-                self.info, self.settings.device, self._env.get("CUDA_VISIBLE_DEVICES")
-            )
-            self._join()
-            self._heartbeat, self._watchdog = start_watch(
-                self.run_dir,
-                self.rank,
-                self.steps or 0,
-                self.info.job_id,
-                self.settings.heartbeat_seconds,
-                self.settings.stall_seconds,
-            )
+            self.start()
         except JzkError as err:  # no GPU where device=cuda asks for one, ...: one line
             report.error("session", f"rank {self.rank}: {err}")
             raise SystemExit(err.exit_code) from None
@@ -171,7 +244,18 @@ class Session:
         return self
 
     def _join(self) -> None:
-        """The process group, unless the script made one already."""
+        """The process group, unless the script made one already; with the job's device
+        mesh for the toolkit's loop."""
+        if self._layout is not None:
+            self.ctx = init_distributed(
+                self.info,
+                self._layout,
+                self.device,
+                backend=self.settings.backend,
+                timeout_minutes=self.settings.timeout_minutes,
+            )
+            self._own_group = True
+            return
         backend = resolve_backend(self.settings.backend, self.device, "session(backend)")
         self._own_group = join_group(self.info, self.device, backend, self.settings.timeout_minutes)
 
