@@ -80,20 +80,28 @@ def how_it_ended(code: int) -> str:
 
 
 def _first_failure(procs: list[BaseProcess], pending: set[int]) -> int | None:
-    """Wait for the workers; the index of the first to end with a non-zero code (the
-    others are then terminated), or None when all ended with 0. Signals in `pending`
-    are re-sent to live workers at each look (one that arrived before a worker listened
-    is delivered once it does)."""
+    """Wait for the workers; the index of the one that failed first (the others are
+    then terminated), or None when all ended with 0. Signals in `pending` are re-sent to
+    live workers at each look (one that arrived before a worker listened is delivered
+    once it does)."""
     while True:
         _send(procs, pending)
-        for index, proc in enumerate(procs):
-            if proc.exitcode not in (None, 0):
-                _terminate(procs)
-                return index
+        ended = [(i, p.exitcode) for i, p in enumerate(procs) if p.exitcode not in (None, 0)]
+        if ended:
+            _terminate(procs)
+            return _cause(ended)
         running = [p.sentinel for p in procs if p.exitcode is None]
         if not running:
             return None
         wait(running, timeout=0.5)
+
+
+def _cause(ended: list[tuple[int, int]]) -> int:
+    """Of the workers seen ended at one look, the one that caused it: a rank whose peer
+    was killed raises (EXIT_RAISED) right after, often before the launcher looks, so a
+    rank that ended otherwise (killed by a signal, an exit code of its own) comes first,
+    then the lowest rank."""
+    return min(ended, key=lambda e: (e[1] == EXIT_RAISED, e[0]))[0]
 
 
 def _terminate(procs: list[BaseProcess]) -> None:
