@@ -31,3 +31,16 @@ def scontrol_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = dict(os.environ)
     env["SLURM_CONF"] = str(conf)
     return env
+
+
+@pytest.fixture
+def keep_signal_handlers():
+    """A session (or a StopRequest) notes SIGUSR1/USR2/TERM, then ignores them once it
+    ends: put pytest's handlers back after the test."""
+    import signal
+
+    sigs = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+    saved = {sig: signal.getsignal(sig) for sig in sigs}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

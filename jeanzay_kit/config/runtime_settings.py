@@ -15,8 +15,13 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from jeanzay_kit.config import schema
+from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.config.run_rules import BACKENDS, SIGNALS
 from jeanzay_kit.distributed.script_env import SETTINGS_ENV
 from jeanzay_kit.errors import JzkError
+
+# What a session accepts for device (a job's comes from its cluster profile).
+DEVICES = ("auto", "cpu", "cuda")
 
 _PARALLEL = schema.ParallelConfig()
 _CHECKPOINT = schema.CheckpointConfig()
@@ -101,6 +106,24 @@ def resolve(job: RuntimeSettings, given: Mapping[str, Any]) -> RuntimeSettings:
     """The job's settings with what the script gave session(...) (its non-None keyword
     arguments) on top."""
     return replace(job, **{k: v for k, v in given.items() if v is not None})
+
+
+def check(settings: RuntimeSettings) -> None:
+    """Refuse what the job's own validation would refuse (config/run_rules.py), for the
+    values a script gave session(...): every problem at once, each naming the keyword,
+    its value and the fix (SpecError). The job's values arrive validated already."""
+    c = Collector()
+    c.choice("device", settings.device, DEVICES)
+    c.choice("backend", settings.backend, BACKENDS)
+    c.choice("requeue_signal", settings.requeue_signal, SIGNALS)
+    c.positive_int("keep_last", settings.keep_last)
+    c.number("timeout_minutes", settings.timeout_minutes, 0, low_open=True, example=10)
+    c.number("stall_seconds", settings.stall_seconds, 0, example=300)
+    c.number("heartbeat_seconds", settings.heartbeat_seconds, 0, low_open=True, example=2)
+    c.number("term_wait_seconds", settings.term_wait_seconds, 0, example=300)
+    c.flag("requeue", settings.requeue)
+    c.flag("allow_config_change", settings.allow_config_change)
+    c.raise_if_any()
 
 
 def changed(settings: RuntimeSettings) -> str:

@@ -38,6 +38,7 @@ from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
+from jeanzay_kit.config.runtime_settings import check as check_settings
 from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
 from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.spec import JobSpec
@@ -108,10 +109,16 @@ class Session:
         env = dict(os.environ if env is None else env)  # the one read
         # The keyword arguments above that are settings; None: not given.
         given = {k: v for k, v in locals().items() if k in _SETTING_NAMES}
+        try:
+            settings = resolve(settings_from_env(env), given)
+            check_settings(settings)
+        except JzkError as err:  # keep_last=0, a foreign JZK_SESSION_SETTINGS: one line
+            report.error("session", err)
+            raise SystemExit(err.exit_code) from None
         self._setup(
             steps,
             Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env)),
-            resolve(settings_from_env(env), given),
+            settings,
             rank_info_from_env(env),
             stop=stop,
             env=env,

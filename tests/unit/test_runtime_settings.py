@@ -5,7 +5,6 @@ of the script's session(...) winning over both."""
 from __future__ import annotations
 
 import inspect
-import signal
 import subprocess
 import sys
 from dataclasses import fields
@@ -40,12 +39,8 @@ SECTIONS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def keep_signal_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
+# Sessions install signal handlers (tests/conftest.py puts pytest's back).
+pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
 
 
 @pytest.mark.parametrize("name", [f.name for f in fields(RuntimeSettings)])
@@ -157,3 +152,34 @@ def test_the_script_task_hands_the_settings_to_the_scripts_session(tmp_path: Pat
     assert "SETTINGS USR2 1 7.0" in done.stdout, done.stdout
     first = next(line for line in done.stdout.splitlines() if line.startswith("jzk session"))
     assert "checkpoint.keep_last=1" in first and "preemption.signal=USR2" in first, first
+
+
+@pytest.mark.parametrize(
+    "given, named",
+    [
+        ({"keep_last": 0}, "keep_last=0"),
+        ({"requeue_signal": "SIGUSR1"}, "requeue_signal=SIGUSR1 is not one of USR1, USR2, TERM"),
+        ({"backend": "mpi"}, "backend=mpi"),
+        ({"device": "gpu"}, "device=gpu"),
+        ({"heartbeat_seconds": 0}, "heartbeat_seconds=0"),
+        ({"stall_seconds": -1}, "stall_seconds=-1"),
+        ({"timeout_minutes": "ten"}, "timeout_minutes=ten is not a number"),
+        ({"requeue": "yes"}, "requeue=yes is not true or false"),
+    ],
+)
+def test_a_bad_keyword_is_refused_in_one_line_naming_it(
+    given: dict, named: str, tmp_path: Path, capsys
+) -> None:
+    with pytest.raises(SystemExit) as refused:
+        session(run_dir=tmp_path, env={}, **given)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("session: error:") and named in err and "HINT" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_every_problem_is_said_at_once(tmp_path: Path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        session(run_dir=tmp_path, env={}, keep_last=0, backend="mpi")
+    err = capsys.readouterr().err
+    assert "keep_last=0" in err and "backend=mpi" in err

@@ -18,15 +18,8 @@ from jeanzay_kit import session
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime import session_rules as rules
 
-
-@pytest.fixture(autouse=True)
-def keep_signal_handlers():
-    """A session notes SIGUSR1/USR2/TERM, then ignores them once it ends: put pytest's back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
+# Sessions install signal handlers (tests/conftest.py puts pytest's back).
+pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
 
 DATA = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
 
