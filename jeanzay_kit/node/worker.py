@@ -71,14 +71,7 @@ def run_worker(
     try:
         if info.rank == 0 and allocation_end is None and info.job_id:
             allocation_end = _allocation_end(info.job_id)
-        result = train(
-            spec,
-            session.ctx,
-            run_dir,
-            stop=stop,
-            heartbeat=session.heartbeat,
-            allocation_end=allocation_end,
-        )
+        result = train(spec, session, allocation_end=allocation_end)
         failed = False
     except BaseException as caught:
         _leave(caught, spec, info)

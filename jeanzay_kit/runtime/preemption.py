@@ -98,8 +98,8 @@ def read_stop_note(path: Path, since: float) -> int:
 
 class Agreement:
     """What every rank said, element-wise max, once the all-reduce in flight is done: the
-    one way ranks agree on a stop (the toolkit's loop waits for it at once, a session
-    reads it one step later, runtime/session.py should_stop)."""
+    one way ranks agree on a stop (runtime/session.py: agree_before_update waits for it
+    at once, should_stop reads it one step later)."""
 
     def __init__(self, work: Any, flags: Any) -> None:
         self._work, self._flags = work, flags
@@ -120,11 +120,6 @@ def start_agreement(local: list[int], device: Any, extra: Any = None) -> Agreeme
     if extra is not None:
         flags = torch.cat([flags, extra.to(device=device, dtype=torch.int64).reshape(-1)])
     return Agreement(dist.all_reduce(flags, op=dist.ReduceOp.MAX, async_op=True), flags)
-
-
-def agree(local: list[int], device: Any, extra: Any = None) -> list[int]:
-    """Element-wise max over all ranks, now: one collective per step boundary."""
-    return start_agreement(local, device, extra).result()
 
 
 def signal_name(signum: int) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -62,6 +62,15 @@ from jeanzay_kit.runtime.seeded_samples import SeededSamples
 
 # Session's keyword arguments that are runtime settings (config/runtime_settings.py).
 _SETTING_NAMES = frozenset(f.name for f in fields(RuntimeSettings))
+
+
+@dataclass(frozen=True)
+class StepVerdict:
+    """What every rank agreed before an update (Session.agree_before_update)."""
+
+    stop: bool  # some rank received a stop signal: save at this step's end and stop
+    save_due: bool  # a save asked for by any rank (the toolkit's loop: rank 0's clock)
+    nonfinite: bool  # some rank's loss is NaN or infinite
 
 
 class Session:
@@ -146,6 +155,11 @@ class Session:
             env.pop("CUDA_VISIBLE_DEVICES", None)
         session._setup(spec.train.steps, run_dir, runtime_settings(spec), info, stop=stop, env=env)
         session._layout = spec.layout
+        session._metrics_options = {
+            "allocation_s": spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
+            "lead_s": spec.preemption.lead_seconds,
+            "tensorboard": spec.metrics.tensorboard,
+        }
         return session
 
     def _setup(
@@ -177,6 +191,7 @@ class Session:
         self._heartbeat: Any = None
         self._watchdog: Any = None
         self._metrics: Any = None
+        self._metrics_options: dict[str, Any] = {}  # the job's metrics.* (from_spec)
         self._pending: tuple[Agreement, int] | None = None  # should_stop's, and its step
         self._window = (time.perf_counter(), 0)  # (start, first step) of the logged window
 
@@ -451,6 +466,26 @@ class Session:
                 print(f"{self.stopped_by} received: stopping after step {at + 1}", flush=True)
         return bool(self.stopped_by)
 
+    def agree_before_update(
+        self, step: int, loss: torch.Tensor | None = None, *, save_due: bool = False
+    ) -> StepVerdict:
+        """Collective, after the backward pass of step `step` and before the optimizer
+        applies it: every rank learns, now, whether a stop signal arrived, whether any rank
+        wants a save, and whether any loss is NaN or infinite, so a loop can drop that
+        update (the toolkit's loop: train.nonfinite=skip) or stop before it. The same
+        all-reduce as should_stop, waited for at once: it costs a per-step wait that
+        should_stop hides, for an answer before the update."""
+        self._settle()  # nothing of should_stop's left in flight
+        bad = torch.zeros(1, dtype=torch.int64, device=self.device)
+        if loss is not None:
+            bad = (~torch.isfinite(loss.detach())).any().reshape(1).to(torch.int64)
+        signum, due, nonfinite = start_agreement(
+            [self._stop.signum, int(save_due)], self.device, extra=bad
+        ).result()
+        if signum and not self.stopped_by:
+            self.stopped_by = signal_name(signum)
+        return StepVerdict(stop=bool(signum), save_due=bool(due), nonfinite=bool(nonfinite))
+
     def requeue_and_exit(self) -> None:
         """After ckpt.save(...) of a stopped run: end this process with exit code 3 ("run me
         again"). Under plain srun rank 0 first requeues the job when Slurm's time-limit
@@ -498,16 +533,28 @@ class Session:
         self._heartbeat.beat(step, "step_boundary")
 
     def _writer(self) -> Any:
+        return self.metrics_writer()
+
+    def metrics_writer(self, *, end_time: float | None = None, loader: str = "") -> Any:
+        """The run's metrics.jsonl and progress lines (runtime/metrics.py MetricsWriter),
+        opened at the first call from the resumed step on and closed with the session:
+        s.log writes through it, the toolkit's loop writes its richer records through it.
+        end_time: when the allocation ends (default: SLURM_JOB_END_TIME); loader: what
+        the data is loaded with, for the input-bound note."""
         if self._metrics is None:
             from jeanzay_kit.runtime.metrics import MetricsWriter
 
-            end = self._env.get("SLURM_JOB_END_TIME")
+            if end_time is None:
+                end = self._env.get("SLURM_JOB_END_TIME")
+                end_time = float(end) if end and end.isdigit() else None
             self._metrics = MetricsWriter(
                 self.run_dir,
                 self.is_main,
                 self.steps or 0,
                 resume_step=self.start_step,
-                end_time=float(end) if end and end.isdigit() else None,
+                end_time=end_time,
+                loader=loader,
+                **self._metrics_options,
             )
         return self._metrics
 
@@ -533,7 +580,10 @@ class Session:
         self._checkpointers.append(ckpt)
         return ckpt
 
-    def _resumed(self, step: int, position: int, loss: float | None) -> None:
+    def note_resumed(self, step: int, position: int, loss: float | None) -> None:
+        """Where the run stands after a resume (ckpt.resume() says it; the toolkit's loop,
+        which loads its own checkpoint, too): the step, the global sample index and the
+        last loss, so that the sampler, sample_position and the metrics go on from there."""
         self.start_step, self.start_position, self.last_loss = step, position, loss
         self._window = (time.perf_counter(), step)
 
@@ -647,12 +697,12 @@ class SessionCheckpointer:
         folder = self.inner.find("auto")
         self.resumed = True
         if folder is None:
-            self.session._resumed(0, 0, None)
+            self.session.note_resumed(0, 0, None)
             return 0
         self.inner.check_compatible(folder, self.allow_config_change)
         state = self.inner.load(folder)
         self._restore_extra(state.extra or {})
-        self.session._resumed(state.step, state.sample_position, state.last_loss)
+        self.session.note_resumed(state.step, state.sample_position, state.last_loss)
         self.saved_step = state.step
         if self.session.is_main:
             print(f"resumed from {folder} (step {state.step})", flush=True)

@@ -15,7 +15,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,9 +26,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
-from jeanzay_kit.runtime.heartbeat import Heartbeat
 from jeanzay_kit.runtime.metrics import MetricsWriter, peak_flops
-from jeanzay_kit.runtime.preemption import StopRequest, agree, signal_name
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan, StreamPlan, held_out, plan_for
 from jeanzay_kit.train import components as build
 from jeanzay_kit.train.evaluate import Evaluator, eval_indices
@@ -42,6 +40,9 @@ from jeanzay_kit.train.schedule import seed_everything
 from jeanzay_kit.train.strategies.base import Strategy
 from jeanzay_kit.train.stream import StreamBatches, is_stream, open_stream
 
+if TYPE_CHECKING:
+    from jeanzay_kit.runtime.session import Session
+
 
 @dataclass
 class TrainResult:
@@ -51,20 +52,15 @@ class TrainResult:
     stopped_by: str = ""  # the signal that stopped training early ("" if it finished)
 
 
-class _NoHeartbeat:
-    def beat(self, step: int, phase: str) -> None:
-        pass
-
-
 @dataclass
 class Attempt:
     """What one attempt trains with, and where it stands: the loop's whole state."""
 
     spec: JobSpec
+    session: Session  # the runtime (runtime/session.py): agreement, heartbeats, metrics
     ctx: DistContext
     run_dir: Path
-    hb: Any  # Heartbeat, or _NoHeartbeat
-    stop: StopRequest
+    hb: Any  # the session's heartbeat: the phase a watchdog reports if this rank stalls
     strategy: Strategy
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -72,7 +68,7 @@ class Attempt:
     plan: GlobalBatchPlan | StreamPlan
     batches: StepBatches  # or StreamBatches (train/stream.py)
     evaluator: Evaluator | None  # None: no evaluation (eval.every_steps=0, or no samples)
-    metrics: MetricsWriter
+    metrics: MetricsWriter  # the session's writer
     start_step: int
     loss_value: float | None
     flops: float = 0.0  # training FLOPs per sample (the model's flops_per_sample)
@@ -88,42 +84,29 @@ class Attempt:
     stopped_by: str = ""
 
 
-def train(
-    spec: JobSpec,
-    ctx: DistContext,
-    run_dir: Path,
-    stop: StopRequest | None = None,
-    heartbeat: Heartbeat | None = None,
-    allocation_end: float | None = None,
-) -> TrainResult:
+def train(spec: JobSpec, session: Session, allocation_end: float | None = None) -> TrainResult:
     """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
-    save) when `stop` notes a signal. allocation_end: when the Slurm allocation ends
-    (epoch seconds), for the time left in the progress lines."""
-    own_stop = stop is None
-    attempt = prepare(spec, ctx, run_dir, stop or StopRequest(), heartbeat, allocation_end)
+    save) when a rank notes a signal. session: the started runtime of this rank
+    (Session.from_spec: the group and its mesh, the stop request, heartbeats, metrics);
+    the loop is its client as a user's loop is. allocation_end: when the Slurm allocation
+    ends (epoch seconds), for the time left in the progress lines."""
+    attempt = prepare(spec, session, allocation_end)
     try:
         run_steps(attempt)
     finally:
         attempt.batches.close()  # the loader's workers go now, before the last save's wait
-    with _on_write_error(spec.checkpoint.on_write_error, ctx.is_main):
+    with _on_write_error(spec.checkpoint.on_write_error, attempt.ctx.is_main):
         attempt.ckpt.close()
-    if own_stop:
-        attempt.stop.restore()
     digest = None if attempt.stopped_by else save_final_model(attempt)
     attempt.metrics.close()
     return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
 
 
-def prepare(
-    spec: JobSpec,
-    ctx: DistContext,
-    run_dir: Path,
-    stop: StopRequest,
-    heartbeat: Heartbeat | None,
-    allocation_end: float | None,
-) -> Attempt:
+def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> Attempt:
     """Build (data, model, loss, strategy, optimizer, checkpointer), resume, and open the
     loader at the resumed step."""
+    assert session.ctx is not None, "Session.from_spec(...).start() first"
+    ctx, run_dir = session.ctx, session.run_dir
     tset = spec.train
     # Same seed on every rank: every rank builds the same initial model, whatever the
     # mode, before it is wrapped, sharded or split.
@@ -140,12 +123,13 @@ def prepare(
     if resumed.step >= tset.steps and ctx.is_main:
         _note_nothing_left(run_dir, resumed.step, tset.steps)
     plan, batches = open_data(spec, ctx, dataset, ckpt, resumed, folder)
+    session.note_resumed(resumed.step, resumed.sample_position, resumed.last_loss)
     return Attempt(
         spec=spec,
+        session=session,
         ctx=ctx,
         run_dir=run_dir,
-        hb=heartbeat or _NoHeartbeat(),  # the phase a watchdog reports if this rank stalls
-        stop=stop,
+        hb=session.heartbeat,
         strategy=strategy,
         optimizer=optimizer,
         scheduler=scheduler,
@@ -153,8 +137,9 @@ def prepare(
         plan=plan,
         batches=batches,
         evaluator=_evaluator(spec, ctx, dataset, compute_loss),
-        metrics=_metrics_writer(
-            spec, ctx, run_dir, resumed.step, allocation_end, batches.loader.num_workers
+        metrics=session.metrics_writer(
+            end_time=allocation_end,
+            loader=describe_loader(spec, batches.loader.num_workers),
         ),
         start_step=resumed.step,
         loss_value=resumed.last_loss,
@@ -224,27 +209,6 @@ def open_batches(
     return StepBatches(loader, plan.accumulation_steps, ctx.device, describe_loader(spec, workers))
 
 
-def _metrics_writer(
-    spec: JobSpec,
-    ctx: DistContext,
-    run_dir: Path,
-    start_step: int,
-    allocation_end: float | None,
-    workers: int,
-) -> MetricsWriter:
-    return MetricsWriter(
-        run_dir,
-        ctx.is_main,
-        spec.train.steps,
-        resume_step=start_step,
-        end_time=allocation_end,
-        allocation_s=spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
-        lead_s=spec.preemption.lead_seconds,
-        tensorboard=spec.metrics.tensorboard,
-        loader=describe_loader(spec, workers),
-    )
-
-
 def resume(
     spec: JobSpec,
     ckpt: Checkpointer,
@@ -285,7 +249,7 @@ def run_steps(a: Attempt) -> None:
         a.hb.beat(step, "forward_backward")
         local_loss = a.strategy.train_step(batches)
         a.hb.beat(step, "optimizer")
-        signum, time_due = optimizer_step(a, step, local_loss)
+        stop, time_due = optimizer_step(a, step, local_loss)
         a.window_steps += 1
         a.metrics.advance(step + 1)
         done = step + 1
@@ -293,28 +257,27 @@ def run_steps(a: Attempt) -> None:
             log_step(a, done, local_loss)
         # ---- step boundary: stop, save, or go on; every rank decides the same ----------
         a.hb.beat(done, "step_boundary")
-        if at_boundary(a, done, signum, time_due):
+        if at_boundary(a, done, stop, time_due):
             break
 
 
-def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[int, int]:
+def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[bool, bool]:
     """Clip, agree with the other ranks, then apply the update (or not): returns the
-    agreed (signal, save due by time)."""
+    agreed (stop, save due by time)."""
     strategy, optimizer = a.strategy, a.optimizer
     if strategy.scaler is not None:
         strategy.scaler.unscale_(optimizer)
     if a.spec.optim.grad_clip > 0:
         strategy.clip_grad_norm(a.spec.optim.grad_clip)
     # One collective per step, before the update, so every rank decides alike: a
-    # signal, a save due by time, and whether any rank's loss is NaN or infinite (a
-    # flag on the device: no sync of its own).
+    # signal, a save due by rank 0's clock, and whether any rank's loss is NaN or
+    # infinite (a flag on the device: no sync of its own).
     every_seconds = (a.spec.checkpoint.every_minutes or 0) * 60
-    time_due = int(
+    time_due = (
         a.ctx.is_main and every_seconds > 0 and time.monotonic() - a.last_save_time >= every_seconds
     )
-    not_finite = (~torch.isfinite(local_loss.detach())).any().reshape(1)
-    signum, time_due, bad = agree([a.stop.signum, time_due], a.ctx.device, extra=not_finite)
-    if bad:
+    verdict = a.session.agree_before_update(step, local_loss, save_due=time_due)
+    if verdict.nonfinite:
         _on_nonfinite(a.spec.train.nonfinite, step + 1, a.ckpt, a.ctx.is_main)
     else:
         a.ckpt.before_update()  # an asynchronous save may still be copying the weights
@@ -325,7 +288,7 @@ def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[int
             optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     a.scheduler.step()
-    return signum, time_due
+    return verdict.stop, verdict.save_due
 
 
 def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
@@ -372,11 +335,11 @@ def eval_due(a: Attempt, done: int) -> bool:
     )
 
 
-def at_boundary(a: Attempt, done: int, signum: int, time_due: int) -> bool:
+def at_boundary(a: Attempt, done: int, stop: bool, time_due: bool) -> bool:
     """Save when a signal, the schedule or the end asks; True: stop here."""
     cset = a.spec.checkpoint
-    if signum:
-        a.stopped_by = signal_name(signum)
+    if stop:
+        a.stopped_by = a.session.stopped_by
         save(a, done, force_sync=True)
         a.saved_at = done
         if a.ctx.is_main:
