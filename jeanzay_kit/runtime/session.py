@@ -580,6 +580,33 @@ class Session:
         self._checkpointers.append(ckpt)
         return ckpt
 
+    def open_checkpointer(
+        self,
+        module: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        *,
+        world: Mapping[str, Any],
+        config: Mapping[str, Any],
+        use_async: bool = False,
+        keep_best: tuple[str, str] | None = None,
+    ) -> Checkpointer:
+        """The run's checkpointer (ckpt/checkpointer.py) on this rank, its device and the
+        session's keep_last: what s.checkpointer(...) wraps, and what the toolkit's loop
+        saves with (its strategy's state module, asynchronous saves, keep_best). world: the
+        layout a resume is compared with; config: what a resume must not change."""
+        return Checkpointer(
+            self.run_dir,
+            module,
+            optimizer,
+            rank=self.rank,
+            world=world,
+            config=config,
+            device=self.device,
+            keep_last=self.keep_last,
+            use_async=use_async,
+            keep_best=keep_best,
+        )
+
     def note_resumed(self, step: int, position: int, loss: float | None) -> None:
         """Where the run stands after a resume (ckpt.resume() says it; the toolkit's loop,
         which loads its own checkpoint, too): the step, the global sample index and the
@@ -670,15 +697,11 @@ class SessionCheckpointer:
     ) -> None:
         self.session, self.extra = session, extra if extra is not None else {}
         self.user_config, self.allow_config_change = config, allow_config_change
-        self.inner = Checkpointer(
-            session.run_dir,
+        self.inner = session.open_checkpointer(
             model,
             optimizer,
-            rank=session.rank,
             world=rules.checkpoint_world(session.mode, session.world_size),
             config={},
-            device=session.device,
-            keep_last=session.keep_last,
         )
         self.resumed = False
         self.saved_step = 0

@@ -11,8 +11,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch import nn
@@ -28,6 +27,9 @@ from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.train.loss import ComputeLoss
 from jeanzay_kit.train.schedule import lr_lambda
 from jeanzay_kit.train.strategies.base import Strategy
+
+if TYPE_CHECKING:
+    from jeanzay_kit.runtime.session import Session
 
 # What a user who named a class without a YAML of its own most likely hit.
 _LEAK_HINT = (
@@ -272,22 +274,15 @@ def build_scheduler(
 
 
 def build_checkpointer(
-    spec: JobSpec,
-    strategy: Strategy,
-    optimizer: torch.optim.Optimizer,
-    ctx: DistContext,
-    run_dir: Path,
+    spec: JobSpec, strategy: Strategy, optimizer: torch.optim.Optimizer, session: Session
 ) -> Checkpointer:
-    """The checkpointer of this run; it records the layout a resume is compared with."""
-    return Checkpointer(
-        run_dir,
+    """The checkpointer of this run, from the session; it records the layout a resume is
+    compared with."""
+    return session.open_checkpointer(
         strategy.state_module(),
         optimizer,
-        rank=ctx.info.rank,
         world=spec.layout.checkpoint_world(),
         config=spec.config,
-        device=ctx.device,
-        keep_last=spec.checkpoint.keep_last,
         use_async=spec.checkpoint.use_async,
         keep_best=(spec.checkpoint.keep_best, best_direction(spec))
         if spec.checkpoint.keep_best

@@ -118,7 +118,7 @@ def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> At
     strategy = build.build_strategy(spec, ctx, model, compute_loss, precision)
     optimizer = build.build_optimizer(strategy.parameters(), spec.optim)
     scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
-    ckpt = build.build_checkpointer(spec, strategy, optimizer, ctx, run_dir)
+    ckpt = build.build_checkpointer(spec, strategy, optimizer, session)
     resumed, folder = resume(spec, ckpt, scheduler, strategy, ctx)
     if resumed.step >= tset.steps and ctx.is_main:
         _note_nothing_left(run_dir, resumed.step, tset.steps)
