@@ -41,14 +41,17 @@ def run_app(
     from omegaconf import DictConfig, OmegaConf
 
     @hydra.main(version_base="1.3", config_path="pkg://jeanzay_kit.conf", config_name="config")
-    def train(cfg: DictConfig) -> None:
+    def train(cfg: DictConfig) -> float | None:
         from jeanzay_kit.node.entry import main as run_main
 
         config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
+        hydra_cfg = HydraConfig.get()
+        run_dir = Path(hydra_cfg.runtime.output_dir)
         code = run_main(config, env, run_dir, cpu_count=os.cpu_count() or 1, stop=stop)
         if code:
             sys.exit(code)
+        # The run's result (runtime/run_result.py) is what Hydra's sweeper receives.
+        return _run_value(run_dir, str(hydra_cfg.sweeper.get("_target_", "")), prog)
 
     saved = sys.argv
     # Hydra reads its command line from sys.argv (and its --help names sys.argv[0]).
@@ -87,6 +90,32 @@ def _prepared_args(args: list[str], env: dict[str, str], cwd: Path) -> list[str]
             report.error(report.TRAIN, err)
             sys.exit(err.exit_code)
     return args
+
+
+# Sweepers that only enumerate points: they read no value from a run.
+GRID_SWEEPERS = ("BasicSweeper", "JeanzaySweeper")
+
+
+def _run_value(run_dir: Path, sweeper: str, prog: str) -> float | None:
+    """The value of result.json; a search (any sweeper that is not a grid) without one is
+    told why, in one line, instead of failing on a None deep in its own code."""
+    from jeanzay_kit import report
+    from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.runtime.run_result import missing_reason, read_result, result_value
+
+    value = result_value(run_dir)
+    if value is not None or sweeper.endswith(GRID_SWEEPERS):
+        return value
+    record = read_result(run_dir) or {}
+    why = (
+        missing_reason(str(record.get("objective")), record)
+        if record
+        else f"the run wrote no {run_dir / 'result.json'} (a script writes it itself: "
+        "docs/tuning.md)"
+    )
+    err = JzkError(f"the sweeper {sweeper} needs the run's value: {why}")
+    report.error(prog, err)
+    sys.exit(err.exit_code)
 
 
 def _has_config_dir(args: Sequence[str]) -> bool:

@@ -44,3 +44,38 @@ def keep_signal_handlers():
     yield
     for sig, handler in saved.items():
         signal.signal(sig, handler)
+
+
+# Hydra's Optuna sweeper pins optuna<3 (hydra-optuna-sweeper 1.3.0), while `jzk tune` needs
+# Optuna's JournalStorage (3.1+): a user keeps it in an environment of its own. Here: a
+# venv on top of the test environment (its packages through a .pth), with only the
+# sweeper and its Optuna installed in it.
+HYDRA_OPTUNA = "hydra-optuna-sweeper==1.3.0"
+
+
+@pytest.fixture(scope="session")
+def optuna_sweeper_python(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The interpreter of a venv where hydra/sweeper=optuna works with jeanzay_kit."""
+    import subprocess
+    import sys
+    import sysconfig
+
+    venv = tmp_path_factory.mktemp("hydra-optuna") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    ours = sysconfig.get_path("purelib")
+    (Path(site) / "zz-jeanzay-kit-env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", HYDRA_OPTUNA],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert installed.returncode == 0, installed.stderr[-3000:]
+    return str(python)

@@ -5,7 +5,8 @@
 Every sweep point is composed and validated (JobSpec) before anything is submitted: one
 bad point means nothing is queued. Points with the same resource shape share one job
 array (chunked to the cluster's MaxArraySize). The launcher returns once everything is
-queued (hydra.launcher.wait=true waits for the end) and writes
+queued (hydra.launcher.wait=true waits for the end; so does a sweeper that reads the
+runs' values, e.g. hydra/sweeper=optuna: each run returns its result.json value) and writes
 <sweep_dir>/manifest.jsonl: job id, array index, overrides and run dir of every run.
 
 Each run's config is resolved and frozen here, at submission, and its run directory is
@@ -118,7 +119,7 @@ class JeanzayLauncher(Launcher):
 
         by_num = {r["num"]: (r, job) for r, job in submitted}
         outcomes: dict[int, tuple[str, Any]] = {}
-        if self.wait:
+        if self._must_wait():
             results = wait_for([job for _, job in submitted], self.poll_seconds)
             for (r, _), outcome in zip(submitted, results, strict=True):
                 outcomes[r["num"]] = outcome
@@ -148,6 +149,15 @@ class JeanzayLauncher(Launcher):
         if failed:
             raise RunsFailed(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
         return returns
+
+    def _must_wait(self) -> bool:
+        """hydra.launcher.wait, or a sweeper that learns from the runs' values (Optuna's):
+        it gets them only once the runs are done (each run's result.json value)."""
+        from jeanzay_kit.train_app import GRID_SWEEPERS
+
+        assert self.config is not None
+        sweeper = str(self.config.hydra.sweeper.get("_target_", ""))
+        return self.wait or not sweeper.endswith(GRID_SWEEPERS)
 
     def _validated_points(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.config.collector import Collector, complete
 from jeanzay_kit.config.schema import default
-from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings
+from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings, TuneSettings
 
 LOSS_FORMS = ("criterion", "output", "model")
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")
@@ -269,3 +269,32 @@ def check_keep_best(
         )
         return None, mode
     return f"eval_{bare}", mode
+
+
+DIRECTIONS = ("minimize", "maximize", "auto")
+
+
+def check_tune(
+    c: Collector, tune: Mapping[str, Any], ev: EvalSettings | None, script: bool
+) -> TuneSettings | None:
+    """tune.objective: a value the run will have (runtime/run_result.py): train_loss,
+    eval_loss or eval_<name of eval.metrics>; a script reports its own, any name."""
+    direction = c.choice(
+        "tune.direction", tune.get("direction", default("tune.direction")), DIRECTIONS
+    )
+    objective = c.line(
+        "tune.objective",
+        tune.get("objective", default("tune.objective")),
+        "use tune.objective=eval_loss",
+    )
+    if objective is not None and not script and ev is not None:
+        names = ["train_loss", "eval_loss", *(f"eval_{m}" for m in ev.metrics)]
+        if objective not in names:
+            c.add(
+                "tune.objective",
+                objective,
+                f"is not a value this run reports (these are: {', '.join(names)})",
+                "use tune.objective=eval_loss, or add the metric to eval.metrics",
+            )
+            objective = None
+    return complete(TuneSettings, objective=objective, direction=direction)

@@ -32,6 +32,7 @@ RESUME_IGNORES = (
     "preemption",
     "watchdog",
     "metrics",
+    "tune",  # what a search reads from the run, not what it computes
     "resume",
     "job",
     "cluster",

@@ -16,6 +16,7 @@ from typing import Any
 
 from jeanzay_kit.config import schema
 from jeanzay_kit.config.collector import Collector
+from jeanzay_kit.config.data_rules import DIRECTIONS
 from jeanzay_kit.config.run_rules import BACKENDS, SIGNALS
 from jeanzay_kit.distributed.script_env import SETTINGS_ENV
 from jeanzay_kit.errors import JzkError
@@ -27,6 +28,7 @@ _PARALLEL = schema.ParallelConfig()
 _CHECKPOINT = schema.CheckpointConfig()
 _PREEMPTION = schema.PreemptionConfig()
 _WATCHDOG = schema.WatchdogConfig()
+_TUNE = schema.TuneConfig()
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class RuntimeSettings:
     requeue: bool = _PREEMPTION.requeue
     requeue_signal: str = _PREEMPTION.signal
     term_wait_seconds: float = float(_PREEMPTION.term_wait_seconds)
+    objective: str = _TUNE.objective  # the name result.json gives the run's value
+    direction: str = _TUNE.direction
 
 
 # Each setting's config key: what a job sets, and what an error names.
@@ -58,6 +62,8 @@ KEYS: dict[str, str] = {
     "requeue": "preemption.requeue",
     "requeue_signal": "preemption.signal",
     "term_wait_seconds": "preemption.term_wait_seconds",
+    "objective": "tune.objective",
+    "direction": "tune.direction",
 }
 
 
@@ -74,6 +80,8 @@ def from_spec(spec: Any) -> RuntimeSettings:
         requeue=spec.preemption.requeue,
         requeue_signal=spec.preemption.signal,
         term_wait_seconds=float(spec.preemption.term_wait_seconds),
+        objective=spec.tune.objective,
+        direction=spec.tune.direction,
     )
 
 
@@ -123,6 +131,8 @@ def check(settings: RuntimeSettings) -> None:
     c.number("term_wait_seconds", settings.term_wait_seconds, 0, example=300)
     c.flag("requeue", settings.requeue)
     c.flag("allow_config_change", settings.allow_config_change)
+    c.choice("direction", settings.direction, DIRECTIONS)
+    c.line("objective", settings.objective, "use e.g. objective='eval_accuracy'")
     c.raise_if_any()
 
 

@@ -266,6 +266,17 @@ class MetricsConfig:
 
 
 @dataclass
+class TuneConfig:
+    """What a search optimizes (docs/tuning.md): the value a run returns to Hydra's sweeper
+    and writes in <run_dir>/result.json."""
+
+    # train_loss, eval_loss, or eval_<name> of a metric in eval.metrics (its last value).
+    objective: str = "eval_loss"
+    # minimize | maximize | auto (minimize a loss; a metric's own higher_is_better).
+    direction: str = "auto"
+
+
+@dataclass
 class JobConfig:
     """The job itself: names, paths, interpreter (docs/configuration.md)."""
 
@@ -408,6 +419,7 @@ class RootConfig:
     preemption: Any = None  # PreemptionConfig
     watchdog: Any = None  # WatchdogConfig
     metrics: Any = None  # MetricsConfig
+    tune: Any = None  # TuneConfig
     job: JobConfig = field(default_factory=JobConfig)  # JobConfig
     # auto: the newest complete checkpoint of the run directory; never; or the path of a
     # checkpoint folder (.../checkpoints/step-N).
@@ -430,6 +442,7 @@ SCHEMAS: tuple[tuple[str | None, str, type], ...] = (
     ("preemption", "base_preemption", PreemptionConfig),
     ("watchdog", "base_watchdog", WatchdogConfig),
     ("metrics", "base_metrics", MetricsConfig),
+    ("tune", "base_tune", TuneConfig),
     ("model", "base_mlp", MLPConfig),
     ("model", "base_gpt", GPTConfig),
     ("data", "base_synthetic", SyntheticConfig),
@@ -454,6 +467,7 @@ _FIXED = {
     "preemption": PreemptionConfig,
     "watchdog": WatchdogConfig,
     "metrics": MetricsConfig,
+    "tune": TuneConfig,
     "job": JobConfig,
 }
 _BY_NAME = {"adamw": AdamWConfig, "sgd": SGDConfig}

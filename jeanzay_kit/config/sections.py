@@ -200,6 +200,14 @@ class MetricsSettings:
 
 
 @dataclass(frozen=True)
+class TuneSettings:
+    """tune.*: what a search optimizes (runtime/run_result.py)."""
+
+    objective: str  # train_loss | eval_loss | eval_<metric>; a script's own name
+    direction: str  # minimize | maximize | auto (resolved where the metric is known)
+
+
+@dataclass(frozen=True)
 class WatchdogSettings:
     """watchdog.*: heartbeats and hang detection."""
 

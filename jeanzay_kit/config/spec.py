@@ -29,6 +29,7 @@ from jeanzay_kit.config.data_rules import (
     check_loader,
     check_loader_cpus,
     check_loss,
+    check_tune,
 )
 from jeanzay_kit.config.run_rules import (
     check_checkpoint,
@@ -53,6 +54,7 @@ from jeanzay_kit.config.sections import (
     PreemptionSettings,
     Resources,
     TrainSettings,
+    TuneSettings,
     WatchdogSettings,
 )
 from jeanzay_kit.distributed.layout import ParallelLayout
@@ -76,6 +78,7 @@ class JobSpec:
     loader: LoaderSettings
     loss: LossSettings
     eval: EvalSettings
+    tune: TuneSettings
     model: Mapping[str, Any]  # the `model` node, for hydra.utils.instantiate
     data: Mapping[str, Any]  # the `data` node, likewise
     config: Mapping[str, Any]  # the whole resolved config, frozen into the job
@@ -103,7 +106,8 @@ def build_job_spec(
     The caller detects them; this function stays pure.
     """
     loop_note = None
-    if _runs_script(section(cfg, "job")):
+    script = _runs_script(section(cfg, "job"))
+    if script:
         cfg, loop_note = _without_loop_keys(cfg)
     cluster = profile_from_dict(section(cfg, "cluster"))
     c = Collector()
@@ -121,6 +125,8 @@ def build_job_spec(
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
     evaluation = check_eval(c, cfg.get("eval"), one.loop, one.request.micro_batch, par.get("mode"))
     keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
+    # A config frozen before tune.* existed (a requeued job's) has none: the defaults.
+    tune = check_tune(c, cfg.get("tune") or {}, evaluation, script)
     c.raise_if_any()
     assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
@@ -140,6 +146,7 @@ def build_job_spec(
         "checkpoint": replace(one.ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
         "loader": loader,
         "eval": evaluation,
+        "tune": tune,
         "notes": (*notes, loop_note) if loop_note else notes,
     }
     return _assemble(cfg, cluster, one, parts)

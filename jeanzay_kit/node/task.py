@@ -19,7 +19,9 @@ def _kind(config: dict[str, Any]) -> str:
     return str(config.get("job", {}).get("entry_kind", "auto"))
 
 
-def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
+def run_training(config: dict[str, Any], run_dir: str) -> float | None:
+    """Train one sweep point; its result's value (runtime/run_result.py: what Hydra's
+    sweeper receives through the launcher; None when the run has none)."""
     # First: submitit installed its own handlers; ours only note the signal, and the
     # ranks stop together at a step boundary (docs/preemption.md).
     stop = StopRequest()
@@ -37,5 +39,6 @@ def run_training(config: dict[str, Any], run_dir: str) -> dict[str, Any]:
         entry = config.get("job", {}).get("entry")
         what = f"job.entry {entry!r}" if entry and runs_script(entry, _kind(config)) else "training"
         raise JzkError(f"{what} ended with exit code {code}; see the error above")
-    final = Path(run_dir) / "model_final.sha256"
-    return {"run_dir": run_dir, "digest": final.read_text().strip() if final.exists() else None}
+    from jeanzay_kit.runtime.run_result import result_value
+
+    return result_value(Path(run_dir))

@@ -92,12 +92,24 @@ def _finish(spec: JobSpec, info: RankInfo, run_dir: Path, result: Any, stop: Sto
         from jeanzay_kit.node.restarts import clear_restarts
 
         clear_restarts(run_dir)  # the run finished: its restart budget starts afresh
+        _write_result(spec, run_dir)
         loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
         print(
             f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "
             f"run dir {run_dir}",
             flush=True,
         )
+
+
+def _write_result(spec: JobSpec, run_dir: Path) -> None:
+    """<run_dir>/result.json: what a search reads (runtime/run_result.py)."""
+    from jeanzay_kit.runtime.run_result import missing_reason, write_from_metrics
+    from jeanzay_kit.train.components import objective_direction
+
+    objective = spec.tune.objective
+    record = write_from_metrics(run_dir, objective, objective_direction(spec))
+    if record["value"] is None:
+        print(f"note: no result value: {missing_reason(objective, record)}", flush=True)
 
 
 def _before_join(

@@ -93,7 +93,9 @@ class Session:
     the job under plain srun; a script task of the toolkit is requeued by its wrapper
     [preemption.requeue]. requeue_signal: which signal is the time-limit warning
     [preemption.signal]. term_wait_seconds: after a SIGTERM save, how long to wait for
-    Slurm to end the job [preemption.term_wait_seconds]. env: the environment to read
+    Slurm to end the job [preemption.term_wait_seconds]. objective: the name of the
+    run's value in result.json, what a search optimizes (s.report) [tune.objective];
+    direction: minimize | maximize | auto [tune.direction]. env: the environment to read
     (default os.environ, read once here).
     """
 
@@ -111,6 +113,8 @@ class Session:
         requeue: bool | None = None,
         requeue_signal: str | None = None,
         term_wait_seconds: float | None = None,
+        objective: str | None = None,
+        direction: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
         # Signals are noted from the very start, never fatal (runtime/preemption.py).
@@ -193,6 +197,7 @@ class Session:
         self._metrics: Any = None
         self._metrics_options: dict[str, Any] = {}  # the job's metrics.* (from_spec)
         self._pending: tuple[Agreement, int] | None = None  # should_stop's, and its step
+        self._reported: tuple[float, int] | None = None  # s.report's (value, step)
         self._window = (time.perf_counter(), 0)  # (start, first step) of the logged window
 
     @property
@@ -224,6 +229,10 @@ class Session:
         does it). before_join(device): what must come first (the toolkit's loop checks the
         user's contracts on rank 0 before any collective)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self.is_main:
+            from jeanzay_kit.runtime.run_result import clear_result
+
+            clear_result(self.run_dir)  # an earlier end's result no longer holds
         self.device = pick_device(
             self.info, self.settings.device, self._env.get("CUDA_VISIBLE_DEVICES")
         )
@@ -289,6 +298,8 @@ class Session:
                 err = caught
         failed = err is not None and not isinstance(err, SystemExit)
         self._close(failed)
+        if err is None and not self.stopped_by and self.is_main:
+            self._write_result()
         self._stop.ignore_from_now()  # a late signal has nothing left to stop
         if isinstance(err, JzkError):
             # A refusal every rank meets alike (a changed config, a NaN): said once.
@@ -485,6 +496,32 @@ class Session:
         if signum and not self.stopped_by:
             self.stopped_by = signal_name(signum)
         return StepVerdict(stop=bool(signum), save_due=bool(due), nonfinite=bool(nonfinite))
+
+    def report(self, value: float | torch.Tensor, step: int) -> None:
+        """The run's value for a search (settings.objective names it), measured at `step`:
+        rank 0's is kept, and written to <run_dir>/result.json when the session ends
+        after the run finished (not when a signal stopped it). Without a report, the
+        session writes the objective's last value from metrics.jsonl (s.log's records:
+        `loss` as train_loss, your eval_* values) (runtime/run_result.py)."""
+        number = (
+            float(value.detach().float().item())
+            if isinstance(value, torch.Tensor)
+            else float(value)
+        )
+        self._reported = (number, int(step))
+
+    def _write_result(self) -> None:
+        from jeanzay_kit.runtime import run_result
+
+        objective, direction = self.settings.objective, self.settings.direction
+        if direction == "auto":  # a loss goes down; other values need the script's word
+            direction = "minimize" if objective.endswith("loss") else "auto"
+        values = run_result.final_values(run_result.read_metrics(self.run_dir))
+        if self._reported is not None:
+            values = {**values, objective: self._reported[0], "objective_step": self._reported[1]}
+        run_result.write_result(
+            self.run_dir, run_result.result_record(values, objective, direction)
+        )
 
     def requeue_and_exit(self) -> None:
         """After ckpt.save(...) of a stopped run: end this process with exit code 3 ("run me

@@ -296,16 +296,32 @@ def best_direction(spec: JobSpec) -> str:
     mode, key = spec.checkpoint.keep_best_mode, spec.checkpoint.keep_best or ""
     if mode != "auto":
         return mode
+    higher = _higher_is_better(spec, key, "checkpoint.keep_best", "checkpoint.keep_best_mode=max")
+    return "max" if higher else "min"
+
+
+def objective_direction(spec: JobSpec) -> str:
+    """tune.direction, with auto resolved like keep_best_mode: minimize a loss, else the
+    metric's own higher_is_better."""
+    if spec.tune.direction != "auto":
+        return spec.tune.direction
+    objective = spec.tune.objective
+    higher = _higher_is_better(spec, objective, "tune.objective", "tune.direction=maximize")
+    return "maximize" if higher else "minimize"
+
+
+def _higher_is_better(spec: JobSpec, key: str, field: str, fix: str) -> bool:
+    """Whether a larger value of a metrics.jsonl key is better: never for a loss."""
     name = key.removeprefix("eval_")
-    if name == "loss":
-        return "min"
+    if name == "loss" or key == "train_loss" or name not in spec.eval.metrics:
+        return False
     target = spec.eval.metrics[name]["_target_"]
     from hydra.utils import get_class
 
     higher = getattr(get_class(target), "higher_is_better", None)
     if higher is None:
         raise JzkError(
-            f"checkpoint.keep_best={name}: {target} does not say whether higher is better "
-            "(no higher_is_better). HINT: set checkpoint.keep_best_mode=max or min"
+            f"{field}={key}: {target} does not say whether higher is better "
+            f"(no higher_is_better). HINT: set {fix} or its opposite"
         )
-    return "max" if higher else "min"
+    return bool(higher)

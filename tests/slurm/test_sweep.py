@@ -153,3 +153,41 @@ def test_a_sweep_launched_in_batches_keeps_every_run_in_the_manifest(slurm, tmp_
     for rec in records:
         wait_for(rec["job_id"], slurm)
         assert metric_steps(Path(rec["run_dir"]))[-1] == 5
+
+
+def test_hydras_optuna_sweeper_gets_each_trials_value_through_the_launcher(
+    slurm, tmp_path: Path, optuna_sweeper_python: str
+) -> None:
+    """hydra/sweeper=optuna on the cluster: the launcher submits each batch of trials as
+    an array, waits for it (no hydra.launcher.wait given) and hands back each run's
+    result.json value; the study's best is one of them."""
+    sweep_dir = tmp_path / "search"
+    argv = [optuna_sweeper_python, "train.py", "-m", "cluster=slurm_local"]
+    done = run(
+        [
+            *argv,
+            "hydra/sweeper=optuna",
+            "hydra.sweeper.n_trials=2",
+            "hydra.sweeper.n_jobs=2",
+            "hydra.sweeper.sampler.seed=1",
+            "optim.lr=interval(0.0001,0.01)",
+            "train.steps=10",
+            "eval.every_steps=5",
+            "hydra.launcher.poll_seconds=1",
+            f"job.python={PYTHON}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        REPO,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = manifest_records(sweep_dir)
+    assert len({r["array_job_id"] for r in records}) == 1  # both trials in one array
+    values = []
+    for rec in records:
+        result = json.loads((Path(rec["run_dir"]) / "result.json").read_text())
+        assert result["objective"] == "eval_loss" and result["eval_step"] == 10
+        values.append(result["value"])
+    best = (sweep_dir / "optimization_results.yaml").read_text()
+    assert f"best_value: {min(values)}" in best, best

@@ -36,6 +36,7 @@ SECTIONS = {
     "checkpoint": schema.CheckpointConfig,
     "watchdog": schema.WatchdogConfig,
     "preemption": schema.PreemptionConfig,
+    "tune": schema.TuneConfig,
 }
 
 

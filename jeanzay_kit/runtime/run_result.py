@@ -1,0 +1,129 @@
+"""A run's result, `<run_dir>/result.json`: what a search optimizes (docs/tuning.md).
+
+Rank 0 writes it when a run completes (not when a signal stopped it): the final training
+loss, the final evaluation (eval_loss and every eval.metrics value, with the step it was
+measured at), and, under `objective` and `value`, the number tune.objective names,
+with the direction a search should take. The values come from metrics.jsonl, which a
+resumed run keeps up to its checkpoint, so a run stopped and resumed three times ends with
+the same result as one that ran straight. Hydra's sweeper receives `value` as the run's
+return value (train_app.py, node/task.py).
+
+A loop of your own writes it with the session (`s.report(value, step)`, or from the
+values it logged with s.log); a script writes the file itself: {"value": 0.42} is
+enough (docs/tuning.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.durable_io import write_durably
+
+RESULT_FILE = "result.json"
+METRICS_FILE = "metrics.jsonl"
+
+
+def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:
+    """The last training loss (train_loss, its step) and the newest evaluation (every
+    eval_* value of the last record holding one, eval_step) of metrics.jsonl records."""
+    out: dict[str, float | int] = {}
+    evaluation: dict[str, float | int] = {}
+    for record in records:
+        if isinstance(record.get("loss"), (int, float)):
+            out["train_loss"], out["step"] = float(record["loss"]), int(record.get("step", 0))
+        evals = {
+            k: float(v)
+            for k, v in record.items()
+            if k.startswith("eval_") and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
+        if evals:
+            evaluation = {**evals, "eval_step": int(record.get("step", 0))}
+    return {**out, **evaluation}
+
+
+def result_record(
+    values: Mapping[str, float | int], objective: str, direction: str
+) -> dict[str, Any]:
+    """result.json's content: the values, the objective's name, its value (None when the
+    run has no such value, or it is not finite) and the direction."""
+    value = values.get(objective)
+    finite = isinstance(value, (int, float)) and math.isfinite(value)
+    return {
+        **values,
+        "objective": objective,
+        "value": float(value) if finite else None,  # type: ignore[arg-type]
+        "direction": direction,
+    }
+
+
+def missing_reason(objective: str, values: Mapping[str, Any]) -> str:
+    """Why a run has no value for its objective, with what to change."""
+    known = ", ".join(k for k in values if k != "step" and k != "eval_step") or "none"
+    if objective.startswith("eval_") and "eval_step" not in values:
+        return (
+            f"tune.objective={objective}, but the run logged no evaluation. HINT: set "
+            "eval.every_steps (an evaluation runs at the last step too), or "
+            "tune.objective=train_loss"
+        )
+    return (
+        f"tune.objective={objective} is not among the run's values ({known}). HINT: name one "
+        "of them, or report the value yourself (s.report(value, step), docs/tuning.md)"
+    )
+
+
+# ---- the files ---------------------------------------------------------------------------
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's records (none when absent; a torn last line is skipped)."""
+    try:
+        lines = (run_dir / METRICS_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def write_result(run_dir: Path, record: Mapping[str, Any]) -> None:
+    write_durably(run_dir / RESULT_FILE, (json.dumps(record) + "\n").encode())
+
+
+def clear_result(run_dir: Path) -> None:
+    """At a run's start: a result.json left by an earlier end no longer holds."""
+    (run_dir / RESULT_FILE).unlink(missing_ok=True)
+
+
+def read_result(run_dir: Path) -> dict[str, Any] | None:
+    """result.json, or None when the run wrote none (or it is not a JSON object)."""
+    try:
+        record = json.loads((run_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def result_value(run_dir: Path) -> float | None:
+    """The run's objective value: result.json's `value` (None: no result, or none)."""
+    record = read_result(run_dir)
+    value = record.get("value") if record else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def write_from_metrics(run_dir: Path, objective: str, direction: str) -> dict[str, Any]:
+    """result.json from metrics.jsonl (the toolkit's loop, a session without s.report)."""
+    record = result_record(final_values(read_metrics(run_dir)), objective, direction)
+    write_result(run_dir, record)
+    return record

@@ -1,0 +1,129 @@
+"""A run's result (runtime/run_result.py) and tune.* (config/data_rules.py check_tune):
+what a search reads from a run, as pure functions over metrics.jsonl's records."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from jeanzay_kit import session
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import build_job_spec
+from jeanzay_kit.errors import SpecError
+from jeanzay_kit.runtime.run_result import (
+    final_values,
+    missing_reason,
+    read_result,
+    result_record,
+)
+
+# Sessions install signal handlers (tests/conftest.py puts pytest's back).
+pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
+
+RECORDS = [
+    {"step": 10, "loss": 0.9, "lr": 1e-3},
+    {"step": 20, "loss": 0.5, "eval_loss": 0.7, "eval_acc": 0.6},
+    {"step": 30, "loss": 0.4},
+    {"step": 40, "loss": 0.3, "eval_loss": 0.45, "eval_acc": 0.8},
+    {"step": 50, "loss": 0.2},
+]
+
+
+@pytest.mark.parametrize(
+    ("records", "expected"),
+    [
+        ([], {}),
+        (RECORDS[:1], {"train_loss": 0.9, "step": 10}),
+        # The newest evaluation, with the step it was measured at; the last loss.
+        (
+            RECORDS,
+            {"train_loss": 0.2, "step": 50, "eval_loss": 0.45, "eval_acc": 0.8, "eval_step": 40},
+        ),
+        # A torn or foreign record changes nothing.
+        ([{"step": 5, "loss": "nan?"}, {"eval_flag": True}], {}),
+    ],
+)
+def test_final_values(records: list[dict], expected: dict) -> None:
+    assert final_values(records) == expected
+
+
+@pytest.mark.parametrize(
+    ("objective", "value"),
+    [("eval_loss", 0.45), ("eval_acc", 0.8), ("train_loss", 0.2), ("eval_f1", None)],
+)
+def test_the_objective_names_one_value(objective: str, value: float | None) -> None:
+    record = result_record(final_values(RECORDS), objective, "minimize")
+    assert (record["objective"], record["value"], record["direction"]) == (
+        objective,
+        value,
+        "minimize",
+    )
+
+
+def test_a_value_that_is_not_finite_is_no_value() -> None:
+    assert result_record({"eval_loss": math.nan}, "eval_loss", "minimize")["value"] is None
+
+
+def test_a_missing_value_says_what_to_change() -> None:
+    no_eval = missing_reason("eval_loss", {"train_loss": 0.2, "step": 50})
+    assert "logged no evaluation" in no_eval and "eval.every_steps" in no_eval
+    other = missing_reason("eval_f1", final_values(RECORDS))
+    assert "eval_f1 is not among the run's values (train_loss, eval_loss, eval_acc)" in other
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        (["tune.objective=eval_loss"], None),
+        (["tune.objective=train_loss", "tune.direction=minimize"], None),
+        (
+            ["tune.objective=eval_acc"],
+            "tune.objective=eval_acc is not a value this run reports (these are: train_loss, "
+            "eval_loss)",
+        ),
+        (["tune.direction=down"], "tune.direction=down is not one of minimize, maximize, auto"),
+        (["tune.objective="], "tune.objective='' must be a non-empty single-line string"),
+        # A script reports its own values: any name.
+        (["job.entry=train_plain.py", "tune.objective=bleu"], None),
+    ],
+)
+def test_tune_keys_are_checked_before_anything_runs(
+    overrides: list[str], problem: str | None
+) -> None:
+    if problem is None:
+        build_job_spec(compose_config(overrides))
+        return
+    with pytest.raises(SpecError) as caught:
+        build_job_spec(compose_config(overrides))
+    assert problem in str(caught.value)
+
+
+def _loop(run_dir: Path, report: float | None, **options: object) -> None:
+    with session(steps=3, run_dir=run_dir, env={}, stall_seconds=0, **options) as s:
+        model = s.wrap(nn.Linear(2, 1))
+        for step in range(3):
+            loss = model(torch.ones(4, 2)).pow(2).mean()
+            s.log(step + 1, loss=loss)
+            s.should_stop(step, loss=loss)
+        if report is not None:
+            s.report(report, step=3)
+
+
+def test_a_session_writes_the_result_from_its_log_or_its_report(tmp_path: Path) -> None:
+    _loop(tmp_path / "logged", None, objective="train_loss")
+    logged = read_result(tmp_path / "logged")
+    assert logged is not None and logged["objective"] == "train_loss"
+    assert logged["value"] == logged["train_loss"] and logged["direction"] == "minimize"
+
+    _loop(tmp_path / "reported", 0.75, objective="eval_accuracy", direction="maximize")
+    reported = read_result(tmp_path / "reported")
+    assert reported is not None
+    assert (reported["value"], reported["direction"], reported["objective_step"]) == (
+        0.75,
+        "maximize",
+        3,
+    )
