@@ -35,11 +35,10 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_loader import MODEL, Samples, alternate, fresh_dirs, spec_for  # noqa: E402
-from bench_runtime import run_workers, toolkit_step_time  # noqa: E402
+from bench_runtime import run_workers, start_session, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.sections import EvalSettings  # noqa: E402
-from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
 from jeanzay_kit.examples.models import MLP  # noqa: E402
 from jeanzay_kit.node.local import local_rank_infos  # noqa: E402
 from jeanzay_kit.train import components as build  # noqa: E402
@@ -96,12 +95,15 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     ranks = args.workers
     plain = spec_for(ranks, args.steps, "0", 0)
     spec = replace(plain, eval=EvalSettings(None, 1, None, EVAL_MICRO, {}))
-    ctx = init_distributed(local_rank_infos(ranks, port)[index], spec.layout, torch.device("cpu"))
+    session = start_session(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
+    ctx = session.ctx
     sides = {"toolkit": lambda: toolkit_eval_time(spec, ctx), "hand": lambda: hand_eval_time(ctx)}
     evals = alternate(args.rounds, sides)
     next_dir = fresh_dirs(out_dir / "steps")
-    step_s = [toolkit_step_time(plain, ctx, next_dir(), args.steps, args.warmup) for _ in range(2)]
-    shutdown()
+    step_s = [
+        toolkit_step_time(plain, session, next_dir(), args.steps, args.warmup) for _ in range(2)
+    ]
+    session.close()
     if index != 0:
         return
     ratios = [a / b for a, b in zip(evals["toolkit"], evals["hand"], strict=True)]

@@ -36,12 +36,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_runtime import run_workers, toolkit_step_time  # noqa: E402
+from bench_runtime import run_workers, start_session, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
-from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
 from jeanzay_kit.examples.models import MLP  # noqa: E402
 from jeanzay_kit.node.local import local_rank_infos  # noqa: E402
 from jeanzay_kit.train.schedule import seed_everything  # noqa: E402
@@ -143,22 +142,23 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     ranks = args.workers
     # (a) the loop: two ranks, no loader workers on either side (2 cores: none to spare).
     spec = spec_for(ranks, args.steps, "0", 0)
-    ctx = init_distributed(local_rank_infos(ranks, port)[index], spec.layout, torch.device("cpu"))
+    session = start_session(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
+    ctx = session.ctx
     next_dir = fresh_dirs(out_dir / "ddp")
     loop = alternate(
         args.rounds,
         {
-            "toolkit": lambda: toolkit_step_time(spec, ctx, next_dir(), args.steps, args.warmup),
+            "toolkit": lambda: toolkit_step_time(
+                spec, session, next_dir(), args.steps, args.warmup
+            ),
             "hand": lambda: hand_ddp_step_time(ctx, args.steps, args.warmup),
         },
     )
-    shutdown()
+    session.close()
     if index != 0:
         return
     # (b) input-bound: one rank (this process), the other CPU free for a loader worker.
-    ctx1 = init_distributed(
-        local_rank_infos(1, port + 1)[0], spec_for(1, 1, "0", 0).layout, torch.device("cpu")
-    )
+    one = start_session(spec_for(1, 1, "0", 0), local_rank_infos(1, port + 1)[0], out_dir / "one")
     specs = {
         "auto": spec_for(1, args.steps, "auto", args.decode_kb),
         "zero": spec_for(1, args.steps, "0", args.decode_kb),
@@ -168,11 +168,11 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     bound = alternate(
         args.rounds,
         {
-            k: (lambda k=k: toolkit_step_time(specs[k], ctx1, dirs[k](), args.steps, args.warmup))
+            k: (lambda k=k: toolkit_step_time(specs[k], one, dirs[k](), args.steps, args.warmup))
             for k in specs
         },
     )
-    shutdown()
+    one.close()
     report(loop, bound, specs["auto"].loader.num_workers, args)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -21,21 +22,31 @@ import torch.distributed as dist
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_runtime import overrides, run_workers, toolkit_step_time  # noqa: E402
+from bench_runtime import overrides, run_workers, start_session, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
-from jeanzay_kit.distributed.process_group import init_distributed, shutdown  # noqa: E402
 from jeanzay_kit.node.local import local_rank_infos  # noqa: E402
 from jeanzay_kit.runtime.heartbeat import Heartbeat, Watchdog  # noqa: E402
+
+
+class _NoBeat:
+    """The loop's beats go nowhere (the "off" side)."""
+
+    def beat(self, step: int, phase: str) -> None:
+        pass
 
 
 def worker(index: int, args, port: int, out_dir: Path) -> None:
     torch.set_num_threads(max(1, args.threads))
     spec = build_job_spec(compose_config(overrides("ddp", args.workers, args.steps)))
     info = local_rank_infos(args.workers, port)[index]
-    ctx = init_distributed(info, spec.layout, torch.device("cpu"))
+    # The session's own heartbeat (and no watchdog: stall_seconds=0) runs on both sides;
+    # each side puts its own in the loop's hands: a real one with a watchdog, or none.
+    spec = replace(spec, watchdog=replace(spec.watchdog, stall_seconds=0.0))
+    session = start_session(spec, info, out_dir / "session")
+    own_beat = session._heartbeat
     times: dict[str, list[float]] = {"on": [], "off": []}
     for r in range(args.rounds):
         for side in ("on", "off") if r % 2 == 0 else ("off", "on"):
@@ -46,16 +57,14 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             if side == "on":
                 beat = Heartbeat(run_dir, info.rank, args.steps, "bench", None, 2.0).start()
                 watch = (beat, Watchdog(beat, run_dir, 300.0).start())
-            times[side].append(
-                toolkit_step_time(
-                    spec, ctx, run_dir, args.steps, args.warmup, heartbeat=watch and watch[0]
-                )
-            )
+            session._heartbeat = watch[0] if watch else _NoBeat()
+            times[side].append(toolkit_step_time(spec, session, run_dir, args.steps, args.warmup))
             if watch:
                 watch[1].stop()
                 watch[0].stop()
     dist.barrier()
-    shutdown()
+    session._heartbeat = own_beat
+    session.close()
     if index != 0:
         return
     ratios = [a / b for a, b in zip(times["on"], times["off"], strict=True)]

@@ -572,6 +572,13 @@ class Session:
     def _writer(self) -> Any:
         return self.metrics_writer()
 
+    def close_metrics(self) -> None:
+        """Close the metrics writer now (the session does at its end); the next
+        metrics_writer() call opens a new one, from the step note_resumed gave."""
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
+
     def metrics_writer(self, *, end_time: float | None = None, loader: str = "") -> Any:
         """The run's metrics.jsonl and progress lines (runtime/metrics.py MetricsWriter),
         opened at the first call from the resumed step on and closed with the session:

@@ -98,7 +98,7 @@ def train(spec: JobSpec, session: Session, allocation_end: float | None = None) 
     with _on_write_error(spec.checkpoint.on_write_error, attempt.ctx.is_main):
         attempt.ckpt.close()
     digest = None if attempt.stopped_by else save_final_model(attempt)
-    attempt.metrics.close()
+    session.close_metrics()
     return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
 
 
