@@ -127,3 +127,33 @@ def test_a_session_writes_the_result_from_its_log_or_its_report(tmp_path: Path) 
         "maximize",
         3,
     )
+
+
+@pytest.mark.parametrize(
+    ("sweeper", "told"),
+    [
+        ("hydra._internal.core_plugins.basic_sweeper.BasicSweeper", False),
+        ("hydra_plugins.jeanzay_launcher.jeanzay_sweeper.JeanzaySweeper", False),
+        ("hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper", True),
+    ],
+)
+def test_a_search_whose_run_has_no_value_is_told_why(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], sweeper: str, told: bool
+) -> None:
+    """train_app's return value to Hydra: a grid reads nothing, a search gets one line
+    naming tune.objective and the fix, and exit 2, instead of a TypeError in Optuna."""
+    from jeanzay_kit.runtime.run_result import write_result
+    from jeanzay_kit.train_app import _run_value
+
+    write_result(tmp_path, result_record({"train_loss": 0.2, "step": 10}, "eval_loss", "minimize"))
+    if not told:
+        assert _run_value(tmp_path, sweeper, "train.py") is None
+        return
+    with pytest.raises(SystemExit) as ended:
+        _run_value(tmp_path, sweeper, "train.py")
+    assert ended.value.code == 2
+    err = capsys.readouterr().err
+    assert (
+        "needs the run's value: tune.objective=eval_loss, but the run logged no evaluation" in err
+    )
+    assert "eval.every_steps" in err
