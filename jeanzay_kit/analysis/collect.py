@@ -10,15 +10,14 @@ Three shapes, tried in order:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-
-METRICS = "metrics.jsonl"
+from jeanzay_kit.runtime.metrics import METRICS_FILE as METRICS
+from jeanzay_kit.runtime.metrics import read_records
 
 
 @dataclass(frozen=True)
@@ -26,24 +25,6 @@ class RunFiles:
     run_dir: Path
     overrides: tuple[str, ...]
     records: list[dict[str, Any]]
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's records; a missing file is a run that has not logged yet, and a
-    line being written (or cut by a crash) is skipped."""
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def hydra_overrides(run_dir: Path) -> tuple[str, ...]:

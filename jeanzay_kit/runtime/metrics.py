@@ -45,6 +45,29 @@ def peak_flops(device_name: str) -> float | None:
     return None
 
 
+# One JSON object per logged step, in the run directory: written here, read by
+# read_records (run_result.py, `jzk report`, `jzk status`).
+METRICS_FILE = "metrics.jsonl"
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """metrics.jsonl's records; a missing file is a run that has not logged yet, and a
+    line being written (or cut by a crash) is skipped."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    records = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
 class MetricsWriter:
     """Writes one JSON object per logged step; only the main rank writes."""
 
@@ -69,7 +92,7 @@ class MetricsWriter:
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
-        self.path = run_dir / "metrics.jsonl"
+        self.path = run_dir / METRICS_FILE
         self.end_time, self.allocation_s, self.lead_s = end_time, allocation_s, lead_s
         self._noted_requeues = False
         self.loader = loader

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.runtime.metrics import METRICS_FILE, read_records
 
 RESULT_FILE = "result.json"
-METRICS_FILE = "metrics.jsonl"
 
 
 def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:
@@ -65,9 +65,10 @@ def missing_reason(objective: str, values: Mapping[str, Any]) -> str:
     known = ", ".join(k for k in values if k != "step" and k != "eval_step") or "none"
     if objective.startswith("eval_") and "eval_step" not in values:
         return (
-            f"tune.objective={objective}, but the run logged no evaluation. HINT: set "
-            "eval.every_steps (an evaluation runs at the last step too), or "
-            "tune.objective=train_loss"
+            f"tune.objective={objective}, but the run logged no evaluation. HINT: evaluate "
+            "(eval.every_steps in the toolkit's loop, which evaluates at the last step "
+            "too; s.log(step, eval_loss=...) or s.report(value, step) in your own), or "
+            "set tune.objective=train_loss"
         )
     return (
         f"tune.objective={objective} is not among the run's values ({known}). HINT: name one "
@@ -76,23 +77,6 @@ def missing_reason(objective: str, values: Mapping[str, Any]) -> str:
 
 
 # ---- the files ---------------------------------------------------------------------------
-
-
-def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's records (none when absent; a torn last line is skipped)."""
-    try:
-        lines = (run_dir / METRICS_FILE).read_text().splitlines()
-    except OSError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
 
 
 def write_result(run_dir: Path, record: Mapping[str, Any]) -> None:
@@ -124,6 +108,6 @@ def result_value(run_dir: Path) -> float | None:
 
 def write_from_metrics(run_dir: Path, objective: str, direction: str) -> dict[str, Any]:
     """result.json from metrics.jsonl (the toolkit's loop, a session without s.report)."""
-    record = result_record(final_values(read_metrics(run_dir)), objective, direction)
+    record = result_record(final_values(read_records(run_dir / METRICS_FILE)), objective, direction)
     write_result(run_dir, record)
     return record
