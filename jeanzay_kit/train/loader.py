@@ -10,12 +10,19 @@ checkpoint's step. There is no loader state to save.
 Loader workers and signals: Slurm signals every process of a job step, the loader's
 workers too. A worker ignores the preemption signals (the training process notes them
 and saves at the next step boundary, then shuts the workers down); with the default
-action a worker would die of SIGUSR1 and take the step, and the save, with it.
+action a worker would die of SIGUSR1 and take the step, and the save, with it. Workers are
+forked where the platform can (Linux), as torch does by default and as a rank started by
+srun does: a forked worker inherits the training process's handler, so a signal that
+arrives before its worker_init_fn runs is only noted. A local rank is itself started by
+multiprocessing's spawn, which makes spawn its default too: its workers would start as new
+interpreters with the default action, for the seconds they take to import torch (seen in
+CI: a SIGUSR1 to the process tree during an evaluation's worker start-up killed them).
 """
 
 from __future__ import annotations
 
 import math
+import multiprocessing
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -35,6 +42,14 @@ def ignore_stop_signals(_worker_id: int) -> None:
     """worker_init_fn: the training process handles preemption, not its loader workers."""
     for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
+
+
+def worker_context() -> Any:
+    """The start method of loader workers: fork where the platform has it (see above),
+    else the platform's default (None)."""
+    if "fork" in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("fork")
+    return None
 
 
 def build_collate(node: Mapping[str, Any] | None) -> Callable[[list[Any]], Any]:
@@ -67,6 +82,7 @@ def build_loader(
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["worker_init_fn"] = ignore_stop_signals
+        extra["multiprocessing_context"] = worker_context()
         extra["persistent_workers"] = settings.persistent_workers
         extra["prefetch_factor"] = prefetch_for(settings.prefetch_factor, workers, per_step)
     return DataLoader(

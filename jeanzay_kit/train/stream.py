@@ -40,6 +40,7 @@ from jeanzay_kit.train.loader import (
     describe_loader,
     ignore_stop_signals,
     prefetch_for,
+    worker_context,
     workers_here,
 )
 from jeanzay_kit.train.stream_rules import stream_restore
@@ -77,6 +78,7 @@ def build_stream_loader(
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["worker_init_fn"] = ignore_stop_signals
+        extra["multiprocessing_context"] = worker_context()
         extra["prefetch_factor"] = prefetch_for(settings.prefetch_factor, workers, per_step)
     with warnings.catch_warnings():
         # torchdata 0.11 calls a torch API that torch >= 2.9 deprecates; harmless.

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -216,6 +218,35 @@ def test_loader_workers_ignore_the_preemption_signals() -> None:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+# A local rank is started by multiprocessing's spawn, which makes spawn its default start
+# method; it notes SIGUSR1 with a Python handler, builds the loader, and a SIGUSR1 reaches
+# a worker the moment it exists (Slurm and `kill` signal the whole process tree).
+SIGNAL_AT_WORKER_START = """
+import multiprocessing, os, signal, sys
+multiprocessing.set_start_method("spawn", force=True)
+noted = []
+signal.signal(signal.SIGUSR1, lambda signum, frame: noted.append(signum))
+from jeanzay_kit.config.sections import LoaderSettings
+from jeanzay_kit.train.loader import build_loader
+steps = [[(i, i)] for i in range(4)]
+settings = LoaderSettings(1, False, False, None, None)
+loader = build_loader(list(range(4)), steps, settings, workers=1, device_type="cpu", seed=0)
+batches = iter(loader)
+for child in multiprocessing.active_children():
+    os.kill(child.pid, signal.SIGUSR1)
+print(sum(len(batch) for batch in batches))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_loader_worker_signalled_as_it_starts_lives_in_a_spawned_rank() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AT_WORKER_START], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["4"]
 
 
 def test_collate_fn_is_torchs_a_function_or_a_built_class() -> None:
