@@ -25,7 +25,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     # torch would pull several GB of CUDA packages).
     # The grep drops pip's notes about local index folders that do not exist here.
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-        -e '.[dev,bench,frameworks]' \
+        -e '.[dev,bench,frameworks,tune]' \
         2> >(grep -v -e "^WARNING: Location 'file://" -e BuildBackendWarning >&2)
     # torchvision, the `vision` extra (data=image_folder). PyPI's Linux wheel is built
     # for a CUDA torch: next to a CPU-only torch (these machines, CI) its compiled

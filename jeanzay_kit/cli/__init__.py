@@ -25,6 +25,7 @@ COMMANDS = (
     ("validate", "validate"),
     ("render", "render"),
     ("submit", "submit"),
+    ("tune", "tune"),
     ("status", "status"),
     ("report", "report"),
     ("doctor", "doctor"),

@@ -4,14 +4,13 @@ directory, and rendering a script with its log folder."""
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.config.compose import compose_config
-from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError, RenderError
+from jeanzay_kit.launch.request import spec_of, workdir_of
 from jeanzay_kit.slurm.sbatch import render_sbatch
 
 OVERRIDES_HELP = (
@@ -32,17 +31,7 @@ def add_config_args(parser: argparse.ArgumentParser) -> None:
 
 def build_spec(args: argparse.Namespace) -> JobSpec:
     refuse_hydra_dirs(args.overrides)
-    cfg = compose_config(args.overrides, args.config_dir)
-    local_gpus = None
-    if cfg["cluster"].get("scheduler") == "local" and cfg["resources"].get(
-        "gpus_per_node", "auto"
-    ) in (None, "auto"):
-        # Only here is torch imported: the worker count of a local run follows the GPUs.
-        from jeanzay_kit.node.entry import local_gpu_count
-
-        local_gpus = local_gpu_count()
-    # The CPUs of this machine: loader.num_workers=auto of a local run is resolved from them.
-    return build_job_spec(cfg, local_gpus=local_gpus, local_cpus=os.cpu_count())
+    return spec_of(args.overrides, args.config_dir)
 
 
 def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
@@ -72,11 +61,6 @@ def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
         return 0
     hint = f". HINT: change {answer.hint}" if answer.hint else ""
     raise JzkError(f"Slurm refuses this request (sbatch --test-only): {answer.message}{hint}")
-
-
-def workdir_of(spec: JobSpec) -> Path:
-    """Where the job runs: job.workdir, or the directory jzk runs in."""
-    return Path(spec.job.workdir) if spec.job.workdir else Path.cwd()
 
 
 def render(

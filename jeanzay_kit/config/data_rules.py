@@ -297,4 +297,45 @@ def check_tune(
                 "use tune.objective=eval_loss, or add the metric to eval.metrics",
             )
             objective = None
-    return complete(TuneSettings, objective=objective, direction=direction)
+    params = _tune_params(c, tune.get("params") or {})
+    storage = tune.get("storage", default("tune.storage"))
+    seed = tune.get("seed", default("tune.seed"))
+    if seed is not None:
+        seed = c.positive_int("tune.seed", seed, minimum=0)
+    return complete(
+        TuneSettings,
+        nullable=("storage", "seed"),
+        objective=objective,
+        direction=direction,
+        params=params,
+        n_trials=c.positive_int("tune.n_trials", tune.get("n_trials", default("tune.n_trials"))),
+        tasks=c.positive_int("tune.tasks", tune.get("tasks", default("tune.tasks"))),
+        study_name=c.line("tune.study_name", tune.get("study_name") or "jzk", "use e.g. lr-search"),
+        dir=c.line("tune.dir", tune.get("dir") or "tune/jzk", "use e.g. tune/lr-search"),
+        storage=None if storage in (None, "") else str(storage),
+        sampler=c.choice("tune.sampler", tune.get("sampler", default("tune.sampler")), SAMPLERS),
+        seed=seed,
+    )
+
+
+SAMPLERS = ("tpe", "random")
+
+
+def _tune_params(c: Collector, params: object) -> tuple[tuple[str, str], ...] | None:
+    """tune.params: {config key: Hydra sweep syntax}; the syntax itself is read by
+    jeanzay_kit/tune/space.py, before the study starts."""
+    if not isinstance(params, Mapping):
+        c.add("tune.params", params, "is not a mapping", 'use tune.params="{optim.lr: ...}"')
+        return None
+    pairs = []
+    for key, value in params.items():
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            c.add(
+                f"tune.params.{key}",
+                value,
+                "is not a sweep",
+                f'use e.g. tune.params.{key}="interval(0.001, 0.1)" or "choice(1, 2)"',
+            )
+            return None
+        pairs.append((str(key), str(value)))
+    return tuple(pairs)

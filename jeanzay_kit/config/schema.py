@@ -274,6 +274,19 @@ class TuneConfig:
     objective: str = "eval_loss"
     # minimize | maximize | auto (minimize a loss; a metric's own higher_is_better).
     direction: str = "auto"
+    # `jzk tune`'s search space: {config key: Hydra's sweep syntax}, e.g.
+    # optim.lr: tag(log, interval(1e-4, 1e-1)), model.n_layer: choice(2, 4).
+    params: Any = None  # a mapping (Any: its keys have dots, which a typed dict refuses)
+    n_trials: int = 20  # trials of the study in all; raise it and run again to extend it
+    tasks: int = 1  # tasks that run trials at once, each asking for the next when done
+    study_name: str = "${job.name}"  # the study's name in its storage
+    # The study's folder: its journal (unless tune.storage) and one run dir per trial.
+    dir: str = "tune/${tune.study_name}"
+    # null: Optuna's JournalStorage in <tune.dir>/study.journal (a file on the shared
+    # filesystem, no database server); or an RDB URL (sqlite:///..., postgresql://...).
+    storage: Optional[str] = None
+    sampler: str = "tpe"  # tpe | random (Optuna's TPESampler, RandomSampler)
+    seed: Optional[int] = None  # the sampler's seed; null: a different search each time
 
 
 @dataclass

@@ -205,6 +205,15 @@ class TuneSettings:
 
     objective: str  # train_loss | eval_loss | eval_<metric>; a script's own name
     direction: str  # minimize | maximize | auto (resolved where the metric is known)
+    # jzk tune (jeanzay_kit/tune/): the search space as (key, Hydra sweep syntax) pairs.
+    params: tuple[tuple[str, str], ...] = ()
+    n_trials: int = 20
+    tasks: int = 1
+    study_name: str = "jzk"
+    dir: str = "tune/jzk"
+    storage: str | None = None  # None: <dir>/study.journal
+    sampler: str = "tpe"
+    seed: int | None = None
 
 
 @dataclass(frozen=True)

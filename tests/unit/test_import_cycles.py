@@ -114,6 +114,7 @@ ROOM_ORDER = [
     "node",
     "train_app",
     "launch",
+    "tune",
     "analysis",
     "doctor",
     "cli",

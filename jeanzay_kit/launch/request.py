@@ -1,0 +1,30 @@
+"""A request as every command reads it: the composed config, checked into a JobSpec."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import JobSpec, build_job_spec
+
+
+def spec_of(overrides: Sequence[str], config_dir: str | None) -> JobSpec:
+    """The checked request of these overrides (a SpecError naming each problem)."""
+    cfg = compose_config(list(overrides), config_dir)
+    local_gpus = None
+    if cfg["cluster"].get("scheduler") == "local" and cfg["resources"].get(
+        "gpus_per_node", "auto"
+    ) in (None, "auto"):
+        # Only here is torch imported: the worker count of a local run follows the GPUs.
+        from jeanzay_kit.node.entry import local_gpu_count
+
+        local_gpus = local_gpu_count()
+    # The CPUs of this machine: loader.num_workers=auto of a local run is resolved from them.
+    return build_job_spec(cfg, local_gpus=local_gpus, local_cpus=os.cpu_count())
+
+
+def workdir_of(spec: JobSpec) -> Path:
+    """Where the job runs: job.workdir, or the directory jzk runs in."""
+    return Path(spec.job.workdir) if spec.job.workdir else Path.cwd()

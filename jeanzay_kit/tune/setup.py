@@ -1,0 +1,73 @@
+"""What `jzk tune` and each of its tasks start from: the checked request and its study."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.config.sections import TuneSettings
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.errors import Problem, SpecError
+from jeanzay_kit.tune.space import SearchParam, parse_space, trial_overrides
+
+
+@dataclass(frozen=True)
+class PreparedStudy:
+    spec: JobSpec  # the request without any trial's values
+    space: list[SearchParam]
+    study_dir: Path
+    direction: str  # minimize | maximize, auto resolved
+
+    @property
+    def settings(self) -> TuneSettings:
+        return self.spec.tune
+
+    @property
+    def n_trials(self) -> int:
+        return self.spec.tune.n_trials
+
+
+def check_request(overrides: Sequence[str], config_dir: str | None) -> PreparedStudy:
+    """The request and its search space, checked before any trial runs: the space's
+    syntax, and a run at one corner of it (each key exists, each value is accepted)."""
+    from jeanzay_kit.launch.request import spec_of, workdir_of
+    from jeanzay_kit.train.components import objective_direction
+
+    spec = spec_of(overrides, config_dir)
+    if not spec.tune.params:
+        raise SpecError(
+            Problem(
+                "tune.params",
+                None,
+                "is empty: the study has nothing to search",
+                "give keys and ranges, e.g. "
+                "tune.params='{optim.lr: \"tag(log, interval(1e-4, 1e-1))\"}'",
+            )
+        )
+    space = parse_space(spec.tune.params)
+    corner = {p.key: _first(p) for p in space}
+    spec_of([*overrides, *trial_overrides(corner)], config_dir)
+    study_dir = workdir_of(spec) / spec.tune.dir
+    return PreparedStudy(spec, space, study_dir, objective_direction(spec))
+
+
+def _first(param: SearchParam) -> Any:
+    if param.kind in ("categorical", "fixed"):
+        return param.choices[0]
+    return int(param.low) if param.kind == "int" else param.low
+
+
+def prepare_study(
+    overrides: Sequence[str], config_dir: str | None, task: str = ""
+) -> tuple[Any, PreparedStudy]:
+    """The checked request and its study, opened (created on first use) for `task`."""
+    from jeanzay_kit.tune.study import distribution, open_study
+
+    prepared = check_request(overrides, config_dir)
+    for param in prepared.space:  # bounds Optuna refuses, refused before the study exists
+        if param.kind != "fixed":
+            distribution(param)
+    study = open_study(prepared.settings, prepared.study_dir, prepared.direction, task)
+    return study, prepared

@@ -1,0 +1,96 @@
+"""tune.params, read with Hydra's own override grammar: the words of a `-m` sweep.
+
+`optim.lr: tag(log, interval(1e-4, 1e-1))` is a float drawn on a log scale,
+`model.n_layer: choice(2, 4, 6)` (or `2,4,6`) one of a list, `train.steps: range(100, 400,
+step=100)` an integer from a range (its stop excluded, as in Hydra), `tag(int, interval(1,
+8))` an integer interval; a plain value is fixed for every trial. The same syntax as
+hydra-optuna-sweeper's `hydra.sweeper.params`, so a search moves between the two unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from jeanzay_kit.errors import Problem, SpecError
+
+
+@dataclass(frozen=True)
+class SearchParam:
+    """One dimension of the search: a config key and the values it may take."""
+
+    key: str
+    kind: str  # float | int | categorical | fixed
+    low: float = 0.0
+    high: float = 0.0
+    step: float | None = None  # None: continuous (float); int ranges have one
+    log: bool = False
+    choices: tuple[Any, ...] = ()
+
+
+def parse_space(params: Iterable[tuple[str, str]]) -> list[SearchParam]:
+    """tune.params as search dimensions; a SpecError naming the key for what is not a
+    sweep the study can draw from."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    space = []
+    for key, text in params:
+        try:
+            value = parser.parse_override(f"{key}={text}").value()
+        except HydraException as err:
+            raise _refused(
+                key,
+                text,
+                f"is not a sweep Hydra reads ({err})",
+                'use e.g. "tag(log, interval(1e-4, 1e-1))", "choice(2, 4)" or "range(1, 9)"',
+            ) from None
+        space.append(_dimension(key, text, value))
+    return space
+
+
+def _dimension(key: str, text: str, value: Any) -> SearchParam:
+    from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, RangeSweep
+
+    tags = set(getattr(value, "tags", ()) or ())
+    log = "log" in tags
+    if isinstance(value, ChoiceSweep):
+        return SearchParam(key, "categorical", choices=tuple(value.list))
+    if isinstance(value, IntervalSweep):
+        low, high = value.start or 0.0, value.end or 0.0  # Hydra's grammar gives both
+        if "int" in tags:
+            return SearchParam(key, "int", int(low), int(high), step=1, log=log)
+        return SearchParam(key, "float", float(low), float(high), log=log)
+    if isinstance(value, RangeSweep):
+        start, stop, step = value.start, value.stop, value.step
+        if not (isinstance(start, int) and isinstance(stop, int) and isinstance(step, int)):
+            raise _refused(key, text, "is not of whole numbers", f'use "interval({start}, {stop})"')
+        if stop - step < start:
+            raise _refused(key, text, "is empty", "raise its stop")
+        return SearchParam(key, "int", start, stop - step, step=step, log=log)
+    if isinstance(value, (list, dict)):
+        raise _refused(key, text, "is not a sweep", f'use "choice({text.strip("[]")})"')
+    return SearchParam(key, "fixed", choices=(value,))
+
+
+def _refused(key: str, text: str, reason: str, hint: str) -> SpecError:
+    return SpecError(Problem(f"tune.params.{key}", text, reason, hint))
+
+
+def trial_overrides(values: Mapping[str, Any]) -> list[str]:
+    """Hydra overrides that give a run a trial's values (`optim.lr=0.0031`)."""
+    return [f"{key}={_override_value(value)}" for key, value in values.items()]
+
+
+def _override_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = str(value)
+    # Quoted, so that a value with a comma, a space or a bracket stays one string.
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,0 +1,200 @@
+"""The study in Optuna's own storage: open it, hand out trials, record their ends.
+
+The storage is a JournalStorage file (`<tune.dir>/study.journal`, Optuna's advice for a
+shared filesystem without a database server: an append-only log written under a lock
+file, JournalFileBackend) or an RDB URL. Every task of a study opens the same storage;
+Optuna's own tools (optuna-dashboard, `optuna.load_study`) read it too.
+
+A trial handed to a task carries the task's name (`jzk_task`): a task that was stopped
+before its trial ended (preemption, time limit, a killed task) takes the same trial again
+when it starts again, so a trial is never counted twice nor restarted from zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import (
+    BaseDistribution,
+    CategoricalDistribution,
+    FloatDistribution,
+    IntDistribution,
+)
+from optuna.trial import TrialState
+
+from jeanzay_kit.config.sections import TuneSettings
+from jeanzay_kit.errors import Problem, SpecError
+from jeanzay_kit.tune.space import SearchParam
+
+JOURNAL_FILE = "study.journal"
+ASK_LOCK_FILE = "ask.lock"
+TASK_ATTR = "jzk_task"
+RUN_DIR_ATTR = "jzk_run_dir"
+REASON_ATTR = "jzk_reason"
+# Trials that count towards tune.n_trials: all but those still WAITING in a queue.
+COUNTED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)
+
+
+@dataclass(frozen=True)
+class TrialTicket:
+    """A trial a task runs: Optuna's handle, its values, whether it is a resumed one."""
+
+    trial: optuna.trial.Trial
+    values: dict[str, Any]
+    resumed: bool
+
+    @property
+    def number(self) -> int:
+        return self.trial.number
+
+
+def trial_dir(study_dir: Path, number: int) -> Path:
+    """A trial's run directory: its own, whatever its values (two trials drawing the
+    same values never share one)."""
+    return study_dir / f"trial-{number}"
+
+
+def distribution(param: SearchParam) -> BaseDistribution:
+    """Optuna's distribution of one search dimension, its errors naming the key."""
+    try:
+        if param.kind == "float":
+            return FloatDistribution(param.low, param.high, log=param.log, step=param.step)
+        if param.kind == "int":
+            return IntDistribution(
+                int(param.low), int(param.high), log=param.log, step=int(param.step or 1)
+            )
+        return CategoricalDistribution(param.choices)
+    except ValueError as err:
+        raise SpecError(
+            Problem(f"tune.params.{param.key}", param, str(err), "fix its bounds")
+        ) from None
+
+
+def storage_of(settings: TuneSettings, study_dir: Path) -> Any:
+    """tune.storage (an RDB URL), or the JournalStorage file in the study's folder."""
+    if settings.storage:
+        return settings.storage
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
+    study_dir.mkdir(parents=True, exist_ok=True)
+    path = str(study_dir / JOURNAL_FILE)
+    # The open(O_EXCL) lock: works on NFS and Lustre, where flock may not.
+    return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
+
+
+def sampler_of(settings: TuneSettings, task: str) -> optuna.samplers.BaseSampler:
+    """tune.sampler, seeded per task: tasks with one seed would draw the same values."""
+    seed = None if settings.seed is None else settings.seed + zlib.crc32(task.encode())
+    if settings.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def open_study(
+    settings: TuneSettings, study_dir: Path, direction: str, task: str = ""
+) -> optuna.Study:
+    """The study, created on first use; a later run (another task, a resubmission)
+    loads it. A changed direction is refused: the values already told would mean the
+    opposite."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        storage=storage_of(settings, study_dir),
+        study_name=settings.study_name,
+        direction=optuna.study.StudyDirection[direction.upper()],
+        sampler=sampler_of(settings, task),
+        load_if_exists=True,
+    )
+    had = study.direction.name.lower()
+    if had != direction:
+        raise SpecError(
+            Problem(
+                "tune.direction",
+                direction,
+                f"is not the direction of study {settings.study_name!r}, which {had}s",
+                f"keep tune.direction={had}, or name a new study with tune.study_name",
+            )
+        )
+    return study
+
+
+@contextlib.contextmanager
+def _ask_lock(study_dir: Path) -> Iterator[None]:
+    """One task at a time counts the trials and asks: n_trials is never overshot."""
+    from optuna.storages.journal import JournalFileOpenLock
+
+    lock = JournalFileOpenLock(str(study_dir / ASK_LOCK_FILE))
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def next_trial(
+    study: optuna.Study,
+    space: Sequence[SearchParam],
+    n_trials: int,
+    task: str,
+    study_dir: Path,
+) -> TrialTicket | None:
+    """The trial this task runs next: its own unfinished one, else a new one while the
+    study has fewer than n_trials; None when the study has all it needs."""
+    with _ask_lock(study_dir):
+        trials = study.get_trials(deepcopy=False, states=COUNTED)
+        for frozen in trials:
+            if frozen.state == TrialState.RUNNING and frozen.user_attrs.get(TASK_ATTR) == task:
+                # Optuna's handle of a trial still running: Trial(study, trial_id), the
+                # id being the storage's (FrozenTrial keeps it, unexported).
+                handle = optuna.trial.Trial(study, frozen._trial_id)
+                return TrialTicket(handle, _values(space, frozen.params), resumed=True)
+        if len(trials) >= n_trials:
+            return None
+        dists = {p.key: distribution(p) for p in space if p.kind != "fixed"}
+        trial = study.ask(dists)
+        trial.set_user_attr(TASK_ATTR, task)
+        trial.set_user_attr(RUN_DIR_ATTR, str(trial_dir(study_dir, trial.number)))
+        return TrialTicket(trial, _values(space, trial.params), resumed=False)
+
+
+def _values(space: Sequence[SearchParam], drawn: dict[str, Any]) -> dict[str, Any]:
+    """Every key of the space with this trial's value (a fixed one included)."""
+    return {p.key: p.choices[0] if p.kind == "fixed" else drawn[p.key] for p in space}
+
+
+def finish_trial(
+    study: optuna.Study, ticket: TrialTicket, value: float | None, reason: str
+) -> None:
+    """Tell the study how a trial ended: its value, or FAIL with the reason."""
+    if value is not None:
+        study.tell(ticket.trial, value)
+        return
+    ticket.trial.set_user_attr(REASON_ATTR, reason)
+    study.tell(ticket.trial, state=TrialState.FAIL)
+
+
+def summary_lines(study: optuna.Study, n_trials: int) -> list[str]:
+    """The study at a glance: trials by state, the best value and its values."""
+    trials = study.get_trials(deepcopy=False)
+    counts = {state: sum(t.state == state for t in trials) for state in TrialState}
+    said = ", ".join(
+        f"{counts[s]} {s.name.lower()}" for s in (*COUNTED, TrialState.WAITING) if counts[s]
+    )
+    lines = [f"study {study.study_name!r}: {len(trials)} of {n_trials} trial(s): {said or 'none'}"]
+    done = [t for t in trials if t.state == TrialState.COMPLETE]
+    if done:
+        best = study.best_trial
+        values = " ".join(f"{k}={v!r}" for k, v in best.params.items())
+        lines.append(f"best: trial {best.number}, value {best.value:.6g}, {values}")
+        if RUN_DIR_ATTR in best.user_attrs:
+            lines.append(f"  run dir {best.user_attrs[RUN_DIR_ATTR]}")
+    for t in trials:
+        if t.state == TrialState.FAIL and REASON_ATTR in t.user_attrs:
+            lines.append(f"trial {t.number} failed: {t.user_attrs[REASON_ATTR]}")
+    return lines

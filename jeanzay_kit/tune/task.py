@@ -1,0 +1,134 @@
+"""One task of a study: ask for a trial, train it as a normal run, tell its end, ask again.
+
+`python -m jeanzay_kit.tune.task --task NAME [OVERRIDES]`, started by `jzk tune` (tune.tasks
+of them). Each trial is a run of `python -m jeanzay_kit.train_app` with the trial's values
+as overrides and a run directory of its own, `<tune.dir>/trial-N`: the same process tree, the
+same checkpoints and the same `result.json` as any run. So a trial stopped by a signal saves
+at a step boundary and ends with code 3; the task then leaves the trial RUNNING in the study
+and ends with 3 too, and when the task starts again it takes that trial again and the run
+resumes from its checkpoint. A trial that fails is told FAIL with its reason; the task goes
+on with the next.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jeanzay_kit import report
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
+
+PROG = "jzk tune"
+
+
+@dataclass(frozen=True)
+class TrialEnd:
+    """How a trial's run ended: stopped (to be resumed), or its value / failure reason."""
+
+    stopped: bool
+    value: float | None
+    reason: str
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # First thing: a signal is noted, and passed on to the trial's run (runtime/preemption).
+    stop = StopRequest()
+    parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.tune.task")
+    parser.add_argument("--task", required=True, help="this task's name in the study")
+    parser.add_argument("--config-dir", default=None)
+    parser.add_argument("overrides", nargs="*")
+    args = parser.parse_args(argv)
+    try:
+        return run_task(args.task, args.overrides, args.config_dir, stop)
+    except JzkError as err:
+        report.error(PROG, err)
+        return err.exit_code
+
+
+def run_task(task: str, overrides: Sequence[str], config_dir: str | None, stop: StopRequest) -> int:
+    from jeanzay_kit.tune.setup import prepare_study
+    from jeanzay_kit.tune.space import trial_overrides
+    from jeanzay_kit.tune.study import finish_trial, next_trial, trial_dir
+
+    study, prepared = prepare_study(overrides, config_dir, task)
+    while not stop.signum:
+        ticket = next_trial(study, prepared.space, prepared.n_trials, task, prepared.study_dir)
+        if ticket is None:
+            return 0
+        run_dir = trial_dir(prepared.study_dir, ticket.number)
+        how = "resumes" if ticket.resumed else "starts"
+        values = " ".join(trial_overrides(ticket.values))
+        print(f"{PROG}: {task} {how} trial {ticket.number}: {values}", flush=True)
+        command = [
+            sys.executable,
+            "-m",
+            "jeanzay_kit.train_app",
+            *overrides,
+            *trial_overrides(ticket.values),
+            f"job.run_dir={run_dir}",
+        ]
+        end = run_trial(command, run_dir, prepared.study_dir, ticket.number, stop)
+        if end.stopped:
+            print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)
+            return EXIT_PREEMPTED
+        finish_trial(study, ticket, end.value, end.reason)
+        said = f"value {end.value:.6g}" if end.value is not None else f"FAILED: {end.reason}"
+        print(f"{PROG}: {task}: trial {ticket.number} {said}", flush=True)
+    return EXIT_PREEMPTED  # stopped between trials: nothing running, nothing lost
+
+
+def run_trial(
+    command: list[str], run_dir: Path, study_dir: Path, number: int, stop: StopRequest
+) -> TrialEnd:
+    """Run one trial's training to its end; its output goes to <tune.dir>/logs/."""
+    from jeanzay_kit.runtime.run_result import missing_reason, read_result, result_value
+
+    logs = study_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log = logs / f"trial-{number}.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        forwarded = 0
+        while proc.poll() is None:
+            # A signal to this task alone (one sent to the whole tree reached the run
+            # too; a second copy is harmless: stopping is a flag) is passed on once.
+            if stop.signum and not forwarded:
+                forwarded = stop.signum
+                proc.send_signal(forwarded)
+            time.sleep(0.2)
+    code = proc.returncode
+    if code == EXIT_PREEMPTED:
+        return TrialEnd(stopped=True, value=None, reason="")
+    if code != 0:
+        ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        return TrialEnd(False, None, f"the run ended with {ended}: {_last_error(log)} ({log})")
+    value = result_value(run_dir)
+    if value is None:
+        record = read_result(run_dir)
+        if record is None:
+            return TrialEnd(False, None, f"the run wrote no result.json in {run_dir}")
+        return TrialEnd(False, None, missing_reason(str(record.get("objective")), record))
+    return TrialEnd(False, value, "")
+
+
+def _last_error(log: Path) -> str:
+    """The last line of a run's log that says what went wrong."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return "no log"
+    said = [line for line in lines if "error" in line.lower()]
+    return (said or lines or ["no output"])[-1].strip()[:300]
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    raise SystemExit(main())

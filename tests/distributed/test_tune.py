@@ -1,0 +1,117 @@
+"""`jzk tune` as a user runs it, here (cluster=local), from a folder where nothing was
+prepared: an Optuna study whose tasks each ask for a trial, train it as a run of its own,
+tell its value, and ask again; a signal to the whole tree stops it with every finished
+trial kept, and the same command resumes the stopped trial from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+JZK = str(Path(sys.executable).parent / "jzk")
+SPACE = 'tune.params={optim.lr: "tag(log, interval(0.001, 0.1))"}'
+COMMON = ("train.log_every=10", "tune.objective=train_loss", "tune.seed=3")
+
+
+def tune(cwd: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [JZK, "tune", SPACE, *COMMON, *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal gives it
+    )
+
+
+def load(study_dir: Path):  # noqa: ANN201 - optuna's Study
+    """The study as Optuna's own tools read it: the journal file, nothing of ours."""
+    import optuna
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(study_dir / "study.journal")))
+    return optuna.load_study(study_name="jzk", storage=storage)
+
+
+def result(run_dir: Path) -> dict:
+    return json.loads((run_dir / "result.json").read_text())
+
+
+@pytest.mark.timeout(300)
+def test_a_study_of_two_tasks_runs_each_trial_as_a_run_of_its_own(tmp_path: Path) -> None:
+    proc = tune(tmp_path, "train.steps=20", "tune.n_trials=4", "tune.tasks=2")
+    out, err = proc.communicate(timeout=280)
+    assert proc.returncode == 0, err[-3000:] + out[-2000:]
+    study = load(tmp_path / "tune" / "jzk")
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    # Each trial is a normal run with its own directory, its value the run's own result.
+    lrs = set()
+    for trial in trials:
+        run_dir = Path(trial.user_attrs["jzk_run_dir"])
+        assert run_dir == tmp_path / "tune" / "jzk" / f"trial-{trial.number}"
+        assert trial.value == result(run_dir)["value"] == result(run_dir)["train_loss"]
+        lrs.add(trial.params["optim.lr"])
+        assert 0.001 <= trial.params["optim.lr"] <= 0.1
+    assert len(lrs) == 4, "two tasks with one seed drew the same values"
+    assert {t.user_attrs["jzk_task"] for t in trials} == {"task-0", "task-1"}
+    assert f"best: trial {study.best_trial.number}, value {study.best_value:.6g}" in out
+
+
+def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        try:
+            lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+            steps = [json.loads(line).get("step", 0) for line in lines]
+        except (OSError, ValueError):
+            steps = []
+        if steps and max(steps) >= step:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{run_dir} never reached step {step}")
+
+
+@pytest.mark.timeout(400)
+def test_a_stopped_study_resumes_its_trial_from_the_checkpoint(tmp_path: Path) -> None:
+    study_dir = tmp_path / "tune" / "jzk"
+    args = ("train.steps=300", "checkpoint.every_steps=1000", "tune.n_trials=2")
+    proc = tune(tmp_path, *args)
+    wait_for_step(study_dir / "trial-1", 20, proc)  # the second trial, under way
+    os.killpg(proc.pid, signal.SIGUSR1)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, err[-3000:]
+    assert "run the same command again to resume the study" in out
+    states = {t.number: t.state.name for t in load(study_dir).get_trials()}
+    assert states == {0: "COMPLETE", 1: "RUNNING"}  # the finished trial is kept
+
+    again = tune(tmp_path, *args)
+    out, err = again.communicate(timeout=300)
+    assert again.returncode == 0, err[-3000:]
+    assert "task-0 resumes trial 1" in out
+    trials = load(study_dir).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]  # not counted twice
+    log = (study_dir / "logs" / "trial-1.log").read_text()
+    assert "resumed from" in log and "step-" in log
+    # The resumed trial ends as a run of its values that was never stopped.
+    lr = trials[1].params["optim.lr"]
+    straight = subprocess.run(
+        [JZK, "train", *args[:2], *COMMON, f"optim.lr={lr!r}", f"job.run_dir={tmp_path / 's'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=200,
+    )
+    assert straight.returncode == 0, straight.stderr[-3000:]
+    digest = straight.stdout.split("model digest ")[1].split(",")[0]
+    assert f"model digest {digest}" in log
+    assert trials[1].value == result(tmp_path / "s")["value"]

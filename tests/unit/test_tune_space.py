@@ -1,0 +1,83 @@
+"""tune.params in Hydra's sweep syntax as search dimensions, and a trial's values as
+overrides; the tune.* keys' checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.spec import build_job_spec
+from jeanzay_kit.errors import SpecError
+from jeanzay_kit.tune.space import SearchParam, parse_space, trial_overrides
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("tag(log, interval(1e-4, 1e-1))", SearchParam("k", "float", 1e-4, 1e-1, log=True)),
+        ("interval(0, 1)", SearchParam("k", "float", 0.0, 1.0)),
+        ("tag(int, interval(1, 8))", SearchParam("k", "int", 1, 8, step=1)),
+        ("range(100, 400, step=100)", SearchParam("k", "int", 100, 300, step=100)),
+        ("choice(2, 4, 6)", SearchParam("k", "categorical", choices=(2, 4, 6))),
+        ("adam,sgd", SearchParam("k", "categorical", choices=("adam", "sgd"))),
+        ("0.5", SearchParam("k", "fixed", choices=(0.5,))),
+    ],
+)
+def test_a_sweep_is_one_dimension_of_the_search(text: str, expected: SearchParam) -> None:
+    assert parse_space([("k", text)]) == [expected]
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("interval(1e-4", "is not a sweep Hydra reads"),
+        ("range(0.1, 1.0)", "whole numbers"),
+        ("range(5, 5)", "is empty"),
+        ("[1, 2]", "use .choice.1, 2.."),
+    ],
+)
+def test_what_is_not_a_search_is_refused_naming_the_key(text: str, says: str) -> None:
+    with pytest.raises(SpecError, match=f"tune.params.k=.*{says}"):
+        parse_space([("k", text)])
+
+
+def test_a_trials_values_are_overrides_hydra_reads_back() -> None:
+    values = {"optim.lr": 0.003, "model.n_layer": 4, "+model.act": "gelu, tanh", "x": None}
+    overrides = trial_overrides(values)
+    assert overrides == [
+        "optim.lr=0.003",
+        "model.n_layer=4",
+        "+model.act='gelu, tanh'",
+        "x=null",
+    ]
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    assert [o.value() for o in parsed] == [0.003, 4, "gelu, tanh", None]
+
+
+def spec(*overrides: str):  # noqa: ANN201
+    return build_job_spec(compose_config(list(overrides), None), local_gpus=0, local_cpus=2)
+
+
+def test_tune_keys_have_defaults_and_take_a_mapping_with_dotted_keys() -> None:
+    tune = spec(
+        'tune.params={optim.lr: "interval(0.001, 0.1)", model.hidden: "choice(8, 16)"}'
+    ).tune
+    assert tune.params == (("optim.lr", "interval(0.001, 0.1)"), ("model.hidden", "choice(8, 16)"))
+    assert (tune.n_trials, tune.tasks, tune.sampler, tune.storage) == (20, 1, "tpe", None)
+    assert (tune.study_name, tune.dir) == ("jzk", "tune/jzk")  # ${job.name}
+
+
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("tune.n_trials=0", "tune.n_trials"),
+        ("tune.tasks=-1", "tune.tasks"),
+        ("tune.sampler=grid", "tune.sampler"),
+        ("tune.seed=-3", "tune.seed"),
+    ],
+)
+def test_a_bad_tune_key_is_refused_before_anything_runs(override: str, key: str) -> None:
+    with pytest.raises(SpecError, match=key):
+        spec(override)
