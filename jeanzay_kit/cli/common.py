@@ -69,6 +69,7 @@ def render(
     array: str | None = None,
     command: Sequence[str] | None = None,
     rerender: str = "jzk render",
+    tune: bool = False,
 ) -> str:
     """The script, with the log folder created: Slurm opens the logs before the script
     runs and fails the job (JobLaunchFailure, no log at all) when their folder is missing.
@@ -90,6 +91,7 @@ def render(
             workdir=str(workdir),
             rerender=rerender,
             code_dir=code_dir,
+            tune=tune,
         )
     except RenderError as err:
         raise JzkError(str(err)) from err

@@ -10,11 +10,14 @@ larger tune.n_trials).
 from __future__ import annotations
 
 import argparse
+import datetime
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from jeanzay_kit.cli.common import add_config_args
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
@@ -39,12 +42,7 @@ def run(args: argparse.Namespace) -> int:
     study, prepared = prepare_study(args.overrides, args.config_dir)
     spec = prepared.spec
     if spec.cluster.is_slurm:
-        raise JzkError(
-            f"cluster={spec.cluster.name}: jzk tune runs its tasks on this machine for now. "
-            "HINT: run it in an allocation (salloc, or an sbatch script) with cluster=local, "
-            "or search with Hydra's sweeper through the launcher: hydra/sweeper=optuna "
-            "(docs/tuning.md)"
-        )
+        return submit_study(spec, prepared.study_dir, args.overrides)
     tasks = spec.tune.tasks
     print(
         f"jzk tune: study {spec.tune.study_name!r} ({prepared.direction} "
@@ -84,3 +82,47 @@ def run(args: argparse.Namespace) -> int:
         print("jzk tune: stopped; run the same command again to resume the study", flush=True)
         return EXIT_PREEMPTED
     return max(codes, default=0)
+
+
+def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
+    """One job array of tune.tasks tasks, each a task of the study (slurm/sbatch.py
+    tune_step_lines): nothing stays on the login node."""
+    from jeanzay_kit.cli.common import render, workdir_of
+    from jeanzay_kit.launch.manifest import append_manifest
+    from jeanzay_kit.slurm.commands import sbatch
+
+    if spec.layout.launcher != "srun" or spec.job.runs_script:
+        what = "job.entry=<your script>" if spec.job.runs_script else "parallel.launcher=torchrun"
+        raise JzkError(
+            f"{what}: jzk tune starts each trial's ranks with srun and the toolkit's loop for "
+            "now. HINT: use parallel.launcher=srun with the toolkit's loop, or Hydra's sweeper "
+            "(hydra/sweeper=optuna, docs/tuning.md)"
+        )
+    tasks = spec.tune.tasks
+    script = render(spec, overrides, array=f"0-{tasks - 1}", rerender="jzk tune", tune=True)
+    path = study_dir / "tune.sbatch"
+    path.write_text(script)
+    workdir = workdir_of(spec)
+    job_id = sbatch(str(path.resolve()), cwd=str(workdir))
+    log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}_<task>.out"
+    append_manifest(
+        study_dir,
+        {
+            "job_id": job_id,
+            "overrides": list(overrides),
+            "run_dir": str(study_dir.resolve()),
+            "script": str(path.resolve()),
+            "log": str(log.resolve()),
+            "cluster": spec.cluster.name,
+            "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
+                timespec="seconds"
+            ),
+        },
+    )
+    print(
+        f"submitted job array {job_id}: {tasks} task(s), each running trials of study "
+        f"{spec.tune.study_name!r} until it has {spec.tune.n_trials}"
+    )
+    print(f"  script  {path}\n  logs    {log}\n  study   {study_dir}")
+    print(f"  status: jzk status {study_dir}")
+    return 0

@@ -10,9 +10,12 @@ from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 
 
-def spec_of(overrides: Sequence[str], config_dir: str | None) -> JobSpec:
-    """The checked request of these overrides (a SpecError naming each problem)."""
-    cfg = compose_config(list(overrides), config_dir)
+def spec_of(
+    overrides: Sequence[str], config_dir: str | None, config_name: str = "config"
+) -> JobSpec:
+    """The checked request of these overrides (a SpecError naming each problem);
+    config_name: another primary config in config_dir (a job's frozen one)."""
+    cfg = compose_config(list(overrides), config_dir, config_name)
     local_gpus = None
     if cfg["cluster"].get("scheduler") == "local" and cfg["resources"].get(
         "gpus_per_node", "auto"

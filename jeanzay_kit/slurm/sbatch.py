@@ -197,6 +197,7 @@ def render_sbatch(
     workdir: str | None = None,
     rerender: str = "jzk render",
     code_dir: str | None = None,
+    tune: bool = False,
 ) -> str:
     """The whole sbatch script for `spec`.
 
@@ -213,6 +214,7 @@ def render_sbatch(
     rerender: the command the header names to render the script again.
     code_dir: the snapshot of the project's code (project/snapshot.py), exported as
     JZK_CODE_DIR; None: the tasks import the project's live tree.
+    tune: each array task is a task of `jzk tune`'s study (tune_step_lines).
     """
     runs_script = command is None and spec.job.runs_script
     lines = header_lines(spec, rendered_by, rerender, workdir)
@@ -220,10 +222,12 @@ def render_sbatch(
     lines += ["", "set -eo pipefail", ""]
     lines += setup_lines(spec, code_dir)
     lines.append("")
-    lines += run_dir_check_lines(spec.checkpoint.run_dir)
+    lines += run_dir_check_lines(spec.tune.dir if tune else spec.checkpoint.run_dir)
     lines.append("")
     lines += frozen_config_lines(spec)
     lines.append("")
+    if tune:
+        return "\n".join(lines + tune_step_lines(spec)) + "\n"
     if spec.layout.launcher == "torchrun":
         lines += torchrun_rendezvous_lines()
     program = task_command(spec, command, runs_script)
@@ -358,6 +362,40 @@ KILL_NOTE = [
     "# --kill-on-bad-exit: one failed task ends the step instead of leaving the",
     "# others blocked in a collective until the time limit",
 ]
+
+
+def tune_step_lines(spec: JobSpec) -> list[str]:
+    """A study's task (jeanzay_kit/tune/task.py) in the batch shell: it asks for a trial
+    and runs it as a job step of this allocation (srun), then asks again. A trial's ranks
+    take Slurm's signals as any run's do, save, and requeue this array task, which takes
+    the same trial again when it restarts; the note of a signal sent to this shell alone
+    is in the task's own folder, where the task reads it and passes it on."""
+    task = [
+        shell_word(spec.job.python),
+        "-m",
+        "jeanzay_kit.tune.task",
+        '--task="task-${SLURM_ARRAY_TASK_ID:-0}"',
+        "--launcher=srun",
+        f'--stop-note="$JZK_RUN_DIR/{STOP_NOTE_FILE}"',
+        '--config-dir="$JZK_CONFIG_DIR"',
+        '--config-name="$JZK_CONFIG_NAME"',
+    ]
+    return [
+        "# This task's own folder in the study's: its signal note.",
+        'JZK_RUN_DIR="$JZK_RUN_DIR/task-${SLURM_ARRAY_TASK_ID:-0}"',
+        'mkdir -p -- "$JZK_RUN_DIR"',
+        f'rm -f -- "$JZK_RUN_DIR/{STOP_NOTE_FILE}"',
+        "status=0",
+        *signal_trap_lines(),
+        " ".join(task) + " &",
+        "jzk_step=$!",
+        "# wait returns at each trapped signal: wait again until the task has ended",
+        "while :; do",
+        '  wait "$jzk_step" && status=0 || status=$?',
+        '  kill -0 "$jzk_step" 2>/dev/null || break',
+        "done",
+        'exit "$status"',
+    ]
 
 
 def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> list[str]:

@@ -29,13 +29,15 @@ class PreparedStudy:
         return self.spec.tune.n_trials
 
 
-def check_request(overrides: Sequence[str], config_dir: str | None) -> PreparedStudy:
+def check_request(
+    overrides: Sequence[str], config_dir: str | None, config_name: str = "config"
+) -> PreparedStudy:
     """The request and its search space, checked before any trial runs: the space's
     syntax, and a run at one corner of it (each key exists, each value is accepted)."""
     from jeanzay_kit.launch.request import spec_of, workdir_of
     from jeanzay_kit.train.components import objective_direction
 
-    spec = spec_of(overrides, config_dir)
+    spec = spec_of(overrides, config_dir, config_name)
     if not spec.tune.params:
         raise SpecError(
             Problem(
@@ -48,7 +50,7 @@ def check_request(overrides: Sequence[str], config_dir: str | None) -> PreparedS
         )
     space = parse_space(spec.tune.params)
     corner = {p.key: _first(p) for p in space}
-    spec_of([*overrides, *trial_overrides(corner)], config_dir)
+    spec_of([*overrides, *trial_overrides(corner)], config_dir, config_name)
     study_dir = workdir_of(spec) / spec.tune.dir
     return PreparedStudy(spec, space, study_dir, objective_direction(spec))
 
@@ -60,12 +62,12 @@ def _first(param: SearchParam) -> Any:
 
 
 def prepare_study(
-    overrides: Sequence[str], config_dir: str | None, task: str = ""
+    overrides: Sequence[str], config_dir: str | None, task: str = "", config_name: str = "config"
 ) -> tuple[Any, PreparedStudy]:
     """The checked request and its study, opened (created on first use) for `task`."""
     from jeanzay_kit.tune.study import distribution, open_study
 
-    prepared = check_request(overrides, config_dir)
+    prepared = check_request(overrides, config_dir, config_name)
     for param in prepared.space:  # bounds Optuna refuses, refused before the study exists
         if param.kind != "fixed":
             distribution(param)

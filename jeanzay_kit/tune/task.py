@@ -43,22 +43,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = StopRequest()
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.tune.task")
     parser.add_argument("--task", required=True, help="this task's name in the study")
+    parser.add_argument(
+        "--launcher",
+        choices=("local", "srun"),
+        default="local",
+        help="how a trial's run starts: here (jzk train's local launcher), or as a job step "
+        "of this Slurm task's allocation (srun)",
+    )
+    parser.add_argument("--stop-note", default=None, help="the batch shell's signal note")
     parser.add_argument("--config-dir", default=None)
+    parser.add_argument("--config-name", default="config")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
+    if args.stop_note:  # a signal Slurm sent the batch shell alone (node/signal_rules.py)
+        stop.watch_note(Path(args.stop_note))
+    config = Config(args.config_dir, args.config_name)
     try:
-        return run_task(args.task, args.overrides, args.config_dir, stop)
+        return run_task(args.task, args.overrides, config, args.launcher, stop)
     except JzkError as err:
         report.error(PROG, err)
         return err.exit_code
 
 
-def run_task(task: str, overrides: Sequence[str], config_dir: str | None, stop: StopRequest) -> int:
+@dataclass(frozen=True)
+class Config:
+    """Where the request's config is: a config tree (None: the project's and the
+    package's), and its primary config's name (a Slurm task's is its frozen copy)."""
+
+    dir: str | None = None
+    name: str = "config"
+
+
+def trial_command(
+    launcher: str, python: str, config: Config, overrides: Sequence[str], run_dir: Path
+) -> list[str]:
+    """A trial's run: train_app with the trial's values and its own run directory; on
+    Slurm a job step of the task's allocation, its tasks started by srun as any job's."""
+    words = [*overrides, f"job.run_dir={run_dir}"]
+    if launcher == "local":
+        tree = ["--config-dir", config.dir] if config.dir else []
+        return [sys.executable, "-m", "jeanzay_kit.train_app", *tree, *words]
+    return [
+        "srun",
+        "--kill-on-bad-exit=1",  # one failed rank ends the step (slurm/sbatch.py)
+        python,
+        "-m",
+        "jeanzay_kit.train_app",
+        f"--config-dir={config.dir}",
+        f"--config-name={config.name}",
+        *words,
+        # The frozen config has no hydra section to derive it from job.run_dir.
+        f"hydra.run.dir={run_dir}",
+    ]
+
+
+def run_task(
+    task: str, overrides: Sequence[str], config: Config, launcher: str, stop: StopRequest
+) -> int:
     from jeanzay_kit.tune.setup import prepare_study
     from jeanzay_kit.tune.space import trial_overrides
     from jeanzay_kit.tune.study import finish_trial, next_trial, trial_dir
 
-    study, prepared = prepare_study(overrides, config_dir, task)
+    study, prepared = prepare_study(overrides, config.dir, task, config.name)
     while not stop.signum:
         ticket = next_trial(study, prepared.space, prepared.n_trials, task, prepared.study_dir)
         if ticket is None:
@@ -67,14 +113,8 @@ def run_task(task: str, overrides: Sequence[str], config_dir: str | None, stop: 
         how = "resumes" if ticket.resumed else "starts"
         values = " ".join(trial_overrides(ticket.values))
         print(f"{PROG}: {task} {how} trial {ticket.number}: {values}", flush=True)
-        command = [
-            sys.executable,
-            "-m",
-            "jeanzay_kit.train_app",
-            *overrides,
-            *trial_overrides(ticket.values),
-            f"job.run_dir={run_dir}",
-        ]
+        words = [*overrides, *trial_overrides(ticket.values)]
+        command = trial_command(launcher, prepared.spec.job.python, config, words, run_dir)
         end = run_trial(command, run_dir, prepared.study_dir, ticket.number, stop)
         if end.stopped:
             print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)

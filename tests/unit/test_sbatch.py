@@ -65,6 +65,15 @@ GOLDEN_CASES = {
         "resources.gpus_per_node=2",
         "resources.time=00:10:00",
     ],
+    # jzk tune's job array: each task a task of the study (slurm/sbatch.py tune_step_lines).
+    "h100_tune_array": [
+        "cluster=jeanzay_h100",
+        "cluster.account=abc@h100",
+        "resources.gpus_per_node=4",
+        "tune.params={optim.lr: 'tag(log, interval(1e-4, 1e-2))'}",
+        "tune.tasks=3",
+        "tune.dir=/scratch/me/studies/lr search",
+    ],
     "generic_gpus_env": [
         "cluster=generic_slurm",
         "resources.qos=normal",
@@ -82,9 +91,14 @@ def _spec(overrides: list[str]) -> JobSpec:
 def test_rendered_script_matches_golden_file(name: str) -> None:
     overrides = GOLDEN_CASES[name]
     array = "0-9%2" if "array" in name else None
+    tune = "tune" in name
+    if tune:
+        array = "0-2"
     # The script `jzk render` writes in a project directory (with a space: quoted).
     workdir = "/home/user/my project" if name.startswith("slurm_local") else None
-    script = render_sbatch(_spec(overrides), array=array, rendered_by=overrides, workdir=workdir)
+    script = render_sbatch(
+        _spec(overrides), array=array, rendered_by=overrides, workdir=workdir, tune=tune
+    )
     path = GOLDEN / f"{name}.sbatch"
     if UPDATE or not path.exists():
         path.write_text(script)
