@@ -314,11 +314,23 @@ def check_tune(
         dir=c.line("tune.dir", tune.get("dir") or "tune/jzk", "use e.g. tune/lr-search"),
         storage=None if storage in (None, "") else str(storage),
         sampler=c.choice("tune.sampler", tune.get("sampler", default("tune.sampler")), SAMPLERS),
+        pruner=c.choice("tune.pruner", tune.get("pruner", default("tune.pruner")), PRUNERS),
+        prune_after_trials=c.positive_int(
+            "tune.prune_after_trials",
+            tune.get("prune_after_trials", default("tune.prune_after_trials")),
+            minimum=0,
+        ),
+        prune_warmup_steps=c.positive_int(
+            "tune.prune_warmup_steps",
+            tune.get("prune_warmup_steps", default("tune.prune_warmup_steps")),
+            minimum=0,
+        ),
         seed=seed,
     )
 
 
 SAMPLERS = ("tpe", "random")
+PRUNERS = ("median", "hyperband", "none")
 
 
 def _tune_params(c: Collector, params: object) -> tuple[tuple[str, str], ...] | None:

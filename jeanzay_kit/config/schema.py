@@ -286,6 +286,11 @@ class TuneConfig:
     # filesystem, no database server); or an RDB URL (sqlite:///..., postgresql://...).
     storage: Optional[str] = None
     sampler: str = "tpe"  # tpe | random (Optuna's TPESampler, RandomSampler)
+    # median | hyperband | none: stops a trial whose evaluations trail the others'
+    # (Optuna's MedianPruner, HyperbandPruner); it saves and ends PRUNED.
+    pruner: str = "median"
+    prune_after_trials: int = 5  # no pruning until this many trials have finished
+    prune_warmup_steps: int = 0  # nor before this training step of a trial
     seed: Optional[int] = None  # the sampler's seed; null: a different search each time
 
 

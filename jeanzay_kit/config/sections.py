@@ -213,6 +213,9 @@ class TuneSettings:
     dir: str = "tune/jzk"
     storage: str | None = None  # None: <dir>/study.journal
     sampler: str = "tpe"
+    pruner: str = "median"
+    prune_after_trials: int = 5
+    prune_warmup_steps: int = 0
     seed: int | None = None
 
 

@@ -45,6 +45,21 @@ def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]
     return {**out, **evaluation}
 
 
+def objective_points(
+    records: Iterable[Mapping[str, Any]], objective: str
+) -> list[tuple[int, float]]:
+    """(step, value) of the objective in each metrics.jsonl record that has it, finite
+    ones only: what a search sees of a run under way (train_loss: the logged loss)."""
+    key = "loss" if objective == "train_loss" else objective
+    points = []
+    for record in records:
+        value = record.get(key)
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and math.isfinite(value):  # type: ignore[arg-type]
+            points.append((int(record.get("step", 0)), float(value)))  # type: ignore[arg-type]
+    return points
+
+
 def result_record(
     values: Mapping[str, float | int], objective: str, direction: str
 ) -> dict[str, Any]:

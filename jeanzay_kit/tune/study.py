@@ -48,6 +48,7 @@ class TrialTicket:
     trial: optuna.trial.Trial
     values: dict[str, Any]
     resumed: bool
+    reported: frozenset[int] = frozenset()  # steps whose value the study already has
 
     @property
     def number(self) -> int:
@@ -97,6 +98,20 @@ def sampler_of(settings: TuneSettings, task: str) -> optuna.samplers.BaseSampler
     return optuna.samplers.TPESampler(seed=seed)
 
 
+def pruner_of(settings: TuneSettings) -> optuna.pruners.BasePruner:
+    """tune.pruner: the median of the finished trials' values at the same step (after
+    tune.prune_after_trials trials, from tune.prune_warmup_steps), or Hyperband, whose
+    smallest budget is the warm-up and largest the trials' longest step seen."""
+    if settings.pruner == "median":
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=settings.prune_after_trials,
+            n_warmup_steps=settings.prune_warmup_steps,
+        )
+    if settings.pruner == "hyperband":
+        return optuna.pruners.HyperbandPruner(min_resource=max(1, settings.prune_warmup_steps))
+    return optuna.pruners.NopPruner()
+
+
 def open_study(
     settings: TuneSettings, study_dir: Path, direction: str, task: str = ""
 ) -> optuna.Study:
@@ -109,6 +124,7 @@ def open_study(
         study_name=settings.study_name,
         direction=optuna.study.StudyDirection[direction.upper()],
         sampler=sampler_of(settings, task),
+        pruner=pruner_of(settings),
         load_if_exists=True,
     )
     had = study.direction.name.lower()
@@ -153,7 +169,9 @@ def next_trial(
                 # Optuna's handle of a trial still running: Trial(study, trial_id), the
                 # id being the storage's (FrozenTrial keeps it, unexported).
                 handle = optuna.trial.Trial(study, frozen._trial_id)
-                return TrialTicket(handle, _values(space, frozen.params), resumed=True)
+                values = _values(space, frozen.params)
+                done = frozenset(frozen.intermediate_values)
+                return TrialTicket(handle, values, resumed=True, reported=done)
         if len(trials) >= n_trials:
             return None
         dists = {p.key: distribution(p) for p in space if p.kind != "fixed"}
@@ -169,9 +187,16 @@ def _values(space: Sequence[SearchParam], drawn: dict[str, Any]) -> dict[str, An
 
 
 def finish_trial(
-    study: optuna.Study, ticket: TrialTicket, value: float | None, reason: str
+    study: optuna.Study,
+    ticket: TrialTicket,
+    value: float | None,
+    reason: str,
+    pruned: bool = False,
 ) -> None:
-    """Tell the study how a trial ended: its value, or FAIL with the reason."""
+    """Tell the study how a trial ended: PRUNED, its value, or FAIL with the reason."""
+    if pruned:
+        study.tell(ticket.trial, state=TrialState.PRUNED)
+        return
     if value is not None:
         study.tell(ticket.trial, value)
         return

@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from jeanzay_kit import report
 from jeanzay_kit.errors import JzkError
@@ -31,11 +32,61 @@ PROG = "jzk tune"
 
 @dataclass(frozen=True)
 class TrialEnd:
-    """How a trial's run ended: stopped (to be resumed), or its value / failure reason."""
+    """How a trial's run ended: stopped (to be resumed), pruned, or its value / failure
+    reason."""
 
     stopped: bool
     value: float | None
     reason: str
+    pruned: bool = False
+
+
+# How often a running trial's metrics.jsonl is looked at (a stat; read when it grew).
+REPORT_EVERY_S = 1.0
+
+
+@dataclass
+class TrialWatch:
+    """A running trial seen from its task: each new value of the objective in its
+    metrics.jsonl (each evaluation; the logged loss for train_loss) is reported to the
+    study, and the study's pruner says whether the trial should stop there."""
+
+    trial: Any  # optuna.trial.Trial
+    objective: str
+    metrics: Path
+    reported: set[int]
+    size: int = -1
+
+    def should_prune(self) -> bool:
+        from jeanzay_kit.runtime.metrics import read_records
+        from jeanzay_kit.runtime.run_result import objective_points
+
+        try:
+            size = self.metrics.stat().st_size
+        except OSError:
+            return False
+        if size == self.size:
+            return False
+        self.size = size
+        new = False
+        for step, value in objective_points(read_records(self.metrics), self.objective):
+            if step not in self.reported:
+                self.trial.report(value, step)
+                self.reported.add(step)
+                new = True
+        return new and bool(self.trial.should_prune())
+
+
+def stop_run(proc: subprocess.Popen, launcher: str, run_dir: Path) -> None:
+    """Ask a trial's run to save and end without a requeue (SIGINT, docs/preemption.md):
+    here the signal to its launcher, which passes it on; on Slurm the note its ranks read
+    in the run directory (srun would not pass a single SIGINT on)."""
+    if launcher == "local":
+        proc.send_signal(signal.SIGINT)
+        return
+    from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
+
+    (run_dir / STOP_NOTE_FILE).write_text("INT\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -115,36 +166,62 @@ def run_task(
         print(f"{PROG}: {task} {how} trial {ticket.number}: {values}", flush=True)
         words = [*overrides, *trial_overrides(ticket.values)]
         command = trial_command(launcher, prepared.spec.job.python, config, words, run_dir)
-        end = run_trial(command, run_dir, prepared.study_dir, ticket.number, stop)
+        watch = TrialWatch(
+            ticket.trial,
+            prepared.spec.tune.objective,
+            run_dir / "metrics.jsonl",
+            set(ticket.reported),
+        )
+        end = run_trial(command, run_dir, prepared.study_dir, watch, launcher, stop)
         if end.stopped:
             print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)
             return EXIT_PREEMPTED
-        finish_trial(study, ticket, end.value, end.reason)
-        said = f"value {end.value:.6g}" if end.value is not None else f"FAILED: {end.reason}"
+        finish_trial(study, ticket, end.value, end.reason, pruned=end.pruned)
+        if end.pruned:
+            said = f"PRUNED at step {max(watch.reported)}"
+        elif end.value is not None:
+            said = f"value {end.value:.6g}"
+        else:
+            said = f"FAILED: {end.reason}"
         print(f"{PROG}: {task}: trial {ticket.number} {said}", flush=True)
     return EXIT_PREEMPTED  # stopped between trials: nothing running, nothing lost
 
 
 def run_trial(
-    command: list[str], run_dir: Path, study_dir: Path, number: int, stop: StopRequest
+    command: list[str],
+    run_dir: Path,
+    study_dir: Path,
+    watch: TrialWatch,
+    launcher: str,
+    stop: StopRequest,
 ) -> TrialEnd:
-    """Run one trial's training to its end; its output goes to <tune.dir>/logs/."""
+    """Run one trial's training to its end, reporting its values as it goes; its
+    output goes to <tune.dir>/logs/trial-N.log."""
     from jeanzay_kit.runtime.run_result import missing_reason, read_result, result_value
 
     logs = study_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    log = logs / f"trial-{number}.log"
+    log = logs / f"trial-{watch.trial.number}.log"
+    pruning = False
     with log.open("ab") as out:
         proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
-        forwarded = 0
+        forwarded, next_look = 0, 0.0
         while proc.poll() is None:
             # A signal to this task alone (one sent to the whole tree reached the run
             # too; a second copy is harmless: stopping is a flag) is passed on once.
             if stop.signum and not forwarded:
                 forwarded = stop.signum
                 proc.send_signal(forwarded)
+            if not (pruning or forwarded) and time.monotonic() >= next_look:
+                next_look = time.monotonic() + REPORT_EVERY_S
+                if watch.should_prune():
+                    pruning = True
+                    stop_run(proc, launcher, run_dir)
             time.sleep(0.2)
+    watch.should_prune()  # the values logged since the last look, the last one included
     code = proc.returncode
+    if code == EXIT_PREEMPTED and pruning and not forwarded:
+        return TrialEnd(stopped=False, value=None, reason="", pruned=True)
     if code == EXIT_PREEMPTED:
         return TrialEnd(stopped=True, value=None, reason="")
     if code != 0:

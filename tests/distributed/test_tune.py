@@ -115,3 +115,60 @@ def test_a_stopped_study_resumes_its_trial_from_the_checkpoint(tmp_path: Path) -
     digest = straight.stdout.split("model digest ")[1].split(",")[0]
     assert f"model digest {digest}" in log
     assert trials[1].value == result(tmp_path / "s")["value"]
+
+
+# Optuna's RandomSampler with this seed (per task: tune/study.py) draws the first of two
+# choices for trial 0 and the second for trial 1.
+FIRST_THEN_SECOND = ("tune.sampler=random", "tune.seed=4", "tune.n_trials=2")
+
+
+def tune_with(cwd: Path, space: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [JZK, "tune", space, "train.log_every=50", "tune.objective=train_loss", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_a_trial_trailing_the_median_is_pruned_after_a_save(tmp_path: Path) -> None:
+    done = tune_with(
+        tmp_path,
+        'tune.params={optim.lr: "choice(0.05, 0.00001)"}',
+        *FIRST_THEN_SECOND,
+        "tune.prune_after_trials=1",
+        "train.steps=1500",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    good, slow = load(tmp_path / "tune" / "jzk").get_trials()
+    assert (good.params["optim.lr"], slow.params["optim.lr"]) == (0.05, 0.00001)
+    assert (good.state.name, slow.state.name) == ("COMPLETE", "PRUNED")
+    # Its values went to the study as it trained, and the pruner stopped it early: the
+    # run saved where it stood and ended (no result: it did not finish).
+    last = max(slow.intermediate_values)
+    assert 0 < last < 1500 and len(slow.intermediate_values) == last // 50
+    run_dir = tmp_path / "tune" / "jzk" / "trial-1"
+    saved = sorted(
+        int(p.name.removeprefix("step-")) for p in (run_dir / "checkpoints").glob("step-*")
+    )
+    assert saved and last <= saved[-1] < 1500
+    assert not (run_dir / "result.json").exists()
+    assert "1 complete, 1 pruned" in done.stdout
+
+
+@pytest.mark.timeout(200)
+def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path: Path) -> None:
+    done = tune_with(
+        tmp_path,
+        'tune.params={train.micro_batch_size: "choice(4, 0)"}',
+        *FIRST_THEN_SECOND,
+        "train.steps=20",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ok, failed = load(tmp_path / "tune" / "jzk").get_trials()
+    assert (ok.state.name, failed.state.name) == ("COMPLETE", "FAIL")
+    reason = failed.user_attrs["jzk_reason"]
+    assert "exit code 2" in reason and "train.micro_batch_size" in reason, reason
+    assert f"trial 1 failed: {reason}" in done.stdout
