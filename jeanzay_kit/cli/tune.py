@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import signal
 import subprocess
 import sys
 import time
@@ -78,10 +79,16 @@ def run(args: argparse.Namespace) -> int:
     codes = [proc.returncode for proc in procs]
     for line in summary_lines(study, spec.tune.n_trials):
         print(f"jzk tune: {line}", flush=True)
+    failed = [(i, c) for i, c in enumerate(codes) if c not in (0, EXIT_PREEMPTED)]
+    for index, code in failed:
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        print(f"jzk tune: task-{index} ended: {how}", file=sys.stderr, flush=True)
+    if failed:
+        return 1
     if EXIT_PREEMPTED in codes:
         print("jzk tune: stopped; run the same command again to resume the study", flush=True)
         return EXIT_PREEMPTED
-    return max(codes, default=0)
+    return 0
 
 
 def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:

@@ -75,9 +75,7 @@ def wait_until_gone(
     deadline = time.monotonic() + timeout_s
     while True:
         states = _checked(["squeue", "-h", "-j", job_id, "-o", "%T"], runner).stdout.split()
-        if not any(
-            s in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED") for s in states
-        ):
+        if not any(s in LIVE_STATES for s in states):
             return
         if time.monotonic() > deadline:
             raise SlurmCommandError(
@@ -85,6 +83,21 @@ def wait_until_gone(
                 f"{job_id}` says why; `scancel {job_id}` to drop it"
             )
         time.sleep(poll_s)
+
+
+LIVE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "REQUEUED", "SUSPENDED")
+
+
+def job_alive(job_id: str, runner: CommandRunner | None = None) -> bool:
+    """Whether the job (or array task "A_a") is still pending, running or requeued; a job
+    Slurm has forgotten (`Invalid job id`) is not."""
+    try:
+        states = _checked(["squeue", "-h", "-j", job_id, "-o", "%T"], runner).stdout.split()
+    except SlurmCommandError as err:
+        if "Invalid job id" in str(err):
+            return False
+        raise
+    return any(s in LIVE_STATES for s in states)
 
 
 def squeue_text(runner: CommandRunner | None = None) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from jeanzay_kit.tune.space import SearchParam
 JOURNAL_FILE = "study.journal"
 ASK_LOCK_FILE = "ask.lock"
 TASK_ATTR = "jzk_task"
+OWNER_ATTR = "jzk_owner"  # where the task runs: slurm:<array job>_<task>, or pid:<host>:<pid>
 RUN_DIR_ATTR = "jzk_run_dir"
 REASON_ATTR = "jzk_reason"
 # Trials that count towards tune.n_trials: all but those still WAITING in a queue.
@@ -159,9 +160,11 @@ def next_trial(
     n_trials: int,
     task: str,
     study_dir: Path,
+    owner: str = "",
 ) -> TrialTicket | None:
     """The trial this task runs next: its own unfinished one, else a new one while the
-    study has fewer than n_trials; None when the study has all it needs."""
+    study has fewer than n_trials; None when the study has all it needs. owner: where
+    this task runs, recorded on the trial for reap_orphans."""
     with _ask_lock(study_dir):
         trials = study.get_trials(deepcopy=False, states=COUNTED)
         for frozen in trials:
@@ -169,6 +172,7 @@ def next_trial(
                 # Optuna's handle of a trial still running: Trial(study, trial_id), the
                 # id being the storage's (FrozenTrial keeps it, unexported).
                 handle = optuna.trial.Trial(study, frozen._trial_id)
+                handle.set_user_attr(OWNER_ATTR, owner)
                 values = _values(space, frozen.params)
                 done = frozenset(frozen.intermediate_values)
                 return TrialTicket(handle, values, resumed=True, reported=done)
@@ -177,6 +181,7 @@ def next_trial(
         dists = {p.key: distribution(p) for p in space if p.kind != "fixed"}
         trial = study.ask(dists)
         trial.set_user_attr(TASK_ATTR, task)
+        trial.set_user_attr(OWNER_ATTR, owner)
         trial.set_user_attr(RUN_DIR_ATTR, str(trial_dir(study_dir, trial.number)))
         return TrialTicket(trial, _values(space, trial.params), resumed=False)
 
@@ -184,6 +189,27 @@ def next_trial(
 def _values(space: Sequence[SearchParam], drawn: dict[str, Any]) -> dict[str, Any]:
     """Every key of the space with this trial's value (a fixed one included)."""
     return {p.key: p.choices[0] if p.kind == "fixed" else drawn[p.key] for p in space}
+
+
+def reap_orphans(
+    study: optuna.Study, task: str, study_dir: Path, gone: Callable[[str], bool]
+) -> list[int]:
+    """Tell FAIL the trials still RUNNING for another task whose process is gone (killed:
+    it could not say so itself); a task waiting in the queue after a requeue is not
+    gone, and takes its trial again. The numbers of the trials told."""
+    told = []
+    with _ask_lock(study_dir):
+        for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = str(frozen.user_attrs.get(OWNER_ATTR, ""))
+            if frozen.user_attrs.get(TASK_ATTR) == task or not owner or not gone(owner):
+                continue
+            handle = optuna.trial.Trial(study, frozen._trial_id)
+            task_name = frozen.user_attrs.get(TASK_ATTR)
+            reason = f"its task ({task_name}, {owner}) ended without telling it: killed"
+            handle.set_user_attr(REASON_ATTR, reason)
+            study.tell(handle, state=TrialState.FAIL)
+            told.append(frozen.number)
+    return told
 
 
 def finish_trial(

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stop_note:  # a signal Slurm sent the batch shell alone (node/signal_rules.py)
         stop.watch_note(Path(args.stop_note))
     config = Config(args.config_dir, args.config_name)
+    # The environment is read here, once: where this task runs, for reap_orphans.
+    owner = owner_of(os.environ, socket.gethostname(), os.getpid())
     try:
-        return run_task(args.task, args.overrides, config, args.launcher, stop)
+        return run_task(args.task, args.overrides, config, args.launcher, stop, owner)
     except JzkError as err:
         report.error(PROG, err)
         return err.exit_code
@@ -148,17 +151,54 @@ def trial_command(
     ]
 
 
+def owner_of(env: Mapping[str, str], host: str, pid: int) -> str:
+    """Where a task runs: its Slurm array task, or this process."""
+    array, index = env.get("SLURM_ARRAY_JOB_ID"), env.get("SLURM_ARRAY_TASK_ID")
+    if array and index:
+        return f"slurm:{array}_{index}"
+    return f"pid:{host}:{pid}"
+
+
+def owner_gone(owner: str) -> bool:
+    """Whether the task process of `owner` has ended (a requeued Slurm task has not)."""
+    kind, _, where = owner.partition(":")
+    if kind == "slurm":
+        from jeanzay_kit.slurm.commands import job_alive
+
+        return not job_alive(where)
+    host, _, pid = where.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's process: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
 def run_task(
-    task: str, overrides: Sequence[str], config: Config, launcher: str, stop: StopRequest
+    task: str,
+    overrides: Sequence[str],
+    config: Config,
+    launcher: str,
+    stop: StopRequest,
+    owner: str = "",
 ) -> int:
     from jeanzay_kit.tune.setup import prepare_study
     from jeanzay_kit.tune.space import trial_overrides
-    from jeanzay_kit.tune.study import finish_trial, next_trial, trial_dir
+    from jeanzay_kit.tune.study import finish_trial, next_trial, reap_orphans, trial_dir
 
     study, prepared = prepare_study(overrides, config.dir, task, config.name)
     while not stop.signum:
-        ticket = next_trial(study, prepared.space, prepared.n_trials, task, prepared.study_dir)
+        ticket = next_trial(
+            study, prepared.space, prepared.n_trials, task, prepared.study_dir, owner
+        )
         if ticket is None:
+            # The study has its trials: one left RUNNING by a killed task never ends.
+            for number in reap_orphans(study, task, prepared.study_dir, owner_gone):
+                print(f"{PROG}: {task}: trial {number} FAILED: its task was killed", flush=True)
             return 0
         run_dir = trial_dir(prepared.study_dir, ticket.number)
         how = "resumes" if ticket.resumed else "starts"
@@ -204,7 +244,9 @@ def run_trial(
     log = logs / f"trial-{watch.trial.number}.log"
     pruning = False
     with log.open("ab") as out:
-        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_end_with_this_task
+        )
         forwarded, next_look = 0, 0.0
         while proc.poll() is None:
             # A signal to this task alone (one sent to the whole tree reached the run
@@ -234,6 +276,17 @@ def run_trial(
             return TrialEnd(False, None, f"the run wrote no result.json in {run_dir}")
         return TrialEnd(False, None, missing_reason(str(record.get("objective")), record))
     return TrialEnd(False, value, "")
+
+
+def _end_with_this_task() -> None:
+    """In a trial's run (before exec): SIGTERM when its task dies, even by SIGKILL, so a
+    killed task leaves no run training for nobody (it saves and ends, as after a
+    scancel). Linux's PR_SET_PDEATHSIG; elsewhere nothing."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None).prctl(pr_set_pdeathsig, int(signal.SIGTERM))
 
 
 def _last_error(log: Path) -> str:

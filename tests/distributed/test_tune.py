@@ -45,27 +45,6 @@ def result(run_dir: Path) -> dict:
     return json.loads((run_dir / "result.json").read_text())
 
 
-@pytest.mark.timeout(300)
-def test_a_study_of_two_tasks_runs_each_trial_as_a_run_of_its_own(tmp_path: Path) -> None:
-    proc = tune(tmp_path, "train.steps=20", "tune.n_trials=4", "tune.tasks=2")
-    out, err = proc.communicate(timeout=280)
-    assert proc.returncode == 0, err[-3000:] + out[-2000:]
-    study = load(tmp_path / "tune" / "jzk")
-    trials = study.get_trials()
-    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
-    # Each trial is a normal run with its own directory, its value the run's own result.
-    lrs = set()
-    for trial in trials:
-        run_dir = Path(trial.user_attrs["jzk_run_dir"])
-        assert run_dir == tmp_path / "tune" / "jzk" / f"trial-{trial.number}"
-        assert trial.value == result(run_dir)["value"] == result(run_dir)["train_loss"]
-        lrs.add(trial.params["optim.lr"])
-        assert 0.001 <= trial.params["optim.lr"] <= 0.1
-    assert len(lrs) == 4, "two tasks with one seed drew the same values"
-    assert {t.user_attrs["jzk_task"] for t in trials} == {"task-0", "task-1"}
-    assert f"best: trial {study.best_trial.number}, value {study.best_value:.6g}" in out
-
-
 def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen) -> None:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -172,3 +151,40 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
     reason = failed.user_attrs["jzk_reason"]
     assert "exit code 2" in reason and "train.micro_batch_size" in reason, reason
     assert f"trial 1 failed: {reason}" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_two_tasks_run_trials_as_runs_of_their_own_and_a_killed_ones_trial_fails(
+    tmp_path: Path,
+) -> None:
+    """Two tasks take trials as they end theirs; one is killed (SIGKILL: it cannot tell
+    the study) in the middle of a trial: that trial is told FAIL by the other task once
+    the study has no trial left to hand out, and the other trials complete."""
+    study_dir = tmp_path / "tune" / "jzk"
+    args = ("train.steps=1500", "train.log_every=50", "tune.n_trials=3", "tune.tasks=2")
+    proc = tune(tmp_path, *args)
+    wait_for_step(study_dir / "trial-1", 100, proc)
+    victim = next(t for t in load(study_dir).get_trials() if t.number == 1)
+    owner = victim.user_attrs["jzk_owner"]  # pid:<host>:<pid> of the task running it
+    os.kill(int(owner.rsplit(":", 1)[1]), signal.SIGKILL)
+    out, err = proc.communicate(timeout=280)
+    assert proc.returncode == 1, err[-3000:]
+    assert f"{victim.user_attrs['jzk_task']} ended: killed by SIGKILL" in err
+    study = load(study_dir)
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"], out + err
+    assert "killed" in trials[1].user_attrs["jzk_reason"]
+    # Its run did not train on for nobody: it was stopped when its task died.
+    assert "SIGTERM received" in (study_dir / "logs" / "trial-1.log").read_text()
+    assert not (study_dir / "trial-1" / "result.json").exists()
+    # Each finished trial is a normal run with its own directory, its value the run's own.
+    lrs = set()
+    for trial in (trials[0], trials[2]):
+        run_dir = Path(trial.user_attrs["jzk_run_dir"])
+        assert run_dir == study_dir / f"trial-{trial.number}"
+        assert trial.value == result(run_dir)["value"] == result(run_dir)["train_loss"]
+        lrs.add(trial.params["optim.lr"])
+        assert 0.001 <= trial.params["optim.lr"] <= 0.1
+    assert len(lrs | {victim.params["optim.lr"]}) == 3, "two tasks with one seed drew alike"
+    assert {t.user_attrs["jzk_task"] for t in trials} == {"task-0", "task-1"}
+    assert f"best: trial {study.best_trial.number}, value {study.best_value:.6g}" in out
