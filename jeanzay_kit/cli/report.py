@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if not directory.is_dir():
         raise JzkError(f"{args.dir} is not a directory. HINT: give a run or sweep directory")
+    from jeanzay_kit.tune.view import is_study_dir
+
+    if is_study_dir(directory):
+        return _study_report(directory, Path(args.out) if args.out else directory / "report")
     runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(directory)]
     out = Path(args.out) if args.out else directory / "report"
     written = write_plots(runs, out)
@@ -57,4 +61,21 @@ def run(args: argparse.Namespace) -> int:
     if empty:
         print(f"\nno metrics yet: {', '.join(empty)}")
     print("\nwrote " + ", ".join(str(p) for p in [*written, out / "summary.csv"]))
+    return 0
+
+
+def _study_report(directory: Path, out: Path) -> int:
+    """A study's folder (`jzk tune`): Optuna's plots of it, and its trials."""
+    from jeanzay_kit.tune.study import summary_lines
+    from jeanzay_kit.tune.view import format_rows, load_study_dir, trial_rows, write_study_plots
+
+    study = load_study_dir(directory)
+    written, notes = write_study_plots(study, out)
+    print(format_rows(trial_rows(study)))
+    print()
+    for line in summary_lines(study, None):
+        print(line)
+    for note in notes:
+        print(f"not drawn: {note}")
+    print("\nwrote " + ", ".join(str(p) for p in written))
     return 0

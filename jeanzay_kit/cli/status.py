@@ -41,6 +41,8 @@ def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.launch.run_files import run_progress
     from jeanzay_kit.slurm.commands import sacct_text, squeue_text
 
+    if args.dir is not None and _is_study(Path(args.dir)):
+        return _study_status(Path(args.dir))
     records = _status_records(args.dir)
     for rec in records:
         run_dir = Path(rec.get("run_dir", ""))
@@ -67,6 +69,25 @@ def run(args: argparse.Namespace) -> int:
     print("\n" + status.summary(states[i].state if i in states else "UNKNOWN" for i in shown))
     for note in notes:
         print(note, file=sys.stderr)
+    return 0
+
+
+def _is_study(path: Path) -> bool:
+    from jeanzay_kit.tune.study import JOURNAL_FILE
+
+    return (path / JOURNAL_FILE).is_file()
+
+
+def _study_status(path: Path) -> int:
+    """A study's folder (`jzk tune`): its trials, then its job array's tasks."""
+    from jeanzay_kit.tune.study import summary_lines
+    from jeanzay_kit.tune.view import format_rows, load_study_dir, trial_rows
+
+    study = load_study_dir(path)
+    print(format_rows(trial_rows(study)))
+    print()
+    for line in summary_lines(study, None):
+        print(line)
     return 0
 
 

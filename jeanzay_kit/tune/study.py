@@ -230,14 +230,15 @@ def finish_trial(
     study.tell(ticket.trial, state=TrialState.FAIL)
 
 
-def summary_lines(study: optuna.Study, n_trials: int) -> list[str]:
+def summary_lines(study: optuna.Study, n_trials: int | None) -> list[str]:
     """The study at a glance: trials by state, the best value and its values."""
     trials = study.get_trials(deepcopy=False)
     counts = {state: sum(t.state == state for t in trials) for state in TrialState}
     said = ", ".join(
         f"{counts[s]} {s.name.lower()}" for s in (*COUNTED, TrialState.WAITING) if counts[s]
     )
-    lines = [f"study {study.study_name!r}: {len(trials)} of {n_trials} trial(s): {said or 'none'}"]
+    of = f" of {n_trials}" if n_trials is not None else ""
+    lines = [f"study {study.study_name!r}: {len(trials)}{of} trial(s): {said or 'none'}"]
     done = [t for t in trials if t.state == TrialState.COMPLETE]
     if done:
         best = study.best_trial

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -115,14 +116,14 @@ def tune_with(cwd: Path, space: str, *args: str) -> subprocess.CompletedProcess:
 def test_a_trial_trailing_the_median_is_pruned_after_a_save(tmp_path: Path) -> None:
     done = tune_with(
         tmp_path,
-        'tune.params={optim.lr: "choice(0.05, 0.00001)"}',
+        'tune.params={optim.lr: "choice(0.003, 0.000001)"}',
         *FIRST_THEN_SECOND,
         "tune.prune_after_trials=1",
         "train.steps=1500",
     )
     assert done.returncode == 0, done.stderr[-3000:]
     good, slow = load(tmp_path / "tune" / "jzk").get_trials()
-    assert (good.params["optim.lr"], slow.params["optim.lr"]) == (0.05, 0.00001)
+    assert (good.params["optim.lr"], slow.params["optim.lr"]) == (0.003, 0.000001)
     assert (good.state.name, slow.state.name) == ("COMPLETE", "PRUNED")
     # Its values went to the study as it trained, and the pruner stopped it early: the
     # run saved where it stood and ended (no result: it did not finish).
@@ -135,6 +136,16 @@ def test_a_trial_trailing_the_median_is_pruned_after_a_save(tmp_path: Path) -> N
     assert saved and last <= saved[-1] < 1500
     assert not (run_dir / "result.json").exists()
     assert "1 complete, 1 pruned" in done.stdout
+    # jzk status and jzk report read the study from its folder.
+    study_dir = str(tmp_path / "tune" / "jzk")
+    status = subprocess.run([JZK, "status", study_dir], capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    row = rf"^1 +PRUNED +[0-9.]+ +{last} +task-0 +1e-06$"  # its last reported value
+    assert re.search(row, status.stdout, re.M), status.stdout
+    report = subprocess.run([JZK, "report", study_dir], capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    for name in ("optimization_history", "param_importances", "parallel_coordinate"):
+        assert (tmp_path / "tune" / "jzk" / "report" / f"{name}.png").stat().st_size > 1000
 
 
 @pytest.mark.timeout(200)
