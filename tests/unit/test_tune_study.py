@@ -1,0 +1,60 @@
+"""The study's bookkeeping on a real journal file: which trial a task takes, how many the
+study hands out, what is told of a killed task's trial, and a journal cut mid-write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from optuna.trial import TrialState
+
+from jeanzay_kit.config.sections import TuneSettings
+from jeanzay_kit.tune.space import parse_space
+from jeanzay_kit.tune.study import finish_trial, next_trial, open_study, reap_orphans
+from jeanzay_kit.tune.view import load_study_dir
+
+SPACE = parse_space([("optim.lr", "tag(log, interval(1e-4, 1e-1))")])
+
+
+def study_in(path: Path):  # noqa: ANN201
+    return open_study(TuneSettings("eval_loss", "auto", seed=0), path, "minimize", "task-0")
+
+
+def test_a_task_takes_its_own_unfinished_trial_before_a_new_one(tmp_path: Path) -> None:
+    study = study_in(tmp_path)
+    first = next_trial(study, SPACE, 5, "task-0", tmp_path, "pid:h:1")
+    other = next_trial(study, SPACE, 5, "task-1", tmp_path, "pid:h:2")
+    assert (first.number, other.number, first.resumed) == (0, 1, False)
+    again = next_trial(study, SPACE, 5, "task-0", tmp_path, "pid:h:3")  # restarted
+    assert (again.number, again.resumed, again.values) == (0, True, first.values)
+    assert study.trials[0].user_attrs["jzk_owner"] == "pid:h:3"
+
+
+def test_the_study_hands_out_n_trials_and_no_more(tmp_path: Path) -> None:
+    study = study_in(tmp_path)
+    for task in range(3):
+        ticket = next_trial(study, SPACE, 3, f"task-{task}", tmp_path)
+        finish_trial(study, ticket, 0.5, "")
+    assert next_trial(study, SPACE, 3, "task-0", tmp_path) is None
+    assert next_trial(study, SPACE, 4, "task-0", tmp_path).number == 3  # extended
+
+
+def test_only_a_gone_tasks_running_trial_is_told_failed(tmp_path: Path) -> None:
+    study = study_in(tmp_path)
+    mine = next_trial(study, SPACE, 9, "task-0", tmp_path, "slurm:7_0")
+    next_trial(study, SPACE, 9, "task-1", tmp_path, "slurm:7_1")  # killed
+    next_trial(study, SPACE, 9, "task-2", tmp_path, "slurm:7_2")  # requeued, pending
+    told = reap_orphans(study, "task-0", tmp_path, lambda owner: owner == "slurm:7_1")
+    assert told == [1]
+    states = [t.state for t in study.get_trials()]
+    assert states == [TrialState.RUNNING, TrialState.FAIL, TrialState.RUNNING]
+    assert "slurm:7_1" in study.trials[1].user_attrs["jzk_reason"]
+    assert mine.number == 0  # its own trial is never reaped
+
+
+def test_a_journal_cut_in_the_middle_of_a_write_still_loads(tmp_path: Path) -> None:
+    study = study_in(tmp_path)
+    finish_trial(study, next_trial(study, SPACE, 3, "task-0", tmp_path), 0.25, "")
+    with (tmp_path / "study.journal").open("a") as journal:
+        journal.write('{"op_code": 6, "worker_id": "killed", "trial_id": 0, "sta')
+    loaded = load_study_dir(tmp_path)
+    assert [(t.number, t.value) for t in loaded.get_trials()] == [(0, 0.25)]
