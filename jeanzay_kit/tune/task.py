@@ -110,10 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.stop_note:  # a signal Slurm sent the batch shell alone (node/signal_rules.py)
         stop.watch_note(Path(args.stop_note))
     config = Config(args.config_dir, args.config_name)
-    # The environment is read here, once: where this task runs, for reap_orphans.
+    # The environment is read here, once: where this task runs (for reap_orphans), and
+    # when its allocation ends (Slurm >= 23.02 sets it).
     owner = owner_of(os.environ, socket.gethostname(), os.getpid())
+    allocation = Allocation.of(os.environ)
     try:
-        return run_task(args.task, args.overrides, config, args.launcher, stop, owner)
+        return run_task(args.task, args.overrides, config, args.launcher, stop, owner, allocation)
     except JzkError as err:
         report.error(PROG, err)
         return err.exit_code
@@ -185,13 +187,19 @@ def run_task(
     launcher: str,
     stop: StopRequest,
     owner: str = "",
+    allocation: Allocation | None = None,
 ) -> int:
     from jeanzay_kit.tune.setup import prepare_study
     from jeanzay_kit.tune.space import trial_overrides
     from jeanzay_kit.tune.study import finish_trial, next_trial, reap_orphans, trial_dir
 
     study, prepared = prepare_study(overrides, config.dir, task, config.name)
+    # A trial started after Slurm's time-limit warning would never hear it and be killed
+    # at the limit unsaved: a new one needs the lead, and a minute to start.
+    needed = prepared.spec.preemption.lead_seconds + 60
     while not stop.signum:
+        if allocation is not None and allocation.left(time.time()) < needed:
+            return _out_of_time(study, prepared.n_trials, task, owner, allocation, needed)
         ticket = next_trial(
             study, prepared.space, prepared.n_trials, task, prepared.study_dir, owner
         )
@@ -225,6 +233,58 @@ def run_task(
             said = f"FAILED: {end.reason}"
         print(f"{PROG}: {task}: trial {ticket.number} {said}", flush=True)
     return EXIT_PREEMPTED  # stopped between trials: nothing running, nothing lost
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """When this Slurm task's allocation started and ends (epoch seconds)."""
+
+    start: float
+    end: float
+
+    @classmethod
+    def of(cls, env: Mapping[str, str]) -> Allocation | None:
+        """From Slurm's variables (Slurm >= 23.02 sets both); None elsewhere."""
+        start, end = env.get("SLURM_JOB_START_TIME", ""), env.get("SLURM_JOB_END_TIME", "")
+        if not (start.isdigit() and end.isdigit()):
+            return None
+        return cls(float(start), float(end))
+
+    def left(self, now: float) -> float:
+        return self.end - now
+
+
+def requeue_for_more(counted: int, n_trials: int, allocation: Allocation, needed: float) -> bool:
+    """Whether a task out of time requeues itself: while the study wants trials, and
+    unless its whole allocation is too short for one (it would requeue for ever)."""
+    if counted >= n_trials:
+        return False
+    if allocation.end - allocation.start < 2 * needed:
+        raise JzkError(
+            f"resources.time gives each task {allocation.end - allocation.start:.0f} s: too "
+            f"short for a trial, which needs the {needed - 60:.0f} s of Slurm's warning lead "
+            "and a minute to start. HINT: ask for a resources.time of several trials"
+        )
+    return True
+
+
+def _out_of_time(
+    study: Any, n_trials: int, task: str, owner: str, allocation: Allocation, needed: float
+) -> int:
+    """Too little of the allocation is left for a new trial: requeue this array task
+    while the study still wants trials, else end. An allocation too short for any trial
+    is said once, not requeued for ever."""
+    from jeanzay_kit.tune.study import COUNTED
+
+    counted = len(study.get_trials(deepcopy=False, states=COUNTED))
+    if not requeue_for_more(counted, n_trials, allocation, needed):
+        return 0
+    from jeanzay_kit.slurm.commands import requeue
+
+    job = owner.removeprefix("slurm:")
+    requeue(job)
+    print(f"{PROG}: {task}: too little time left for a new trial; requeued {job}", flush=True)
+    return EXIT_PREEMPTED
 
 
 def run_trial(

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from optuna.trial import TrialState
 
 from jeanzay_kit.config.sections import TuneSettings
+from jeanzay_kit.errors import JzkError
 from jeanzay_kit.tune.space import parse_space
 from jeanzay_kit.tune.study import finish_trial, next_trial, open_study, reap_orphans
+from jeanzay_kit.tune.task import Allocation, owner_of, requeue_for_more
 from jeanzay_kit.tune.view import load_study_dir
 
 SPACE = parse_space([("optim.lr", "tag(log, interval(1e-4, 1e-1))")])
@@ -58,3 +61,29 @@ def test_a_journal_cut_in_the_middle_of_a_write_still_loads(tmp_path: Path) -> N
         journal.write('{"op_code": 6, "worker_id": "killed", "trial_id": 0, "sta')
     loaded = load_study_dir(tmp_path)
     assert [(t.number, t.value) for t in loaded.get_trials()] == [(0, 0.25)]
+
+
+@pytest.mark.parametrize(
+    "counted, start, end, expected",
+    [
+        (3, 0, 3600, False),  # the study has its trials: the task ends
+        (2, 0, 3600, True),  # it wants more: requeued, for a new allocation
+        (2, 0, 300, JzkError),  # an allocation too short for any trial: said, not looped
+    ],
+)
+def test_a_task_out_of_time_requeues_only_for_trials_it_can_run(counted, start, end, expected):
+    needed = 120 + 60
+    allocation = Allocation(start, end)
+    if expected is JzkError:
+        with pytest.raises(JzkError, match="resources.time gives each task 300 s"):
+            requeue_for_more(counted, 3, allocation, needed)
+    else:
+        assert requeue_for_more(counted, 3, allocation, needed) is expected
+
+
+def test_the_allocation_is_read_from_slurms_variables() -> None:
+    env = {"SLURM_JOB_START_TIME": "1000", "SLURM_JOB_END_TIME": "4600"}
+    assert Allocation.of(env) == Allocation(1000.0, 4600.0)
+    assert Allocation.of({}) is None
+    assert owner_of({"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "2"}, "n1", 5) == "slurm:7_2"
+    assert owner_of({}, "n1", 5) == "pid:n1:5"
