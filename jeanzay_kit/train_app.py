@@ -47,7 +47,11 @@ def run_app(
         config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
         hydra_cfg = HydraConfig.get()
         run_dir = Path(hydra_cfg.runtime.output_dir)
-        code = run_main(config, env, run_dir, cpu_count=os.cpu_count() or 1, stop=stop)
+        # The environment of the process this task runs in, read once more: a launcher
+        # may run it elsewhere (hydra-submitit-launcher pickles this function into a Slurm
+        # job, where the command line's environment, a login node's, is not the task's).
+        here = dict(os.environ)
+        code = run_main(config, here, run_dir, cpu_count=os.cpu_count() or 1, stop=stop)
         if code:
             sys.exit(code)
         # The run's result (runtime/run_result.py) is what Hydra's sweeper receives.

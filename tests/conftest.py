@@ -56,26 +56,6 @@ HYDRA_OPTUNA = "hydra-optuna-sweeper==1.3.0"
 @pytest.fixture(scope="session")
 def optuna_sweeper_python(tmp_path_factory: pytest.TempPathFactory) -> str:
     """The interpreter of a venv where hydra/sweeper=optuna works with jeanzay_kit."""
-    import subprocess
-    import sys
-    import sysconfig
+    from tests.layered_venv import layered_venv
 
-    venv = tmp_path_factory.mktemp("hydra-optuna") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    ours = sysconfig.get_path("purelib")
-    (Path(site) / "zz-jeanzay-kit-env.pth").write_text(f"import site; site.addsitedir({ours!r})\n")
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", HYDRA_OPTUNA],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert installed.returncode == 0, installed.stderr[-3000:]
-    return str(python)
+    return layered_venv(tmp_path_factory.mktemp("hydra-optuna") / "venv", [HYDRA_OPTUNA])

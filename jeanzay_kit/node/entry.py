@@ -7,6 +7,7 @@ single local worker) or starts the local worker processes (cluster=local).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -140,10 +141,23 @@ def _train_as_task(spec: JobSpec, env: Mapping[str, str], run_dir: Path, stop: S
         info,
         run_dir,
         visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
-        threads=0,
+        threads=task_threads(env, len(os.sched_getaffinity(0))),
         stop=stop,
         allocation_end=float(end) if end and end.isdigit() else None,
     )
+
+
+def task_threads(env: Mapping[str, str], cpus: int) -> int:
+    """CPU threads of a task's torch: OMP_NUM_THREADS where it is set (our scripts export
+    the task's share; torchrun sets 1; 0 leaves it to torch), else the CPUs Slurm gave the
+    task (SLURM_CPUS_PER_TASK), else those it may run on (`cpus`). Without it torch takes
+    a thread per core of the node, and tasks sharing a node fight for them (measured:
+    the jobs of Hydra's submitit launcher, which exports nothing, ran 10-50x slower per
+    step than ours on the same nodes, bench/bench_tune.py)."""
+    if env.get("OMP_NUM_THREADS"):
+        return 0
+    given = env.get("SLURM_CPUS_PER_TASK", "")
+    return int(given) if given.isdigit() and int(given) > 0 else max(1, cpus)
 
 
 def _train_here(

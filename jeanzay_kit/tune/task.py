@@ -303,6 +303,9 @@ def run_trial(
     logs.mkdir(parents=True, exist_ok=True)
     log = logs / f"trial-{watch.trial.number}.log"
     pruning = False
+    # When the run started and ended, as the task saw it: the hand-over between two trials
+    # of a task (tell, ask, start) is the gap between them (bench/bench_tune.py).
+    watch.trial.set_user_attr("jzk_run_started", time.time())
     with log.open("ab") as out:
         proc = subprocess.Popen(
             command, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_end_with_this_task
@@ -320,6 +323,7 @@ def run_trial(
                     pruning = True
                     stop_run(proc, launcher, run_dir)
             time.sleep(0.2)
+    watch.trial.set_user_attr("jzk_run_ended", time.time())
     watch.should_prune()  # the values logged since the last look, the last one included
     code = proc.returncode
     if code == EXIT_PREEMPTED and pruning and not forwarded:

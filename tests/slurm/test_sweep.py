@@ -191,3 +191,36 @@ def test_hydras_optuna_sweeper_gets_each_trials_value_through_the_launcher(
         values.append(result["value"])
     best = (sweep_dir / "optimization_results.yaml").read_text()
     assert f"best_value: {min(values)}" in best, best
+
+
+def test_hydra_submitit_launcher_runs_each_point_as_a_task_of_its_job(
+    slurm, tmp_path: Path
+) -> None:
+    """hydra/launcher=submitit_slurm (hydra-submitit-launcher, as users bring it): submitit
+    pickles train.py's task function into each job, which must train as a task of its
+    own job step, with the job's environment, not the one of the command that pickled it
+    (it did: every point was refused as "not a task of a Slurm job step")."""
+    sweep_dir = tmp_path / "submitit"
+    done = run(
+        [
+            PYTHON,
+            "train.py",
+            "-m",
+            "cluster=slurm_local",
+            "hydra/launcher=submitit_slurm",
+            "hydra.launcher.partition=debug",
+            "hydra.launcher.cpus_per_task=1",
+            "optim.lr=0.01,0.003",
+            "train.steps=10",
+            "tune.objective=train_loss",
+            f"job.python={PYTHON}",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        REPO,
+        timeout=280,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for point in ("0", "1"):
+        result = json.loads((sweep_dir / point / "result.json").read_text())
+        assert result["step"] == 10 and result["value"] == result["train_loss"]

@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.distributed.ranks import launched_by
-from jeanzay_kit.node.entry import main
+from jeanzay_kit.node.entry import main, task_threads
 
 
 def test_a_slurm_profile_outside_a_job_step_is_refused(tmp_path: Path, capsys) -> None:
@@ -49,3 +51,17 @@ def test_signals_after_training_are_ignored_until_the_process_exits(tmp_path: Pa
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@pytest.mark.parametrize(
+    "env, cpus, threads",
+    [
+        ({"OMP_NUM_THREADS": "6"}, 8, 0),  # our script's share (or torchrun's 1): torch reads it
+        # A job that exports nothing (hydra-submitit-launcher): Slurm's CPUs for the task,
+        # not every core it may run on (nodes without CPU binding let it run on all).
+        ({"SLURM_CPUS_PER_TASK": "1"}, 2, 1),
+        ({}, 3, 3),
+    ],
+)
+def test_a_tasks_torch_threads_follow_the_cpus_it_was_given(env, cpus, threads) -> None:
+    assert task_threads(env, cpus) == threads
