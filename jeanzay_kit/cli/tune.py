@@ -77,9 +77,16 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(0.2)
     stop.ignore_from_now()
     codes = [proc.returncode for proc in procs]
+    failed = [(i, c) for i, c in enumerate(codes) if c not in (0, EXIT_PREEMPTED)]
+    # A task killed after the others had ended left its trial RUNNING with nobody to tell
+    # it; a task stopped by a signal (3) keeps its trial to resume it.
+    from jeanzay_kit.tune.study import reap_orphans
+    from jeanzay_kit.tune.task import owner_gone
+
+    dead = {f"task-{index}" for index, _code in failed}
+    reap_orphans(study, "", prepared.study_dir, owner_gone, only=dead)
     for line in summary_lines(study, spec.tune.n_trials):
         print(f"jzk tune: {line}", flush=True)
-    failed = [(i, c) for i, c in enumerate(codes) if c not in (0, EXIT_PREEMPTED)]
     for index, code in failed:
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         print(f"jzk tune: task-{index} ended: {how}", file=sys.stderr, flush=True)

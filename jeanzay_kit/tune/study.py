@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -192,16 +192,24 @@ def _values(space: Sequence[SearchParam], drawn: dict[str, Any]) -> dict[str, An
 
 
 def reap_orphans(
-    study: optuna.Study, task: str, study_dir: Path, gone: Callable[[str], bool]
+    study: optuna.Study,
+    task: str,
+    study_dir: Path,
+    gone: Callable[[str], bool],
+    only: Collection[str] | None = None,
 ) -> list[int]:
     """Tell FAIL the trials still RUNNING for another task whose process is gone (killed:
     it could not say so itself); a task waiting in the queue after a requeue is not
-    gone, and takes its trial again. The numbers of the trials told."""
+    gone, and takes its trial again. only: these tasks' trials alone. The numbers of the
+    trials told."""
     told = []
     with _ask_lock(study_dir):
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = str(frozen.user_attrs.get(OWNER_ATTR, ""))
-            if frozen.user_attrs.get(TASK_ATTR) == task or not owner or not gone(owner):
+            name = frozen.user_attrs.get(TASK_ATTR)
+            if name == task or (only is not None and name not in only):
+                continue
+            if not owner or not gone(owner):
                 continue
             handle = optuna.trial.Trial(study, frozen._trial_id)
             task_name = frozen.user_attrs.get(TASK_ATTR)

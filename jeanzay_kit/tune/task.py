@@ -115,7 +115,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     owner = owner_of(os.environ, socket.gethostname(), os.getpid())
     allocation = Allocation.of(os.environ)
     try:
-        return run_task(args.task, args.overrides, config, args.launcher, stop, owner, allocation)
+        return run_task(
+            args.task,
+            args.overrides,
+            config,
+            args.launcher,
+            stop,
+            owner=owner,
+            allocation=allocation,
+        )
     except JzkError as err:
         report.error(PROG, err)
         return err.exit_code
@@ -186,6 +194,7 @@ def run_task(
     config: Config,
     launcher: str,
     stop: StopRequest,
+    *,
     owner: str = "",
     allocation: Allocation | None = None,
 ) -> int:

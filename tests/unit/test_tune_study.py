@@ -52,6 +52,11 @@ def test_only_a_gone_tasks_running_trial_is_told_failed(tmp_path: Path) -> None:
     assert states == [TrialState.RUNNING, TrialState.FAIL, TrialState.RUNNING]
     assert "slurm:7_1" in study.trials[1].user_attrs["jzk_reason"]
     assert mine.number == 0  # its own trial is never reaped
+    # `jzk tune` here, once its tasks ended: only those that died, not one stopped by a
+    # signal (its trial waits to be resumed).
+    told = reap_orphans(study, "", tmp_path, lambda owner: True, only={"task-2"})
+    assert told == [2]
+    assert study.trials[0].state == TrialState.RUNNING
 
 
 def test_a_journal_cut_in_the_middle_of_a_write_still_loads(tmp_path: Path) -> None:
