@@ -92,3 +92,15 @@ def test_the_allocation_is_read_from_slurms_variables() -> None:
     assert Allocation.of({}) is None
     assert owner_of({"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "2"}, "n1", 5) == "slurm:7_2"
     assert owner_of({}, "n1", 5) == "pid:n1:5"
+
+
+def test_an_rdb_url_is_the_studys_storage_instead_of_the_journal(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'studies.db'}"
+    settings = TuneSettings("eval_loss", "auto", storage=url, study_name="lr")
+    study = open_study(settings, tmp_path, "minimize", "task-0")
+    finish_trial(study, next_trial(study, SPACE, 2, "task-0", tmp_path), 0.5, "")
+    import optuna
+
+    again = optuna.load_study(study_name="lr", storage=url)  # Optuna's own reader
+    assert [t.value for t in again.get_trials()] == [0.5]
+    assert not (tmp_path / "study.journal").exists()
