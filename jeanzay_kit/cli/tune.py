@@ -51,32 +51,7 @@ def run(args: argparse.Namespace) -> int:
         f"in {prepared.study_dir}",
         flush=True,
     )
-    config = ["--config-dir", args.config_dir] if args.config_dir else []
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "jeanzay_kit.tune.task",
-                "--task",
-                f"task-{index}",
-                *config,
-                "--",
-                *args.overrides,
-            ]
-        )
-        for index in range(tasks)
-    ]
-    forwarded = 0
-    while any(proc.poll() is None for proc in procs):
-        if stop.signum and not forwarded:  # a signal to this process alone
-            forwarded = stop.signum
-            for proc in procs:
-                if proc.poll() is None:
-                    proc.send_signal(forwarded)
-        time.sleep(0.2)
-    stop.ignore_from_now()
-    codes = [proc.returncode for proc in procs]
+    codes = run_tasks_here(tasks, args.overrides, args.config_dir, stop)
     failed = [(i, c) for i, c in enumerate(codes) if c not in (0, EXIT_PREEMPTED)]
     # A task killed after the others had ended left its trial RUNNING with nobody to tell
     # it; a task stopped by a signal (3) keeps its trial to resume it.
@@ -96,6 +71,39 @@ def run(args: argparse.Namespace) -> int:
         print("jzk tune: stopped; run the same command again to resume the study", flush=True)
         return EXIT_PREEMPTED
     return 0
+
+
+def run_tasks_here(
+    tasks: int, overrides: list[str], config_dir: str | None, stop: StopRequest
+) -> list[int]:
+    """Start the study's tasks as processes of this machine and wait for them, passing a
+    signal that reached this process alone on to them; their exit codes."""
+    config = ["--config-dir", config_dir] if config_dir else []
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "jeanzay_kit.tune.task",
+                "--task",
+                f"task-{index}",
+                *config,
+                "--",
+                *overrides,
+            ]
+        )
+        for index in range(tasks)
+    ]
+    forwarded = 0
+    while any(proc.poll() is None for proc in procs):
+        if stop.signum and not forwarded:
+            forwarded = stop.signum
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(forwarded)
+        time.sleep(0.2)
+    stop.ignore_from_now()
+    return [proc.returncode for proc in procs]
 
 
 def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
