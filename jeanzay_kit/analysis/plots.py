@@ -14,6 +14,7 @@ LOSS_PNG = "loss.png"
 THROUGHPUT_PNG = "throughput.png"
 STEP_TIME_PNG = "step_time.png"
 DATA_WAIT_PNG = "data_wait.png"
+MFU_PNG = "mfu.png"  # only for runs that report MFU (a GPU of runtime/peaks.py's table)
 
 
 # Legend labels are wrapped at this many characters: a sweep's overrides can be long.
@@ -95,4 +96,16 @@ def write_plots(runs: Sequence[RunSeries], out_dir: Path) -> list[Path]:
         }[attr]
         labelled = any(getattr(run, attr) for run in runs)
         written.append(_finish(figure, axes, title, ylabel, path, labelled))
+    if any(run.mfu for run in runs):
+        written.append(_mfu_plot(runs, labels, out_dir / MFU_PNG))
     return written
+
+
+def _mfu_plot(runs: Sequence[RunSeries], labels: Sequence[str], path: Path) -> Path:
+    """Model FLOPs utilization against the device's dense peak, in percent."""
+    figure, axes = _figure(_legend_lines(labels, 1))
+    for index, (run, label) in enumerate(zip(runs, labels, strict=True)):
+        if run.mfu:
+            steps, values = zip(*run.mfu, strict=True)
+            axes.plot(steps, [100 * v for v in values], color=f"C{index % 10}", label=label)
+    return _finish(figure, axes, "model FLOPs utilization", "% of the dense peak", path, True)

@@ -31,6 +31,7 @@ class RunSeries:
     data_wait_s: list[tuple[int, float]] = field(default_factory=list)  # seconds per step
     # eval.metrics: name -> (step, value) of each evaluation
     eval_metrics: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    mfu: list[tuple[int, float]] = field(default_factory=list)  # on a GPU of the peak table
 
 
 def _number(value: object) -> float | None:
@@ -54,6 +55,7 @@ def run_series(
         "step_time_s": [],
         "data_wait_share": [],
         "data_wait_s": [],
+        "mfu": [],
     }
     metrics: dict[str, list[tuple[int, float]]] = {}
     for record in sorted(records, key=lambda r: r.get("step", 0)):
@@ -80,6 +82,7 @@ def run_series(
         data_wait=curves["data_wait_share"],
         data_wait_s=curves["data_wait_s"],
         eval_metrics=metrics,
+        mfu=curves["mfu"],
     )
 
 

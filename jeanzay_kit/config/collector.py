@@ -78,6 +78,10 @@ class Collector:
             return None
         return value
 
+    def auto_flag(self, key: str, value: object) -> bool | None:
+        """true/false, or None for auto (the run decides from its device)."""
+        return None if value == "auto" else self.flag(key, value)
+
     def choice(
         self, key: str, value: object, choices: tuple[str, ...], hint: str = ""
     ) -> str | None:

@@ -51,6 +51,12 @@ RESUME_IGNORES = (
     "parallel.timeout_minutes",
     # How batches are loaded, never which: the order comes from the global-batch plan.
     "loader",
+    # How fast the same math runs: compiled kernels, fused optimizer kernels, TF32 tensor
+    # cores (a rounding-level change, like another number of GPUs). Turning one off to
+    # debug a run keeps its checkpoints.
+    "train.compile",
+    "train.tf32",
+    "optim.fused",
 )
 
 

@@ -4,11 +4,12 @@ arithmetic (gradient accumulation) and the precision. Pure; see config/collector
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile
 from jeanzay_kit.config.collector import Collector, complete
+from jeanzay_kit.config.micro_batch_rules import candidates
 from jeanzay_kit.distributed.layout import ParallelLayout
 
 MODES = ("ddp", "fsdp", "pipeline", "pipeline_ddp", "dataparallel")
@@ -29,7 +30,8 @@ class ParallelRequest:
     microbatches: int
     stages_per_rank: int
     global_batch: int
-    micro_batch: int
+    micro_batch: int  # with micro_auto: the largest candidate once the layout is known
+    micro_auto: bool = False  # train.micro_batch_size=auto (train/micro_batch.py)
 
     @property
     def one_task_per_node(self) -> bool:
@@ -39,6 +41,8 @@ class ParallelRequest:
 def read_parallel(
     c: Collector, par: Mapping[str, Any], train: Mapping[str, Any]
 ) -> ParallelRequest | None:
+    micro = train.get("micro_batch_size")
+    auto = micro == "auto"
     return complete(
         ParallelRequest,
         mode=c.choice("parallel.mode", par.get("mode"), MODES),
@@ -48,8 +52,54 @@ def read_parallel(
         microbatches=c.positive_int("parallel.microbatches", par.get("microbatches")),
         stages_per_rank=c.positive_int("parallel.stages_per_rank", par.get("stages_per_rank")),
         global_batch=c.positive_int("train.global_batch_size", train.get("global_batch_size")),
-        micro_batch=c.positive_int("train.micro_batch_size", train.get("micro_batch_size")),
+        # auto: 1 until settle_micro_batch knows the data-parallel size.
+        micro_batch=1 if auto else c.positive_int("train.micro_batch_size", micro),
+        micro_auto=auto,
     )
+
+
+# auto measures one whole replica of the model on one GPU; these modes split the model.
+AUTO_MICRO_MODES = ("ddp", "dataparallel")
+
+
+def settle_micro_batch(
+    c: Collector, req: ParallelRequest, layout: ParallelLayout, gpn: int
+) -> ParallelRequest:
+    """train.micro_batch_size=auto: the largest micro-batch that keeps the global batch
+    exact on this layout (the run searches downwards from it for what fits its GPU)."""
+    if not req.micro_auto:
+        return req
+    if req.mode not in AUTO_MICRO_MODES:
+        c.add(
+            "train.micro_batch_size",
+            "auto",
+            f"but parallel.mode={req.mode} splits the model, and auto measures one whole "
+            "replica on one GPU",
+            "set a number, e.g. train.micro_batch_size=8, or use parallel.mode=ddp",
+        )
+        return req
+    dp = layout.dp_size
+    if not dp or req.global_batch % dp:
+        c.add(
+            "train.global_batch_size",
+            req.global_batch,
+            f"is not divisible by the data-parallel size {dp} (train.micro_batch_size=auto "
+            "divides each replica's share)",
+            f"use train.global_batch_size={max(dp, round(req.global_batch / max(dp, 1)) * dp)}",
+        )
+        return req
+    split = gpn if req.mode == "dataparallel" else 1
+    options = candidates(req.global_batch // dp, split)
+    if not options:
+        c.add(
+            "train.global_batch_size",
+            req.global_batch,
+            f"leaves {req.global_batch // dp} samples per replica, which no micro-batch "
+            f"divisible by the {split} GPUs of nn.DataParallel divides",
+            f"use a multiple of {split * dp} for train.global_batch_size",
+        )
+        return req
+    return replace(req, micro_batch=options[-1])
 
 
 def check_layout(c: Collector, req: ParallelRequest, nodes: int, gpn: int) -> ParallelLayout:
@@ -85,7 +135,7 @@ def _check_dataparallel(c: Collector, req: ParallelRequest, nodes: int, gpn: int
             "use parallel.launcher=srun",
         )
     mbs = req.micro_batch
-    if mbs % gpn:
+    if mbs % gpn and not req.micro_auto:
         c.add(
             "train.micro_batch_size",
             mbs,
@@ -135,6 +185,8 @@ def _check_pipeline(
 
 def _check_schedule(c: Collector, req: ParallelRequest, dp: int) -> None:
     """One schedule step runs microbatches x accumulation pipeline micro-batches."""
+    if req.micro_auto:
+        return  # refused with these modes (settle_micro_batch): nothing to check against
     stages, micro, mbs, gbs = req.stages, req.microbatches, req.micro_batch, req.global_batch
     accum = gbs // (dp * mbs) if dp and gbs % (dp * mbs) == 0 else 1
     total = micro * accum

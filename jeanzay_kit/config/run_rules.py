@@ -9,7 +9,7 @@ from typing import Any
 
 from jeanzay_kit.config.collector import CONTROL, Collector, complete
 from jeanzay_kit.config.entry import ENTRY_KINDS
-from jeanzay_kit.config.schema import default
+from jeanzay_kit.config.schema import AdamWConfig, default
 from jeanzay_kit.config.sections import (
     CheckpointSettings,
     Communication,
@@ -142,10 +142,11 @@ def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] |
         "activation_checkpointing": c.flag(
             "train.activation_checkpointing", train.get("activation_checkpointing")
         ),
-        "compile": c.flag("train.compile", train.get("compile")),
+        "compile": c.auto_flag("train.compile", train.get("compile")),
+        "tf32": c.flag("train.tf32", train.get("tf32", default("train.tf32"))),
         "nonfinite": c.choice("train.nonfinite", train.get("nonfinite"), NONFINITE_CHOICES),
     }
-    if any(v is None for k, v in values.items() if k != "eval_batches"):
+    if any(v is None for k, v in values.items() if k not in ("eval_batches", "compile")):
         return None
     return values
 
@@ -159,6 +160,7 @@ def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
         "min_lr_ratio": c.number("optim.min_lr_ratio", optim.get("min_lr_ratio"), 0, 1),
         "grad_clip": c.number("optim.grad_clip", optim.get("grad_clip"), 0, example=1.0),
     }
+    fused = c.auto_flag("optim.fused", optim.get("fused", AdamWConfig().fused))
     extra: dict[str, object] = {}
     if name == "sgd":
         extra["momentum"] = c.number(
@@ -175,7 +177,7 @@ def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
                 for b in betas
             ]
             extra["betas"] = None if None in checked else tuple(checked)
-    return complete(OptimSettings, nullable=(), name=name, **values, **extra)
+    return complete(OptimSettings, nullable=("fused",), name=name, fused=fused, **values, **extra)
 
 
 WRITE_ERROR_CHOICES = ("stop", "continue")

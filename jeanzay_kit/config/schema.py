@@ -94,7 +94,9 @@ class TrainConfig:
     gradient accumulation = global_batch_size / (data-parallel size x micro_batch_size)."""
 
     global_batch_size: int = 32  # samples per optimizer step, over all replicas
-    micro_batch_size: int = 8  # samples per forward/backward on one replica
+    # Samples per forward/backward on one replica; auto: the largest that fits the GPU
+    # (measured at start, recorded in the run; ddp and dataparallel), 8 on the CPU.
+    micro_batch_size: Union[int, str] = 8
     precision: str = "auto"  # auto | bf16 | fp16 | fp32
     steps: int = 200  # optimizer steps
     seed: int = 0  # model init and data order; the same on every rank
@@ -105,7 +107,9 @@ class TrainConfig:
     eval_batches: Optional[int] = None  # at most N global batches per evaluation
     eval_fraction: float = 0.05  # the end of the dataset held out for evaluation
     activation_checkpointing: bool = False  # recompute block activations in backward
-    compile: bool = False  # torch.compile the model (ddp, fsdp)
+    # torch.compile the model (ddp, fsdp); auto: on CUDA, off on the CPU.
+    compile: Union[bool, str] = "auto"
+    tf32: bool = True  # TF32 tensor-core matmuls and convolutions for fp32 math on CUDA
     # A NaN or infinite loss on any rank: `stop` ends the run before the optimizer applies
     # it (exit 2; the newest complete checkpoint is kept), `skip` drops that step's update.
     nonfinite: str = "stop"
@@ -180,6 +184,7 @@ class AdamWConfig:
     warmup_steps: int = 10  # linear warmup from 0 to lr
     min_lr_ratio: float = 0.1  # the cosine ends at min_lr_ratio x lr
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    fused: Union[bool, str] = "auto"  # torch's fused optimizer kernels; auto: on CUDA
 
 
 @dataclass
@@ -193,6 +198,7 @@ class SGDConfig:
     warmup_steps: int = 10  # linear warmup from 0 to lr
     min_lr_ratio: float = 0.1  # the cosine ends at min_lr_ratio x lr
     grad_clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    fused: Union[bool, str] = "auto"  # torch's fused optimizer kernels; auto: on CUDA
 
 
 class CheckpointConfig:

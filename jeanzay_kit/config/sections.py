@@ -90,7 +90,7 @@ class TrainSettings:
     steps: int
     seed: int
     global_batch_size: int
-    micro_batch_size: int
+    micro_batch_size: int  # with micro_batch_auto: the largest allowed, until the run measures
     grad_accum_steps: int
     precision: str  # bf16 | fp16 | fp32, or "auto" on cluster=local (decided at run time)
     log_every: int
@@ -98,8 +98,11 @@ class TrainSettings:
     eval_batches: int | None  # older spelling of eval.max_batches
     eval_fraction: float
     activation_checkpointing: bool
-    compile: bool
+    compile: bool | None  # None: auto (on CUDA with ddp or fsdp, off on the CPU)
     nonfinite: str = _TRAIN.nonfinite  # stop | skip: a NaN/inf loss
+    tf32: bool = _TRAIN.tf32  # TF32 matmuls and convolutions on CUDA
+    # train.micro_batch_size=auto: the run finds the largest that fits (train/micro_batch.py)
+    micro_batch_auto: bool = False
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ class OptimSettings:
     grad_clip: float  # 0: no clipping
     betas: tuple[float, float] = (_ADAMW.betas[0], _ADAMW.betas[1])  # adamw
     momentum: float = 0.0  # sgd's (optim.momentum); 0.0 here: AdamW has none
+    fused: bool | None = None  # None: auto (torch's fused kernels on CUDA)
 
 
 @dataclass(frozen=True)

@@ -121,9 +121,10 @@ def build_job_spec(
         c, cluster, res, one.counts, one.request.one_task_per_node, one.preemption
     )
     layout = layout_rules.check_layout(c, one.request, nodes, gpn)
-    grad_accum = layout_rules.check_accumulation(c, one.request, layout.dp_size)
+    request = layout_rules.settle_micro_batch(c, one.request, layout, gpn)
+    grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
-    evaluation = check_eval(c, cfg.get("eval"), one.loop, one.request.micro_batch, par.get("mode"))
+    evaluation = check_eval(c, cfg.get("eval"), one.loop, request.micro_batch, par.get("mode"))
     keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
     # A config frozen before tune.* existed (a requeued job's) has none: the defaults.
     tune = check_tune(c, cfg.get("tune") or {}, evaluation, script)
@@ -137,8 +138,9 @@ def build_job_spec(
         "resources": resources,
         "layout": layout,
         "train": TrainSettings(
-            global_batch_size=one.request.global_batch,
-            micro_batch_size=one.request.micro_batch,
+            global_batch_size=request.global_batch,
+            micro_batch_size=request.micro_batch,
+            micro_batch_auto=request.micro_auto,
             grad_accum_steps=grad_accum,
             precision=precision,
             **one.loop,

@@ -22,13 +22,9 @@ from jeanzay_kit.runtime.progress import (
     requeue_note,
 )
 
-# Dense peak throughput per GPU (TFLOP/s) for MFU, from NVIDIA's data sheets:
-# H100 SXM 989 (bf16), A100 312 (bf16), V100 125 (fp16 tensor cores).
 TENSORBOARD_DIR = "tensorboard"
 # metrics.jsonl keys -> TensorBoard tags, grouped so the train/eval losses share a panel.
 BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
-
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "V100": 125.0}
 
 
 def board_tag(key: str) -> str:
@@ -36,13 +32,6 @@ def board_tag(key: str) -> str:
     if key in BOARD_TAGS:
         return BOARD_TAGS[key]
     return f"eval/{key[5:]}" if is_eval_metric(key) else key
-
-
-def peak_flops(device_name: str) -> float | None:
-    for key, tflops in PEAK_TFLOPS.items():
-        if key in device_name.upper():
-            return tflops * 1e12
-    return None
 
 
 # One JSON object per logged step, in the run directory: written here, read by

@@ -250,7 +250,12 @@ def header_lines(
         f"# {res.nodes} node(s) x {res.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
         f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "
         f"global batch {tset.global_batch_size} = {lay.dp_size} x {tset.micro_batch_size} "
-        f"x {tset.grad_accum_steps} accumulation step(s)",
+        f"x {tset.grad_accum_steps} accumulation step(s)"
+        + (
+            " at most (train.micro_batch_size=auto: measured at start)"
+            if tset.micro_batch_auto
+            else ""
+        ),
     ]
     if workdir:
         lines.append(

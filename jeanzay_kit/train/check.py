@@ -26,6 +26,7 @@ from jeanzay_kit.train import components as build
 from jeanzay_kit.train.batch import describe, split_batch, to_device
 from jeanzay_kit.train.evaluate import metric_target, prediction
 from jeanzay_kit.train.loader import build_loader, stop_workers
+from jeanzay_kit.train.micro_batch import for_check
 from jeanzay_kit.train.stream import build_stream_loader, is_stream
 
 PIPELINE_MODES = ("pipeline", "pipeline_ddp")
@@ -64,6 +65,7 @@ def check_contracts(
     spec: JobSpec, device: torch.device, precision: str, cpus: int = 1
 ) -> CheckReport:
     """Try the run's components on its first micro-batch; ContractError on a break."""
+    spec = for_check(spec)  # micro_batch_size=auto: a small micro-batch, not the largest
     dataset = _guard("data", "dataset", lambda: build.build_dataset(spec), spec.data)
     # One micro-batch is read by one worker: start at most two (the worker path and its
     # pickling are what is tried), not the 23 a Jean Zay H100 task would run.

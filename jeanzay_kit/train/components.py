@@ -24,6 +24,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.contracts import ActivationCheckpointable
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import ContractError, JzkError
+from jeanzay_kit.train.gpu_settings import compile_wanted, fused_wanted
 from jeanzay_kit.train.loss import ComputeLoss
 from jeanzay_kit.train.schedule import lr_lambda
 from jeanzay_kit.train.strategies.base import Strategy
@@ -235,16 +236,22 @@ def build_strategy(
         scaler=scaler,
     )
     mode = spec.layout.mode
+    compiled = compile_wanted(spec.train.compile, ctx.device, mode)
     if mode == "ddp":
         from jeanzay_kit.train.strategies.ddp import DDPStrategy
 
         return DDPStrategy(
-            model, bucket_cap_mb=spec.comm.bucket_cap_mb, compile_model=spec.train.compile, **common
+            model, bucket_cap_mb=spec.comm.bucket_cap_mb, compile_model=compiled, **common
         )
     if mode == "fsdp":
         from jeanzay_kit.train.strategies.fsdp import FSDPStrategy
 
-        return FSDPStrategy(model, compile_model=spec.train.compile, **common)
+        return FSDPStrategy(model, compile_model=compiled, **common)
+    if spec.train.compile and ctx.is_main:
+        _warning(
+            f"train.compile=true, but parallel.mode={mode} does not compile the model "
+            "(only ddp and fsdp do): it runs eager"
+        )
     if mode == "dataparallel":
         from jeanzay_kit.train.strategies.dataparallel import DataParallelStrategy
 
@@ -255,14 +262,22 @@ def build_strategy(
     return PipelineStrategy(model, n_microbatches=n_micro, **common)
 
 
-def build_optimizer(params, optim: OptimSettings) -> torch.optim.Optimizer:
-    """optim.name: adamw or sgd (with momentum)."""
+def build_optimizer(
+    params, optim: OptimSettings, device: torch.device | None = None
+) -> torch.optim.Optimizer:
+    """optim.name: adamw or sgd (with momentum); optim.fused: torch's fused kernels (auto:
+    on CUDA). None leaves torch's own choice (foreach where it can)."""
+    fused = True if device is not None and fused_wanted(optim.fused, device) else None
     if optim.name == "sgd":
         return torch.optim.SGD(
-            params, lr=optim.lr, momentum=optim.momentum, weight_decay=optim.weight_decay
+            params,
+            lr=optim.lr,
+            momentum=optim.momentum,
+            weight_decay=optim.weight_decay,
+            fused=fused,
         )
     return torch.optim.AdamW(
-        params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay
+        params, lr=optim.lr, betas=optim.betas, weight_decay=optim.weight_decay, fused=fused
     )
 
 

@@ -26,10 +26,13 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
-from jeanzay_kit.runtime.metrics import MetricsWriter, peak_flops
+from jeanzay_kit.runtime.metrics import MetricsWriter
+from jeanzay_kit.runtime.peaks import peak_flops
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan, StreamPlan, held_out, plan_for
 from jeanzay_kit.train import components as build
+from jeanzay_kit.train import micro_batch
 from jeanzay_kit.train.evaluate import Evaluator, eval_indices
+from jeanzay_kit.train.gpu_settings import apply_tf32, compile_wanted
 from jeanzay_kit.train.loader import (
     StepBatches,
     build_loader,
@@ -74,6 +77,8 @@ class Attempt:
     flops: float = 0.0  # training FLOPs per sample (the model's flops_per_sample)
     peak: float | None = None  # the GPU's peak FLOP/s, for MFU
     tokens: int = 0  # the dataset's tokens_per_sample
+    compiled: bool = False  # torch.compile: the attempt's first step compiles, timed apart
+    compile_s: float | None = None  # that first step's time, in the next logged record
     saved_at: int = 0
     last_save_time: float = field(default_factory=time.monotonic)
     window_start: float = field(default_factory=time.perf_counter)
@@ -111,12 +116,23 @@ def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> At
     # Same seed on every rank: every rank builds the same initial model, whatever the
     # mode, before it is wrapped, sharded or split.
     seed_everything(tset.seed)
+    apply_tf32(tset.tf32, ctx.device)
     dataset = build.build_dataset(spec)
     model = build.build_model(spec, warn=ctx.is_main)
     compute_loss = build.build_loss(spec, model)
     precision = build.resolve_precision(tset.precision, ctx.device)
+    spec = micro_batch.settle(
+        spec,
+        is_main=ctx.is_main,
+        device=ctx.device,
+        model=model,
+        compute_loss=compute_loss,
+        autocast=build.make_autocast(precision, ctx.device),
+        dataset=dataset,
+        run_dir=run_dir,
+    )
     strategy = build.build_strategy(spec, ctx, model, compute_loss, precision)
-    optimizer = build.build_optimizer(strategy.parameters(), spec.optim)
+    optimizer = build.build_optimizer(strategy.parameters(), spec.optim, ctx.device)
     scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
     ckpt = build.build_checkpointer(spec, strategy, optimizer, session)
     resumed, folder = resume(spec, ckpt, scheduler, strategy, ctx)
@@ -144,9 +160,10 @@ def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> At
         start_step=resumed.step,
         loss_value=resumed.last_loss,
         flops=getattr(model, "flops_per_sample", lambda: 0.0)(),
-        peak=peak_flops(torch.cuda.get_device_name(ctx.device))
+        peak=peak_flops(torch.cuda.get_device_name(ctx.device), precision, tset.tf32)
         if ctx.device.type == "cuda"
         else None,
+        compiled=compile_wanted(tset.compile, ctx.device, spec.layout.mode),
         tokens=getattr(dataset, "tokens_per_sample", 0) or 0,
         saved_at=resumed.step,
     )
@@ -250,7 +267,10 @@ def run_steps(a: Attempt) -> None:
         local_loss = a.strategy.train_step(batches)
         a.hb.beat(step, "optimizer")
         stop, time_due = optimizer_step(a, step, local_loss)
-        a.window_steps += 1
+        if a.compiled and step == a.start_step:
+            note_compile_time(a)  # the compiling step is not in any step time or ETA
+        else:
+            a.window_steps += 1
         a.metrics.advance(step + 1)
         done = step + 1
         if done % a.spec.train.log_every == 0 or done == a.spec.train.steps or eval_due(a, done):
@@ -291,6 +311,21 @@ def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[boo
     return verdict.stop, verdict.save_due
 
 
+def note_compile_time(a: Attempt) -> None:
+    """torch.compile compiles during the attempt's first step: time it apart, say it, and
+    start the step-time window after it."""
+    if a.ctx.device.type == "cuda":
+        torch.cuda.synchronize(a.ctx.device)
+    a.compile_s = time.perf_counter() - a.window_start
+    if a.ctx.is_main:
+        print(
+            f"torch.compile: the first step took {a.compile_s:.1f} s (compiling, loader start "
+            "included); step times and the ETA count from the next step",
+            flush=True,
+        )
+    a.window_start, a.window_wait = time.perf_counter(), 0.0
+
+
 def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     """One all-reduce of the loss per logged step, not per step; the throughput of the
     steps since the last line; the held-out loss when due."""
@@ -298,16 +333,22 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     a.loss_value = a.strategy.global_mean(local_loss)
     if a.ctx.device.type == "cuda":
         torch.cuda.synchronize(a.ctx.device)
-    elapsed = (time.perf_counter() - a.window_start) / a.window_steps
+    steps = max(1, a.window_steps)
+    if a.window_steps:
+        elapsed = (time.perf_counter() - a.window_start) / a.window_steps
+    else:  # the compiling step alone in its window (train.log_every=1)
+        elapsed = a.compile_s or time.perf_counter() - a.window_start
     record: dict[str, Any] = {
         "step": done,
         "loss": a.loss_value,
         "lr": a.scheduler.get_last_lr()[0],
         "step_time_s": elapsed,
         "samples_per_s": tset.global_batch_size / elapsed,
-        "data_wait_s": a.window_wait / a.window_steps,
-        "data_wait_share": min(1.0, a.window_wait / a.window_steps / elapsed),
+        "data_wait_s": a.window_wait / steps,
+        "data_wait_share": min(1.0, a.window_wait / steps / elapsed),
     }
+    if a.compile_s is not None:
+        record["compile_s"], a.compile_s = a.compile_s, None
     if a.tokens:
         record["tokens_per_s"] = tset.global_batch_size * a.tokens / elapsed
     if a.peak and a.flops:

@@ -56,3 +56,33 @@ def test_a_changed_config_in_a_used_run_dir_is_refused_before_any_worker(tmp_pat
     assert "job.run_dir" in err and "resume=never" in err and "allow_config_change" in err
     again = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.1", "resume=never")
     assert again.returncode == 0, again.stderr[-3000:]
+
+
+def _digest(proc: subprocess.CompletedProcess) -> str:
+    return proc.stdout.split("model digest ")[1].split(",")[0]
+
+
+@pytest.mark.timeout(400)
+def test_auto_micro_batch_trains_as_its_choice_and_gpu_switches_keep_the_run(
+    tmp_path: Path,
+) -> None:
+    """micro_batch_size=auto on two CPU ranks: rank 0 chooses (on the CPU: 8 or the
+    largest valid size below it), both ranks take it, the run records it and trains as a
+    run configured with it; its resume takes the recorded size, and turning the GPU
+    defaults off (what a user debugging a run does) keeps the run directory."""
+    batch = "train.global_batch_size=36"  # 18 per replica: auto takes 6
+    auto = train(tmp_path, "train.micro_batch_size=auto", batch, "job.name=auto")
+    assert auto.returncode == 0, auto.stderr[-3000:]
+    assert "train.micro_batch_size=auto: 6 on the CPU" in auto.stderr, auto.stderr
+    (run_dir,) = (tmp_path / "outputs").glob("auto-*")
+    assert '"micro_batch_size": 6' in (run_dir / "micro_batch.json").read_text()
+    fixed = train(tmp_path, "train.micro_batch_size=6", batch, "job.name=fixed")
+    assert fixed.returncode == 0, fixed.stderr[-3000:]
+    assert _digest(auto) == _digest(fixed)
+    off = ("train.compile=false", "optim.fused=false", "train.tf32=false")
+    longer = train(
+        tmp_path, "train.micro_batch_size=auto", batch, "job.name=auto", "train.steps=6", *off
+    )
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert "(step 4)" in longer.stdout, longer.stdout
+    assert "6, as chosen at the run's start" in longer.stderr, longer.stderr

@@ -39,6 +39,8 @@ PURE = [
     "node/script_watch_rules.py",
     "runtime/stall.py",
     "runtime/progress.py",
+    "runtime/peaks.py",
+    "config/micro_batch_rules.py",
     "analysis/summary.py",
     "doctor/table.py",
     "config/data_paths.py",
