@@ -378,6 +378,38 @@ def gpu_figures(r: dict) -> list[Figure]:
     ]
 
 
+def gpu_vs_hand_figures(r: dict) -> list[Figure]:
+    hand = statistics.median(x["hand"]["step_s"] for x in r["rounds"])
+    ours = statistics.median(x["toolkit"]["step_s"] for x in r["rounds"])
+    figures = [
+        Figure(
+            "gpt2_loop_vs_hand",
+            "GPT-2 124M from a memory-mapped token file, 1 GPU, the GPU defaults (bf16, TF32, "
+            "compile, fused AdamW): `train.py` step / the project's hand-written loop "
+            "(bench/gpt_hand_loop.py, same model, data and settings)",
+            r["ratio_median"],
+            r["ratios"],
+            ms(ours) + "/step",
+            ms(hand) + "/step (hand-written)",
+            "<= 1.02",
+        )
+    ]
+    if r["mfu"] is not None:
+        figures.append(
+            Figure(
+                "gpt2_124m_mfu_defaults",
+                "GPT-2 124M, the same run: model FLOPs utilization",
+                r["mfu"],
+                r["mfu_rounds"],
+                f"{r['mfu']:.3f}",
+                f"dense peak of {r['device']}",
+                ">= 0.45 (H100)",
+                ratio=False,
+            )
+        )
+    return figures
+
+
 # --- what a machine can run ------------------------------------------------------------
 
 
@@ -492,6 +524,16 @@ BENCHES = [
         ["--rounds", "2"],
         ["--rounds", "3"],
         gpu_figures,
+        needs=gpu_needs,
+        gpu=True,
+    ),
+    Bench(
+        "gpu_vs_hand",
+        "bench_gpu_vs_hand.py",
+        ["gpt2_loop_vs_hand", "gpt2_124m_mfu_defaults"],
+        ["--rounds", "1", "--steps", "50"],
+        ["--rounds", "3", "--steps", "60"],
+        gpu_vs_hand_figures,
         needs=gpu_needs,
         gpu=True,
     ),
@@ -684,6 +726,7 @@ def main() -> None:
     )
     parser.add_argument("--quick", action="store_true", help="fewer rounds and steps (< 10 min)")
     parser.add_argument("--only", nargs="+", metavar="KEY", help="only the benchmarks of these")
+    parser.add_argument("--gpu", action="store_true", help="only the GPU benchmarks")
     parser.add_argument("--rounds", type=int, default=0, help="rounds of every benchmark")
     parser.add_argument("--out", default=str(REPO / "bench" / "results.json"))
     parser.add_argument("--docs", default=str(DOCS), help="the markdown file to update, or 'none'")
@@ -694,6 +737,8 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown figure(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     benches = [b for b in BENCHES if not args.only or set(b.keys) & set(args.only)]
+    if args.gpu:
+        benches = [b for b in benches if b.gpu]
 
     start = time.monotonic()
     figures: list[Figure] = []
@@ -708,6 +753,7 @@ def main() -> None:
         [
             "",
             *(["--quick"] if args.quick else []),
+            *(["--gpu"] if args.gpu else []),
             *(["--only", *args.only] if args.only else []),
             *([f"--rounds {args.rounds}"] if args.rounds else []),
         ]

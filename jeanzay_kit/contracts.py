@@ -91,6 +91,8 @@ class ActivationCheckpointable(Protocol):
 
 
 class CountsFlops(Protocol):
-    """Optional, for the MFU column: training FLOPs of one sample."""
+    """Optional, for the MFU column: training FLOPs (forward and backward) of one sample.
+    A language model may state `flops_per_token()` instead, multiplied by the dataset's
+    `tokens_per_sample`."""
 
     def flops_per_sample(self) -> float: ...

@@ -159,7 +159,7 @@ def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> At
         ),
         start_step=resumed.step,
         loss_value=resumed.last_loss,
-        flops=getattr(model, "flops_per_sample", lambda: 0.0)(),
+        flops=flops_per_sample(model, dataset),
         peak=peak_flops(torch.cuda.get_device_name(ctx.device), precision, tset.tf32)
         if ctx.device.type == "cuda"
         else None,
@@ -167,6 +167,18 @@ def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> At
         tokens=getattr(dataset, "tokens_per_sample", 0) or 0,
         saved_at=resumed.step,
     )
+
+
+def flops_per_sample(model: Any, dataset: Any) -> float:
+    """Training FLOPs of one sample, as the model states them (contracts.CountsFlops):
+    flops_per_sample(), or flops_per_token() times the dataset's tokens_per_sample; 0.0
+    (no MFU column) when it states neither."""
+    if callable(getattr(model, "flops_per_sample", None)):
+        return float(model.flops_per_sample())
+    tokens = getattr(dataset, "tokens_per_sample", 0) or 0
+    if callable(getattr(model, "flops_per_token", None)) and tokens:
+        return float(model.flops_per_token()) * tokens
+    return 0.0
 
 
 def open_data(

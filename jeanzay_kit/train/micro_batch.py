@@ -80,21 +80,25 @@ class Trial:
     def fits(self, size: int) -> bool:
         """One forward and backward of `size` samples: within HEADROOM of the memory, and
         no out-of-memory error. The gradients and the memory are released either way."""
-        device = self.memory.device
         self.memory.reset()
         try:
-            ballast = torch.empty(self.ballast_bytes, dtype=torch.uint8, device=device)
-            batch = to_device(self.make_batch(size), device)
-            with self.autocast():
-                loss = self.compute_loss(self.model, batch)
-            loss.backward()
-            del ballast, batch, loss
-            return self.memory.peak() <= HEADROOM * self.memory.capacity()
+            return self._peak_of(size) <= HEADROOM * self.memory.capacity()
         except torch.OutOfMemoryError:
-            return False
+            return False  # the error is gone here, and with it the frame holding the tensors
         finally:
             self.model.zero_grad(set_to_none=True)
             self.memory.reset()
+
+    def _peak_of(self, size: int) -> int:
+        # Its own frame: the ballast, the batch and the activations die when it returns.
+        device = self.memory.device
+        ballast = torch.empty(self.ballast_bytes, dtype=torch.uint8, device=device)
+        batch = to_device(self.make_batch(size), device)
+        with self.autocast():
+            loss = self.compute_loss(self.model, batch)
+        loss.backward()
+        del ballast, batch, loss
+        return self.memory.peak()
 
 
 def search(trial: Trial, options: list[int]) -> tuple[int, str]:

@@ -226,3 +226,23 @@ def test_auto_turns_on_on_cuda_only_and_one_override_turns_it_off() -> None:
     assert not fused_wanted(False, CUDA)
     off = _spec("train.compile=false", "optim.fused=false", "train.tf32=false")
     assert (off.train.compile, off.optim.fused, off.train.tf32) == (False, False, False)
+
+
+def test_a_models_flops_are_per_sample_or_per_token_times_the_tokens() -> None:
+    from jeanzay_kit.train.loop import flops_per_sample
+
+    class PerSample(nn.Module):
+        def flops_per_sample(self) -> float:
+            return 600.0
+
+    class PerToken(nn.Module):
+        def flops_per_token(self) -> float:
+            return 6.0
+
+    class Windows:
+        tokens_per_sample = 100
+
+    assert flops_per_sample(PerSample(), Windows()) == 600.0
+    assert flops_per_sample(PerToken(), Windows()) == 600.0
+    assert flops_per_sample(PerToken(), object()) == 0.0  # no tokens: no MFU column
+    assert flops_per_sample(nn.Linear(2, 2), Windows()) == 0.0

@@ -47,3 +47,19 @@ def test_labels_are_wrapped_between_overrides() -> None:
     lines = wrap_label(label, 40).splitlines()
     assert len(lines) > 3 and all(len(line) <= 40 for line in lines)
     assert " ".join(lines) == label
+
+
+def test_runs_that_report_mfu_get_an_mfu_plot_from_their_records(tmp_path: Path) -> None:
+    from jeanzay_kit.analysis.summary import run_series
+
+    records = [
+        {"step": s, "loss": 1.0 / s, "samples_per_s": 10.0, "step_time_s": 0.1, "mfu": m}
+        for s, m in ((10, 0.41), (20, 0.45))
+    ]
+    on_gpu = run_series("gpu", ("train.compile=true",), records)
+    assert on_gpu.mfu == [(10, 0.41), (20, 0.45)]
+    on_cpu = run_series("cpu", (), [{k: v for k, v in r.items() if k != "mfu"} for r in records])
+    assert on_cpu.mfu == []
+    assert "mfu.png" not in [p.name for p in write_plots([on_cpu], tmp_path / "cpu")]
+    written = write_plots([on_gpu, on_cpu], tmp_path / "both")
+    assert written[-1].name == "mfu.png" and written[-1].stat().st_size > 0
