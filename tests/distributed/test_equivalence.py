@@ -166,12 +166,14 @@ def test_the_comparison_catches_real_bugs(train_run, reference, bug) -> None:
         assert_same_model(run.state, reference["mlp"])
 
 
+# ddp, fsdp and pipeline are held bitwise run to run by tests/distributed/test_resume.py
+# (an uninterrupted and a twice-resumed run end with the same digest, a stronger claim);
+# pipeline_ddp, not resumed there, is held here.
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["ddp", "pipeline_ddp"])
-def test_same_seed_is_bitwise_identical_run_to_run(train_run, mode) -> None:
-    extra = ("parallel.pipeline_stages=2",) if mode == "pipeline_ddp" else ()
-    a = train_run("a", *COMMON, f"parallel={mode}", "resources.gpus_per_node=4", *extra)
-    b = train_run("b", *COMMON, f"parallel={mode}", "resources.gpus_per_node=4", *extra)
+def test_same_seed_is_bitwise_identical_run_to_run(train_run) -> None:
+    mode = ("parallel=pipeline_ddp", "parallel.pipeline_stages=2", "resources.gpus_per_node=4")
+    a = train_run("a", *COMMON, *mode)
+    b = train_run("b", *COMMON, *mode)
     assert a.digest == b.digest
     for name, tensor in a.state.items():
         assert torch.equal(tensor, b.state[name]), name

@@ -19,12 +19,12 @@ import pytest
 
 from tests.distributed.conftest import REPO
 
-STEPS = 120  # 3 saves (every 40), two stops in [5, 60): every path of the resume
+STEPS = 80  # 3 saves (every 30, and the end), two stops in [5, 40): every path of the resume
 BASE = (
     f"train.steps={STEPS}",
     "train.log_every=1",
     "train.eval_every=0",
-    "checkpoint.every_steps=40",
+    "checkpoint.every_steps=30",
     "checkpoint.keep_last=2",
 )
 MODES = {
@@ -33,11 +33,9 @@ MODES = {
     "ddp": ("parallel=ddp", "resources.gpus_per_node=4"),
     "fsdp": ("parallel=fsdp", "resources.gpus_per_node=4"),
     "pipeline": ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=1f1b"),
-    "pipeline_ddp": (
-        "parallel=pipeline_ddp",
-        "resources.gpus_per_node=4",
-        "parallel.pipeline_stages=2",
-    ),
+    # pipeline_ddp was folded into the cases above (suite time, issue 34): its stages are
+    # parallel=pipeline's code and its 2 replicas per stage DDP's; test_elastic_resume
+    # stops and resumes it (4 -> 8 -> 4 ranks), every sample trained once.
 }
 
 
