@@ -145,6 +145,11 @@ class ContractError(JzkError):
     `jzk check` or the check at the start of a run, said once, never retried."""
 
 
+class CompileError(JzkError):
+    """torch.compile could not compile the model (train.compile): every rank meets it
+    alike, said once with the way out, never retried."""
+
+
 class LoaderWorkerDied(JzkError):
     """A DataLoader worker process of one rank died (killed, out of memory): a failure of
     that rank, reported by it and retried within the restart budget."""

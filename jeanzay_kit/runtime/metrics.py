@@ -126,9 +126,11 @@ class MetricsWriter:
         if self._bar is not None:
             self._bar.update(step - self._bar.n)
 
-    def log(self, record: dict[str, Any], judge_input: bool = True) -> None:
+    def log(self, record: dict[str, Any], judge_input: bool = True, eta: bool = True) -> None:
         """One logged window. judge_input=False for a window the input-bound verdict must
-        not count (an attempt's first, which holds the loader workers' start)."""
+        not count (an attempt's first, which holds the loader workers' start); eta=False
+        for a window whose step time says nothing of the next steps (torch.compile's
+        first step alone)."""
         if not self.enabled or self._file is None:
             return
         view = outlook(
@@ -139,7 +141,7 @@ class MetricsWriter:
             self.allocation_s,
             self.lead_s,
         )
-        record = {**record, "eta_s": view.eta_s}
+        record = {**record, "eta_s": view.eta_s if eta else None}
         self._file.write(json.dumps(record) + "\n")
         if self._board is not None:
             for key, value in record.items():
@@ -160,13 +162,13 @@ class MetricsWriter:
                 parts.append(fmt.format(record[key]))
             if key == "eval_loss":  # eval.metrics next to the eval loss: "accuracy 0.912"
                 parts.extend(f"{k[5:]} {v:.4g}" for k, v in record.items() if is_eval_metric(k))
-        parts.append(f"ETA {format_duration(view.eta_s)}")
+        parts.append(f"ETA {format_duration(view.eta_s)}" if eta else "ETA from the next step")
         if view.left_s is not None:
             parts.append(f"{format_duration(view.left_s)} left in the allocation")
         self._print(" | ".join(parts))
         if judge_input:
             self._judge_input(record)
-        if view.requeues and not self._noted_requeues:
+        if eta and view.requeues and not self._noted_requeues:
             self._noted_requeues = True
             remaining = self.total_steps - record["step"]
             self._print(requeue_note(view, remaining, record["step_time_s"]))

@@ -24,7 +24,7 @@ from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
-from jeanzay_kit.errors import CheckpointWriteError, NonFiniteLoss
+from jeanzay_kit.errors import CheckpointWriteError, CompileError, NonFiniteLoss
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.metrics import MetricsWriter
 from jeanzay_kit.runtime.peaks import peak_flops
@@ -276,7 +276,7 @@ def run_steps(a: Attempt) -> None:
         if step == a.start_step > 0:
             a.strategy.before_resumed_steps(batches[0])
         a.hb.beat(step, "forward_backward")
-        local_loss = a.strategy.train_step(batches)
+        local_loss = compiled_step(a, batches) if a.compiled else a.strategy.train_step(batches)
         a.hb.beat(step, "optimizer")
         stop, time_due = optimizer_step(a, step, local_loss)
         if a.compiled and step == a.start_step:
@@ -321,6 +321,26 @@ def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[boo
     optimizer.zero_grad(set_to_none=True)
     a.scheduler.step()
     return verdict.stop, verdict.save_due
+
+
+def compiled_step(a: Attempt, batches: list[Any]) -> torch.Tensor:
+    """A step of a compiled model: a failure of torch.compile itself (its compiler, a
+    model it cannot trace) is one line naming train.compile, not a page of traceback on
+    every rank and a restart that would fail the same way."""
+    try:
+        return a.strategy.train_step(batches)
+    except Exception as err:
+        from torch._dynamo.exc import TorchDynamoException
+
+        if not isinstance(err, TorchDynamoException):
+            raise
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        why = lines[0][:300] if lines else type(err).__name__
+        raise CompileError(
+            f"train.compile={'auto' if a.spec.train.compile is None else 'true'}: "
+            f"torch.compile failed on the model: {why}. HINT: train.compile=false runs it "
+            "eager (and shows the model's own error, if it is one)"
+        ) from None
 
 
 def note_compile_time(a: Attempt) -> None:
@@ -373,7 +393,7 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
         a.last_eval = {"step": done, **a.evaluator.run(a.strategy)}
         record.update({k: v for k, v in a.last_eval.items() if k != "step"})
     # An attempt's first window holds the loader workers' start: not judged input-bound.
-    a.metrics.log(record, judge_input=a.windows_logged > 0)
+    a.metrics.log(record, judge_input=a.windows_logged > 0, eta=a.window_steps > 0)
     a.window_start, a.window_steps, a.window_wait = time.perf_counter(), 0, 0.0
     a.windows_logged += 1
 

@@ -246,3 +246,21 @@ def test_a_models_flops_are_per_sample_or_per_token_times_the_tokens() -> None:
     assert flops_per_sample(PerToken(), Windows()) == 600.0
     assert flops_per_sample(PerToken(), object()) == 0.0  # no tokens: no MFU column
     assert flops_per_sample(nn.Linear(2, 2), Windows()) == 0.0
+
+
+def test_the_compiling_steps_window_gives_no_eta(tmp_path: Path) -> None:
+    import io
+
+    from jeanzay_kit.runtime.metrics import MetricsWriter, read_records
+
+    out = io.StringIO()
+    writer = MetricsWriter(tmp_path, True, 100, stream=out)
+    first = {"step": 1, "loss": 1.0, "step_time_s": 40.0, "compile_s": 40.0}
+    writer.log(first, eta=False)
+    writer.log({"step": 2, "loss": 0.9, "step_time_s": 0.5})
+    writer.close()
+    lines = out.getvalue().splitlines()
+    assert "ETA from the next step" in lines[0] and "ETA 49s" in lines[1], lines
+    records = read_records(tmp_path / "metrics.jsonl")
+    assert records[0]["eta_s"] is None and records[0]["compile_s"] == 40.0
+    assert records[1]["eta_s"] == pytest.approx(49.0)
