@@ -22,16 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, train_py, write_result  # noqa: E402
+from common import GPT2_SHAPE, REPO, gpt_overrides, train_py, write_result  # noqa: E402
 
 GPT2_124M = [
-    "model=gpt",
+    *gpt_overrides(GPT2_SHAPE),
     "data=stdlib_text",
-    "data.block_size=1024",
-    "model.n_layer=12",
-    "model.n_embd=768",
-    "model.n_head=12",
-    "model.vocab_size=50304",
     "resources.gpus_per_node=1",
     "train.global_batch_size=16",
     "train.micro_batch_size=8",

@@ -25,9 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import REPO, train_py, write_result  # noqa: E402
+from common import GPT2_SHAPE, REPO, gpt_overrides, train_py, write_result  # noqa: E402
 
-SHAPE = {"block": 1024, "layers": 12, "width": 768, "heads": 12, "vocab": 50304}
 SMOKE = {"block": 64, "layers": 2, "width": 64, "heads": 2, "vocab": 256}
 
 
@@ -42,14 +41,9 @@ def token_file(folder: Path) -> Path:
 
 def toolkit_round(args: argparse.Namespace, shape: dict, path: Path, run_dir: Path) -> dict:
     overrides = [
-        "model=gpt",
+        *gpt_overrides(shape),
         "data=token_file",
         f"data.path={path}",
-        f"data.block_size={shape['block']}",
-        f"model.n_layer={shape['layers']}",
-        f"model.n_embd={shape['width']}",
-        f"model.n_head={shape['heads']}",
-        f"model.vocab_size={shape['vocab']}",
         "resources.gpus_per_node=1",
         f"train.global_batch_size={args.global_batch}",
         f"train.micro_batch_size={args.micro}",
@@ -111,7 +105,7 @@ def main() -> None:
 
     if not args.cpu_smoke and not torch.cuda.is_available():
         sys.exit("bench_gpu_vs_hand: no CUDA device")
-    shape = SMOKE if args.cpu_smoke else SHAPE
+    shape = SMOKE if args.cpu_smoke else GPT2_SHAPE
     ratios, mfus, rounds = [], [], []
     with tempfile.TemporaryDirectory(prefix="jzk-bench-hand-") as tmp:
         path = token_file(Path(tmp))

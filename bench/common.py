@@ -15,6 +15,22 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+# The GPT-2 small shape of the GPU benchmarks (the vocabulary padded to 50304).
+GPT2_SHAPE = {"block": 1024, "layers": 12, "width": 768, "heads": 12, "vocab": 50304}
+
+
+def gpt_overrides(shape: dict[str, int]) -> list[str]:
+    """train.py overrides of model=gpt in a shape of GPT2_SHAPE's keys."""
+    return [
+        "model=gpt",
+        f"data.block_size={shape['block']}",
+        f"model.n_layer={shape['layers']}",
+        f"model.n_embd={shape['width']}",
+        f"model.n_head={shape['heads']}",
+        f"model.vocab_size={shape['vocab']}",
+    ]
+
+
 RESULTS = REPO / "bench" / "results"
 
 

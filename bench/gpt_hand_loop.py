@@ -17,7 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader, RandomSampler
@@ -25,15 +27,15 @@ from torch.utils.data import DataLoader, RandomSampler
 from jeanzay_kit.examples.models import TinyGPT
 from jeanzay_kit.examples.tokens import TokenWindows
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import GPT2_SHAPE  # noqa: E402
+
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--path", required=True, help="a uint16 token file")
-    p.add_argument("--block", type=int, default=1024)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--width", type=int, default=768)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--vocab", type=int, default=50304)
+    for key, value in GPT2_SHAPE.items():  # block, layers, width, heads, vocab
+        p.add_argument(f"--{key}", type=int, default=value)
     p.add_argument("--global-batch", type=int, default=16)
     p.add_argument("--micro", type=int, default=8)
     p.add_argument("--steps", type=int, default=60, help="timed steps")

@@ -80,7 +80,11 @@ class Collector:
 
     def auto_flag(self, key: str, value: object) -> bool | None:
         """true/false, or None for auto (the run decides from its device)."""
-        return None if value == "auto" else self.flag(key, value)
+        if isinstance(value, bool):
+            return value
+        if value != "auto":
+            self.add(key, value, "is not true, false or auto", f"use {key}=auto, true or false")
+        return None
 
     def choice(
         self, key: str, value: object, choices: tuple[str, ...], hint: str = ""

@@ -9,7 +9,7 @@ from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile
 from jeanzay_kit.config.collector import Collector, complete
-from jeanzay_kit.config.micro_batch_rules import candidates
+from jeanzay_kit.config.micro_batch_rules import auto_options
 from jeanzay_kit.distributed.layout import ParallelLayout
 
 MODES = ("ddp", "fsdp", "pipeline", "pipeline_ddp", "dataparallel")
@@ -88,15 +88,14 @@ def settle_micro_batch(
             f"use train.global_batch_size={max(dp, round(req.global_batch / max(dp, 1)) * dp)}",
         )
         return req
-    split = gpn if req.mode == "dataparallel" else 1
-    options = candidates(req.global_batch // dp, split)
-    if not options:
+    options = auto_options(req.global_batch, dp, req.mode, gpn)
+    if not options:  # dataparallel: a share that no multiple of the GPUs divides
         c.add(
             "train.global_batch_size",
             req.global_batch,
             f"leaves {req.global_batch // dp} samples per replica, which no micro-batch "
-            f"divisible by the {split} GPUs of nn.DataParallel divides",
-            f"use a multiple of {split * dp} for train.global_batch_size",
+            f"divisible by the {gpn} GPUs of nn.DataParallel divides",
+            f"use a multiple of {gpn * dp} for train.global_batch_size",
         )
         return req
     return replace(req, micro_batch=options[-1])

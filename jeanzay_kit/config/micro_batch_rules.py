@@ -23,6 +23,15 @@ def candidates(per_replica: int, multiple_of: int = 1) -> list[int]:
     return [m for m in range(1, per_replica + 1) if per_replica % m == 0 and m % multiple_of == 0]
 
 
+def auto_options(global_batch: int, dp_size: int, mode: str, gpus_per_node: int) -> list[int]:
+    """The sizes train.micro_batch_size=auto may choose on a layout: divisors of each
+    replica's share, split evenly over the GPUs nn.DataParallel drives (empty when the
+    share is not whole or nothing divides it)."""
+    if dp_size < 1 or global_batch % dp_size:
+        return []
+    return candidates(global_batch // dp_size, gpus_per_node if mode == "dataparallel" else 1)
+
+
 def largest_at_most(options: list[int], limit: int) -> int:
     """The largest option <= limit (the smallest option if none is)."""
     below = [m for m in options if m <= limit]

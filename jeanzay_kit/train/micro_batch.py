@@ -18,14 +18,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
 
 from jeanzay_kit.config.micro_batch_rules import (
     CPU_FALLBACK,
-    candidates,
+    auto_options,
     explain,
     largest_at_most,
     largest_fitting,
@@ -42,6 +42,17 @@ RECORD_FILE = "micro_batch.json"
 HEADROOM = 0.90
 # Bytes of optimizer state per byte of parameters: AdamW keeps two moments, SGD one.
 STATE_PER_PARAM = {"adamw": 2, "sgd": 1}
+
+
+class Memory(Protocol):
+    """What a trial reads of the device's memory: DeviceMemory, or a test's fake limit."""
+
+    device: torch.device
+
+    def capacity(self) -> int: ...
+    def reset(self) -> None: ...
+    def peak(self) -> int: ...
+    def name(self) -> str: ...
 
 
 @dataclass
@@ -74,7 +85,7 @@ class Trial:
     compute_loss: Callable[[nn.Module, Any], torch.Tensor]
     autocast: Callable[[], Any]
     make_batch: Callable[[int], Any]
-    memory: Any  # DeviceMemory, or a test's fake
+    memory: Memory
     ballast_bytes: int = 0
 
     def fits(self, size: int) -> bool:
@@ -135,9 +146,11 @@ def with_micro_batch(spec: JobSpec, size: int) -> JobSpec:
 
 
 def options_of(spec: JobSpec) -> list[int]:
-    """The sizes auto may choose on this layout (config/layout_rules.settle_micro_batch)."""
-    split = spec.resources.gpus_per_node if spec.layout.mode == "dataparallel" else 1
-    return candidates(spec.train.global_batch_size // spec.layout.dp_size, split)
+    """The sizes auto may choose on this run's layout (the validation's own rule)."""
+    lay = spec.layout
+    return auto_options(
+        spec.train.global_batch_size, lay.dp_size, lay.mode, spec.resources.gpus_per_node
+    )
 
 
 def for_check(spec: JobSpec) -> JobSpec:

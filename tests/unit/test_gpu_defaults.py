@@ -12,7 +12,12 @@ import torch
 from torch import nn
 
 from jeanzay_kit.config.compose import compose_config
-from jeanzay_kit.config.micro_batch_rules import candidates, explain, largest_fitting
+from jeanzay_kit.config.micro_batch_rules import (
+    auto_options,
+    candidates,
+    explain,
+    largest_fitting,
+)
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.peaks import device_peak, peak_flops
@@ -59,6 +64,19 @@ def test_an_unknown_device_or_math_it_lacks_has_no_peak() -> None:
 )
 def test_candidates_keep_the_global_batch_exact(per_replica, split, expected) -> None:
     assert candidates(per_replica, split) == expected
+
+
+@pytest.mark.parametrize(
+    ("global_batch", "dp", "mode", "gpn", "expected"),
+    [
+        (48, 2, "ddp", 4, [1, 2, 3, 4, 6, 8, 12, 24]),
+        (48, 1, "dataparallel", 4, [4, 8, 12, 16, 24, 48]),
+        (33, 2, "ddp", 2, []),  # not a whole share per replica
+        (6, 1, "dataparallel", 4, []),  # no multiple of 4 divides 6
+    ],
+)
+def test_auto_options_are_the_validations_and_the_runs(global_batch, dp, mode, gpn, expected):
+    assert auto_options(global_batch, dp, mode, gpn) == expected
 
 
 @pytest.mark.parametrize(
@@ -205,8 +223,8 @@ def test_auto_on_the_cpu_takes_the_default_size(tmp_path: Path) -> None:
         (("train.micro_batch_size=auto", "parallel=pipeline"), "parallel.mode=pipeline splits"),
         (("train.micro_batch_size=auto", "train.global_batch_size=33"), "not divisible"),
         (("train.micro_batch_size=big",), "train.micro_batch_size=big"),
-        (("train.compile=sometimes",), "train.compile=sometimes is not true or false"),
-        (("optim.fused=maybe",), "optim.fused=maybe is not true or false"),
+        (("train.compile=sometimes",), "train.compile=sometimes is not true, false or auto"),
+        (("optim.fused=maybe",), "optim.fused=maybe is not true, false or auto"),
         (("train.tf32=auto",), "train.tf32=auto is not true or false"),
     ],
 )
