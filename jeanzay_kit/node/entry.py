@@ -20,10 +20,14 @@ from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import StopRequest
 
 
+def nvidia_driver_present() -> bool:
+    return Path("/proc/driver/nvidia").exists() or Path("/dev/nvidiactl").exists()
+
+
 def local_gpu_count() -> int:
     # Without NVIDIA's driver there is no CUDA device: say so without importing torch
     # (~2 s on a small machine), so refusals such as a changed config come at once.
-    if not Path("/proc/driver/nvidia").exists() and not Path("/dev/nvidiactl").exists():
+    if not nvidia_driver_present():
         return 0
     import torch
 
@@ -179,7 +183,14 @@ def _train_here(
 
     record_provenance(run_dir, env)
     with recorded_outcome(run_dir) as outcome:
-        outcome.code = launch_local(spec, run_dir, cpu_count=cpu_count, stop=stop)
+        outcome.code = launch_local(
+            spec,
+            run_dir,
+            cpu_count=cpu_count,
+            stop=stop,
+            # No GPU can be used: the workers may be forked (node/local.py worker_context).
+            cpu_only=spec.cluster.device == "cpu" or not nvidia_driver_present(),
+        )
     stop.ignore_from_now()  # the workers are gone: nothing left to stop
     return outcome.code
 

@@ -1,11 +1,12 @@
 """cluster=local: start the worker processes on this machine, as srun would on a node.
 
 One process per visible GPU (NCCL), or `resources.gpus_per_node` CPU processes (gloo),
-started with the standard library's spawn and watched here: when one fails, the others
-are terminated (its traceback is shown by the rank itself, node/worker.py), so a failure
-never leaves the rest blocked in a collective. This process never imports torch: the
-workers import it at once, in parallel, instead of after it (about 0.7 s sooner to the
-first step, bench/'s ttfs_vs_bare).
+watched here: when one fails, the others are terminated (its traceback is shown by the
+rank itself, node/worker.py), so a failure never leaves the rest blocked in a
+collective. This process never imports torch. GPU workers are spawned and import it at
+once, in parallel (about 0.7 s sooner to the first step than after it, bench/'s
+ttfs_vs_bare); CPU workers are forked from a fork server that imported it once for all
+of them (worker_context).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ import signal
 import socket
 import sys
 import time
+from multiprocessing import forkserver
 from multiprocessing.connection import wait
+from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 
@@ -29,6 +32,10 @@ from jeanzay_kit.runtime.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 from jeanzay_kit.runtime.stall import made_progress
 
+# What every worker imports before its first step (torch's optimizers import
+# torch._dynamo when the first one is built): the fork server of CPU workers imports
+# them once, not once per worker.
+WORKER_IMPORTS = ("torch", "torch._dynamo", "jeanzay_kit.train.loop", "jeanzay_kit.runtime.session")
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 # What a worker ends with when an exception escaped run_worker (which printed it, naming
 # the rank): Python's own code for an uncaught exception.
@@ -54,6 +61,50 @@ def _worker(
         # multiprocessing's own handler.
         sys.stderr.flush()
         os._exit(EXIT_RAISED)
+
+
+def worker_context(cpu_only: bool) -> ForkServerContext | SpawnContext:
+    """How the workers start. CPU workers are forked from multiprocessing's fork server,
+    which imports WORKER_IMPORTS once for the run: each spawned worker paid them itself
+    (about 2.5 s of CPU each, half of it torch._dynamo, which torch's optimizers import
+    when one is built), so 4 workers on 2 cores spent 5 s of start-up importing the same
+    modules. GPU workers are spawned, each a fresh interpreter, as before: a process that
+    has asked the CUDA driver anything cannot fork a worker that uses CUDA, and spawn
+    rules that out without having to prove it of every import (it costs them nothing:
+    one worker per GPU, on a node with cores to spare, imports in parallel). The entry
+    point has asked the driver already on a machine with one (node/entry.py
+    local_gpu_count), so `cpu_only` means: cluster.device=cpu, or no NVIDIA driver."""
+    if cpu_only and "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        # The server starts at the first worker's start, inside the SIG_IGN window of
+        # _launch_once: it and every worker forked from it ignore the preemption signals
+        # until the worker's own handler is installed (node/worker.py).
+        context.set_forkserver_preload(list(WORKER_IMPORTS))
+        return context
+    return multiprocessing.get_context("spawn")
+
+
+def _start(procs: list[BaseProcess], context: ForkServerContext | SpawnContext) -> None:
+    """Start the workers with the preemption signals ignored (a disposition that survives
+    fork and exec), so that one arriving while a worker starts cannot kill it; each
+    worker installs its own handler first thing, and signals are re-sent until the
+    workers are done, so one that arrived too early is delivered once they listen."""
+    ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in FORWARDED}
+    try:
+        if isinstance(context, ForkServerContext):
+            # The workers are forked by the server: it is the one to start ignoring them.
+            forkserver.ensure_running()
+        else:
+            for proc in procs:
+                proc.start()
+    finally:
+        for sig, handler in ignored.items():
+            signal.signal(sig, handler)
+    if isinstance(context, ForkServerContext):
+        # The server imports WORKER_IMPORTS before it forks the first worker: seconds
+        # in which this process's own handlers note a signal (StopRequest), not drop it.
+        for proc in procs:
+            proc.start()
 
 
 def _send(procs: list[BaseProcess], signals: set[int]) -> None:
@@ -123,12 +174,13 @@ def launch_local(
     cpu_count: int = 1,
     visible_devices: str | None = None,
     stop: StopRequest | None = None,
+    cpu_only: bool = False,
 ) -> int:
     """Run the workers; after a hang or a crash, run them again from the newest complete
     checkpoint while preemption.max_restarts allows (node/restarts.py)."""
     while True:
         since = time.time()
-        code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop, since)
+        code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only)
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
             return code
         reason = "hang" if code == EXIT_HUNG else "crash"
@@ -172,6 +224,7 @@ def _launch_once(
     visible_devices: str | None,
     stop: StopRequest | None,
     since: float,
+    cpu_only: bool,
 ) -> int:
     world = spec.layout.world_size
     infos = local_rank_infos(world, free_port())
@@ -184,22 +237,16 @@ def _launch_once(
             spec, infos[0], run_dir, visible_devices=visible_devices, threads=threads, stop=stop
         )
         return 0
-    # Workers start with these signals ignored (an ignored disposition survives exec), so
-    # one arriving while a worker imports torch cannot kill it; each worker installs its
-    # own handler first thing. Signals are re-sent until the workers are done, so one
-    # that arrived too early is delivered once they listen.
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in FORWARDED}
-    spawn = multiprocessing.get_context("spawn")
+    context = worker_context(cpu_only)
     procs: list[BaseProcess] = [
-        spawn.Process(
+        context.Process(
             target=_worker,
             args=(index, spec, infos, run_dir, threads, visible_devices),
             name=f"jzk-rank-{index}",
         )
         for index in range(world)
     ]
-    for proc in procs:
-        proc.start()
+    _start(procs, context)
     # A signal noted before the workers existed is delivered to them too.
     pending: set[int] = {stop.signum} if stop is not None and stop.signum else set()
 
@@ -207,8 +254,7 @@ def _launch_once(
         pending.add(signum)
         _send(procs, pending)
 
-    for sig in FORWARDED:
-        signal.signal(sig, forward)
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
     try:
         failed = _first_failure(procs, pending)
     finally:

@@ -128,6 +128,45 @@ def test_signalled_and_resumed_twice_ends_like_an_uninterrupted_run(
     assert steps == list(range(1, STEPS + 1))
 
 
+def fork_server_of(pid: int) -> bool:
+    """Whether multiprocessing's fork server runs as a child of `pid` (Linux's /proc)."""
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            for child in (task / "children").read_text().split():
+                if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return True
+        except OSError:
+            continue  # ended meanwhile
+    return False
+
+
+@pytest.mark.timeout(300)
+def test_a_signal_while_the_workers_start_is_kept_and_stops_after_a_save(tmp_path: Path) -> None:
+    """Slurm's warning (or a Ctrl-C) may come while `python train.py` starts its workers:
+    it is neither lost nor fatal. CPU workers are forked from a server that first imports
+    torch (node/local.py): seconds in which the signal must be noted and passed on."""
+    overrides = ("resources.gpus_per_node=4", "train.steps=200", "checkpoint.every_steps=100")
+    run_dir = tmp_path / "r"
+    proc = subprocess.Popen(
+        cmd(run_dir, *overrides),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while proc.poll() is None and not fork_server_of(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    time.sleep(0.1)  # the server imports torch for a second or more: the signal comes meanwhile
+    assert not (run_dir / "metrics.jsonl").exists()  # no step yet: the workers are starting
+    proc.send_signal(signal.SIGUSR1)
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 3, err[-3000:]
+    assert "SIGUSR1 received: saved step-" in out, out[-2000:]
+    again = run(run_dir, *overrides)
+    assert again.returncode == 0 and "resumed from" in again.stdout, again.stderr[-3000:]
+
+
 @pytest.mark.timeout(1200)
 def test_sigkill_during_saves_never_leaves_a_loadable_partial_checkpoint(tmp_path: Path) -> None:
     overrides = ("resources.gpus_per_node=2", "checkpoint.every_steps=1", "checkpoint.keep_last=3")

@@ -130,17 +130,35 @@ def metric_steps(run_dir: Path) -> list[int]:
     return steps
 
 
+class Reference:
+    """The same training run as local workers (no Slurm), started in the background at
+    once: a test starts it where it waits on Slurm's clock (a requeued job may not start
+    before the credential lifetime, cred_expire, has passed; a lost node is noticed after
+    SlurmdTimeout), so the reference computes meanwhile instead of after the job."""
+
+    def __init__(self, overrides: list[str], run_dir: Path) -> None:
+        self.run_dir = run_dir
+        # Its errors go to a file: a pipe nobody reads while the test waits could fill.
+        self._err = run_dir.with_name(run_dir.name + ".err")
+        self._err.parent.mkdir(parents=True, exist_ok=True)
+        with self._err.open("w") as err:
+            self._proc = subprocess.Popen(
+                [PYTHON, "train.py", *overrides, f"hydra.run.dir={run_dir}"],
+                cwd=REPO,
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+            )
+
+    def digest(self) -> str:
+        """Waits for the run; its model digest."""
+        code = self._proc.wait(timeout=300)
+        assert code == 0, self._err.read_text()[-2000:]
+        return (self.run_dir / "model_final.sha256").read_text().strip()
+
+
 def local_digest(overrides: list[str], run_dir: Path) -> str:
     """The model digest of the same training run as local workers (no Slurm)."""
-    local = subprocess.run(
-        [PYTHON, "train.py", *overrides, f"hydra.run.dir={run_dir}"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert local.returncode == 0, local.stderr[-2000:]
-    return (run_dir / "model_final.sha256").read_text().strip()
+    return Reference(overrides, run_dir).digest()
 
 
 def launch_sweep(env: dict[str, str], sweep_dir: Path, *overrides: str):

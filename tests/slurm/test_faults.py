@@ -20,6 +20,7 @@ from tests.slurm.cluster import (
     PYTHON,
     REPO,
     SCRIPT,
+    Reference,
     jzk_submit,
     local_digest,
     run,
@@ -64,6 +65,8 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     # The other tasks are ended by srun, the script's restart step runs: within 30 s.
     took = wait_for_text(err, f"requeued job {job_id} (1/3)", timeout=90)
     assert took < 30, f"the job step took {took:.0f} s to end after a rank was killed"
+    # Computed while the requeued job waits out Slurm's credential lifetime (cluster.py).
+    reference = Reference(["resources.gpus_per_node=4", *training], tmp_path / "reference")
     wait_for(job_id, slurm, timeout=420)
 
     out = log.read_text()
@@ -73,8 +76,7 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     # The run that finished started its budget afresh and kept the history.
     restarts = json.loads((run_dir / "restarts.json").read_text())
     assert restarts["restarts"] == [] and len(restarts["history"]) == 1, restarts
-    reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
-    assert (run_dir / "model_final.sha256").read_text().strip() == reference
+    assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()
 
 
 @pytest.fixture
@@ -170,6 +172,8 @@ def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
     assert json.loads((run_dir / "heartbeat" / "rank-3.json").read_text())["host"] == "n2"
     for pid in node_pids(slurm, "n2"):
         os.kill(pid, signal.SIGKILL)
+    # Computed while the controller waits for the lost node (cluster.py Reference).
+    reference = Reference(["resources.gpus_per_node=4", *training], tmp_path / "reference")
     # The controller notices (SlurmdTimeout=10 in scripts/slurm-local) and sets it DOWN.
     wait_for_node(slurm, "n2", ("down",), timeout=120)
     # Meanwhile the job went back to the queue and cannot start without its second node.
@@ -194,8 +198,7 @@ def test_a_lost_node_requeues_the_job_which_resumes_when_the_node_is_back(
     # At most one checkpoint interval of work is lost.
     assert reached - resumed[0] <= every, (reached, resumed)
     assert "done: 1200 steps" in out
-    reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
-    assert (run_dir / "model_final.sha256").read_text().strip() == reference
+    assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()
     print(f"node loss: sacct states {states}; reached step {reached}, resumed from {resumed}")
 
 

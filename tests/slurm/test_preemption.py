@@ -13,8 +13,8 @@ from tests.slurm.cluster import (
     JZK,
     PYTHON,
     REPO,
+    Reference,
     launch_sweep,
-    local_digest,
     manifest_records,
     metric_steps,
     run,
@@ -89,6 +89,8 @@ def test_low_job_preempted_by_high_job_is_requeued_and_resumes_exactly(
     high = tmp_path / "high.sbatch"
     high.write_text("#!/bin/bash\n#SBATCH -p high -N 2 -n 2 -o /dev/null\nsleep 3\n")
     high_id = sbatch(high, slurm, tmp_path)
+    # Computed while the preempted job waits to start again (cluster.py Reference).
+    reference = Reference(["resources.gpus_per_node=4", *training], tmp_path / "reference")
     wait_for(high_id, slurm, timeout=120)
     wait_for(job_id, slurm, timeout=240)
 
@@ -99,8 +101,7 @@ def test_low_job_preempted_by_high_job_is_requeued_and_resumes_exactly(
     assert f"resumed from {run_dir / 'checkpoints'}/step-" in out
     assert "done: 600 steps" in out, err[-2000:]
     assert_each_step_logged_once(run_dir, 600, 25)
-    reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "reference")
-    assert (run_dir / "model_final.sha256").read_text().strip() == reference
+    assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()
 
 
 @pytest.mark.timeout(600)

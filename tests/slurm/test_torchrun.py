@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.cluster import (
+    Reference,
     jzk_submit,
     local_digest,
     sacct_states,
@@ -71,6 +72,8 @@ def test_a_preemption_signal_reaches_every_worker_through_torchrun(slurm, tmp_pa
     # of the step, torchrun agents included (plain torchrun died of it).
     signalled = subprocess.run(["scancel", "-s", "USR1", job_id], env=slurm, timeout=30)
     assert signalled.returncode == 0
+    # Computed while the requeued job waits to start again (cluster.py Reference).
+    reference = Reference(["resources.gpus_per_node=4", *training], tmp_path / "ref")
     wait_for(job_id, slurm, timeout=300)
     out, err = log.read_text(), log.with_suffix(".err").read_text()
     assert sacct_states(job_id, slurm, duplicates=True) == ["REQUEUED", "COMPLETED"], err[-3000:]
@@ -79,5 +82,4 @@ def test_a_preemption_signal_reaches_every_worker_through_torchrun(slurm, tmp_pa
     assert f"resumed from {run_dir / 'checkpoints'}/step-{saved.group(1)}" in out
     assert "User defined signal 1" not in err  # no agent killed by the signal
     assert "done: 400 steps" in out
-    reference = local_digest(["resources.gpus_per_node=4", *training], tmp_path / "ref")
-    assert (run_dir / "model_final.sha256").read_text().strip() == reference
+    assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()

@@ -65,3 +65,14 @@ def test_signals_after_training_are_ignored_until_the_process_exits(tmp_path: Pa
 )
 def test_a_tasks_torch_threads_follow_the_cpus_it_was_given(env, cpus, threads) -> None:
     assert task_threads(env, cpus) == threads
+
+
+def test_cpu_workers_are_forked_from_a_server_and_gpu_workers_spawned() -> None:
+    """A process that has asked the CUDA driver anything cannot fork a CUDA worker:
+    only runs that use no GPU take the fork server (node/local.py worker_context)."""
+    from multiprocessing.context import ForkServerContext, SpawnContext
+
+    from jeanzay_kit.node.local import worker_context
+
+    assert isinstance(worker_context(cpu_only=True), ForkServerContext)
+    assert isinstance(worker_context(cpu_only=False), SpawnContext)
