@@ -10,6 +10,41 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The tests that run together on one pytest-xdist worker, first (pyproject.toml's
+# `-n 2`): the Slurm tests share one local cluster (tests/slurm/conftest.py, started once;
+# test_zz_cluster_restart last) and, with test_tuning, the venv of Hydra's Optuna sweeper
+# (built once). They wait on Slurm's clock for about half their time (a requeued job waits
+# out the credential lifetime, a lost node SlurmdTimeout, a preempted job GraceTime): the
+# other worker trains meanwhile.
+TOGETHER_FIRST = ("tests/slurm/", "tests/distributed/test_tuning.py")
+
+
+def schedule_unit(nodeid: str) -> str:
+    """What one worker runs as a whole: the tests above, else a module (its
+    module-scoped fixtures, such as a reference run, are computed once)."""
+    if nodeid.startswith(TOGETHER_FIRST):
+        return "together-first"
+    return nodeid.split("::")[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: schedule_unit(item.nodeid) != "together-first")  # stable
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Units of schedule_unit, in collection order. Not xdist's `--dist loadgroup`:
+    on pytest 9.2 its groups are silently ignored (it renames node ids, which pytest
+    now derives from structured ids: pytest-dev/pytest-xdist#1386)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SuiteScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return schedule_unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the order: the slow unit first
+    return SuiteScheduling(config, log)
+
 
 @pytest.fixture(scope="session")
 def scontrol_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:

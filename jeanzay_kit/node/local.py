@@ -180,7 +180,9 @@ def launch_local(
     checkpoint while preemption.max_restarts allows (node/restarts.py)."""
     while True:
         since = time.time()
-        code = _launch_once(spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only)
+        code = _launch_once(
+            spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only=cpu_only
+        )
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
             return code
         reason = "hang" if code == EXIT_HUNG else "crash"
@@ -224,6 +226,7 @@ def _launch_once(
     visible_devices: str | None,
     stop: StopRequest | None,
     since: float,
+    *,
     cpu_only: bool,
 ) -> int:
     world = spec.layout.world_size

@@ -13,8 +13,18 @@ COMMON = ("train.steps=60", "train.log_every=10", "train.eval_every=0", "resourc
 
 @pytest.mark.timeout(240)
 def test_a_slow_dataset_is_called_input_bound_and_a_fast_one_is_not(train_run) -> None:
+    # One batch a second against a step of milliseconds: waiting dominates even with both
+    # cores busy elsewhere (another test beside it: at 10-50 ms a batch, steps slowed to
+    # 170 ms by three busy processes left windows at a 0.11-0.3 share).
     slow = train_run(
-        "slow", *COMMON, "data._target_=tests.helpers.SlowRegression", "+data.delay=0.01"
+        "slow",
+        "train.steps=10",
+        "train.log_every=2",
+        "train.eval_every=0",
+        "resources.gpus_per_node=1",
+        "data._target_=tests.helpers.SlowRegression",
+        "+data.delay=1.0",
+        "loader.num_workers=1",
     )
     notes = [ln for ln in slow.result.stdout.splitlines() if "input-bound" in ln]
     assert len(notes) == 1, slow.result.stdout[-3000:]
