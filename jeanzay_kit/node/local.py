@@ -74,11 +74,13 @@ def worker_context(cpu_only: bool) -> ForkServerContext | SpawnContext:
     one worker per GPU, on a node with cores to spare, imports in parallel). The entry
     point has asked the driver already on a machine with one (node/entry.py
     local_gpu_count), so `cpu_only` means: cluster.device=cpu, or no NVIDIA driver."""
-    if cpu_only and "forkserver" in multiprocessing.get_all_start_methods():
+    # Linux only: on macOS, forking a process that has loaded torch's libraries (the
+    # Objective-C runtime, Accelerate) is not safe, which is why Python spawns there.
+    if cpu_only and sys.platform == "linux":
         context = multiprocessing.get_context("forkserver")
-        # The server starts at the first worker's start, inside the SIG_IGN window of
-        # _launch_once: it and every worker forked from it ignore the preemption signals
-        # until the worker's own handler is installed (node/worker.py).
+        # The server starts in _start, with the preemption signals ignored: it and every
+        # worker forked from it ignore them until the worker's own handler is installed
+        # (node/worker.py).
         context.set_forkserver_preload(list(WORKER_IMPORTS))
         return context
     return multiprocessing.get_context("spawn")
