@@ -68,12 +68,12 @@ def worker_context(cpu_only: bool) -> ForkServerContext | SpawnContext:
     which imports WORKER_IMPORTS once for the run: each spawned worker paid them itself
     (about 2.5 s of CPU each, half of it torch._dynamo, which torch's optimizers import
     when one is built), so 4 workers on 2 cores spent 5 s of start-up importing the same
-    modules. GPU workers are spawned, each a fresh interpreter, as before: a process that
-    has asked the CUDA driver anything cannot fork a worker that uses CUDA, and spawn
-    rules that out without having to prove it of every import (it costs them nothing:
-    one worker per GPU, on a node with cores to spare, imports in parallel). The entry
-    point has asked the driver already on a machine with one (node/entry.py
-    local_gpu_count), so `cpu_only` means: cluster.device=cpu, or no NVIDIA driver."""
+    modules. GPU workers are spawned, each a fresh interpreter, as before: a worker that
+    uses CUDA cannot be forked from a process that has asked the CUDA driver anything,
+    and that none of these imports does could only be checked on a GPU machine, which
+    this was not measured on; spawn costs them little (one worker per GPU, on a node
+    with cores to spare, imports in parallel). `cpu_only`: cluster.device=cpu, or no
+    NVIDIA driver on this machine (node/entry.py)."""
     # Linux only: on macOS, forking a process that has loaded torch's libraries (the
     # Objective-C runtime, Accelerate) is not safe, which is why Python spawns there.
     if cpu_only and sys.platform == "linux":
