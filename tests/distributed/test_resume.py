@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -51,14 +52,14 @@ def last_step(run_dir: Path) -> int:
         return 0
 
 
-def run_and_signal(
-    run_dir: Path, overrides: tuple[str, ...], at_step: int, sig: int = signal.SIGUSR1
+def signal_when(
+    run_dir: Path,
+    overrides: tuple[str, ...],
+    ready: Callable[[subprocess.Popen], bool],
+    sig: int = signal.SIGUSR1,
 ) -> subprocess.CompletedProcess:
-    """Start the run, send `sig` to `python train.py` once it has logged `at_step`, and
-    a step of its own: a resumed run finds the earlier attempt's steps in metrics.jsonl,
-    and a signal before its handler is installed would kill it (seen: stops at steps 9
-    and 11, the first saved at 11, the second signal sent at start-up)."""
-    at_step = max(at_step, last_step(run_dir) + 1)
+    """Start `python train.py`, send it `sig` once `ready(process)` holds (unless it has
+    ended by then), and wait for its end."""
     proc = subprocess.Popen(
         cmd(run_dir, *overrides),
         cwd=REPO,
@@ -67,12 +68,23 @@ def run_and_signal(
         text=True,
     )
     deadline = time.monotonic() + 240
-    while proc.poll() is None and last_step(run_dir) < at_step and time.monotonic() < deadline:
-        time.sleep(0.01)
+    while proc.poll() is None and not ready(proc) and time.monotonic() < deadline:
+        time.sleep(0.005)
     if proc.poll() is None:
         proc.send_signal(sig)
     out, err = proc.communicate(timeout=240)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def run_and_signal(
+    run_dir: Path, overrides: tuple[str, ...], at_step: int, sig: int = signal.SIGUSR1
+) -> subprocess.CompletedProcess:
+    """Send `sig` once the run has logged `at_step`, and a step of its own: a resumed run
+    finds the earlier attempt's steps in metrics.jsonl, and a signal before its handler
+    is installed would kill it (seen: stops at steps 9 and 11, the first saved at 11, the
+    second signal sent at start-up)."""
+    at_step = max(at_step, last_step(run_dir) + 1)
+    return signal_when(run_dir, overrides, lambda _proc: last_step(run_dir) >= at_step, sig)
 
 
 def run(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
@@ -147,22 +159,21 @@ def test_a_signal_while_the_workers_start_is_kept_and_stops_after_a_save(tmp_pat
     torch (node/local.py): seconds in which the signal must be noted and passed on."""
     overrides = ("resources.gpus_per_node=4", "train.steps=200", "checkpoint.every_steps=100")
     run_dir = tmp_path / "r"
-    proc = subprocess.Popen(
-        cmd(run_dir, *overrides),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while proc.poll() is None and not fork_server_of(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    time.sleep(0.1)  # the server imports torch for a second or more: the signal comes meanwhile
-    assert not (run_dir / "metrics.jsonl").exists()  # no step yet: the workers are starting
-    proc.send_signal(signal.SIGUSR1)
-    out, err = proc.communicate(timeout=240)
-    assert proc.returncode == 3, err[-3000:]
-    assert "SIGUSR1 received: saved step-" in out, out[-2000:]
+    signalled_at: list[int] = []
+
+    def starting(proc: subprocess.Popen) -> bool:
+        """The fork server is there, importing torch for a second or more: the signal
+        comes 0.1 s later, before any step."""
+        if not fork_server_of(proc.pid):
+            return False
+        time.sleep(0.1)
+        signalled_at.append(last_step(run_dir))
+        return True
+
+    stopped = signal_when(run_dir, overrides, starting)
+    assert signalled_at == [0]  # the signal came while the workers started
+    assert stopped.returncode == 3, stopped.stderr[-3000:]
+    assert "SIGUSR1 received: saved step-" in stopped.stdout, stopped.stdout[-2000:]
     again = run(run_dir, *overrides)
     assert again.returncode == 0 and "resumed from" in again.stdout, again.stderr[-3000:]
 
