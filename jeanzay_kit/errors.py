@@ -121,6 +121,11 @@ class RunDirError(JzkError):
     """The run directory cannot be created or written (read-only, permissions, full)."""
 
 
+class RunDirBusy(RunDirError):
+    """Another live process writes this run directory (runtime/lease.py): refused before
+    anything is loaded or written."""
+
+
 class NonFiniteLoss(JzkError):
     """A NaN or infinite loss with train.nonfinite=stop: every rank stops at that step."""
 

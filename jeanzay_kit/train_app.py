@@ -51,7 +51,14 @@ def run_app(
         # may run it elsewhere (hydra-submitit-launcher pickles this function into a Slurm
         # job, where the command line's environment, a login node's, is not the task's).
         here = dict(os.environ)
-        code = run_main(config, here, run_dir, cpu_count=os.cpu_count() or 1, stop=stop)
+        code = run_main(
+            config,
+            here,
+            run_dir,
+            cpu_count=os.cpu_count() or 1,
+            stop=stop,
+            on_held=lambda: _record_hydra(cfg, hydra_cfg, run_dir),
+        )
         if code:
             sys.exit(code)
         # The run's result (runtime/run_result.py) is what Hydra's sweeper receives.
@@ -64,6 +71,20 @@ def run_app(
         train()
     finally:
         sys.argv = saved
+
+
+def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: Path) -> None:
+    """Hydra's record of the run (<run_dir>/.hydra: config, hydra, overrides), written by
+    the process that holds the run directory only: the shipped config sets
+    hydra.output_subdir=null so that a refused command (another run writes there)
+    rewrites none of it (runtime/lease.py)."""
+    from omegaconf import OmegaConf
+
+    out = run_dir / ".hydra"
+    out.mkdir(parents=True, exist_ok=True)
+    OmegaConf.save(cfg, out / "config.yaml", resolve=False)
+    OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), out / "hydra.yaml", resolve=False)
+    OmegaConf.save(hydra_cfg.overrides.task, out / "overrides.yaml", resolve=False)
 
 
 def _prepared_args(args: list[str], env: dict[str, str], cwd: Path) -> list[str]:

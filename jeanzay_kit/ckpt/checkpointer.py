@@ -40,6 +40,7 @@ from jeanzay_kit.ckpt.resume import check_compatible, choose_checkpoint
 from jeanzay_kit.ckpt.rng import rng_state, set_rng_state
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.ckpt.trainer_state import TrainerState
+from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import CheckpointWriteError, ResumeError
@@ -306,9 +307,8 @@ class Checkpointer:
         return CheckpointWriteError(
             f"checkpoint step-{step} could not be written to {tmp}: {cause}. It needs "
             f"about {needed}; {free}. The partial folder was removed; the newest complete "
-            f"checkpoint {kept}. HINT: free space or raise the quota (Jean Zay: "
-            "idr_quota_user), lower checkpoint.keep_last, or move job.run_dir; then run "
-            "the same command: it resumes from the newest complete checkpoint"
+            f"checkpoint {kept}. HINT: "
+            + save_failure_hint(_root_errno(err), str(self.store.root.parent))
         )
 
     def _size_hint(self, complete: list) -> str:
@@ -396,6 +396,18 @@ class Checkpointer:
         size = int(saved.world.get("world_size", 0) or 0)
         rank = self.rank % size if size and size != self.world["world_size"] else self.rank
         return folder / f"rank-{rank}.pt"
+
+
+def _root_errno(err: BaseException | None) -> int | None:
+    """The errno of the OS error behind a failed save, where there is one."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if isinstance(err, CheckpointException):
+        for _rank, (inner, _trace) in sorted(err.failures.items()):
+            return _root_errno(inner)
+    while err is not None and not isinstance(err, OSError):
+        err = err.__cause__ or err.__context__
+    return err.errno if isinstance(err, OSError) else None
 
 
 def _root_cause(err: BaseException | None) -> str:

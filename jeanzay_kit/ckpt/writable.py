@@ -43,6 +43,35 @@ def unwritable_message(
     return f"{key}={path} {reason}: {detail}. HINT: {FIX}"
 
 
+# A save's files vanished or were replaced while it ran: what another writer of the same
+# folder, or a cleanup job removing it, does; never a matter of space.
+_CHANGED_UNDER_US = (errno.ENOENT, errno.EEXIST, errno.ENOTEMPTY, errno.ESTALE, errno.ENOTDIR)
+
+
+def save_failure_hint(code: int | None, run_dir: str) -> str:
+    """The way out of a checkpoint write that failed with errno `code` (None: another
+    rank failed, its own error says why). Only space and quota errors talk of space."""
+    again = "then run the same command: it resumes from the newest complete checkpoint"
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            "free space or raise the quota (Jean Zay: idr_quota_user), lower "
+            f"checkpoint.keep_last, or move job.run_dir; {again}"
+        )
+    if code in _CHANGED_UNDER_US:
+        return (
+            f"files of this save in {run_dir} were removed or replaced while it was "
+            "written: another process writes this run directory, or something deleted "
+            f"it. `jzk status {run_dir}` names the run that holds it; give each run its "
+            f"own job.run_dir; {again}"
+        )
+    if code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"the filesystem refused the write ({errno.errorcode[code]}): {FIX}; {again}"
+    if code is None:
+        return f"the failing rank's error above says why; {again}"
+    name = errno.errorcode.get(code, str(code))
+    return f"the filesystem failed ({name}): check its state (`df`, dmesg on the node); {again}"
+
+
 def check_writable(path: Path, key: str = "job.run_dir") -> None:
     """Create `path` (and its parents) and write a small file in it; raise RunDirError
     naming the key, the path, why, and the fix."""

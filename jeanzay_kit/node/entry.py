@@ -8,7 +8,7 @@ single local worker) or starts the local worker processes (cluster=local).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -111,6 +111,24 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     return outcome.code
 
 
+@contextmanager
+def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterator[None]:
+    """The run directory's lease (runtime/lease.py) for the life of this block, taken by
+    the one process that writes it: this one outside a job step, global rank 0 in one
+    (its other ranks write only under rank 0's lease)."""
+    if launched_by(env) is not None and rank_info_from_env(env).rank != 0:
+        yield
+        return
+    from jeanzay_kit.runtime.lease import acquire_for
+
+    what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
+    lease = acquire_for(run_dir, env, what)
+    try:
+        yield
+    finally:
+        lease.release()
+
+
 class _Outcome:
     code = 1  # until the launcher returns: an exception is a failure
 
@@ -201,8 +219,12 @@ def main(
     run_dir: Path,
     cpu_count: int = 1,
     stop: StopRequest | None = None,
+    on_held: Callable[[], None] | None = None,
 ) -> int:
-    """Validate, then train here or start local workers. Returns the process exit code."""
+    """Validate, then train here or start local workers. Returns the process exit code.
+
+    on_held: called once this process may write the run directory (Hydra's record of
+    the config: train_app.py), never by a process that is refused it."""
     # From here on SIGUSR1/USR2/TERM are noted, not fatal (docs/preemption.md); train.py
     # installs the handler even earlier, before Hydra composes the config.
     stop = stop or StopRequest()
@@ -217,13 +239,17 @@ def main(
                 f"cluster={spec.cluster.name} ...` (a sweep of one) or `jzk submit "
                 f"cluster={spec.cluster.name} ...`; to train on this machine use cluster=local"
             )
-        if spec.job.runs_script:
-            return _run_script(spec, env, run_dir, stop)
-        check_data_paths(spec.data)
-        if launched_by(env) is not None:
-            _train_as_task(spec, env, run_dir, stop)
-            return 0
-        return _train_here(spec, env, run_dir, cpu_count, stop)
+        # One writer per run directory: refused here, before anything is read or written.
+        with held_run_dir(run_dir, env, spec):
+            if on_held is not None:
+                on_held()
+            if spec.job.runs_script:
+                return _run_script(spec, env, run_dir, stop)
+            check_data_paths(spec.data)
+            if launched_by(env) is not None:
+                _train_as_task(spec, env, run_dir, stop)
+                return 0
+            return _train_here(spec, env, run_dir, cpu_count, stop)
     except JzkError as err:
         report.error(report.TRAIN, err)
         return 2

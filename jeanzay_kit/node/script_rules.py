@@ -40,6 +40,7 @@ TOOLKIT_NAMES = frozenset(
         "heartbeat",  # a session's heartbeats (runtime/heartbeat.py)
         ".jzk-write-test",  # the batch script's probe (slurm/sbatch.py)
         "outcome.json",  # how a local run ended (node/outcome.py)
+        "lease.json",  # who writes the run directory now (runtime/lease_rules.py)
         "job.sbatch",  # the script `jzk submit` submitted (cli/submit.py)
         ".submitit",  # submitit's own folder, for a sweep's point
     }

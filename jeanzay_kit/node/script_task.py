@@ -154,10 +154,46 @@ def slurm_task(
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
     a hung script (stall_seconds, 0: not watched) ends the task with EXIT_HUNG."""
-    from jeanzay_kit.node.script_watch import Watch, supervise
+    from jeanzay_kit.runtime.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
+    # Task 0 holds the run directory for the job (runtime/lease.py): a second job in it
+    # is refused before the script starts.
+    lease = acquire_for(Path(run_dir), env, f"script {script.entry}") if rank == 0 else None
+    try:
+        return _run_slurm_script(
+            command,
+            env,
+            run_dir,
+            script,
+            start,
+            rank,
+            stall_seconds=stall_seconds,
+            heartbeat_seconds=heartbeat_seconds,
+            after_signal_seconds=after_signal_seconds,
+            settings=settings,
+        )
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def _run_slurm_script(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    run_dir: str,
+    script: ScriptCommand,
+    start: float,
+    rank: int,
+    *,
+    stall_seconds: float,
+    heartbeat_seconds: float,
+    after_signal_seconds: float,
+    settings: str,
+) -> int:
+    from jeanzay_kit.node.script_watch import Watch, supervise
+
     full_env = task_env(env, run_dir, settings)
     head = command[: len(command) - len(script.args)]  # python and the entry
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
