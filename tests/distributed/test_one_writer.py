@@ -1,0 +1,108 @@
+"""One writer per run directory, tried as a user meets it: two `python train.py` with the
+same job.run_dir (2 local workers each), the first still training when the second starts;
+then the first killed with SIGKILL (no clean exit) and the same command run again."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.conftest import REPO
+
+LONG = ["train.steps=100000", "checkpoint.every_steps=20", "resources.gpus_per_node=2"]
+
+
+def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "train.py", f"job.run_dir={run_dir}", *overrides],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its workers too, for the SIGKILL of the whole run
+    )
+
+
+def _wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+        if any((run_dir / "checkpoints").glob("step-*/manifest.json")):
+            return
+        time.sleep(0.2)
+    pytest.fail("the first run saved no checkpoint")
+
+
+def _snapshot(run_dir: Path) -> dict[str, float]:
+    """What the second command could have changed: Hydra's record and the checkpoints."""
+    files = [*(run_dir / ".hydra").glob("*.yaml"), run_dir / "lease.json"]
+    return {str(p): p.stat().st_mtime_ns for p in files}
+
+
+@pytest.mark.timeout(240)
+def test_a_second_run_in_a_held_directory_is_refused_and_a_killed_holder_blocks_nothing(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "shared run"
+    first = _start(run_dir, *LONG)
+    try:
+        _wait_for_checkpoint(run_dir, first)
+        before = _snapshot(run_dir)
+        overrides_before = (run_dir / ".hydra" / "overrides.yaml").read_text()
+        started = time.monotonic()
+        second = subprocess.run(
+            [sys.executable, "train.py", f"job.run_dir={run_dir}", "train.steps=99999"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert second.returncode == 2, second.stdout + second.stderr
+        assert time.monotonic() - started < 60
+        line = second.stderr.strip().splitlines()[-1]
+        assert f"is being written by pid {first.pid} on {os.uname().nodename}" in line
+        assert "one writer at a time" in line and "HINT:" in line
+        assert "resumed" not in second.stdout and "Traceback" not in second.stderr
+        # It rewrote nothing: Hydra's record is still the first run's.
+        assert (run_dir / ".hydra" / "overrides.yaml").read_text() == overrides_before
+        assert _snapshot(run_dir) == before or _only_renewed(before, _snapshot(run_dir))
+        assert first.poll() is None  # the first one trains on
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the holder and its workers, no clean exit
+        first.wait()
+    lease = json.loads((run_dir / "lease.json").read_text())
+    assert lease["pid"] == first.pid and not lease["released"]
+    saved = max(
+        int(p.parent.name[5:]) for p in (run_dir / "checkpoints").glob("step-*/manifest.json")
+    )
+    again = subprocess.run(
+        [
+            sys.executable,
+            "train.py",
+            f"job.run_dir={run_dir}",
+            f"train.steps={saved + 20}",
+            "checkpoint.every_steps=20",
+            "resources.gpus_per_node=2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"step-{saved}" in again.stdout and "resum" in again.stdout.lower()
+    assert json.loads((run_dir / "lease.json").read_text())["released"]
+
+
+def _only_renewed(before: dict[str, float], after: dict[str, float]) -> bool:
+    """The holder renews lease.json every RENEW_SECONDS: that file may move on, no other."""
+    return {k: v for k, v in before.items() if not k.endswith("lease.json")} == {
+        k: v for k, v in after.items() if not k.endswith("lease.json")
+    }
