@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.ckpt.store import check_resume_early
     from jeanzay_kit.ckpt.writable import check_writable
     from jeanzay_kit.launch.manifest import append_manifest
+    from jeanzay_kit.launch.run_owner import check_no_live_owner
     from jeanzay_kit.slurm.commands import sbatch
 
     spec = build_spec(args)
@@ -48,9 +49,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.test_only:
         return ask_slurm(spec, args.overrides)
-    script = render(spec, args.overrides)
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
+    # Every refusal comes before anything is written (the code's snapshot, the script):
+    # a refused or failed submission leaves the project as it was.
     # A changed config meeting another experiment's checkpoints: refused now, not after
     # the job has waited in the queue. A script task's run directory is checked against
     # its command instead (cli/common.py check_script_run, in render); a session's own
@@ -65,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
         )
     # Refused here, not by the job after its wait in the queue.
     check_writable(run_dir)
+    # One writer per run directory: not a second job beside a live one (launch/run_owner.py).
+    check_no_live_owner(run_dir, spec.job.dependency)
+    script = render(spec, args.overrides)
     path = run_dir / "job.sbatch"
     path.write_text(script)
     job_id = sbatch(str(path.resolve()), cwd=str(workdir), hold=args.hold)

@@ -4,6 +4,7 @@ here, with the usual `key=value reason. HINT: fix`. Pure; see config/collector.p
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,9 +59,11 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
         "auto: the default entry is the toolkit's loop and any other your own command; "
         "toolkit: a Hydra application of yours that calls the toolkit",
     )
+    dependency = _dependency(c, job.get("dependency"))
     return complete(
         JobSettings,
-        nullable=("workdir", "snapshot"),
+        nullable=("workdir", "snapshot", "dependency"),
+        dependency=dependency,
         name=name,
         log_dir=log_dir,
         python=python,
@@ -73,6 +76,30 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
         resume_args=resume_args,
         args_may_change=may_change,
     )
+
+
+# sbatch's --dependency types (sbatch(1)); `singleton` takes no job id.
+DEPENDENCY_TYPES = ("after", "afterany", "afterok", "afternotok", "aftercorr", "singleton")
+_DEPENDENCY = re.compile(r"^(singleton|[a-z]+(:\d+(_\d+)?(\+\d+)?)+)$")
+
+
+def _dependency(c: Collector, value: object) -> str | None:
+    """job.dependency: one or more `type:jobid[:jobid]` joined by ',' (all) or '?' (any)."""
+    if value is None or value == "":
+        return None
+    text = str(value)
+    parts = re.split(r"[,?]", text)
+    bad = [p for p in parts if not _DEPENDENCY.match(p) or p.split(":")[0] not in DEPENDENCY_TYPES]
+    if bad:
+        c.add(
+            "job.dependency",
+            value,
+            f"{bad[0]!r} is not a Slurm dependency (types: {', '.join(DEPENDENCY_TYPES)})",
+            "use e.g. job.dependency=afterany:1234 (after job 1234 ends) or "
+            "job.dependency=afterok:1234:1235",
+        )
+        return None
+    return text
 
 
 def _job_name(c: Collector, name: object) -> str | None:

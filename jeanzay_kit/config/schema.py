@@ -328,6 +328,8 @@ class JobConfig:
     snapshot_include: list[str] = field(
         default_factory=lambda: ["**/*.py", "conf/**/*.yaml", "*.toml", "*.cfg", "*.txt"]
     )
+    # sbatch --dependency, e.g. afterany:1234 (start after job 1234 ends) or afterok:1:2.
+    dependency: Optional[str] = None
 
 
 @dataclass

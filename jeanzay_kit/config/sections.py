@@ -37,6 +37,7 @@ class JobSettings:
     entry_kind: str = _JOB.entry_kind  # auto | toolkit | script (distributed/script_env.py)
     resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)
     args_may_change: tuple[str, ...] = ()  # options left out of the run's identity
+    dependency: str | None = _JOB.dependency  # sbatch --dependency (slurm/flags.py)
 
     @property
     def runs_script(self) -> bool:

@@ -54,6 +54,8 @@ def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
     if spec.cluster.hint:
         flags.append(SbatchFlag("hint", spec.cluster.hint, "cluster.hint"))
     flags.append(SbatchFlag("time", spec.resources.time, "resources.time"))
+    if spec.job.dependency:
+        flags.append(SbatchFlag("dependency", spec.job.dependency, "job.dependency"))
     # No "B:" prefix: the signal goes to every task of every step (the training
     # processes), not to the batch shell; the ranks save at the next step boundary.
     flags.append(

@@ -112,8 +112,9 @@ def jzk_submit(env: dict[str, str], cwd: Path, *overrides: str) -> tuple[str, Pa
     )
     assert sub.returncode == 0, sub.stderr
     job_id = re.search(r"submitted job (\d+)", sub.stdout).group(1)
-    run_dir = Path(re.search(r"run dir (\S+)", sub.stdout).group(1))
-    log = Path(re.search(r"log +(\S+)", sub.stdout).group(1))
+    # Whole lines: the project's path may hold spaces.
+    run_dir = Path(re.search(r"run dir (.+)$", sub.stdout, re.M).group(1))
+    log = Path(re.search(r"^  log +(.+)$", sub.stdout, re.M).group(1))
     return job_id, cwd / run_dir, cwd / log
 
 
