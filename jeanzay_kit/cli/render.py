@@ -25,6 +25,12 @@ def add(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     script = render(spec, args.overrides, args.array)
+    if args.array:
+        from jeanzay_kit.slurm.sbatch import array_run_dir
+
+        print(
+            f"each array task writes its own run directory: {array_run_dir(spec)}", file=sys.stderr
+        )
     if args.output_dir is None:
         sys.stdout.write(script)
         return 0

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+from pathlib import Path
 
 from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec, render, workdir_of
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 
 
@@ -35,10 +37,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jeanzay_kit.ckpt.store import check_resume_early
-    from jeanzay_kit.ckpt.writable import check_writable
     from jeanzay_kit.launch.manifest import append_manifest
-    from jeanzay_kit.launch.run_owner import check_no_live_owner
     from jeanzay_kit.slurm.commands import sbatch
 
     spec = build_spec(args)
@@ -51,24 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return ask_slurm(spec, args.overrides)
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
-    # Every refusal comes before anything is written (the code's snapshot, the script):
-    # a refused or failed submission leaves the project as it was.
-    # A changed config meeting another experiment's checkpoints: refused now, not after
-    # the job has waited in the queue. A script task's run directory is checked against
-    # its command instead (cli/common.py check_script_run, in render); a session's own
-    # checkpoints record the script's hyper-parameters, not this config.
-    if not spec.job.runs_script:
-        check_resume_early(
-            run_dir,
-            spec.config,
-            spec.layout.checkpoint_world(),
-            spec.checkpoint.resume,
-            spec.checkpoint.allow_config_change,
-        )
-    # Refused here, not by the job after its wait in the queue.
-    check_writable(run_dir)
-    # One writer per run directory: not a second job beside a live one (launch/run_owner.py).
-    check_no_live_owner(run_dir, spec.job.dependency)
+    refuse_before_writing(spec, run_dir)
     script = render(spec, args.overrides)
     path = run_dir / "job.sbatch"
     path.write_text(script)
@@ -95,3 +77,28 @@ def run(args: argparse.Namespace) -> int:
     if args.hold:
         print(f"  held: it starts after `scontrol release {job_id}`")
     return 0
+
+
+def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
+    """Every refusal of a submission, before anything is written (the code's snapshot,
+    the script): a refused or failed submission leaves the project as it was."""
+    from jeanzay_kit.ckpt.store import check_resume_early
+    from jeanzay_kit.ckpt.writable import check_writable
+    from jeanzay_kit.launch.run_owner import check_no_live_owner
+
+    # A changed config meeting another experiment's checkpoints: refused now, not after
+    # the job has waited in the queue. A script task's run directory is checked against
+    # its command instead (cli/common.py check_script_run, in render); a session's own
+    # checkpoints record the script's hyper-parameters, not this config.
+    if not spec.job.runs_script:
+        check_resume_early(
+            run_dir,
+            spec.config,
+            spec.layout.checkpoint_world(),
+            spec.checkpoint.resume,
+            spec.checkpoint.allow_config_change,
+        )
+    # Refused here, not by the job after its wait in the queue.
+    check_writable(run_dir)
+    # One writer per run directory: not a second job beside a live one (launch/run_owner.py).
+    check_no_live_owner(run_dir, spec.job.dependency)

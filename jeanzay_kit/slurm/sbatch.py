@@ -21,6 +21,7 @@ import hashlib
 import re
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -49,14 +50,30 @@ def sbatch_quote(value: object) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+# Stands for the array task's id inside a value (an array task's run directory): the
+# rendered word expands "${SLURM_ARRAY_TASK_ID}" there and quotes the rest as it is.
+ARRAY_TASK = "\ue000jzk-array-task\ue000"
+ARRAY_TASK_WORD = '"${SLURM_ARRAY_TASK_ID}"'
+# An array task's run directory below job.run_dir, so no two tasks share one.
+ARRAY_TASK_DIR = "task-" + ARRAY_TASK
+
+
 def shell_word(value: object) -> str:
     """One bash word that means exactly `value`, even with control characters in it.
 
     shlex.quote keeps a newline inside single quotes, which is safe in a command but
     not in a comment (the newline would end the comment); ANSI-C quoting ($'...') spells
-    control characters as escapes, so the word always stays on one line.
+    control characters as escapes, so the word always stays on one line. ARRAY_TASK in
+    `value` becomes the array task's id, expanded by bash (adjacent quoted parts join).
     """
     text = str(value)
+    if ARRAY_TASK in text:
+        parts = text.split(ARRAY_TASK)
+        return ARRAY_TASK_WORD.join(_quoted(part) if part else "" for part in parts)
+    return _quoted(text)
+
+
+def _quoted(text: str) -> str:
     if "'" in text and not _CONTROL.search(text) and not re.search(r'[$`"\\!]', text):
         return f'"{text}"'  # readable: nothing in it is special inside double quotes
     if not _CONTROL.search(text):
@@ -217,6 +234,8 @@ def render_sbatch(
     tune: each array task is a task of `jzk tune`'s study (tune_step_lines).
     """
     runs_script = command is None and spec.job.runs_script
+    if array and not tune:
+        spec = per_array_task(spec)
     lines = header_lines(spec, rendered_by, rerender, workdir)
     lines += directive_lines(spec, array, workdir)
     lines += ["", "set -eo pipefail", ""]
@@ -238,6 +257,18 @@ def render_sbatch(
     return "\n".join(lines) + "\n"
 
 
+def per_array_task(spec: JobSpec) -> JobSpec:
+    """The spec of one task of a job array: its own run directory,
+    <job.run_dir>/task-<SLURM_ARRAY_TASK_ID>, so no two tasks write the same checkpoints."""
+    run_dir = f"{spec.checkpoint.run_dir.rstrip('/')}/{ARRAY_TASK_DIR}"
+    return replace(spec, checkpoint=replace(spec.checkpoint, run_dir=run_dir))
+
+
+def array_run_dir(spec: JobSpec) -> str:
+    """An array task's run directory as a reader sees it (`jzk render` prints it)."""
+    return per_array_task(spec).checkpoint.run_dir.replace(ARRAY_TASK, "<task id>")
+
+
 def header_lines(
     spec: JobSpec, rendered_by: Sequence[str], rerender: str, workdir: str | None
 ) -> list[str]:
@@ -257,6 +288,11 @@ def header_lines(
             else ""
         ),
     ]
+    if ARRAY_TASK in spec.checkpoint.run_dir:
+        lines.append(
+            "# Each array task has its own run directory: "
+            + spec.checkpoint.run_dir.replace(ARRAY_TASK, "${SLURM_ARRAY_TASK_ID}")
+        )
     if workdir:
         lines.append(
             "# Slurm opens the logs before the script runs and creates no folder: "

@@ -15,6 +15,7 @@ from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.runtime_settings import from_spec, to_env
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.slurm.sbatch import (
+    ARRAY_TASK,
     RenderError,
     hydra_override,
     render_sbatch,
@@ -203,7 +204,9 @@ def _stub_bin(tmp: Path) -> Path:
     return bin_dir
 
 
-def _run_script(script: str, tmp: Path) -> tuple[list[str], str]:
+def _run_script(
+    script: str, tmp: Path, extra: dict[str, str] | None = None
+) -> tuple[list[str], str]:
     bin_dir = _stub_bin(tmp)
     work = tmp / "work"
     work.mkdir()
@@ -216,6 +219,7 @@ def _run_script(script: str, tmp: Path) -> tuple[list[str], str]:
         "JZK_TEST_RECORD": str(tmp / "srun.argv"),
         "JZK_TEST_MODULES": str(tmp / "modules.txt"),
         "HOME": str(tmp),
+        **(extra or {}),
     }
     subprocess.run(["bash", "job.sbatch"], cwd=work, env=env, check=True, timeout=30)
     argv = (tmp / "srun.argv").read_text().split("\0")[:-1]
@@ -355,3 +359,36 @@ def test_the_site_pytorch_module_loads_after_the_architecture_module() -> None:
     )
     loads = [line for line in render_sbatch(spec).splitlines() if line.startswith("module ")]
     assert loads == ["module purge", "module load arch/h100", "module load pytorch-gpu/py3/2.9.0"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE)
+def test_each_array_task_gets_its_own_run_dir_whatever_the_path(
+    hostile: str, tmp_path: Path
+) -> None:
+    """`--array`: the run directory (the batch shell's check, srun's hydra.run.dir) is
+    <job.run_dir>/task-<id>, the id expanded by bash, the rest staying data."""
+    cfg = compose_config(["cluster=generic_slurm"])
+    cfg["job"]["run_dir"] = f"outputs/{hostile}"
+    spec = build_job_spec(cfg)
+    script = render_sbatch(spec, array="0-3%2")
+    for task in ("0", "3"):
+        work = tmp_path / task
+        work.mkdir()
+        argv, _ = _run_script(script, work, {"SLURM_ARRAY_TASK_ID": task})
+        _no_pwned(tmp_path)
+        assert argv[-1] == hydra_override("hydra.run.dir", f"outputs/{hostile}/task-{task}")
+        assert (work / "work" / "outputs" / hostile / f"task-{task}").is_dir()
+
+
+@pytest.mark.parametrize("value", ["plain", "a b", "it's", "new\nline", "'$x'"])
+def test_the_array_task_id_joins_any_quoting(value: str) -> None:
+    word = shell_word(f"{value}/task-{ARRAY_TASK}/{value}")
+    out = subprocess.run(
+        ["bash", "-c", f"printf %s {word}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+        env={"SLURM_ARRAY_TASK_ID": "7", "PATH": "/usr/bin:/bin"},
+    ).stdout
+    assert out == f"{value}/task-7/{value}"
