@@ -60,6 +60,27 @@ RESUME_IGNORES = (
 )
 
 
+# Sections a resume ignores that still make a sweep point another run (a scaling sweep
+# over resources.nodes, a longer train.steps); the others (job, cluster, checkpoint,
+# preemption, watchdog, metrics, tune) say how a run is run, not which run it is.
+_POINT_SECTIONS = ("train.", "resources.", "eval.", "loader.", "parallel.", "optim.")
+
+
+def point_suffix(overrides: Iterable[str]) -> str:
+    """6 hex digits naming the overrides of a sweep point that its config hash leaves
+    out (RESUME_IGNORES) but that make it another run; "" when it has none."""
+
+    picked = []
+    for override in overrides:
+        key, sep, _ = override.lstrip("+~").partition("=")
+        ignored = any(key == k or key.startswith(k + ".") for k in RESUME_IGNORES)
+        if sep and ignored and key.startswith(_POINT_SECTIONS):
+            picked.append(override.lstrip("+~"))
+    if not picked:
+        return ""
+    return hashlib.sha256("\n".join(sorted(picked)).encode()).hexdigest()[:6]
+
+
 def resume_hash(config: Mapping[str, Any]) -> str:
     """The config hash a checkpoint records: what must match for it to resume."""
     return config_hash(config, RESUME_IGNORES)

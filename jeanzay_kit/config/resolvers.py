@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from jeanzay_kit.config.identity import run_hash
+from jeanzay_kit.config.identity import point_suffix, run_hash
 
 SHORT_HASH = 8  # hex digits: a collision needs ~65,000 experiments under one job.name
 # Sections that describe how the config is run, not what it computes (RESUME_IGNORES
@@ -43,9 +43,29 @@ def _config_hash_resolver(*, _root_: Any) -> str:
     return short_config_hash(plain, cast(dict[str, Any], raw_job))
 
 
+def _point_name_resolver(*, _root_: Any) -> str:
+    """A sweep point's folder (hydra.sweep.subdir): named by its config like a single
+    run, `<job.name>-<config hash>`, so a second sweep with one value changed runs the
+    new value in a new folder and finds the unchanged ones; points that differ only in
+    what a resume ignores (train.steps, resources.nodes...) get a suffix of those
+    overrides, so a scaling sweep's points never share a folder (point_suffix)."""
+    from omegaconf import OmegaConf
+
+    overrides: list[str] = []
+    hydra = _root_.get("hydra")
+    if OmegaConf.is_config(hydra):
+        task = OmegaConf.select(hydra, "overrides.task", default=None)
+        overrides = [str(o) for o in task] if task is not None else []
+    name = f"{_root_.job.name}-{_config_hash_resolver(_root_=_root_)}"
+    suffix = point_suffix(overrides)
+    return f"{name}-{suffix}" if suffix else name
+
+
 def register_resolvers() -> None:
     """Idempotent: Hydra, compose_config and the launcher may all call it."""
     from omegaconf import OmegaConf
 
     if not OmegaConf.has_resolver("jzk.config_hash"):
         OmegaConf.register_new_resolver("jzk.config_hash", _config_hash_resolver)
+    if not OmegaConf.has_resolver("jzk.point_name"):
+        OmegaConf.register_new_resolver("jzk.point_name", _point_name_resolver)

@@ -106,3 +106,49 @@ def _only_renewed(before: dict[str, float], after: dict[str, float]) -> bool:
     return {k: v for k, v in before.items() if not k.endswith("lease.json")} == {
         k: v for k, v in after.items() if not k.endswith("lease.json")
     }
+
+
+@pytest.mark.timeout(300)
+def test_a_second_sweep_runs_the_new_value_and_finds_the_unchanged_one(tmp_path: Path) -> None:
+    """Sweep points are named by their config: `-m optim.lr=0.01,0.001` then `-m
+    optim.lr=0.1,0.001` into one sweep folder runs lr=0.1, resumes lr=0.001's finished
+    run, and leaves lr=0.01's record as it was."""
+    sweep = tmp_path / "multirun" / "lr"
+
+    def sweep_over(values: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [
+                sys.executable,
+                "train.py",
+                "-m",
+                f"optim.lr={values}",
+                "train.steps=10",
+                "resources.gpus_per_node=1",
+                f"hydra.sweep.dir={sweep}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+
+    first = sweep_over("0.01,0.001")
+    assert first.returncode == 0, first.stderr[-3000:]
+    records = {
+        p: (p / ".hydra" / "overrides.yaml").read_text()
+        for p in sweep.iterdir()
+        if (p / ".hydra").is_dir()
+    }
+    assert len(records) == 2
+    second = sweep_over("0.1,0.001")
+    assert second.returncode == 0, second.stderr[-3000:]
+    points = {
+        (p / ".hydra" / "overrides.yaml").read_text().split("\n")[0]: p
+        for p in sweep.iterdir()
+        if (p / ".hydra").is_dir()
+    }
+    assert sorted(points) == ["- optim.lr=0.001", "- optim.lr=0.01", "- optim.lr=0.1"]
+    for path, text in records.items():  # nothing of the first sweep relabelled
+        assert (path / ".hydra" / "overrides.yaml").read_text() == text
+    assert second.stdout.count("resumed from") == 1
+    assert f"resumed from {points['- optim.lr=0.001']}" in second.stdout

@@ -52,8 +52,8 @@ def test_report_on_a_three_point_local_sweep(tmp_path: Path) -> None:
     # One row per run, labelled by its override, best eval loss first: the order of the
     # runs' own last eval records.
     best = {}
-    for num, lr in enumerate(("0.01", "0.001", "0.0001")):
-        records = [json.loads(x) for x in (sweep_dir / str(num) / "metrics.jsonl").open()]
+    for lr in ("0.01", "0.001", "0.0001"):
+        records = [json.loads(x) for x in (point(sweep_dir, lr) / "metrics.jsonl").open()]
         best[f"optim.lr={lr}"] = min(r["eval_loss"] for r in records if "eval_loss" in r)
     rows = list(csv.reader((out / "summary.csv").open()))
     assert rows[0][:4] == ["RUN", "STEPS", "FINAL LOSS", "BEST EVAL"]
@@ -71,9 +71,9 @@ def test_report_on_a_three_point_local_sweep(tmp_path: Path) -> None:
     # metrics.tensorboard=true: the same train losses, readable by TensorBoard.
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    board = EventAccumulator(str(sweep_dir / "0" / "tensorboard"))
+    board = EventAccumulator(str(point(sweep_dir, "0.01") / "tensorboard"))
     board.Reload()
-    records = [json.loads(x) for x in (sweep_dir / "0" / "metrics.jsonl").open()]
+    records = [json.loads(x) for x in (point(sweep_dir, "0.01") / "metrics.jsonl").open()]
     logged = board.Scalars("loss/train")
     assert [e.step for e in logged] == [r["step"] for r in records] == [5, 10, 15, 20]
     assert [e.value for e in logged] == pytest.approx([r["loss"] for r in records], rel=1e-6)
@@ -87,3 +87,15 @@ def test_report_refuses_a_directory_without_runs(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "no manifest.jsonl, no metrics.jsonl" in result.stderr and "HINT" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def point(sweep_dir: Path, lr: str) -> Path:
+    """The sweep point that ran optim.lr=`lr` (points are named by their config), found
+    from Hydra's record of its overrides."""
+    (found,) = [
+        d
+        for d in sweep_dir.iterdir()
+        if (d / ".hydra" / "overrides.yaml").exists()
+        and f"optim.lr={lr}\n" in (d / ".hydra" / "overrides.yaml").read_text()
+    ]
+    return found
