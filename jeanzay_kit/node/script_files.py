@@ -3,9 +3,11 @@ the directory. Edge (reads and writes files); the rules are node/script_rules.py
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
@@ -43,11 +45,57 @@ def _script_files(run_dir: Path) -> list[tuple[Path, float]]:
     for top in tops:
         for path in (top, *top.rglob("*")) if top.is_dir() else (top,):
             try:
-                if path.is_file():
+                # A link of the script's working directory (node/script_cwd.py) is the
+                # project's file, not one the script wrote.
+                if path.is_file() and not path.is_symlink():
                     found.append((path, path.stat().st_mtime))
             except OSError:  # removed while we looked (the script rotates its files)
                 continue
     return found
+
+
+def wrote_since(run_dir: Path, since: float, args: Sequence[str], base: Path) -> bool:
+    """Whether the attempt that started at `since` wrote a file: under its run
+    directory (its working directory included), or under a path its arguments name
+    (`--out_dir=/scratch/x`, `ckpt/`). Observed, never assumed."""
+    if script_writes(run_dir, since)[1]:
+        return True
+    for value in argument_paths(args, base):
+        path = Path(value)
+        try:
+            if path.is_file() and path.stat().st_mtime >= since:
+                return True
+            if path.is_dir() and _newest_under(path) >= since:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def argument_paths(args: Sequence[str], base: Path) -> list[str]:
+    """The values of `args` that name something on disk (`--out=X`, `X`), relative
+    ones taken from `base` (the script's working directory)."""
+    found = []
+    for arg in args:
+        value = arg.split("=", 1)[1] if arg.startswith("-") and "=" in arg else arg
+        if not value or value.startswith("-"):
+            continue
+        path = os.path.join(base, value)  # an absolute value stays itself
+        if os.path.exists(path):
+            found.append(path)
+    return found
+
+
+def _newest_under(folder: Path, limit: int = 5000) -> float:
+    newest, seen = 0.0, 0
+    for root, dirs, files in os.walk(folder):
+        for name in files:
+            seen += 1
+            with contextlib.suppress(OSError):
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
+        if seen > limit:
+            dirs.clear()
+    return newest
 
 
 def newest_script_write(run_dir: Path) -> float | None:

@@ -135,20 +135,27 @@ def refusal(run_dir: str, differences: Sequence[str]) -> str:
     )
 
 
-def requeue_note(wrote: bool, resume_args: Sequence[str], run_dir: str) -> str:
-    """What a stop means for the next attempt, in one sentence a user acts on."""
+def requeue_note(
+    wrote: bool, resume_args: Sequence[str], run_dir: str, requeued: bool = True
+) -> str:
+    """What a stop means for the next attempt, in one sentence a user acts on. `wrote`
+    is observed (files the attempt wrote: node/script_files.py wrote_since); `requeued`:
+    a Slurm job goes on by itself, a local run when its command is run again."""
+    nxt = "the next attempt" if requeued else "the next run of this command"
     if wrote and resume_args:
         return (
-            f"the next attempt runs the script again with {' '.join(resume_args)} "
+            f"{nxt} runs the script again with {' '.join(resume_args)} "
             f"(job.resume_args) in {run_dir}"
         )
     if wrote:
-        return f"the next attempt runs the script again in {run_dir}, where it wrote its files"
+        return f"{nxt} runs the script again in {run_dir}, where it wrote its files"
+    start = "the requeued job" if requeued else "the next run of this command"
     return (
-        f"the script wrote nothing under its run directory {run_dir} during this attempt: "
-        "the requeued job will start the script from the beginning. HINT: make it save "
-        "there (job.args='[\"--out_dir=${job.run_dir}\"]', or read $JZK_RUN_DIR) and "
-        "resume from it (job.resume_args='[\"--init_from=resume\"]')"
+        f"the script wrote nothing under its run directory {run_dir} nor where its "
+        f"arguments point during this attempt: {start} will start the script from the "
+        "beginning. HINT: make it save there (a relative path such as snapshot.pt lands "
+        "in <run_dir>/cwd; or job.args='[\"--out_dir=${job.run_dir}\"]', or read "
+        "$JZK_RUN_DIR) and resume from it (job.resume_args='[\"--init_from=resume\"]')"
     )
 
 

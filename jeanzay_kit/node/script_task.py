@@ -39,7 +39,13 @@ from jeanzay_kit.distributed.script_env import (
     script_env,
 )
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_files import claim_run_dir, record_attempt, script_writes
+from jeanzay_kit.node.script_cwd import SCRIPT_CWD
+from jeanzay_kit.node.script_files import (
+    claim_run_dir,
+    record_attempt,
+    script_writes,
+    wrote_since,
+)
 from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
@@ -87,9 +93,17 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
     return command.argv_tail(resuming)
 
 
-def stop_note(command: ScriptCommand, run_dir: Path, start: float) -> str:
+def stop_note(
+    command: ScriptCommand,
+    run_dir: Path,
+    start: float,
+    requeued: bool = True,
+    cwd: Path | None = None,
+) -> str:
     """What the next attempt will do, after this one stopped to be run again."""
-    return requeue_note(script_writes(run_dir, start)[1], command.resume_args, str(run_dir))
+    # Relative arguments name paths in the script's own working directory.
+    wrote = wrote_since(run_dir, start, command.args, cwd or run_dir / SCRIPT_CWD)
+    return requeue_note(wrote, command.resume_args, str(run_dir), requeued)
 
 
 def attempt_start(env: Mapping[str, str]) -> float:
@@ -105,6 +119,17 @@ def task_env(env: Mapping[str, str], run_dir: str, settings: str = "") -> dict[s
     info = rank_info_from_env(env)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     return {**env, **script_env(info, str(Path(run_dir).resolve()), settings)}
+
+
+def own_cwd(run_dir: Path, env: Mapping[str, str], *tops: str) -> tuple[Path, dict[str, str]]:
+    """The script's working directory, <run_dir>/cwd with the project linked in
+    (node/script_cwd.py), and what its environment adds: JZK_PROJECT_DIR."""
+    from jeanzay_kit.node.script_cwd import prepare_script_cwd, toolkit_tops
+
+    project = Path.cwd()
+    always = toolkit_tops(project, str(run_dir), *tops)
+    cwd = prepare_script_cwd(run_dir, project, env.get("JZK_CODE_DIR"), always)
+    return cwd, {"JZK_PROJECT_DIR": str(project.resolve())}
 
 
 def job_settings(spec: JobSpec) -> str:
@@ -195,6 +220,8 @@ def _run_slurm_script(
     from jeanzay_kit.node.script_watch import Watch, supervise
 
     full_env = task_env(env, run_dir, settings)
+    cwd, extra = own_cwd(Path(run_dir), env)
+    full_env.update(extra)
     head = command[: len(command) - len(script.args)]  # python and the entry
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
     command, full = frozen(argv, full_env)
@@ -204,7 +231,7 @@ def _run_slurm_script(
     watch = Watch(
         Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
     )
-    code = supervise(command, full, watch)
+    code = supervise(command, full, watch, cwd=cwd)
     if code in STOPPED:
         (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
         if rank == 0:
@@ -229,9 +256,10 @@ def run_task(
     runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
     info, start = rank_info_from_env(env), attempt_start(env)
     full_env = task_env(env, run_dir, settings)
+    cwd, extra = own_cwd(Path(run_dir), env)
     argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
-    command, full = frozen(argv, full_env)
-    code = subprocess.run(command, env=full, check=False).returncode
+    command, full = frozen(argv, {**full_env, **extra})
+    code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
     if code not in STOPPED:
         return 128 - code if code < 0 else code
     if info.rank == 0:
@@ -280,12 +308,14 @@ def launch_local(
     command = script_argv(python, script.entry, begin_attempt(script, run_dir, start))
     record_attempt(run_dir, start, None)
     infos = local_rank_infos(world, free_port())
+    cwd, extra = own_cwd(run_dir, env, spec.job.log_dir)
     # A process group of their own: a Ctrl-C in the terminal reaches this launcher
     # alone, which passes it on once (in the terminal's group they would get it twice).
     procs = [
         subprocess.Popen(
             command,
-            env={**env, **script_env(info, str(run_dir.resolve()), job_settings(spec))},
+            env={**env, **extra, **script_env(info, str(run_dir.resolve()), job_settings(spec))},
+            cwd=cwd,
             process_group=0,
         )
         for info in infos
@@ -309,7 +339,7 @@ def launch_local(
     if any(c in STOPPED for c in codes) or sent:
         print(
             f"jzk train: stopped ({signal_name(sent) or 'exit 3'}); run the same command to "
-            f"go on: {stop_note(script, run_dir, start)}",
+            f"go on: {stop_note(script, run_dir, start, requeued=False, cwd=cwd)}",
             flush=True,
         )
         return EXIT_PREEMPTED

@@ -88,9 +88,11 @@ def process_name(pid: int) -> str | None:
         return None
 
 
-def supervise(command: Sequence[str], env: Mapping[str, str], watch: Watch) -> int:
-    """Run `command` to its end under the watch; its exit code (negative: killed by that
-    signal), or EXIT_HUNG when the watch found the script hung and ended it."""
+def supervise(
+    command: Sequence[str], env: Mapping[str, str], watch: Watch, cwd: Path | None = None
+) -> int:
+    """Run `command` (in `cwd`) to its end under the watch; its exit code (negative:
+    killed by that signal), or EXIT_HUNG when the watch found the script hung and ended it."""
     env = dict(env)
     # Python's own dump of every thread's stack on SIGABRT: how a hang is shown.
     env.setdefault("PYTHONFAULTHANDLER", "1")
@@ -100,6 +102,7 @@ def supervise(command: Sequence[str], env: Mapping[str, str], watch: Watch) -> i
     child = subprocess.Popen(
         list(command),
         env=env,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         preexec_fn=lambda: signal.pthread_sigmask(signal.SIG_SETMASK, before),  # noqa: PLW1509
