@@ -93,15 +93,22 @@ def join_group(info: RankInfo, device: torch.device, backend: str, timeout_minut
     it)."""
     if dist.is_initialized():
         return False
-    # One process, started by hand: an in-process store, no port to collide on.
+    # One process, started by hand: an in-process store, no port to collide on. A Slurm
+    # step's ranks meet on the job's port, or the next free one (distributed/rendezvous.py).
     alone = info.launcher == "local" and info.world_size == 1
+    timeout = timedelta(minutes=timeout_minutes)
+    store: dist.Store | None = dist.HashStore() if alone else None
+    if info.launcher == "srun" and info.world_size > 1:
+        from jeanzay_kit.distributed.rendezvous import rendezvous_store
+
+        store = rendezvous_store(info, timeout)
     dist.init_process_group(
         backend=backend,
-        init_method=None if alone else info.init_method,
-        store=dist.HashStore() if alone else None,
+        init_method=None if store is not None else info.init_method,
+        store=store,
         rank=info.rank,
         world_size=info.world_size,
-        timeout=timedelta(minutes=timeout_minutes),
+        timeout=timeout,
         device_id=device if device.type == "cuda" else None,
     )
     return True
