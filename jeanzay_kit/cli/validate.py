@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from jeanzay_kit.cli.common import (
     add_config_args,
@@ -134,12 +135,30 @@ def _describe_loss(spec: JobSpec) -> str:
     }[loss.form]
 
 
+def _print_snapshot(spec: JobSpec, workdir: Path) -> None:
+    """What `jzk submit` would freeze of the project: files count against the inode
+    quota of $WORK (identical code shares one snapshot)."""
+    if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
+        return
+    from jeanzay_kit.project.snapshot import count_snapshot
+
+    files, source = count_snapshot(
+        workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
+    )
+    print(
+        f"code snapshot: {files} file(s) of {workdir} ({source}) in "
+        f"{spec.job.log_dir}/code/<hash>/, once per distinct code"
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
     print(describe_spec(spec))
     for note in spec.notes:
         print(f"note: {note}")
-    check_script_run(spec, workdir_of(spec))
+    workdir = workdir_of(spec)
+    check_script_run(spec, workdir)
+    _print_snapshot(spec, workdir)
     print("\nOK: the request fits the profile.")
     if args.slurm:
         return ask_slurm(spec, args.overrides)

@@ -98,7 +98,10 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     from jeanzay_kit.node import script_task
 
     script_task.check_entry(spec.job.entry, Path.cwd())
-    if launched_by(env) is not None:
+    launched = launched_by(env) is not None
+    if not launched or rank_info_from_env(env).rank == 0:
+        record_provenance(run_dir, env)  # a script's run records its code too
+    if launched:
         script = script_task.script_command(spec)
         return script_task.run_task(
             sys.executable, script, env, str(run_dir), settings=script_task.job_settings(spec)

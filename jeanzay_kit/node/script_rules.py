@@ -173,7 +173,8 @@ def resume_warning(
     return (
         "job.entry is a script that neither gets the run directory in its arguments nor "
         "reads $JZK_RUN_DIR, and job.resume_args is empty: after a time limit or a "
-        "preemption the requeued job will start it from the beginning. HINT: add "
+        "preemption the requeued job will start it from the beginning, unless it saves to "
+        "a relative path and resumes from it by itself (it runs in <run_dir>/cwd). HINT: add "
         "'--out_dir=${job.run_dir}' (your script's option) to job.args and its resume flag "
         "to job.resume_args, e.g. job.resume_args='[--init_from=resume]'"
     )

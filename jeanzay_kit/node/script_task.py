@@ -228,6 +228,7 @@ def _run_slurm_script(
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
     if rank == 0:
         record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"))
+        _record_provenance(Path(run_dir), env)
     watch = Watch(
         Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
     )
@@ -238,6 +239,16 @@ def _run_slurm_script(
             print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
         return 0
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+
+
+def _record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
+    """<run_dir>/provenance/ for a script's run too: never a reason to stop it."""
+    from jeanzay_kit.project.provenance import record_run_provenance
+
+    try:
+        record_run_provenance(run_dir, env, Path.cwd())
+    except OSError as err:
+        print(f"jzk: warning: provenance not recorded: {err}", file=sys.stderr, flush=True)
 
 
 def run_task(

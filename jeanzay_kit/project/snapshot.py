@@ -71,10 +71,47 @@ def _inside(name: str, folders: Sequence[str]) -> bool:
     return any(name == f or name.startswith(f + "/") for f in folders)
 
 
+# A folder holding one of these is a run directory (runtime/lease_rules.py LEASE_FILE,
+# launch/manifest.py, node/outcome.py), wherever job.run_dir put it.
+_RUN_DIR_MARKS = ("lease.json", "manifest.jsonl", "outcome.json", "metrics.jsonl")
+# The second line of every script `jzk render` writes (slurm/sbatch.py header_lines).
+_RENDERED_MARK = b"# Rendered by jeanzay_kit"
+
+
+def toolkit_output(root: Path, name: str, run_dirs: dict[str, bool]) -> bool:
+    """Whether `name` (relative to root) is something the toolkit wrote: a rendered
+    sbatch script (in any `-o` folder), or a file inside a run directory. Such files
+    change at every render or run: in a snapshot they would make each one new."""
+    if name.endswith(".sbatch"):
+        try:
+            with (root / name).open("rb") as f:
+                if _RENDERED_MARK in f.read(400):
+                    return True
+        except OSError:
+            pass
+    parts = name.split("/")[:-1]
+    for depth in range(1, len(parts) + 1):
+        folder = "/".join(parts[:depth])
+        if folder not in run_dirs:
+            run_dirs[folder] = any((root / folder / m).exists() for m in _RUN_DIR_MARKS)
+        if run_dirs[folder]:
+            return True
+    return False
+
+
 def snapshot_files(
     root: Path, include: Sequence[str], log_dir: str, exclude: Sequence[str] = ()
 ) -> tuple[list[str], str]:
-    """The files to copy (relative to root), and how they were chosen."""
+    """The files to copy (relative to root), and how they were chosen: never the
+    toolkit's own outputs (excluded folders, rendered scripts, run directories)."""
+    names, source = _candidate_files(root, include, log_dir, exclude)
+    seen: dict[str, bool] = {}
+    return [n for n in names if not toolkit_output(root, n, seen)], source
+
+
+def _candidate_files(
+    root: Path, include: Sequence[str], log_dir: str, exclude: Sequence[str]
+) -> tuple[list[str], str]:
     exclude = [*exclude, *([log_dir] if log_dir and not Path(log_dir).is_absolute() else [])]
     if git.is_repository(root):
         return [n for n in git.project_files(root) if not _inside(n, exclude)], "git"
@@ -101,6 +138,16 @@ def _too_big(root: Path, what: str) -> JzkError:
         f"({what}): a snapshot is for code. HINT: git-ignore data and outputs (or narrow "
         "job.snapshot_include), or set job.snapshot=false to run the live tree"
     )
+
+
+def count_snapshot(
+    root: Path, log_dir: str, include: Sequence[str], run_dir: str | None = None
+) -> tuple[int, str]:
+    """How many files a snapshot of `root` would hold, and how they are chosen (`jzk
+    validate`: inodes count on Jean Zay's $WORK), without copying anything."""
+    root = root.resolve()
+    names, source = snapshot_files(root, include, log_dir, excluded_folders(root, log_dir, run_dir))
+    return len(names), source
 
 
 def take_snapshot(

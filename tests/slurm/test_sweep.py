@@ -41,7 +41,10 @@ def test_three_point_sweep_is_one_array_job(slurm, tmp_path: Path) -> None:
     assert [r["array_index"] for r in records] == [0, 1, 2]
     assert [r["job_id"] for r in records] == [f"{records[0]['array_job_id']}_{i}" for i in range(3)]
     assert all(f"optim.lr={lr}" in r["overrides"] for r, lr in zip(records, lrs, strict=True))
-    assert [r["run_dir"] for r in records] == [str(sweep_dir / str(i)) for i in range(3)]
+    # Each point is named by its config (<job.name>-<hash>), as a single run is.
+    assert all(Path(r["run_dir"]).parent == sweep_dir for r in records)
+    assert all(Path(r["run_dir"]).name.startswith("jzk-") for r in records)
+    assert len({r["run_dir"] for r in records}) == 3
 
     array_id = records[0]["array_job_id"]
     wait_for(array_id, slurm)
@@ -221,6 +224,8 @@ def test_hydra_submitit_launcher_runs_each_point_as_a_task_of_its_job(
         timeout=280,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    for point in ("0", "1"):
-        result = json.loads((sweep_dir / point / "result.json").read_text())
+    points = [d for d in sweep_dir.iterdir() if (d / "result.json").exists()]
+    assert len(points) == 2  # named by their config, as single runs are
+    for point in points:
+        result = json.loads((point / "result.json").read_text())
         assert result["step"] == 10 and result["value"] == result["train_loss"]
