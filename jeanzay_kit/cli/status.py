@@ -18,8 +18,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         "`local`) and show each run's Slurm state (squeue, then sacct for jobs squeue no "
         "longer shows; without either, UNKNOWN), its step, last loss and ETA "
         "(metrics.jsonl), the age of its stalest heartbeat (a stuck rank shows here), its "
-        "restarts and newest complete checkpoint. Without DIR: every manifest under "
-        "multirun/ and outputs/ of the current directory.",
+        "restarts and newest complete checkpoint. DIR may also be a folder of runs "
+        "(outputs, a local sweep's folder). Without DIR: every run and sweep under "
+        "outputs/ and multirun/ of the current directory, newest first.",
     )
     status.add_argument("dir", nargs="?", default=None, metavar="SWEEP_OR_RUN_DIR")
     status.set_defaults(run=run)
@@ -47,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
     for rec in records:
         run_dir = Path(rec.get("run_dir", ""))
         rec["checkpoint"] = _newest_complete_step(str(run_dir))
-        rec.update(vars(run_progress(run_dir)))
+        job = str(rec["job_id"])
+        rec.update(vars(run_progress(run_dir, job_id=None if job == "local" else job)))
     ids = list(dict.fromkeys(str(r["job_id"]) for r in records if r["job_id"] != "local"))
     notes, states = [], {}
     if ids:
@@ -63,9 +65,10 @@ def run(args: argparse.Namespace) -> int:
                 notes.append(f"(sacct: {err})")
     for rec in records:
         if rec["job_id"] == "local":
-            states["local"] = status.JobState("local", _local_state(rec), "-", "this machine")
+            key = status.state_key(rec)
+            states[key] = status.JobState("local", _local_state(rec), "-", "this machine")
     print(status.status_table(records, states))
-    shown = list(dict.fromkeys(str(r["job_id"]) for r in records))
+    shown = list(dict.fromkeys(status.state_key(r) for r in records))
     print("\n" + status.summary(states[i].state if i in states else "UNKNOWN" for i in shown))
     for note in notes:
         print(note, file=sys.stderr)
@@ -91,29 +94,70 @@ def _study_status(path: Path) -> int:
     return 0
 
 
-def _status_records(directory: str | None) -> list[dict]:
-    """Manifest records (submitted runs and sweeps), or one record for a local run."""
-    from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-    from jeanzay_kit.node.outcome import OUTCOME_FILE
+# Where runs and sweeps live under a project: the default job.run_dir's folder and
+# Hydra's sweep folder (conf/jeanzay_kit.yaml), searched this deep.
+_SEARCHED = ("outputs", "multirun")
+_DEPTH = 3
 
+
+def _status_records(directory: str | None) -> list[dict]:
+    """Every run under `directory` (or under outputs/ and multirun/ here), newest first:
+    manifests (submitted runs, Slurm sweeps), run directories (local runs, a local
+    sweep's points), and folders of them: what `jzk report` reads, `jzk status` reads."""
     if directory is not None:
-        root = Path(directory)
-        if (root / MANIFEST).is_file():
-            return [dict(r) for r in read_manifest(root / MANIFEST)]
-        if any((root / name).exists() for name in ("metrics.jsonl", "heartbeat", OUTCOME_FILE)):
-            return [{"job_id": "local", "run_dir": str(root), "overrides": []}]
+        records = _records_in(Path(directory), _DEPTH)
+        if not records:
+            raise JzkError(
+                f"no runs in {directory}: no manifest.jsonl, no run directory (metrics.jsonl, "
+                "lease.json) and no folder of them. HINT: give a run directory "
+                "(outputs/<job.name>-<hash>), a sweep directory (multirun/<job.name>), or "
+                "nothing: every run under outputs/ and multirun/ here"
+            )
+        return records
+    records = [r for top in _SEARCHED for r in _records_in(Path(top), _DEPTH)]
+    if not records:
         raise JzkError(
-            f"no {MANIFEST} and no metrics.jsonl in {directory}. HINT: give a sweep directory "
-            "(multirun/<job.name>) or a run directory (outputs/<job.name>-<hash>)"
+            "no runs under outputs/ or multirun/ here. HINT: run `jzk status` in the project "
+            "you trained or submitted from, or pass the run or sweep directory"
         )
-    paths = sorted(Path("multirun").glob(f"*/{MANIFEST}")) + sorted(
-        Path("outputs").glob(f"*/{MANIFEST}")
-    )
-    if not paths:
-        raise JzkError(
-            f"no {MANIFEST} under multirun/ or outputs/ here. HINT: pass the sweep or run directory"
-        )
-    return [dict(r) for p in paths for r in read_manifest(p)]
+    return records
+
+
+def _records_in(root: Path, depth: int) -> list[dict]:
+    """The runs of `root`, newest first; folders are searched `depth` levels down."""
+    from jeanzay_kit.analysis.collect import hydra_overrides
+    from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+
+    if (root / MANIFEST).is_file():
+        return [dict(r) for r in read_manifest(root / MANIFEST)]
+    if _is_run_dir(root):
+        return [{"job_id": "local", "run_dir": str(root), "overrides": hydra_overrides(root)}]
+    if depth == 0 or not root.is_dir():
+        return []
+    found = []
+    for child in root.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            found.extend(_records_in(child, depth - 1))
+    return sorted(found, key=_newest, reverse=True)
+
+
+def _is_run_dir(path: Path) -> bool:
+    from jeanzay_kit.node.outcome import OUTCOME_FILE
+    from jeanzay_kit.runtime.lease_rules import LEASE_FILE
+
+    marks = ("metrics.jsonl", "heartbeat", OUTCOME_FILE, LEASE_FILE)
+    return any((path / name).exists() for name in marks)
+
+
+def _newest(record: dict) -> float:
+    """When a run last moved: its metrics, else its folder."""
+    run_dir = Path(str(record.get("run_dir", "")))
+    for path in (run_dir / "metrics.jsonl", run_dir):
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            continue
+    return 0.0
 
 
 def _local_state(rec: dict) -> str:

@@ -57,18 +57,21 @@ def last_evaluation(run_dir: Path) -> dict | None:
     return None
 
 
-def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
+def run_progress(run_dir: Path, now: float | None = None, job_id: str | None = None) -> RunProgress:
+    """job_id: count the restarts and starts of that Slurm job only (a run directory
+    resubmitted as several jobs shows each its own); None: all of them."""
     now = time.time() if now is None else now
     record = last_metrics(run_dir) or {}
     beats = read_beats(run_dir / HEARTBEAT_DIR)
     running = [b for b in beats if b.phase not in FINISHED_PHASES]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
-    script, script_beat_age = _script_progress(run_dir, now)
+    script, script_beat_age = _script_progress(run_dir, now, job_id)
     ages = [now - b.wall_time for b in running]
     if script_beat_age is not None:  # a script task's wrappers beat too
         ages.append(script_beat_age)
-    restarts = len(restart_history(run_dir))  # a finished run's too
+    history = restart_history(run_dir)  # a finished run's too
+    restarts = len([r for r in history if job_id is None or r.get("job_id") == job_id])
     if script.get("attempts"):
         restarts = max(restarts, script["attempts"] - 1)
     return RunProgress(
@@ -84,7 +87,9 @@ def run_progress(run_dir: Path, now: float | None = None) -> RunProgress:
     )
 
 
-def _script_progress(run_dir: Path, now: float) -> tuple[dict, float | None]:
+def _script_progress(
+    run_dir: Path, now: float, job_id: str | None = None
+) -> tuple[dict, float | None]:
     """A script task's attempts, newest output line and newest checkpoint-looking file
     (node/script_watch.py writes the lines in its beats), and the age of the stalest
     beat of a running task's wrapper; ({}, None) for the toolkit's loop."""
@@ -98,9 +103,17 @@ def _script_progress(run_dir: Path, now: float) -> tuple[dict, float | None]:
     found = newest_checkpoint(run_dir)
     running = [b for b in beats if not b.finished]
     return {
-        "attempts": len(read_attempts(run_dir)),
+        "attempts": len(
+            [a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]
+        ),
         "last_line": newest.last_line if newest else None,
         "last_line_age_s": now - newest.output_time if newest else None,
         "checkpoint_file": str(found[0].relative_to(run_dir)) if found else None,
         "checkpoint_age_s": now - found[1] if found else None,
     }, max((now - b.wall_time for b in running), default=None)
+
+
+def _same_job(attempt: dict, job_id: str) -> bool:
+    """An attempt's record (SLURM_JOB_ID, and the array form where there is one) is of
+    the manifest's job `job_id`."""
+    return job_id in (attempt.get("job_id"), attempt.get("array_id"))

@@ -51,6 +51,13 @@ def missing(job_ids: Iterable[str], known: Mapping[str, JobState]) -> list[str]:
     return [j for j in job_ids if j not in known]
 
 
+def state_key(rec: Mapping) -> str:
+    """Where a record's state is in the states mapping: its Slurm job id, or, for a run
+    on this machine (job id "local"), its run directory: each local run has its own."""
+    job = str(rec["job_id"])
+    return f"local:{rec.get('run_dir', '')}" if job == "local" else job
+
+
 def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> str:
     """One line per manifest record: job, state, elapsed, progress, checkpoint, run.
 
@@ -77,7 +84,7 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
     )
     rows = [header]
     for rec in records:
-        st = states.get(str(rec["job_id"]))
+        st = states.get(state_key(rec))
         state = st.state if st else "UNKNOWN"
         if st and st.exit_code and st.exit_code != "0:0":
             state += f" (exit {st.exit_code})"

@@ -122,7 +122,7 @@ def _restart(
             "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
             "fix the cause and submit the job again: it resumes from its newest checkpoint"
         )
-    count = record_restart(run_dir, reason)
+    count = record_restart(run_dir, reason, job)
     try:
         requeue(job, runner)
     except SlurmCommandError as err:

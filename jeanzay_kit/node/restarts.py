@@ -45,10 +45,12 @@ def restart_history(run_dir: Path) -> list[dict[str, Any]]:
     return history + current
 
 
-def record_restart(run_dir: Path, reason: str) -> int:
-    """Add one restart; returns how many the run has had, this one included."""
+def record_restart(run_dir: Path, reason: str, job_id: str | None = None) -> int:
+    """Add one restart (of Slurm job `job_id`, the manifest's form: "123" or an array
+    task's "123_4"; None: a local run); returns how many the run has had, this one
+    included."""
     current, history = _read(run_dir)
-    current.append({"reason": reason, "time": time.time()})
+    current.append({"reason": reason, "time": time.time(), "job_id": job_id})
     _write(run_dir, current, history)
     return len(current)
 

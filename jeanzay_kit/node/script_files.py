@@ -109,11 +109,15 @@ def newest_checkpoint(run_dir: Path) -> tuple[Path, float] | None:
     return max(found, key=lambda item: item[1], default=None)
 
 
-def record_attempt(run_dir: Path, start: float, job_id: str | None) -> None:
+def record_attempt(
+    run_dir: Path, start: float, job_id: str | None, array_id: str | None = None
+) -> None:
     """One line per start of the script in ATTEMPTS_FILE (written by task 0): who
     requeued it (the toolkit, Slurm's preemption, the script itself) does not matter,
     `jzk status` counts the starts."""
-    line = json.dumps({"start": start, "job_id": job_id, "host": socket.gethostname()})
+    line = json.dumps(
+        {"start": start, "job_id": job_id, "array_id": array_id, "host": socket.gethostname()}
+    )
     try:
         with (run_dir / ATTEMPTS_FILE).open("a") as f:
             f.write(line + "\n")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
+from jeanzay_kit.distributed.ranks import RankInfo, array_id, rank_info_from_env
 from jeanzay_kit.distributed.script_env import (
     REQUEUE_MARK,
     entry_problem,
@@ -227,7 +227,7 @@ def _run_slurm_script(
     command, full = frozen(argv, full_env)
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
     if rank == 0:
-        record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"))
+        record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"), array_id(env))
         _record_provenance(Path(run_dir), env)
     watch = Watch(
         Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds

@@ -152,3 +152,18 @@ def test_a_second_sweep_runs_the_new_value_and_finds_the_unchanged_one(tmp_path:
         assert (path / ".hydra" / "overrides.yaml").read_text() == text
     assert second.stdout.count("resumed from") == 1
     assert f"resumed from {points['- optim.lr=0.001']}" in second.stdout
+
+    # `jzk status` finds them: with no argument (from the project), or given any folder
+    # `jzk report` reads; each local run with its own state, labelled by what it ran.
+    jzk = str(Path(sys.executable).parent / "jzk")
+    for args in ([], ["multirun"], [str(sweep)]):
+        shown = subprocess.run(
+            [jzk, "status", *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0, shown.stderr
+        rows = [line for line in shown.stdout.splitlines() if line.startswith("local ")]
+        assert len(rows) == 3 and all("COMPLETED" in r for r in rows), shown.stdout
+        assert "3 COMPLETED" in shown.stdout
+        for lr, path in points.items():
+            (row,) = [r for r in rows if path.name in r]
+            assert lr[2:] in row  # "optim.lr=0.1" on the row of the folder that ran it
