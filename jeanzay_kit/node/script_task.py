@@ -132,6 +132,18 @@ def own_cwd(run_dir: Path, env: Mapping[str, str], *tops: str) -> tuple[Path, di
     return cwd, {"JZK_PROJECT_DIR": str(project.resolve())}
 
 
+def anchored(command: Sequence[str], project: Path) -> list[str]:
+    """The command with a relative script path made the project's absolute one: the
+    script runs in <run_dir>/cwd, but its tracebacks and `__file__` name the project's
+    file, and its own folder stays first on sys.path."""
+    command = list(command)
+    if len(command) > 1 and not command[1].startswith("-") and not os.path.isabs(command[1]):
+        path = project / command[1]
+        if path.is_file():
+            command[1] = str(path.resolve())
+    return command
+
+
 def job_settings(spec: JobSpec) -> str:
     """The job's runtime settings as a script task passes them on (config/runtime_settings.py)."""
     from jeanzay_kit.config.runtime_settings import from_spec, to_env
@@ -225,6 +237,7 @@ def _run_slurm_script(
     head = command[: len(command) - len(script.args)]  # python and the entry
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
     command, full = frozen(argv, full_env)
+    command = anchored(command, Path.cwd())
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
     if rank == 0:
         record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"), array_id(env))
@@ -270,6 +283,7 @@ def run_task(
     cwd, extra = own_cwd(Path(run_dir), env)
     argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
     command, full = frozen(argv, {**full_env, **extra})
+    command = anchored(command, Path.cwd())
     code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
     if code not in STOPPED:
         return 128 - code if code < 0 else code
@@ -316,7 +330,9 @@ def launch_local(
     world = spec.layout.world_size
     script = script_command(spec)
     start = time.time()
-    command = script_argv(python, script.entry, begin_attempt(script, run_dir, start))
+    command = anchored(
+        script_argv(python, script.entry, begin_attempt(script, run_dir, start)), Path.cwd()
+    )
     record_attempt(run_dir, start, None)
     infos = local_rank_infos(world, free_port())
     cwd, extra = own_cwd(run_dir, env, spec.job.log_dir)

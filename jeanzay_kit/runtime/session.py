@@ -136,6 +136,9 @@ class Session:
             stop=stop,
             env=env,
         )
+        # A loop run on its own (not a job.entry script, whose wrapper holds it; not
+        # the toolkit's loop, whose entry point does) holds its run directory itself.
+        self._holds_lease = self.is_main and not rules.under_script_task(env)
 
     @classmethod
     def from_spec(
@@ -197,6 +200,8 @@ class Session:
         self._metrics: Any = None
         self._metrics_options: dict[str, Any] = {}  # the job's metrics.* (from_spec)
         self._pending: tuple[Agreement, int] | None = None  # should_stop's, and its step
+        self._holds_lease = False  # set by __init__ for a loop run on its own
+        self._lease: Any = None
         self._reported: tuple[float, int] | None = None  # s.report's (value, step)
         self._window = (time.perf_counter(), 0)  # (start, first step) of the logged window
 
@@ -229,6 +234,11 @@ class Session:
         does it). before_join(device): what must come first (the toolkit's loop checks the
         user's contracts on rank 0 before any collective)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if self._holds_lease and self._lease is None:
+            from jeanzay_kit.runtime.lease import acquire_for
+
+            # One writer per run directory (runtime/lease.py), before anything is written.
+            self._lease = acquire_for(self.run_dir, self._env, "a session loop")
         if self.is_main:
             from jeanzay_kit.runtime.run_result import clear_result
 
@@ -328,6 +338,9 @@ class Session:
                     dist.barrier()  # leave together (a peer may still talk to us)
                 dist.destroy_process_group()
             self._own_group = False
+            if self._lease is not None:
+                self._lease.release()
+                self._lease = None
 
     # ---- the model -----------------------------------------------------------------------
 
