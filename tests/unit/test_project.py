@@ -296,3 +296,42 @@ def test_an_oversized_diff_is_cut_and_counted(
     with pytest.raises(JzkError, match="with its provenance record"):
         take_snapshot(tmp_path, "logs", ["*.py"])
     assert [p.name for p in (tmp_path / "logs" / "code").iterdir()] == [snap.path.name]
+
+
+def test_rendered_scripts_and_run_folders_never_enter_a_snapshot(tmp_path: Path) -> None:
+    """The quickstart's layout (issue 41): `jzk render -o jobs` in a git project whose
+    .gitignore lacks jobs/, and a run directory where job.run_dir put it (runs/, not
+    outputs/): four identical renders give one snapshot, holding only the code."""
+    _write(tmp_path, {"train.py": "print('hi')\n", ".gitignore": "__pycache__/\n"})
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-q", "-m", "one")
+    _write(tmp_path, {"runs/a/lease.json": "{}", "runs/a/cwd/snapshot.pt": "w"})
+    jzk = str(Path(sys.executable).parent / "jzk")
+    snaps = set()
+    for _ in range(4):
+        done = subprocess.run(
+            [jzk, "render", "-o", "jobs", "cluster=slurm_local", "job.entry=train.py"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        snaps.add(done.stderr.split("frozen in ")[1].split()[0])
+    assert len(snaps) == 1 and len(list((tmp_path / "logs" / "code").iterdir())) == 1
+    (snap,) = snaps
+    copied = sorted(
+        p.relative_to(snap).as_posix()
+        for p in Path(snap).rglob("*")
+        if p.is_file() and ".jzk-provenance" not in p.parts
+    )
+    assert copied == [".gitignore", "train.py"]
+    validate = subprocess.run(
+        [jzk, "validate", "cluster=slurm_local", "job.entry=train.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "code snapshot: 2 file(s)" in validate.stdout
