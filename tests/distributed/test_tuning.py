@@ -49,11 +49,14 @@ def test_hydras_optuna_sweeper_reads_each_runs_objective(
         "tune.objective=train_loss",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    results = [json.loads((sweep_dir / str(n) / "result.json").read_text()) for n in (0, 1)]
-    for record, run in zip(results, (0, 1), strict=True):
+    # Each trial's folder is named by its config (two learning rates, two folders).
+    points = sorted(p.parent for p in sweep_dir.glob("*/result.json"))
+    assert len(points) == 2
+    results = [json.loads((p / "result.json").read_text()) for p in points]
+    for record, point in zip(results, points, strict=True):
         assert record["objective"] == "train_loss" and record["direction"] == "minimize"
         # The value is the run's own final loss, the one its last line printed.
-        log = (sweep_dir / str(run) / "train.log").read_text() + done.stdout
+        log = (point / "train.log").read_text() + done.stdout
         assert record["step"] == 10 and record["value"] == record["train_loss"]
         assert f"final loss {record['value']:.4f}" in log
     best = yaml.safe_load((sweep_dir / "optimization_results.yaml").read_text())

@@ -246,4 +246,6 @@ def test_a_project_on_slurm_runs_the_code_it_was_submitted_with(
 
     status = _jzk(env, proj, "status")
     assert status.returncode == 0, status.stderr
-    assert "4 COMPLETED" in status.stdout, status.stdout
+    # Every run under the project: the submitted job, the sweep's 3 points, and the 2
+    # local runs (`jzk status` lists local runs too, each with its own state).
+    assert "6 COMPLETED" in status.stdout, status.stdout
