@@ -11,6 +11,7 @@ of them (worker_context).
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -113,7 +114,9 @@ def _send(procs: list[BaseProcess], signals: set[int]) -> None:
     for proc in procs:
         for signum in signals:
             if proc.is_alive() and proc.pid:
-                os.kill(proc.pid, signum)
+                # It may end between the check and the kill (seen: ProcessLookupError).
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signum)
 
 
 def describe_rank(index: int, pid: int, run_dir: Path, since: float) -> str:

@@ -244,15 +244,22 @@ def _end_hung(
         pumps[1].capture = None
     # The first task to exit makes srun end the others' commands: not before they dumped.
     _together(folder, "dumped", watch, hang, DUMP_WAIT_S + 2.0)
+    report = folder / "report.txt"
     if watch.rank == min(b.rank for b in hang.beats):
         message = hang.message(str(watch.run_dir), now)
-        (folder / "report.txt").write_text(message + "\n")
         print(
             f"jzk: {message}. Python stacks of every task: {folder}/rank-<N>.txt. HINT: a "
             "script that is quiet for longer on purpose needs a larger watchdog.stall_seconds",
             file=sys.stderr,
             flush=True,
         )
+        report.write_text(message + "\n")
+    else:
+        # The first task to exit makes srun end the others: not before the lowest one
+        # has said why (seen on a busy machine: its line was lost, killed mid-way).
+        deadline = time.monotonic() + DUMP_WAIT_S
+        while not report.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
     return EXIT_HUNG
 
 

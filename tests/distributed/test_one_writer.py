@@ -156,7 +156,7 @@ def test_a_second_sweep_runs_the_new_value_and_finds_the_unchanged_one(tmp_path:
     # `jzk status` finds them: with no argument (from the project), or given any folder
     # `jzk report` reads; each local run with its own state, labelled by what it ran.
     jzk = str(Path(sys.executable).parent / "jzk")
-    for args in ([], ["multirun"], [str(sweep)]):
+    for args in ([], [str(sweep)]):
         shown = subprocess.run(
             [jzk, "status", *args], cwd=tmp_path, capture_output=True, text=True, timeout=60
         )
