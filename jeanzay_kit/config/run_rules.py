@@ -60,10 +60,14 @@ def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
         "toolkit: a Hydra application of yours that calls the toolkit",
     )
     dependency = _dependency(c, job.get("dependency"))
+    sbatch_args = _pass_through(c, "job.sbatch_args", job.get("sbatch_args"), SBATCH_OWNED)
+    srun_args = _pass_through(c, "job.srun_args", job.get("srun_args"), SRUN_OWNED)
     return complete(
         JobSettings,
         nullable=("workdir", "snapshot", "dependency"),
         dependency=dependency,
+        sbatch_args=sbatch_args,
+        srun_args=srun_args,
         name=name,
         log_dir=log_dir,
         python=python,
@@ -100,6 +104,72 @@ def _dependency(c: Collector, value: object) -> str | None:
         )
         return None
     return text
+
+
+# The sbatch options the toolkit writes itself, and what sets each: a pass-through copy
+# would contradict the validated request (slurm/flags.py, slurm/sbatch.py).
+_GPUS = "resources.gpus_per_node"
+SBATCH_OWNED = {
+    "job-name": "job.name",
+    "account": "cluster.account",
+    "partition": "resources.partition",
+    "constraint": "resources.constraint",
+    "qos": "resources.qos",
+    "nodes": "resources.nodes",
+    "ntasks": _GPUS,
+    "ntasks-per-node": _GPUS,
+    "gpus": _GPUS,
+    "gpus-per-node": _GPUS,
+    "gres": _GPUS,
+    "cpus-per-task": "resources.cpus_per_task",
+    "mem": "resources.mem",
+    "hint": "cluster.hint",
+    "time": "resources.time",
+    "signal": "preemption.signal",
+    "requeue": "preemption.requeue",
+    "no-requeue": "preemption.requeue",
+    "dependency": "job.dependency",
+    "array": "`jzk render --array`",
+    "output": "job.log_dir",
+    "error": "job.log_dir",
+    "chdir": "job.workdir",
+    "open-mode": "the toolkit (a requeued job appends to its logs)",
+    "hold": "`jzk submit --hold`",
+}
+SRUN_OWNED = {
+    "kill-on-bad-exit": "the toolkit (one failed task ends the step)",
+    "nodes": "resources.nodes",
+    "ntasks": _GPUS,
+    "ntasks-per-node": _GPUS,
+    "cpus-per-task": "resources.cpus_per_task",
+    "gpus": _GPUS,
+    "gpus-per-node": _GPUS,
+    "gres": _GPUS,
+}
+
+
+def _pass_through(
+    c: Collector, key: str, value: object, owned: Mapping[str, str]
+) -> tuple[str, ...]:
+    """job.sbatch_args / job.srun_args: long options (`--name` or `--name=value`), none
+    of those the toolkit sets itself (each refusal names the key that sets it)."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)) or not all(isinstance(a, str) for a in value):
+        c.add(key, value, "must be a list of options", f"use e.g. {key}='[\"--mail-type=END\"]'")
+        return ()
+    for arg in value:
+        name = arg[2:].split("=", 1)[0]
+        if not arg.startswith("--") or not name or CONTROL.search(arg):
+            c.add(
+                key,
+                arg,
+                "is not a long option (--name or --name=value)",
+                f"use the long form, e.g. {key}='[\"--exclude=n1\"]'",
+            )
+        elif name in owned:
+            c.add(key, arg, f"is set by {owned[name]}", f"set {owned[name]} instead")
+    return tuple(value)
 
 
 def _job_name(c: Collector, name: object) -> str | None:

@@ -330,6 +330,10 @@ class JobConfig:
     )
     # sbatch --dependency, e.g. afterany:1234 (start after job 1234 ends) or afterok:1:2.
     dependency: Optional[str] = None
+    # More sbatch options, e.g. ["--mail-type=END", "--exclude=n1"] (not ones the config sets).
+    sbatch_args: list[str] = field(default_factory=list)
+    # More options of the training step's srun, e.g. ["--cpu-bind=cores"].
+    srun_args: list[str] = field(default_factory=list)
 
 
 @dataclass

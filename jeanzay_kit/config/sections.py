@@ -38,6 +38,8 @@ class JobSettings:
     resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)
     args_may_change: tuple[str, ...] = ()  # options left out of the run's identity
     dependency: str | None = _JOB.dependency  # sbatch --dependency (slurm/flags.py)
+    sbatch_args: tuple[str, ...] = ()  # more #SBATCH options, "--name=value"
+    srun_args: tuple[str, ...] = ()  # more options of the training step's srun
 
     @property
     def runs_script(self) -> bool:

@@ -82,7 +82,7 @@ def submitit_parameters(
         "array_parallelism": array_parallelism,
         "setup": _setup(spec, code_dir),
         # One failed task ends the step instead of leaving the others in a collective.
-        "srun_args": ["--kill-on-bad-exit=1"],
+        "srun_args": ["--kill-on-bad-exit=1", *spec.job.srun_args],
     }
     extra: dict[str, Any] = {}
     # The same options as the rendered script (slurm/flags.py): submitit's named

@@ -56,6 +56,9 @@ def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
     flags.append(SbatchFlag("time", spec.resources.time, "resources.time"))
     if spec.job.dependency:
         flags.append(SbatchFlag("dependency", spec.job.dependency, "job.dependency"))
+    for arg in spec.job.sbatch_args:  # validated: long options the toolkit does not own
+        name, sep, value = arg[2:].partition("=")
+        flags.append(SbatchFlag(name, value if sep else None, "job.sbatch_args"))
     # No "B:" prefix: the signal goes to every task of every step (the training
     # processes), not to the batch shell; the ranks save at the next step boundary.
     flags.append(

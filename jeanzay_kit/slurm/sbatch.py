@@ -251,7 +251,7 @@ def render_sbatch(
         lines += torchrun_rendezvous_lines()
     program = task_command(spec, command, runs_script)
     if not spec.preemption.requeue:
-        lines += [*KILL_NOTE, "srun --kill-on-bad-exit=1 " + " ".join(program)]
+        lines += [*KILL_NOTE, srun_prefix(spec) + " ".join(program)]
     else:
         lines += requeue_step_lines(spec, program, runs_script)
     return "\n".join(lines) + "\n"
@@ -399,6 +399,11 @@ def script_task_words(spec: JobSpec) -> list[str]:
     ]
 
 
+def srun_prefix(spec: JobSpec) -> str:
+    """`srun --kill-on-bad-exit=1 [job.srun_args] ` (each option one quoted word)."""
+    return " ".join(["srun", "--kill-on-bad-exit=1", *map(shell_word, spec.job.srun_args)]) + " "
+
+
 KILL_NOTE = [
     "# --kill-on-bad-exit: one failed task ends the step instead of leaving the",
     "# others blocked in a collective until the time limit",
@@ -451,7 +456,7 @@ def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> 
     lines.append("export JZK_STEP_START=$(date +%s)")
     lines += KILL_NOTE
     lines += [
-        "srun --kill-on-bad-exit=1 " + " ".join(program) + " &",
+        srun_prefix(spec) + " ".join(program) + " &",
         "jzk_step=$!",
         "# wait returns at each trapped signal: wait again until the step has ended",
         "while :; do",
