@@ -32,12 +32,20 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="run `sbatch --test-only` instead: Slurm's expected start or its refusal, "
         "nothing submitted or written",
     )
+    submit.add_argument(
+        "--chain",
+        type=int,
+        default=1,
+        metavar="N",
+        help="submit N jobs of the same run, each starting after the previous one has "
+        "ended (afterany) and resuming it: a training longer than one job's time limit "
+        "(the later ones end at once when the run is done)",
+    )
     add_config_args(submit)
     submit.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from jeanzay_kit.launch.manifest import append_manifest
     from jeanzay_kit.slurm.commands import sbatch
 
     spec = build_spec(args)
@@ -48,35 +56,63 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.test_only:
         return ask_slurm(spec, args.overrides)
+    if args.chain < 1:
+        raise JzkError(f"--chain {args.chain}: give the number of jobs, 1 or more")
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
     refuse_before_writing(spec, run_dir)
     script = render(spec, args.overrides)
     path = run_dir / "job.sbatch"
     path.write_text(script)
-    job_id = sbatch(str(path.resolve()), cwd=str(workdir), hold=args.hold)
+    jobs: list[str] = []
+    for _ in range(args.chain):
+        # The first may wait on job.dependency (the script's line); the others on it.
+        previous = jobs[-1] if jobs else None
+        job_id = sbatch(str(path.resolve()), cwd=str(workdir), hold=args.hold, after=previous)
+        jobs.append(job_id)
+        _record(run_dir, job_id, args.overrides, spec, path, previous)
+    res = spec.resources
+    log = workdir / spec.job.log_dir / f"{spec.job.name}-{jobs[0]}.out"
+    chained = f" and {len(jobs) - 1} chained after it ({', '.join(jobs[1:])})" if jobs[1:] else ""
+    print(
+        f"submitted job {jobs[0]} ({res.nodes} node(s) x {res.gpus_per_node} GPU(s), "
+        f"{res.time}){chained}"
+    )
+    print(f"  script  {path}\n  log     {log}\n  run dir {run_dir}")
+    print(f"  status: jzk status {run_dir}")
+    if args.hold:
+        print(f"  held: it starts after `scontrol release {jobs[0]}`")
+    return 0
+
+
+def _record(
+    run_dir: Path,
+    job_id: str,
+    overrides: list[str],
+    spec: JobSpec,
+    script: Path,
+    after: str | None,
+) -> None:
+    """One line of the run's manifest.jsonl per job (`jzk status` reads it)."""
+    from jeanzay_kit.launch.manifest import append_manifest
+
+    workdir = workdir_of(spec)
     log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}.out"
     append_manifest(
         run_dir,
         {
             "job_id": job_id,
-            "overrides": list(args.overrides),
+            "overrides": list(overrides),
             "run_dir": str(run_dir.resolve()),
-            "script": str(path.resolve()),
+            "script": str(script.resolve()),
             "log": str(log.resolve()),
             "cluster": spec.cluster.name,
             "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
                 timespec="seconds"
             ),
+            **({"after": after} if after else {}),
         },
     )
-    res = spec.resources
-    print(f"submitted job {job_id} ({res.nodes} node(s) x {res.gpus_per_node} GPU(s), {res.time})")
-    print(f"  script  {path}\n  log     {log}\n  run dir {run_dir}")
-    print(f"  status: jzk status {run_dir}")
-    if args.hold:
-        print(f"  held: it starts after `scontrol release {job_id}`")
-    return 0
 
 
 def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:

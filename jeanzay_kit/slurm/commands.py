@@ -57,10 +57,20 @@ def job_end_time(job_id: str, runner: CommandRunner | None = None) -> float | No
         return None  # "Unknown", "NONE", or the job already gone
 
 
-def sbatch(script: str, cwd: str, runner: CommandRunner | None = None, hold: bool = False) -> str:
+def sbatch(
+    script: str,
+    cwd: str,
+    runner: CommandRunner | None = None,
+    hold: bool = False,
+    after: str | None = None,
+) -> str:
     """Submit a script from `cwd` (the job's working directory); return the job id.
-    hold: the job waits in the queue until `scontrol release <id>`."""
-    argv = ["sbatch", "--parsable", *(["--hold"] if hold else []), script]
+    hold: the job waits in the queue until `scontrol release <id>`; after: a job id
+    it starts behind (`--dependency=afterany:<id>`, over the script's own line)."""
+    argv = ["sbatch", "--parsable", *(["--hold"] if hold else [])]
+    if after:
+        argv.append(f"--dependency=afterany:{after}")
+    argv.append(script)
     result = _checked(argv, runner, cwd)
     # --parsable prints "<id>" or "<id>;<cluster>".
     return result.stdout.strip().split(";")[0]
