@@ -122,7 +122,7 @@ def test_a_second_sweep_runs_the_new_value_and_finds_the_unchanged_one(tmp_path:
                 "train.py",
                 "-m",
                 f"optim.lr={values}",
-                "train.steps=10",
+                "train.steps=4",
                 "resources.gpus_per_node=1",
                 f"hydra.sweep.dir={sweep}",
             ],
