@@ -41,8 +41,10 @@ def _wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, timeout: float =
 
 
 def _snapshot(run_dir: Path) -> dict[str, float]:
-    """What the second command could have changed: Hydra's record and the checkpoints."""
-    files = [*(run_dir / ".hydra").glob("*.yaml"), run_dir / "lease.json"]
+    """What the second command could have changed: Hydra's record. (lease.json is left
+    out: its holder renews it every RENEW_SECONDS.)"""
+    files = list((run_dir / ".hydra").glob("*.yaml"))
+    assert files
     return {str(p): p.stat().st_mtime_ns for p in files}
 
 
@@ -72,7 +74,7 @@ def test_a_second_run_in_a_held_directory_is_refused_and_a_killed_holder_blocks_
         assert "resumed" not in second.stdout and "Traceback" not in second.stderr
         # It rewrote nothing: Hydra's record is still the first run's.
         assert (run_dir / ".hydra" / "overrides.yaml").read_text() == overrides_before
-        assert _snapshot(run_dir) == before or _only_renewed(before, _snapshot(run_dir))
+        assert _snapshot(run_dir) == before
         assert first.poll() is None  # the first one trains on
     finally:
         os.killpg(first.pid, signal.SIGKILL)  # the holder and its workers, no clean exit
@@ -99,13 +101,6 @@ def test_a_second_run_in_a_held_directory_is_refused_and_a_killed_holder_blocks_
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"step-{saved}" in again.stdout and "resum" in again.stdout.lower()
     assert json.loads((run_dir / "lease.json").read_text())["released"]
-
-
-def _only_renewed(before: dict[str, float], after: dict[str, float]) -> bool:
-    """The holder renews lease.json every RENEW_SECONDS: that file may move on, no other."""
-    return {k: v for k, v in before.items() if not k.endswith("lease.json")} == {
-        k: v for k, v in after.items() if not k.endswith("lease.json")
-    }
 
 
 @pytest.mark.timeout(300)
