@@ -1,15 +1,18 @@
 """GPT-2 124M from a memory-mapped token file: the toolkit's loop against the project's
 own hand-written loop (bench/gpt_hand_loop.py), same model, data path and settings.
 
-    .venv/bin/python bench/bench_gpu_vs_hand.py [--rounds 3] [--steps 60] [--micro 16]
+    .venv/bin/python bench/bench_gpu_vs_hand.py [--rounds 3] [--steps 50] [--micro auto]
+        [--global-batch 256] [--workers 8] [--profile 3]
 
-Each round runs `train.py` (data=token_file, the GPU defaults: bf16, TF32, compile, fused
-AdamW, pinned memory; train.log_every=1 so every step is timed and synchronized) and then
-the hand-written loop, on one GPU, on a token file written from the standard library's
-sources. Figures: the toolkit's step time / the hand loop's (median of the steps after
---warmup, then of the rounds; target <= 1.02) and the toolkit's MFU (target >= 0.45 on an
-H100). Results in bench/results/gpu_vs_hand.json. --cpu-smoke runs a tiny shape on the
-CPU to check the plumbing (no figure means anything then).
+Each round runs `train.py` (data=token_file, the GPU defaults: bf16, TF32, compile of the
+model and its loss, fused AdamW, pinned memory, train.micro_batch_size=auto) and then the
+hand-written loop with the micro-batch the toolkit chose, on one GPU, on a token file
+written from the standard library's sources. The toolkit's steps are timed per logged
+window (train.log_every), the hand loop's per step; the first --warmup steps (compile,
+loader start) are left out of both. Figures: the toolkit's step time / the hand loop's
+(target <= 1.02) and the toolkit's MFU (target >= 0.45 on an H100 or H200).
+Results in bench/results/gpu_vs_hand.json. --cpu-smoke runs a tiny shape on the CPU to
+check the plumbing (no figure means anything then).
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ def toolkit_round(args: argparse.Namespace, shape: dict, path: Path, run_dir: Pa
         f"train.global_batch_size={args.global_batch}",
         f"train.micro_batch_size={args.micro}",
         f"train.steps={args.warmup + args.steps}",
-        "train.log_every=1",
+        f"train.log_every={args.log_every}",
         "train.eval_every=0",
         "checkpoint.every_steps=0",
         f"loader.num_workers={args.workers}",
@@ -61,25 +64,39 @@ def toolkit_round(args: argparse.Namespace, shape: dict, path: Path, run_dir: Pa
     if done.returncode != 0:
         sys.exit(f"bench_gpu_vs_hand: train.py failed: {done.stderr[-3000:]}")
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    timed = [r for r in records if r["step"] > args.warmup]
+    # Windows of train.log_every steps; the first one (compile, loader start) is left out.
+    timed = [r for r in records if r.get("step", 0) > args.warmup and "step_time_s" in r]
+    chosen = run_dir / "micro_batch.json"
+    said = (done.stdout + done.stderr).splitlines()
     return {
         "step_s": statistics.median(r["step_time_s"] for r in timed),
+        "timed_steps": args.steps,
         "mfu": statistics.median(r["mfu"] for r in timed) if "mfu" in timed[0] else None,
+        "tokens_per_s": statistics.median(r.get("tokens_per_s", 0) for r in timed),
+        "data_wait_share": statistics.median(r.get("data_wait_share", 0) for r in timed),
         "compile_s": next((r["compile_s"] for r in records if "compile_s" in r), None),
+        "micro_batch": json.loads(chosen.read_text()) if chosen.exists() else args.micro,
+        "lines": [ln for ln in said if any(k in ln for k in NOTEWORTHY)][:12],
     }
 
 
-def hand_round(args: argparse.Namespace, shape: dict, path: Path) -> dict:
+# What the toolkit's run says that the benchmark keeps: the auto micro-batch's choice,
+# the compile time, an input-bound note, the process group, warnings.
+NOTEWORTHY = ("micro_batch_size=auto", "torch.compile", "input-bound", "nccl", "NCCL", "WARN")
+
+
+def hand_round(args: argparse.Namespace, shape: dict, path: Path, micro: int) -> dict:
     cmd = [
         sys.executable,
         str(REPO / "bench" / "gpt_hand_loop.py"),
         f"--path={path}",
         *(f"--{k}={v}" for k, v in shape.items()),
         f"--global-batch={args.global_batch}",
-        f"--micro={args.micro}",
+        f"--micro={micro}",
         f"--steps={args.steps}",
         f"--warmup={args.warmup}",
         f"--workers={args.workers}",
+        f"--profile={args.profile}",
         *(["--device=cpu", "--no-compile"] if args.cpu_smoke else []),
     ]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -93,11 +110,17 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--global-batch", type=int, default=64)
-    parser.add_argument("--micro", type=int, default=16)
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10, help="untimed steps, compile included")
+    parser.add_argument("--global-batch", type=int, default=256)
+    parser.add_argument(
+        "--micro",
+        default="auto",
+        help="a number, or auto (the hand loop then takes what the toolkit's run chose)",
+    )
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--log-every", type=int, default=10)
+    parser.add_argument("--profile", type=int, default=0, help="hand loop: steps profiled")
     parser.add_argument("--cpu-smoke", action="store_true")
     parser.add_argument("overrides", nargs="*", help="more train.py overrides")
     args = parser.parse_args()
@@ -111,7 +134,9 @@ def main() -> None:
         path = token_file(Path(tmp))
         for r in range(args.rounds):
             ours = toolkit_round(args, shape, path, Path(tmp) / f"run-{r}")
-            hand = hand_round(args, shape, path)
+            chosen = ours["micro_batch"]
+            micro = chosen["micro_batch_size"] if isinstance(chosen, dict) else int(chosen)
+            hand = hand_round(args, shape, path, micro)
             rounds.append({"toolkit": ours, "hand": hand})
             ratios.append(ours["step_s"] / hand["step_s"])
             if ours["mfu"] is not None:
@@ -122,6 +147,7 @@ def main() -> None:
                 f"{ratios[-1]:.3f}",
                 flush=True,
             )
+            print(json.dumps({"round": r, "toolkit": ours, "hand": hand}), flush=True)
     report = {
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "ratio_median": statistics.median(ratios),

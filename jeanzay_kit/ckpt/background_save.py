@@ -35,18 +35,9 @@ class BackgroundSave:
         # copies on its own thread. The buffers are reused only after the previous save's
         # files are written: the next save waits for that first. On CPU, ckpt/staging.py
         # copies without holding the GIL (DCP's DefaultStager holds it, see there).
-        self._stager: AsyncStager | None
-        if device.type == "cuda":
-            self._stager = DefaultStager(
-                StagingOptions(
-                    use_pinned_memory=True,
-                    use_shared_memory=False,
-                    use_async_staging=True,
-                    use_non_blocking_copy=True,
-                )
-            )
-        else:
-            self._stager = CpuCopyStager()
+        self._stager: AsyncStager | None = (
+            gpu_stager() if device.type == "cuda" else CpuCopyStager()
+        )
         self._staging: Any = None  # the staging copy in flight (a Future)
         self._pending: threading.Thread | None = None  # writes + commit in flight
         self._error: BaseException | None = None
@@ -56,6 +47,13 @@ class BackgroundSave:
         self, state: dict[str, Any], writer: RawWriter, commit: Callable[[Any], None]
     ) -> None:
         """Stage and write `state` in the background, then call commit(process_group)."""
+        if isinstance(self._stager, DefaultStager) and spent(self._stager):
+            # torch 2.11's DefaultStager closes itself after each save (pytorch#183413):
+            # reused, the next save fails deep in DCP (KeyError: <class 'type'>), as
+            # bench/gpu_path.py met on an H200. A fresh one per save pins its buffers
+            # again (about 0.3 s for 2 GB there); releases that keep it open reuse them.
+            self._stager.close()
+            self._stager = gpu_stager()
         response = dcp.async_save(
             state, storage_writer=writer, process_group=self.group, async_stager=self._stager
         )
@@ -102,3 +100,23 @@ class BackgroundSave:
         if self._stager is not None:
             self._stager.close()
             self._stager = None
+
+
+def gpu_stager() -> DefaultStager:
+    """DCP's stager on a GPU: non-blocking copies into pinned host buffers, on a thread."""
+    return DefaultStager(
+        StagingOptions(
+            use_pinned_memory=True,
+            use_shared_memory=False,
+            use_async_staging=True,
+            use_non_blocking_copy=True,
+        )
+    )
+
+
+def spent(stager: DefaultStager) -> bool:
+    """True when the stager has closed its copier (torch 2.11 does it after each stage):
+    its copy table is then empty. A torch without these attributes: not spent."""
+    copier = getattr(stager, "_state_dict_stager", None)
+    table = getattr(copier, "_deepcopy_dispatch", None)
+    return isinstance(table, dict) and not table

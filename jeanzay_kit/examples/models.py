@@ -199,8 +199,12 @@ class TinyGPT(_Splittable):
         return ("ln_f", "head")
 
     def flops_per_sample(self) -> float:
-        """Training FLOPs per sequence (PaLM appendix B: 6N + 12 L T d per token)."""
-        n = sum(p.numel() for p in self.parameters() if p.dim() > 1)
-        n -= self.pos_emb.weight.numel() if self.pos_emb is not None else 0
+        """Training FLOPs per sequence (PaLM appendix B: 6N + 12 L T d per token), N the
+        weights that multiply (every Linear's, the head's included). The embeddings are
+        looked up, not multiplied: counting them (GPT-2's token embedding is a quarter of
+        its weights) would overstate the FLOPs, and the MFU, by a third. nanoGPT drops
+        the position embedding only because its head shares the token embedding's
+        weights: the same count as this one."""
+        n = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
         per_token = 6 * n + 12 * self._n_layer * self.block_size * self._n_embd
         return float(per_token * self.block_size)

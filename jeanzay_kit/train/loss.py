@@ -6,6 +6,7 @@ that returns its own loss and a model with a `loss()` method train through the s
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -39,6 +40,16 @@ class ComputeLoss:
         if self.form == "model":
             return self.owner.loss(output, target)  # type: ignore[operator]
         return loss_in_output(output)
+
+    def compiled(self) -> ComputeLoss:
+        """The same loss with its output -> loss part compiled too (train.compile): a
+        compiled model alone leaves the loss eager, and a language model's cross-entropy
+        then reads and writes its (samples x tokens x vocabulary) logits several times in
+        float32 (upcast, log-softmax, its gradient); compiled, it is one fused pass each
+        way. The model's own forward is compiled by the strategy."""
+        twin = copy.copy(self)
+        twin.of_output = torch.compile(self.of_output)  # type: ignore[method-assign]
+        return twin
 
     def pipeline_loss(self) -> Callable[[Any, Any], torch.Tensor]:
         """(last stage's output, target) -> loss: the forms a pipeline can use (the

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -87,13 +88,15 @@ class Trial:
     make_batch: Callable[[int], Any]
     memory: Memory
     ballast_bytes: int = 0
+    peaks: dict[int, int] = field(default_factory=dict)  # size -> peak bytes, where it ran
 
     def fits(self, size: int) -> bool:
         """One forward and backward of `size` samples: within HEADROOM of the memory, and
         no out-of-memory error. The gradients and the memory are released either way."""
         self.memory.reset()
         try:
-            return self._peak_of(size) <= HEADROOM * self.memory.capacity()
+            self.peaks[size] = self._peak_of(size)
+            return self.peaks[size] <= HEADROOM * self.memory.capacity()
         except torch.OutOfMemoryError:
             return False  # the error is gone here, and with it the frame holding the tensors
         finally:
@@ -116,6 +119,7 @@ def search(trial: Trial, options: list[int]) -> tuple[int, str]:
     """The largest option that fits and the line saying why; the RNGs are put back."""
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    started = time.perf_counter()
     try:
         chosen, log = largest_fitting(options, trial.fits)
     finally:
@@ -130,7 +134,14 @@ def search(trial: Trial, options: list[int]) -> tuple[int, str]:
             "train.activation_checkpointing=true, a smaller model, or parallel.mode=fsdp "
             "to shard it (with a numeric train.micro_batch_size)"
         )
-    return chosen, explain(chosen, per_replica, log, trial.memory.name())
+    line = explain(chosen, per_replica, log, trial.memory.name())
+    peak, capacity = trial.peaks.get(chosen), trial.memory.capacity()
+    if peak is not None:  # what a user sizes the rest of the run by
+        line += (
+            f"; its trial peaked at {peak / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB "
+            f"({(capacity - peak) / 2**30:.1f} GiB free)"
+        )
+    return chosen, f"{line}; searched in {time.perf_counter() - started:.1f} s"
 
 
 def with_micro_batch(spec: JobSpec, size: int) -> JobSpec:

@@ -81,3 +81,69 @@ def test_the_weights_change_only_after_the_staging_copy(tmp_path: Path) -> None:
 def test_without_the_wait_the_copy_would_race_the_update(tmp_path: Path) -> None:
     """The row above is not vacuous: skipping before_update() does corrupt the copy."""
     assert _run(tmp_path, "skip") == "differs"
+
+
+# torch 2.11's DefaultStager (the GPU's stager) closes its copier at the end of every
+# stage (pytorch#183413): reused, the second async save of a run failed with
+# `KeyError: <class 'type'>` (met on an H200, bench/gpu_path.py). Emulated here on the
+# CPU: a DefaultStager whose stage closes its copier as 2.11's does; two saves in a row
+# must both hold the weights of their step.
+SPENT_AFTER_ONE = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    from jeanzay_kit.ckpt import background_save
+    from jeanzay_kit.ckpt.checkpointer import Checkpointer, state_dicts
+    from jeanzay_kit.ckpt.trainer_state import TrainerState
+
+    def like_torch_2_11():
+        stager = DefaultStager(StagingOptions(False, False, True, False))
+        stage = stager._stage
+        def stage_then_close(state_dict, **kwargs):
+            staged = stage(state_dict, **kwargs)
+            stager._state_dict_stager.close()
+            return staged
+        stager._stage = stage_then_close
+        return stager
+
+    background_save.gpu_stager = like_torch_2_11
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    ck = Checkpointer(Path(sys.argv[1]), model, opt, rank=0, world={"mode": "t"},
+                      config={"t": 1}, device=torch.device("cpu"), keep_last=3,
+                      use_async=True, log=lambda _m: None)
+    ck._background._stager = like_torch_2_11()  # what the GPU path starts with
+    saved = {}
+    for step in (1, 2):
+        model(torch.randn(2, 64)).sum().backward()
+        ck.before_update()
+        opt.step()
+        opt.zero_grad()
+        saved[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        ck.save(step, TrainerState(step, 0, {}, None, None))
+        ck.wait()
+    for step in (1, 2):
+        ck.load(Path(sys.argv[1]) / "checkpoints" / f"step-{step}")
+        assert all(torch.equal(saved[step][k], v) for k, v in model.state_dict().items())
+    print("both saves hold their step")
+    dist.destroy_process_group()
+    """
+)
+
+
+@pytest.mark.timeout(120)
+def test_a_stager_that_closes_itself_after_a_save_is_replaced(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", SPENT_AFTER_ONE, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().endswith("both saves hold their step")

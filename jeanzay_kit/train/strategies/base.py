@@ -39,6 +39,12 @@ class Strategy(ABC):
         self.autocast = autocast
         self.scaler = scaler
 
+    def compile_loss(self) -> None:
+        """Compile the loss with the model (train/loss.py: ComputeLoss.compiled)."""
+        compiled = getattr(self.compute_loss, "compiled", None)
+        if callable(compiled):
+            self.compute_loss = compiled()
+
     @abstractmethod
     def parameters(self) -> list[nn.Parameter]:
         """The parameters this rank's optimizer updates."""
@@ -67,9 +73,11 @@ class Strategy(ABC):
         """Collective, at a step boundary before an evaluation or a save: make the
         model's buffers the same on every data-parallel rank (nothing by default)."""
 
-    def clip_grad_norm(self, max_norm: float) -> float:
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
+        """Clip the gradients; their total norm, left on the device (reading it would
+        make the host wait for the backward pass, every step)."""
         norm = torch.nn.utils.clip_grad_norm_(self.parameters(), max_norm)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm
 
     def train(self, mode: bool = True) -> None:  # noqa: FBT001
         for module in self.modules():

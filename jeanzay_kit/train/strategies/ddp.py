@@ -29,14 +29,23 @@ class DDPStrategy(ReplicatedStrategy):
         self.raw = model
         if compile_model:
             model = torch.compile(model)  # type: ignore[assignment]
-        device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
-        self.ddp = DDP(
-            model,
-            device_ids=device_ids,
-            process_group=self.ctx.dp_group,
-            bucket_cap_mb=bucket_cap_mb,
-        )
-        self.model = self.ddp
+            self.compile_loss()
+        self.ddp: DDP | None = None
+        self.model = model
+        # One replica: no gradient to average with anyone. DDP would still copy every
+        # gradient into its buckets and back, and under torch.compile split the model's
+        # graph at each bucket (to overlap an all-reduce that has no one to talk to),
+        # which stops fusions across the splits. Gradients are the same either way (a
+        # sum over one rank, divided by one).
+        if dist.get_world_size(self.ctx.dp_group) > 1:
+            device_ids = [self.ctx.device.index] if self.ctx.device.type == "cuda" else None
+            self.ddp = DDP(
+                model,
+                device_ids=device_ids,
+                process_group=self.ctx.dp_group,
+                bucket_cap_mb=bucket_cap_mb,
+            )
+            self.model = self.ddp
 
     def parameters(self) -> list[nn.Parameter]:
         return list(self.model.parameters())
@@ -85,10 +94,12 @@ class DDPStrategy(ReplicatedStrategy):
     def sync_gradients(self, last: bool) -> contextlib.AbstractContextManager:
         # Gradients are all-reduced only on the last micro-batch of the step; the others
         # accumulate locally (no_sync), which is what makes accumulation cheap.
-        return contextlib.nullcontext() if last else self.ddp.no_sync()
+        if last or self.ddp is None:
+            return contextlib.nullcontext()
+        return self.ddp.no_sync()
 
     def eval_module(self) -> nn.Module:
-        return self.ddp.module
+        return self.ddp.module if self.ddp is not None else self.model
 
     def state_module(self) -> nn.Module:
         return self.raw

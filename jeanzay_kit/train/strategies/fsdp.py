@@ -30,6 +30,8 @@ class FSDPStrategy(ReplicatedStrategy):
                 fully_shard(block, mesh=mesh)
         fully_shard(model, mesh=mesh)
         self.model = cast(nn.Module, torch.compile(model)) if compile_model else model
+        if compile_model:
+            self.compile_loss()
         self.sharded = model
 
     def parameters(self) -> list[nn.Parameter]:

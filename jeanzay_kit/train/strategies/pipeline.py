@@ -145,7 +145,7 @@ class PipelineStrategy(Strategy):
         dist.all_reduce(value)
         return float(value.item()) / self.ctx.layout.dp_size
 
-    def clip_grad_norm(self, max_norm: float) -> float:
+    def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         # Each rank holds a slice of the layers: the norm is summed over the pipeline
         # group (replicas hold identical gradients after DDP, so not over dp).
         grads = [p.grad for p in self.parameters() if p.grad is not None]
@@ -157,7 +157,7 @@ class PipelineStrategy(Strategy):
         coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
         for g in grads:
             g.mul_(coef.to(g.dtype))
-        return float(total)
+        return total
 
     def state_module(self) -> nn.Module:
         return self.view
