@@ -41,6 +41,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         "ended (afterany) and resuming it: a training longer than one job's time limit "
         "(the later ones end at once when the run is done)",
     )
+    submit.add_argument(
+        "--parsable",
+        action="store_true",
+        help="print only the job ids, one per line, first to last (as sbatch --parsable): "
+        "for scripts that chain other jobs after this one",
+    )
     add_config_args(submit)
     submit.set_defaults(run=run)
 
@@ -71,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
         job_id = sbatch(str(path.resolve()), cwd=str(workdir), hold=args.hold, after=previous)
         jobs.append(job_id)
         _record(run_dir, job_id, args.overrides, spec, path, previous)
+    if args.parsable:
+        print("\n".join(jobs))
+        return 0
     res = spec.resources
     log = workdir / spec.job.log_dir / f"{spec.job.name}-{jobs[0]}.out"
     chained = f" and {len(jobs) - 1} chained after it ({', '.join(jobs[1:])})" if jobs[1:] else ""

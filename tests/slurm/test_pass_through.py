@@ -1,6 +1,7 @@
 """Issue 42 points 2-3 on the local cluster: an sbatch option passed through
 (job.sbatch_args=--exclude) changes where the job runs, and `jzk submit --chain 2` runs two
-jobs of one run one after the other, the second resuming the first."""
+jobs of one run one after the other, the second resuming the first (their ids read from
+`--parsable`, as a pipeline script reads them: docs/slurm.md)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def _submit(project: Path, slurm, *overrides: str, chain: int = 1):
         [
             JZK,
             "submit",
-            *(["--chain", str(chain)] if chain > 1 else []),
+            *(["--chain", str(chain), "--parsable"] if chain > 1 else []),
             "cluster=slurm_local",
             f"job.python={PYTHON}",
             f"job.entry={REPO / 'train.py'}",
@@ -53,8 +54,7 @@ def test_an_excluded_node_is_not_used_and_a_chain_runs_in_order(slurm, tmp_path:
     out = _submit(
         project, slurm, "resources.gpus_per_node=1", "train.steps=30", "job.name=ch", chain=2
     )
-    first = re.search(r"submitted job (\d+)", out).group(1)
-    (second,) = re.search(r"chained after it \((\d+)\)", out).groups()
+    first, second = out.split()  # --parsable: the ids alone, first to last
     wait_for(second, slurm, timeout=240)
     rows = run(
         ["sacct", "-X", "-n", "-P", "-j", f"{first},{second}", "-o", "JobID,State,Start,End"], slurm
