@@ -90,7 +90,13 @@ def _how_rows(spec: JobSpec) -> list[tuple[str, str]]:
         (
             "batch",
             f"global {tset.global_batch_size} = {lay.dp_size} replica(s) x micro "
-            f"{tset.micro_batch_size} x {tset.grad_accum_steps} accumulation step(s)",
+            f"{tset.micro_batch_size} x {tset.grad_accum_steps} accumulation step(s)"
+            + (
+                " (train.global_batch_size=auto: micro x replicas, at least 32; set a "
+                "number to keep it on another number of GPUs)"
+                if tset.global_batch_auto
+                else ""
+            ),
         ),
         ("precision", tset.precision + auto),
         (

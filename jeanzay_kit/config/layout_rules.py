@@ -32,6 +32,7 @@ class ParallelRequest:
     global_batch: int
     micro_batch: int  # with micro_auto: the largest candidate once the layout is known
     micro_auto: bool = False  # train.micro_batch_size=auto (train/micro_batch.py)
+    global_auto: bool = False  # train.global_batch_size=auto (settle_global_batch)
 
     @property
     def one_task_per_node(self) -> bool:
@@ -43,6 +44,7 @@ def read_parallel(
 ) -> ParallelRequest | None:
     micro = train.get("micro_batch_size")
     auto = micro == "auto"
+    global_auto = train.get("global_batch_size") == "auto"
     return complete(
         ParallelRequest,
         mode=c.choice("parallel.mode", par.get("mode"), MODES),
@@ -51,11 +53,38 @@ def read_parallel(
         stages=c.positive_int("parallel.pipeline_stages", par.get("pipeline_stages")),
         microbatches=c.positive_int("parallel.microbatches", par.get("microbatches")),
         stages_per_rank=c.positive_int("parallel.stages_per_rank", par.get("stages_per_rank")),
-        global_batch=c.positive_int("train.global_batch_size", train.get("global_batch_size")),
+        # auto: 1 until settle_global_batch knows the data-parallel size.
+        global_batch=1
+        if global_auto
+        else c.positive_int("train.global_batch_size", train.get("global_batch_size")),
         # auto: 1 until settle_micro_batch knows the data-parallel size.
         micro_batch=1 if auto else c.positive_int("train.micro_batch_size", micro),
         micro_auto=auto,
+        global_auto=global_auto,
     )
+
+
+# train.global_batch_size=auto: at least this many samples per optimizer step (the
+# default before auto existed, so a run that took it then trains alike now).
+AUTO_GLOBAL_AT_LEAST = 32
+
+
+def auto_global_batch(micro: int, dp: int) -> int:
+    """The smallest multiple of micro x dp (one micro-batch on every replica) that is
+    at least AUTO_GLOBAL_AT_LEAST: accumulation makes up the rest on few GPUs, and many
+    GPUs take one micro-batch each with none."""
+    unit = max(1, micro * dp)
+    return unit * -(-AUTO_GLOBAL_AT_LEAST // unit)
+
+
+def settle_global_batch(req: ParallelRequest, layout: ParallelLayout) -> ParallelRequest:
+    """train.global_batch_size=auto, once the data-parallel size is known. With
+    train.micro_batch_size=auto too, the micro-batch counts as 1 here (at least 32
+    samples, a multiple of the replicas) and auto then finds the micro-batch."""
+    if not req.global_auto:
+        return req
+    micro = 1 if req.micro_auto else req.micro_batch
+    return replace(req, global_batch=auto_global_batch(micro, layout.dp_size))
 
 
 # auto measures one whole replica of the model on one GPU; these modes split the model.

@@ -93,7 +93,9 @@ class TrainConfig:
     """The optimisation loop. global_batch_size does not depend on the number of GPUs:
     gradient accumulation = global_batch_size / (data-parallel size x micro_batch_size)."""
 
-    global_batch_size: int = 32  # samples per optimizer step, over all replicas
+    # Samples per optimizer step, over all replicas; auto: micro-batch x data-parallel
+    # size, rounded up to at least 32 (config/layout_rules.py auto_global_batch).
+    global_batch_size: Union[int, str] = "auto"
     # Samples per forward/backward on one replica; auto: the largest that fits the GPU
     # (measured at start, recorded in the run; ddp and dataparallel), 8 on the CPU.
     micro_batch_size: Union[int, str] = 8

@@ -106,6 +106,7 @@ class TrainSettings:
     tf32: bool = _TRAIN.tf32  # TF32 matmuls and convolutions on CUDA
     # train.micro_batch_size=auto: the run finds the largest that fits (train/micro_batch.py)
     micro_batch_auto: bool = False
+    global_batch_auto: bool = False  # train.global_batch_size=auto, resolved above
 
 
 @dataclass(frozen=True)

@@ -121,7 +121,8 @@ def build_job_spec(
         c, cluster, res, one.counts, one.request.one_task_per_node, one.preemption
     )
     layout = layout_rules.check_layout(c, one.request, nodes, gpn)
-    request = layout_rules.settle_micro_batch(c, one.request, layout, gpn)
+    request = layout_rules.settle_global_batch(one.request, layout)
+    request = layout_rules.settle_micro_batch(c, request, layout, gpn)
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
     evaluation = check_eval(c, cfg.get("eval"), one.loop, request.micro_batch, par.get("mode"))
@@ -141,6 +142,7 @@ def build_job_spec(
             global_batch_size=request.global_batch,
             micro_batch_size=request.micro_batch,
             micro_batch_auto=request.micro_auto,
+            global_batch_auto=request.global_auto,
             grad_accum_steps=grad_accum,
             precision=precision,
             **one.loop,

@@ -347,6 +347,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "resources.gpus_per_node=8",
         "train.precision=bf16",
         "resources.time=200:00:00",
+        "train.global_batch_size=32",  # 32 over 8 replicas x 8: refused too
     )
     keys = sorted(p.split("=")[0] for p in found)
     assert keys == [
@@ -517,3 +518,38 @@ def test_a_local_run_asks_for_no_more_gpus_than_the_machine_shows(
         "HINT: use resources.gpus_per_node=1 (or auto), or cluster.device=cpu for CPU "
         "workers with gloo"
     ]
+
+
+# train.global_batch_size=auto (the default): micro x data-parallel size, at least 32.
+# (overrides, global batch, micro-batch, accumulation steps)
+AUTO_GLOBAL = [
+    pytest.param([], 32, 8, 2, id="laptop: 2 CPU workers, as the fixed 32 was"),
+    pytest.param([*H100, "resources.gpus_per_node=1"], 32, 8, 4, id="1 GPU"),
+    pytest.param([*H100, "resources.nodes=2", "resources.gpus_per_node=4"], 64, 8, 1, id="2x4"),
+    pytest.param([*H100, "resources.nodes=8", "resources.gpus_per_node=8"], 0, 0, 0, id="8x8"),
+    pytest.param([*V100_8, "resources.nodes=8", "resources.gpus_per_node=8"], 512, 8, 1,
+                 id="8x8 V100"),
+    pytest.param([*H100, "resources.gpus_per_node=3"], 48, 8, 2, id="3 GPUs: 48, not 32"),
+    pytest.param([*H100, "resources.gpus_per_node=4", "train.micro_batch_size=16"], 64, 16, 1,
+                 id="micro 16 x 4"),
+    pytest.param([*H100, "resources.gpus_per_node=4", "train.micro_batch_size=auto"], 32, 8, 1,
+                 id="with micro auto: 32 over 4 replicas, auto starts from 8"),
+    pytest.param([*H100, "resources.gpus_per_node=4", "train.global_batch_size=128"], 128, 8, 4,
+                 id="a number stays the number"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "global_batch", "micro", "accumulation"), AUTO_GLOBAL)
+def test_global_batch_auto_scales_with_the_replicas(
+    overrides: list[str], global_batch: int, micro: int, accumulation: int
+) -> None:
+    if not global_batch:  # jeanzay_h100 nodes have 4 GPUs: refused for that, not the batch
+        assert all("batch" not in p for p in problems(*overrides))
+        return
+    train = spec(*overrides).train
+    assert (train.global_batch_size, train.micro_batch_size, train.grad_accum_steps) == (
+        global_batch,
+        micro,
+        accumulation,
+    )
+    assert train.global_batch_auto == ("train.global_batch_size=128" not in overrides)
