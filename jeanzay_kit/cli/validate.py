@@ -73,7 +73,50 @@ def _where_rows(spec: JobSpec) -> list[tuple[str, str]]:
         ("tasks per node", f"{res.ntasks_per_node}  ({launch})"),
         ("cpus per task", f"{res.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})"),
         ("time", res.time if slurm else format_time(res.time_minutes)),
+        *(_interpreter_rows(spec) if slurm else []),
     ]
+
+
+def _modules(spec: JobSpec) -> list[str]:
+    cluster = spec.cluster
+    return [*cluster.modules, *([cluster.pytorch_module] if cluster.pytorch_module else [])]
+
+
+def _interpreter_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    """What each task runs its Python with: the modules first, then the interpreter."""
+    modules = _modules(spec)
+    loads = ("module purge; " if spec.cluster.module_purge else "") + (
+        f"module load {' '.join(modules)}" if modules else ""
+    )
+    asked = (spec.config.get("job") or {}).get("python", default("job.python"))
+    why = (
+        "job.python=auto: the profile's PyTorch module's"
+        if asked == "auto" and spec.cluster.pytorch_module
+        else "job.python=auto: the one running jzk now"
+        if asked == "auto"
+        else "job.python"
+    )
+    return [
+        ("modules", loads.strip().rstrip(";") or "- (none loaded)"),
+        ("interpreter", f"{spec.job.python}  ({why})"),
+    ]
+
+
+def interpreter_warning(spec: JobSpec) -> str | None:
+    """A bare interpreter name after `module purge` with no PyTorch module: the node's
+    PATH decides which Python runs, rarely the one the user installed into."""
+    python = spec.job.python
+    if not spec.cluster.is_slurm or "/" in python or spec.cluster.pytorch_module:
+        return None
+    if not (spec.cluster.module_purge or spec.cluster.modules):
+        return None
+    return (
+        f"WARNING: job.python={python} after `module purge` with no PyTorch module "
+        "(cluster.pytorch_module=null): the tasks run whichever python comes first on "
+        "the node's PATH then, not necessarily the environment you installed into. "
+        "HINT: job.python=auto (the interpreter running jzk, an absolute path), an "
+        "absolute path, or cluster.pytorch_module=pytorch-gpu/py3/<version>"
+    )
 
 
 def _how_rows(spec: JobSpec) -> list[tuple[str, str]]:
@@ -162,6 +205,9 @@ def run(args: argparse.Namespace) -> int:
     print(describe_spec(spec))
     for note in spec.notes:
         print(f"note: {note}")
+    warning = interpreter_warning(spec)
+    if warning:
+        print(warning)
     workdir = workdir_of(spec)
     check_script_run(spec, workdir)
     _print_snapshot(spec, workdir)

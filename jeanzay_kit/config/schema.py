@@ -309,7 +309,7 @@ class JobConfig:
     name: str = "jzk"  # --job-name and the rendered script's name
     log_dir: str = "logs"  # Slurm's stdout/stderr and the frozen config
     workdir: Optional[str] = None  # --chdir, absolute; null: where you render/submit
-    python: str = "python"  # the interpreter the job runs
+    python: str = "auto"  # the interpreter the tasks run; auto: the one that ran jzk
     # What each task runs: the installed entry point of `jzk train`, or your own command
     # (a script path or `-m package.module`) run with job.args (distributed/script_env.py).
     entry: str = "-m jeanzay_kit.train_app"

@@ -40,6 +40,7 @@ from jeanzay_kit.config.run_rules import (
     check_preemption,
     check_train_loop,
     check_watchdog,
+    resolve_python,
 )
 from jeanzay_kit.config.schema import unknown_keys
 from jeanzay_kit.config.sections import (
@@ -96,13 +97,17 @@ class JobSpec:
 
 
 def build_job_spec(
-    cfg: Mapping[str, Any], local_gpus: int | None = None, local_cpus: int | None = None
+    cfg: Mapping[str, Any],
+    local_gpus: int | None = None,
+    local_cpus: int | None = None,
+    interpreter: str | None = None,
 ) -> JobSpec:
     """Validate the resolved config (plain dicts) and return the frozen JobSpec.
 
     local_gpus: GPUs visible on this machine, for resources.gpus_per_node=auto on
     cluster=local (one worker per GPU, or resource_rules.LOCAL_CPU_WORKERS without a
     GPU). local_cpus: this machine's CPUs, for loader.num_workers=auto on cluster=local.
+    interpreter: the running Python (sys.executable), for job.python=auto.
     The caller detects them; this function stays pure.
     """
     loop_note = None
@@ -138,32 +143,44 @@ def build_job_spec(
     parts = {
         "resources": resources,
         "layout": layout,
-        "train": TrainSettings(
-            global_batch_size=request.global_batch,
-            micro_batch_size=request.micro_batch,
-            micro_batch_auto=request.micro_auto,
-            global_batch_auto=request.global_auto,
-            grad_accum_steps=grad_accum,
-            precision=precision,
-            **one.loop,
-        ),
+        "train": _train_settings(request, grad_accum, precision, one.loop),
         "checkpoint": replace(one.ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
         "loader": loader,
         "eval": evaluation,
         "tune": tune,
         "notes": (*notes, loop_note) if loop_note else notes,
     }
-    return _assemble(cfg, cluster, one, parts)
+    return _assemble(cfg, cluster, one, parts, interpreter)
+
+
+def _train_settings(
+    request: layout_rules.ParallelRequest, accumulation: int, precision: str, loop: dict[str, Any]
+) -> TrainSettings:
+    return TrainSettings(
+        global_batch_size=request.global_batch,
+        micro_batch_size=request.micro_batch,
+        micro_batch_auto=request.micro_auto,
+        global_batch_auto=request.global_auto,
+        grad_accum_steps=accumulation,
+        precision=precision,
+        **loop,
+    )
 
 
 def _assemble(
-    cfg: Mapping[str, Any], cluster: ClusterProfile, one: _EachValue, parts: dict[str, Any]
+    cfg: Mapping[str, Any],
+    cluster: ClusterProfile,
+    one: _EachValue,
+    parts: dict[str, Any],
+    interpreter: str | None,
 ) -> JobSpec:
     """The frozen JobSpec from stage 1's values and stage 2's parts."""
     res = section(cfg, "resources")
     return JobSpec(
         cluster=cluster,
-        job=one.job,
+        job=replace(
+            one.job, python=resolve_python(one.job.python, cluster.pytorch_module, interpreter)
+        ),
         comm=one.comm,
         optim=one.optim,
         preemption=one.preemption,

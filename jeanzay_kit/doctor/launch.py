@@ -102,7 +102,7 @@ def task_main(argv: Sequence[str], env: dict[str, str]) -> int:
                 "cluster=...` inside an allocation; `jzk doctor` alone runs locally"
             )
         cfg = _task_config(args.config_dir, args.config_name, args.overrides)
-        spec = build_job_spec(cfg)
+        spec = build_job_spec(cfg, interpreter=sys.executable)
         options = DoctorOptions(args.timeout, args.size_mb, args.iters)
         return _probe(spec, rank_info_from_env(env), env.get("CUDA_VISIBLE_DEVICES"), options)
     except JzkError as err:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,7 +26,9 @@ def spec_of(
 
         local_gpus = local_gpu_count()
     # The CPUs of this machine: loader.num_workers=auto of a local run is resolved from them.
-    return build_job_spec(cfg, local_gpus=local_gpus, local_cpus=os.cpu_count())
+    return build_job_spec(
+        cfg, local_gpus=local_gpus, local_cpus=os.cpu_count(), interpreter=sys.executable
+    )
 
 
 def workdir_of(spec: JobSpec) -> Path:

@@ -8,6 +8,7 @@ single local worker) or starts the local worker processes (cluster=local).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -233,7 +234,9 @@ def main(
     stop = stop or StopRequest()
     try:
         check_torch()
-        spec = build_job_spec(cfg, local_gpus=local_gpu_count(), local_cpus=cpu_count)
+        spec = build_job_spec(
+            cfg, local_gpus=local_gpu_count(), local_cpus=cpu_count, interpreter=sys.executable
+        )
         if spec.cluster.is_slurm and launched_by(env) is None:
             # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.
             raise JzkError(

@@ -553,3 +553,40 @@ def test_global_batch_auto_scales_with_the_replicas(
         accumulation,
     )
     assert train.global_batch_auto == ("train.global_batch_size=128" not in overrides)
+
+
+# job.python=auto (the default): the interpreter that ran jzk, unless a PyTorch module is
+# loaded; any other value as given. (overrides, interpreter running jzk, job.python)
+PYTHONS = [
+    pytest.param([*H100], "/work/proj/.venv/bin/python", "/work/proj/.venv/bin/python",
+                 id="auto: the running interpreter"),
+    pytest.param([*H100, "cluster.pytorch_module=pytorch-gpu/py3/2.5.0"],
+                 "/work/proj/.venv/bin/python", "python", id="auto with the PyTorch module"),
+    pytest.param([*H100, "job.python=python3"], "/work/proj/.venv/bin/python", "python3",
+                 id="a value as given"),
+    pytest.param([*H100], None, "python", id="no interpreter given (pure callers)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("overrides", "interpreter", "python"), PYTHONS)
+def test_the_tasks_python(overrides: list[str], interpreter: str | None, python: str) -> None:
+    from jeanzay_kit.slurm.sbatch import render_sbatch
+
+    job_spec = build_job_spec(compose_config(overrides), interpreter=interpreter)
+    assert job_spec.job.python == python
+    srun = next(ln for ln in render_sbatch(job_spec).splitlines() if ln.startswith("srun "))
+    assert f" {python} " in srun
+
+
+def test_a_bare_python_after_module_purge_is_warned_about() -> None:
+    from jeanzay_kit.cli.validate import interpreter_warning
+
+    bare = build_job_spec(compose_config([*H100, "job.python=python"]))
+    assert "module purge" in (interpreter_warning(bare) or "")
+    assert "job.python=auto" in (interpreter_warning(bare) or "")
+    for fine in (
+        build_job_spec(compose_config([*H100]), interpreter="/v/bin/python"),
+        build_job_spec(compose_config([*H100, "cluster.pytorch_module=pytorch-gpu/py3/2.5.0"])),
+        build_job_spec(compose_config([])),  # local: no modules, the launcher's own python
+    ):
+        assert interpreter_warning(fine) is None
