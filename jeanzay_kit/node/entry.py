@@ -238,12 +238,20 @@ def main(
             cfg, local_gpus=local_gpu_count(), local_cpus=cpu_count, interpreter=sys.executable
         )
         if spec.cluster.is_slurm and launched_by(env) is None:
+            from jeanzay_kit.node.allocation import allocation_nodes, run_as_step
+
+            nodes = allocation_nodes(env)
+            if nodes is not None:  # a salloc shell: the job is a step of this allocation
+                return run_as_step(cfg, spec, env, nodes)
             # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.
             raise JzkError(
-                f"cluster={spec.cluster.name} is a Slurm profile, and this process is not a "
-                "task of a Slurm job step. HINT: submit it: `python train.py -m "
-                f"cluster={spec.cluster.name} ...` (a sweep of one) or `jzk submit "
-                f"cluster={spec.cluster.name} ...`; to train on this machine use cluster=local"
+                f"cluster={spec.cluster.name} is a Slurm profile, and this process is neither "
+                "a task of a Slurm job step nor inside an allocation. HINT: submit it: "
+                f"`jzk submit cluster={spec.cluster.name} ...` (or `python train.py -m "
+                f"cluster={spec.cluster.name} ...`, a sweep of one); or allocate nodes and "
+                f"run the same command inside: `salloc -N2 ...`, then `jzk train "
+                f"cluster={spec.cluster.name} ...` runs as a step of the allocation; to train "
+                "on this machine use cluster=local"
             )
         # One writer per run directory: refused here, before anything is read or written.
         with held_run_dir(run_dir, env, spec):

@@ -12,12 +12,42 @@ from jeanzay_kit.distributed.ranks import launched_by
 from jeanzay_kit.node.entry import main, task_threads
 
 
-def test_a_slurm_profile_outside_a_job_step_is_refused(tmp_path: Path, capsys) -> None:
+def test_a_slurm_profile_outside_any_allocation_is_refused_naming_both_ways(
+    tmp_path: Path, capsys
+) -> None:
     cfg = compose_config(["cluster=slurm_local"])
-    assert main(cfg, {"SLURM_JOB_ID": "5"}, tmp_path) == 2  # salloc shell, not srun
+    assert main(cfg, {}, tmp_path) == 2  # a login node's shell
     err = capsys.readouterr().err
-    assert "not a task of a Slurm job step" in err and "jzk submit cluster=slurm_local" in err
+    assert "neither a task of a Slurm job step nor inside an allocation" in err
+    assert "jzk submit cluster=slurm_local" in err and "salloc -N2" in err
     assert not list(tmp_path.iterdir())  # nothing trained, nothing written
+
+
+# (node count of the allocation, resources.nodes asked, nodes of the step or None: refused)
+STEP_NODES = [(2, 1, 2), (2, 2, 2), (3, 2, 2), (1, 2, None)]
+
+
+@pytest.mark.parametrize(("allocated", "asked", "step"), STEP_NODES)
+def test_inside_an_allocation_the_step_takes_its_nodes(allocated, asked, step) -> None:
+    from jeanzay_kit.config.spec import build_job_spec
+    from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.node.allocation import allocation_nodes, step_config, step_environment
+
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NUM_NODES": str(allocated)}
+    assert allocation_nodes(env) == allocated and allocation_nodes({}) is None
+    cfg = compose_config(
+        ["cluster=slurm_local", f"resources.nodes={asked}", "resources.gpus_per_node=2"]
+    )
+    spec = build_job_spec(cfg)
+    if step is None:
+        with pytest.raises(JzkError, match=f"resources.nodes={asked} but this allocation"):
+            step_config(cfg, spec, allocated, "7")
+        return
+    inside = build_job_spec(step_config(cfg, spec, allocated, "7"))
+    assert inside.resources.nodes == step
+    assert not inside.preemption.requeue  # an allocation is not Slurm's to requeue
+    shape = step_environment(env, inside)
+    assert (shape["SLURM_NNODES"], shape["SLURM_NTASKS"]) == (str(step), str(2 * step))
 
 
 def test_launched_tasks_are_told_apart_from_shells() -> None:
