@@ -11,6 +11,7 @@ from pathlib import Path
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError, RenderError
 from jeanzay_kit.launch.request import spec_of, workdir_of
+from jeanzay_kit.project.job_code import snapshot_code, unwritable_log_dir
 from jeanzay_kit.slurm.sbatch import render_sbatch
 
 OVERRIDES_HELP = (
@@ -99,7 +100,7 @@ def render(
         try:
             (workdir / spec.job.log_dir).mkdir(parents=True, exist_ok=True)
         except OSError as err:
-            raise _unwritable_log_dir(spec, err) from err
+            raise unwritable_log_dir(spec, err) from err
     else:  # rendered here for another machine (job.workdir is a path over there)
         print(
             f"note: job.workdir={workdir} does not exist here: create "
@@ -131,41 +132,6 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
     warning = resume_warning(spec.job.args, spec.job.resume_args, text, spec.checkpoint.run_dir)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
-
-
-def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
-    """Freeze the project's code for the job (job.snapshot): its path relative to the
-    job's working directory, or None (switched off, or a workdir on another machine)."""
-    from jeanzay_kit.project.snapshot import take_snapshot
-
-    if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
-        return None
-    try:
-        snap = take_snapshot(
-            workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
-        )
-    except OSError as err:
-        raise _unwritable_log_dir(spec, err) from err
-    print(
-        f"code: {snap.files} file(s) of {workdir} ({snap.source}, {snap.bytes / 2**20:.1f} "
-        f"MiB) frozen in {snap.path}",
-        file=sys.stderr,
-    )
-    # Relative to the job's working directory when inside it (the project can move),
-    # else absolute (job.log_dir on $SCRATCH).
-    try:
-        return str(snap.path.relative_to(workdir.resolve()))
-    except ValueError:
-        return str(snap.path)
-
-
-def _unwritable_log_dir(spec: JobSpec, err: OSError) -> JzkError:
-    return JzkError(
-        f"job.log_dir={spec.job.log_dir} cannot be written here ({err.strerror or err}: "
-        f"{err.filename}): it holds the job's logs and the snapshot of its code. HINT: set "
-        "job.log_dir to a folder you can write, relative to the project or absolute (on "
-        "Jean Zay: under $WORK or $SCRATCH)"
-    )
 
 
 # Hydra's own output folders: a job's run directory is job.run_dir (the script passes it).

@@ -17,6 +17,7 @@ import copy
 import subprocess
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
@@ -63,13 +64,21 @@ def step_environment(env: Mapping[str, str], spec: JobSpec) -> dict[str, str]:
 
 def run_as_step(cfg: Mapping[str, Any], spec: JobSpec, env: Mapping[str, str], nodes: int) -> int:
     """Write the job's script and run it in this allocation; its exit code."""
-    from jeanzay_kit.cli.common import render, workdir_of
+    from jeanzay_kit.project.job_code import snapshot_code
+    from jeanzay_kit.slurm.sbatch import render_sbatch
 
     job = env["SLURM_JOB_ID"]
     step = build_job_spec(step_config(cfg, spec, nodes, job), interpreter=sys.executable)
-    workdir = workdir_of(step)
-    script = render(step, [], rerender="jzk train")
+    workdir = Path(step.job.workdir) if step.job.workdir else Path.cwd()
+    script = render_sbatch(
+        step,
+        rendered_by=[],
+        workdir=str(workdir),
+        rerender="jzk train",
+        code_dir=snapshot_code(step, workdir),
+    )
     path = workdir / step.job.log_dir / f"{step.job.name}-step-{job}.sh"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     res = step.resources
     print(

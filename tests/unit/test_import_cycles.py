@@ -112,6 +112,7 @@ ROOM_ORDER = [
     "runtime",
     "train",
     "node",
+    "integrations",
     "train_app",
     "launch",
     "tune",

@@ -1,0 +1,1 @@
+"""Callbacks for training frameworks that run as your own script (job.entry)."""
