@@ -2,10 +2,11 @@
 # A GPU machine that has a CUDA torch but not this package, and no package index (the
 # lent machines of docs/performance.md): a virtual environment over the system's
 # site-packages (its torch, numpy, matplotlib...), the pure-Python wheels put in .whl/
-# beforehand (hydra-core, omegaconf, antlr4-python3-runtime, submitit), and the package
+# beforehand (hydra-core, omegaconf, antlr4-python3-runtime, submitit, torchdata), and the package
 # itself, editable. On a machine with an index, scripts/setup.sh is the way.
 #
-#   python3 -m pip download --no-deps -d .whl hydra-core==1.3.2 omegaconf==2.3.0 submitit
+#   python3 -m pip download --no-deps -d .whl hydra-core==1.3.8 omegaconf==2.3.1 submitit \
+#       torchdata==0.11.0   # (and --python-version/--platform of that machine: device README)
 #   python3 -m pip wheel --no-deps -w .whl antlr4-python3-runtime==4.9.3   # an sdist
 #   bash bench/gpu_setup.sh && .venv/bin/python bench/gpu_check.py
 set -euo pipefail
