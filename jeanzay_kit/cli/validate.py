@@ -77,14 +77,9 @@ def _where_rows(spec: JobSpec) -> list[tuple[str, str]]:
     ]
 
 
-def _modules(spec: JobSpec) -> list[str]:
-    cluster = spec.cluster
-    return [*cluster.modules, *([cluster.pytorch_module] if cluster.pytorch_module else [])]
-
-
 def _interpreter_rows(spec: JobSpec) -> list[tuple[str, str]]:
     """What each task runs its Python with: the modules first, then the interpreter."""
-    modules = _modules(spec)
+    modules = spec.cluster.loaded_modules
     loads = ("module purge; " if spec.cluster.module_purge else "") + (
         f"module load {' '.join(modules)}" if modules else ""
     )

@@ -67,6 +67,12 @@ class ClusterProfile:
     description: str = ""
 
     @property
+    def loaded_modules(self) -> tuple[str, ...]:
+        """What a job loads, in order: the profile's modules, then the PyTorch module
+        (after arch/...: it selects the build)."""
+        return (*self.modules, *([self.pytorch_module] if self.pytorch_module else []))
+
+    @property
     def is_slurm(self) -> bool:
         return self.scheduler == "slurm"
 

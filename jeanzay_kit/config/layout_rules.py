@@ -77,14 +77,15 @@ def auto_global_batch(micro: int, dp: int) -> int:
     return unit * -(-AUTO_GLOBAL_AT_LEAST // unit)
 
 
-def settle_global_batch(req: ParallelRequest, layout: ParallelLayout) -> ParallelRequest:
-    """train.global_batch_size=auto, once the data-parallel size is known. With
-    train.micro_batch_size=auto too, the micro-batch counts as 1 here (at least 32
-    samples, a multiple of the replicas) and auto then finds the micro-batch."""
+def settle_global_batch(req: ParallelRequest, dp: int) -> ParallelRequest:
+    """train.global_batch_size=auto, once the data-parallel size `dp` is known (every
+    check of the batch reads the settled request). With train.micro_batch_size=auto
+    too, the micro-batch counts as 1 here (at least 32 samples, a multiple of the
+    replicas) and auto then finds the micro-batch."""
     if not req.global_auto:
         return req
     micro = 1 if req.micro_auto else req.micro_batch
-    return replace(req, global_batch=auto_global_batch(micro, layout.dp_size))
+    return replace(req, global_batch=auto_global_batch(micro, dp))
 
 
 # auto measures one whole replica of the model on one GPU; these modes split the model.
@@ -139,7 +140,7 @@ def check_layout(c: Collector, req: ParallelRequest, nodes: int, gpn: int) -> Pa
     elif req.mode in PIPELINE_MODES:
         pp = req.stages
         dp = world // pp if world % pp == 0 else 0
-        _check_pipeline(c, req, world, nodes, gpn, dp)
+        _check_pipeline(c, settle_global_batch(req, dp), world, nodes, gpn, dp)
     else:
         pp, dp = 1, world
     return ParallelLayout(

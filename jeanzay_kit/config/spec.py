@@ -126,7 +126,7 @@ def build_job_spec(
         c, cluster, res, one.counts, one.request.one_task_per_node, one.preemption
     )
     layout = layout_rules.check_layout(c, one.request, nodes, gpn)
-    request = layout_rules.settle_global_batch(one.request, layout)
+    request = layout_rules.settle_global_batch(one.request, layout.dp_size)
     request = layout_rules.settle_micro_batch(c, request, layout, gpn)
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))

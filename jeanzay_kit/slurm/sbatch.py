@@ -145,9 +145,7 @@ def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
 
     Shared by the rendered script and the jeanzay launcher's submitit jobs."""
     lines = []
-    modules = list(spec.cluster.modules)
-    if spec.cluster.pytorch_module:
-        modules.append(spec.cluster.pytorch_module)  # after arch/...: it selects the build
+    modules = spec.cluster.loaded_modules
     if spec.cluster.module_purge or modules:
         lines.append("# Modules from the cluster profile")
         if spec.cluster.module_purge:

@@ -526,7 +526,7 @@ AUTO_GLOBAL = [
     pytest.param([], 32, 8, 2, id="laptop: 2 CPU workers, as the fixed 32 was"),
     pytest.param([*H100, "resources.gpus_per_node=1"], 32, 8, 4, id="1 GPU"),
     pytest.param([*H100, "resources.nodes=2", "resources.gpus_per_node=4"], 64, 8, 1, id="2x4"),
-    pytest.param([*H100, "resources.nodes=8", "resources.gpus_per_node=8"], 0, 0, 0, id="8x8"),
+    pytest.param([*A100, "resources.nodes=8", "resources.gpus_per_node=8"], 512, 8, 1, id="8x8"),
     pytest.param([*V100_8, "resources.nodes=8", "resources.gpus_per_node=8"], 512, 8, 1,
                  id="8x8 V100"),
     pytest.param([*H100, "resources.gpus_per_node=3"], 48, 8, 2, id="3 GPUs: 48, not 32"),
@@ -536,6 +536,9 @@ AUTO_GLOBAL = [
                  id="with micro auto: 32 over 4 replicas, auto starts from 8"),
     pytest.param([*H100, "resources.gpus_per_node=4", "train.global_batch_size=128"], 128, 8, 4,
                  id="a number stays the number"),
+    pytest.param(["parallel=pipeline", "resources.gpus_per_node=4", "parallel.pipeline_stages=4",
+                  "parallel.microbatches=2"], 32, 8, 4,
+                 id="pipeline: its schedule checked against the settled batch"),
 ]  # fmt: skip
 
 
@@ -543,9 +546,6 @@ AUTO_GLOBAL = [
 def test_global_batch_auto_scales_with_the_replicas(
     overrides: list[str], global_batch: int, micro: int, accumulation: int
 ) -> None:
-    if not global_batch:  # jeanzay_h100 nodes have 4 GPUs: refused for that, not the batch
-        assert all("batch" not in p for p in problems(*overrides))
-        return
     train = spec(*overrides).train
     assert (train.global_batch_size, train.micro_batch_size, train.grad_accum_steps) == (
         global_batch,
