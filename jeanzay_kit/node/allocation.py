@@ -14,6 +14,7 @@ requeued (preemption.requeue=false, preemption.max_restarts=0 for the step).
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -77,7 +78,10 @@ def run_as_step(cfg: Mapping[str, Any], spec: JobSpec, env: Mapping[str, str], n
         rerender="jzk train",
         code_dir=snapshot_code(step, workdir),
     )
-    path = workdir / step.job.log_dir / f"{step.job.name}-step-{job}.sh"
+    # Several `jzk train` may run side by side in one allocation: each step has its own
+    # script and frozen config (the script's JZK_STEP_TAG), never another's.
+    tag = str(os.getpid())
+    path = workdir / step.job.log_dir / f"{step.job.name}-step-{job}-{tag}.sh"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(script)
     res = step.resources
@@ -86,4 +90,5 @@ def run_as_step(cfg: Mapping[str, Any], spec: JobSpec, env: Mapping[str, str], n
         f"{res.ntasks_per_node} task(s) ({path}); run dir {step.checkpoint.run_dir}",
         flush=True,
     )
-    return subprocess.call(["bash", str(path)], cwd=workdir, env=step_environment(env, step))
+    shape = {**step_environment(env, step), "JZK_STEP_TAG": tag}
+    return subprocess.call(["bash", str(path)], cwd=workdir, env=shape)

@@ -331,9 +331,11 @@ def frozen_config_lines(spec: JobSpec) -> list[str]:
     body = frozen_config_yaml(spec.config)
     tag = _heredoc_delimiter(body)
     return [
-        "# The config validated at render time, frozen into this script.",
+        "# The config validated at render time, frozen into this script. A job step run by",
+        "# `jzk train` inside an allocation tags it (JZK_STEP_TAG): two in one allocation",
+        "# never read each other's config.",
         f"JZK_CONFIG_DIR={shell_word(spec.job.log_dir)}",
-        'JZK_CONFIG_NAME="jzk-config-${SLURM_JOB_ID}"',
+        'JZK_CONFIG_NAME="jzk-config-${SLURM_JOB_ID}${JZK_STEP_TAG:+-$JZK_STEP_TAG}"',
         'mkdir -p -- "$JZK_CONFIG_DIR"',
         f"cat > \"$JZK_CONFIG_DIR/$JZK_CONFIG_NAME.yaml\" <<'{tag}'",
         body.rstrip("\n"),
