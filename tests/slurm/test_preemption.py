@@ -42,16 +42,17 @@ def set_time_limit(job_id: str, limit: str, env: dict[str, str]) -> None:
 
 
 def warn_now(job_id: str, env: dict[str, str]) -> None:
-    """Shorten the job's limit so that Slurm's time-limit warning is due at once: one
-    whole minute past its elapsed time (limits are whole minutes), less than the 75 s
-    lead. slurmctld checks limits every 30 s (PERIODIC_TIMEOUT): the warning comes at
-    its next check, and the kill at a check at least 30 s later, time to save and
-    requeue."""
+    """Shorten the job's limit so that Slurm's time-limit warning is due at once: two
+    whole minutes past its elapsed time (limits are whole minutes), so 61 to 120 s are
+    left, within the 120 s lead. slurmctld checks limits every 30 s (PERIODIC_TIMEOUT):
+    the warning comes at its next check, with at least 30 s left to save and requeue.
+    One minute past (1 to 60 s left) lost the race on CI: with under 30 s left, the
+    next check found the limit reached and ended the job with SIGTERM, no warning."""
     elapsed = run(["squeue", "-h", "-j", job_id, "-o", "%M"], env).stdout.strip()
     seconds = 0
     for part in elapsed.replace("-", ":").split(":"):
         seconds = seconds * 60 + int(part)
-    set_time_limit(job_id, str(seconds // 60 + 1), env)
+    set_time_limit(job_id, str(seconds // 60 + 2), env)
 
 
 def assert_each_step_logged_once(run_dir: Path, last: int, every: int) -> None:
@@ -126,7 +127,7 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
         sweep_dir,
         "resources.gpus_per_node=2",
         "resources.time=00:10:00",
-        "preemption.lead_seconds=75",
+        "preemption.lead_seconds=120",  # warn_now counts on it
         *training,
         # Two runs (an array, so the requeue names A_i) that compute the same model: each
         # is stopped at its own step, and both must end exactly alike.
