@@ -24,3 +24,8 @@ $JZK render -o sbatch job.workdir=$JZK_EXAMPLE_WORKDIR job.python=$JZK_EXAMPLE_W
     parallel.microbatches=8 resources.nodes=2 resources.gpus_per_node=4 \
     resources.time=02:00:00 train.global_batch_size=64 train.micro_batch_size=16 \
     job.name=h100_pipeline_ddp_torchrun
+# Every task in IDRIS's Singularity (docs/containers.md); the image's own python.
+$JZK render -o sbatch job.workdir=$JZK_EXAMPLE_WORKDIR cluster=jeanzay_h100 cluster.account=myproject@h100 \
+    resources.nodes=2 resources.gpus_per_node=4 resources.time=10:00:00 \
+    train.global_batch_size=256 train.micro_batch_size=16 job.name=h100_container \
+    'job.container.image=$SINGULARITY_ALLOWED_DIR/pytorch.sif'

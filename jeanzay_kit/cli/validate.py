@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from jeanzay_kit.cli.common import (
@@ -34,8 +37,10 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def describe_spec(spec: JobSpec) -> str:
-    """The resolved request as a two-column table."""
-    rows = _where_rows(spec) + _how_rows(spec)
+    """The resolved request as a two-column table: for a script task (job.entry your own
+    command) what the script gets, not the toolkit loop's settings it never reads."""
+    how = _script_rows(spec) if spec.job.runs_script else _how_rows(spec)
+    rows = _where_rows(spec) + how
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 
@@ -69,7 +74,11 @@ def _where_rows(spec: JobSpec) -> list[tuple[str, str]]:
         ("partition", f"{part.name}  {select}".rstrip() if slurm else "-"),
         ("qos", qos if slurm else "-"),
         ("nodes", str(res.nodes)),
-        ("gpus per node", f"{res.gpus_per_node}  ({res.total_gpus} in all)"),
+        (
+            ("gpus per node", f"{res.gpus_per_node}  ({res.total_gpus} in all)")
+            if not part.cpu_only
+            else ("gpus per node", f"none: partition {part.name} has no GPUs (CPU processes, gloo)")
+        ),
         ("tasks per node", f"{res.ntasks_per_node}  ({launch})"),
         ("cpus per task", f"{res.cpus_per_task}  (OMP_NUM_THREADS={spec.omp_num_threads})"),
         ("time", res.time if slurm else format_time(res.time_minutes)),
@@ -79,7 +88,7 @@ def _where_rows(spec: JobSpec) -> list[tuple[str, str]]:
 
 def _interpreter_rows(spec: JobSpec) -> list[tuple[str, str]]:
     """What each task runs its Python with: the modules first, then the interpreter."""
-    modules = spec.cluster.loaded_modules
+    modules = spec.loaded_modules
     loads = ("module purge; " if spec.cluster.module_purge else "") + (
         f"module load {' '.join(modules)}" if modules else ""
     )
@@ -87,14 +96,60 @@ def _interpreter_rows(spec: JobSpec) -> list[tuple[str, str]]:
     why = (
         "job.python=auto: the profile's PyTorch module's"
         if asked == "auto" and spec.cluster.pytorch_module
+        else "job.python=auto: the image's, first on its PATH"
+        if asked == "auto" and spec.job.container
         else "job.python=auto: the one running jzk now"
         if asked == "auto"
         else "job.python"
     )
     return [
         ("modules", loads.strip().rstrip(";") or "- (none loaded)"),
+        *_container_rows(spec),
         ("interpreter", f"{spec.job.python}  ({why})"),
     ]
+
+
+def _container_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    box = spec.job.container
+    if box is None:
+        return []
+    gpu = ["--nv"] if spec.cluster.device != "cpu" and spec.resources.gpus_per_node > 0 else []
+    binds = [*spec.cluster.container_binds, "the job's folders", *box.binds]
+    return [
+        ("container", " ".join([box.runtime, "exec", *gpu, *box.options, box.image])),
+        ("binds", ", ".join(binds) + "  (a default this node lacks is left out)"),
+        ("requeue", "scontrol in the batch shell, outside the container"),
+    ]
+
+
+def container_warning(spec: JobSpec, env: Mapping[str, str]) -> str | None:
+    """On a site whose images must be registered (Jean Zay: $SINGULARITY_ALLOWED_DIR,
+    `idrcontmgr cp`): an image elsewhere does not start. Checked with this shell's
+    variables, as the node expands them."""
+    box, allowed = spec.job.container, spec.cluster.container_allowed_dir
+    if box is None or allowed is None:
+        return None
+    image, folder = expandvars(box.image, env), expandvars(allowed, env)
+    if "$" not in folder and Path(image).resolve().is_relative_to(Path(folder).resolve()):
+        return None
+    name = Path(image).name
+    return (
+        f"WARNING: job.container.image={box.image} is not under {allowed} "
+        f"({folder if '$' not in folder else 'not set here'}): {spec.cluster.name} runs "
+        "only images registered there. HINT: `idrcontmgr cp "
+        f"{image}`, then job.container.image='{allowed}/{name}'"
+    )
+
+
+def expandvars(text: str, env: Mapping[str, str]) -> str:
+    """$NAME and ${NAME} from env; an unset one stays as written."""
+    from jeanzay_kit.config.collector import VARIABLE
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(0).strip("${}")
+        return env.get(name, match.group(0))
+
+    return VARIABLE.sub(value, text)
 
 
 def interpreter_warning(spec: JobSpec) -> str | None:
@@ -102,6 +157,8 @@ def interpreter_warning(spec: JobSpec) -> str | None:
     PATH decides which Python runs, rarely the one the user installed into."""
     python = spec.job.python
     if not spec.cluster.is_slurm or "/" in python or spec.cluster.pytorch_module:
+        return None
+    if spec.job.container is not None:  # the image's python: purge does not reach it
         return None
     if not (spec.cluster.module_purge or spec.cluster.modules):
         return None
@@ -145,6 +202,43 @@ def _how_rows(spec: JobSpec) -> list[tuple[str, str]]:
         ("loader", _describe_loader(spec)),
         ("loss", _describe_loss(spec)),
         ("job name", spec.job.name),
+        ("run dir", spec.checkpoint.run_dir),
+    ]
+
+
+def _script_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    """A script task: its command, its processes, what each one finds in its environment,
+    and what a stop does to it (node/script_task.py, distributed/script_env.py)."""
+    from jeanzay_kit.distributed.script_env import script_argv
+
+    res, pre, job = spec.resources, spec.preemption, spec.job
+    command = " ".join(script_argv(job.python, job.entry, job.args))
+    per_node = res.ntasks_per_node if spec.layout.launcher == "srun" else res.gpus_per_node
+    world = res.nodes * per_node
+    unit = "CPU process" if res.partition.cpu_only else "one per GPU"
+    resume = " ".join(job.resume_args) or "- (job.resume_args empty)"
+    return [
+        ("script", command),
+        (
+            "processes",
+            f"{world} = {res.nodes} node(s) x {per_node} ({unit}, {spec.layout.launcher})",
+        ),
+        (
+            "each gets",
+            f"RANK, LOCAL_RANK, WORLD_SIZE={world}, LOCAL_WORLD_SIZE={per_node}, MASTER_ADDR, "
+            "MASTER_PORT (torchrun's variables), JZK_RUN_DIR; it runs in <run dir>/cwd",
+        ),
+        (
+            "on a stop",
+            f"SIG{pre.signal} {pre.lead_seconds} s before the time limit reaches the script; "
+            + (
+                "exit 3 (or dying of it) requeues the job"
+                if pre.requeue
+                else "no requeue (preemption.requeue=false)"
+            ),
+        ),
+        ("resumes with", resume),
+        ("job name", job.name),
         ("run dir", spec.checkpoint.run_dir),
     ]
 
@@ -200,9 +294,9 @@ def run(args: argparse.Namespace) -> int:
     print(describe_spec(spec))
     for note in spec.notes:
         print(f"note: {note}")
-    warning = interpreter_warning(spec)
-    if warning:
-        print(warning)
+    for warning in (interpreter_warning(spec), container_warning(spec, os.environ)):
+        if warning:
+            print(warning)
     workdir = workdir_of(spec)
     check_script_run(spec, workdir)
     _print_snapshot(spec, workdir)

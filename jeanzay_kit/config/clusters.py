@@ -29,6 +29,12 @@ class Partition:
     mem_per_node_mb: int | None = None  # what a job may ask with --mem (RealMemory)
 
     @property
+    def cpu_only(self) -> bool:
+        """Nodes without GPUs (prepost, cpu_p1): resources.gpus_per_node then counts the
+        CPU processes per node, as on cluster=local without a GPU, and no GPU is asked."""
+        return self.gpus_per_node == 0
+
+    @property
     def cpus_per_gpu(self) -> int | None:
         if self.cpus_per_node is None or not self.gpus_per_node:
             return None
@@ -40,6 +46,11 @@ class Qos:
     name: str
     max_minutes: int
     max_gpus_per_job: int | None = None
+    # The partitions whose jobs may use it (Slurm's AllowQos); empty: any partition.
+    partitions: tuple[str, ...] = ()
+
+    def usable_on(self, partition: str) -> bool:
+        return not self.partitions or partition in self.partitions
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,12 @@ class ClusterProfile:
     # e.g. "pytorch-gpu/py3/2.9.0"; None: the job's own environment brings torch.
     pytorch_module: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    # Containers (job.container): runtime, its module, folders every container sees, and
+    # where images must be (Jean Zay: $SINGULARITY_ALLOWED_DIR). $VARS as the node has them.
+    container_runtime: str = "apptainer"
+    container_module: str | None = None
+    container_binds: tuple[str, ...] = ()
+    container_allowed_dir: str | None = None
     max_array_size: int = 1001  # Slurm's default MaxArraySize
     description: str = ""
 
@@ -123,7 +140,7 @@ PARTITION_KEYS = (
     "preemptible",
     "mem_per_node",
 )
-QOS_KEYS = ("max_time", "max_gpus_per_job")
+QOS_KEYS = ("max_time", "max_gpus_per_job", "partitions")
 
 
 def _check_keys(prefix: str, node: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
@@ -165,7 +182,7 @@ def _qos(name: str, q: Mapping[str, Any]) -> Qos:
     minutes = _minutes(f"cluster.qos.{name}.max_time", q.get("max_time"))
     if minutes is None:
         raise SpecError(Problem(f"cluster.qos.{name}.max_time", None, "is required"))
-    return Qos(name, minutes, q.get("max_gpus_per_job"))
+    return Qos(name, minutes, q.get("max_gpus_per_job"), tuple(q.get("partitions") or ()))
 
 
 def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
@@ -211,6 +228,10 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
         module_purge=bool(data.get("module_purge", False)),
         pytorch_module=data.get("pytorch_module") or None,
         env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
+        container_runtime=str(data.get("container_runtime") or "apptainer"),
+        container_module=data.get("container_module") or None,
+        container_binds=tuple(str(b) for b in data.get("container_binds") or ()),
+        container_allowed_dir=data.get("container_allowed_dir") or None,
         max_array_size=int(data.get("max_array_size", 1001)),
         description=str(data.get("description", "")),
     )

@@ -18,6 +18,8 @@ T = TypeVar("T")
 
 # Control characters would end an #SBATCH line and start a shell command.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# A variable the node's shell expands in a rendered value: $NAME or ${NAME}.
+VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 
 
 class Collector:

@@ -96,7 +96,7 @@ def check_resources(
         partition,
         requested_qos=res.get("qos", default("resources.qos")),
         minutes=minutes,
-        total_gpus=nodes * gpn,
+        total_gpus=0 if partition.cpu_only else nodes * gpn,
         preemption=lead,
     )
     return Resources(
@@ -155,8 +155,8 @@ def check_gpus(
     c: Collector, cluster: ClusterProfile, partition: Partition, nodes: int, gpn: int
 ) -> bool:
     """False when the node has fewer GPUs than asked (the CPU checks then stay quiet)."""
-    if partition.gpus_per_node is None or gpn <= partition.gpus_per_node:
-        return True
+    if partition.gpus_per_node is None or partition.cpu_only or gpn <= partition.gpus_per_node:
+        return True  # on a CPU partition gpn counts processes: the CPU check bounds them
     want_nodes = math.ceil(nodes * gpn / partition.gpus_per_node)
     c.add(
         "resources.gpus_per_node",
@@ -181,6 +181,8 @@ def check_cpus(
     cname = cluster.name
     share = partition.cpus_per_gpu * gpus_per_task if partition.cpus_per_gpu else None
     if raw_cpus in (None, "auto"):
+        if partition.cpu_only and partition.cpus_per_node:
+            return max(1, partition.cpus_per_node // ntasks_per_node)  # the node, shared
         return share or 1  # Slurm's own default is one CPU per task
     cpus = c.positive_int("resources.cpus_per_task", raw_cpus)
     if cpus is not None and share is not None and cpus > share:
@@ -266,7 +268,7 @@ def check_time(
             f"use resources.time={limit} or less, and resume from a checkpoint in a follow-up job",
         )
     else:
-        qos = pick_qos(c, cluster, requested_qos, minutes, total_gpus)
+        qos = pick_qos(c, cluster, requested_qos, minutes, total_gpus, partition.name)
     # A job too short for the lead (and Slurm's early sending) gets the warning while it
     # starts: it saves before its first step and requeues, again and again.
     signal, lead = preemption
@@ -284,15 +286,15 @@ def check_time(
     return qos
 
 
-def _no_qos_hint(cluster: ClusterProfile, minutes: int, total_gpus: int) -> str:
+def _no_qos_hint(usable: list[Qos], minutes: int, total_gpus: int) -> str:
     """Values that would pass: the longest time a QoS allows this many GPUs, and the most
     GPUs a QoS allows this long (each only where one exists)."""
     options = []
-    by_time = [q for q in cluster.qos_by_time() if _qos_fits(q, 0, total_gpus)]
+    by_time = [q for q in usable if _qos_fits(q, 0, total_gpus)]
     if by_time:
         q = by_time[-1]
         options.append(f"resources.time={format_time(q.max_minutes)} or less ({q.name})")
-    long_enough = [q for q in cluster.qos_by_time() if q.max_minutes >= minutes]
+    long_enough = [q for q in usable if q.max_minutes >= minutes]
     capped = [q for q in long_enough if q.max_gpus_per_job]
     if long_enough and len(capped) == len(long_enough):
         q = max(capped, key=lambda x: x.max_gpus_per_job or 0)
@@ -301,9 +303,15 @@ def _no_qos_hint(cluster: ClusterProfile, minutes: int, total_gpus: int) -> str:
 
 
 def pick_qos(
-    c: Collector, cluster: ClusterProfile, requested: object, minutes: int, total_gpus: int
+    c: Collector,
+    cluster: ClusterProfile,
+    requested: object,
+    minutes: int,
+    total_gpus: int,
+    partition: str,
 ) -> str | None:
-    """Check a named QoS, or pick the shortest one that fits for qos=auto."""
+    """Check a named QoS, or pick the shortest one that fits for qos=auto, among those
+    the partition allows (a GPU job is never given a CPU partition's QoS)."""
     if not cluster.qos:  # the profile does not know the site's QoS: pass the name through
         if requested in (None, "auto"):
             return None
@@ -311,23 +319,26 @@ def pick_qos(
             c.add("resources.qos", requested, "is not a QoS name")
             return None
         return requested
-    fitting = [q for q in cluster.qos_by_time() if _qos_fits(q, minutes, total_gpus)]
+    usable = [q for q in cluster.qos_by_time() if q.usable_on(partition)]
+    fitting = [q for q in usable if _qos_fits(q, minutes, total_gpus)]
     if requested in (None, "auto"):
         if fitting:
             return fitting[0].name
         c.add(
             "resources.time",
             format_time(minutes),
-            f"with {total_gpus} GPUs fits no QoS of {cluster.name} ({_qos_table(cluster)})",
-            _no_qos_hint(cluster, minutes, total_gpus),
+            f"with {total_gpus} GPUs fits no QoS of {cluster.name} partition {partition} "
+            f"({_qos_table(usable)})",
+            _no_qos_hint(usable, minutes, total_gpus),
         )
         return None
     qos = cluster.qos.get(str(requested))
-    if qos is None:
+    if qos is None or not qos.usable_on(partition):
+        where = f"{cluster.name}" if qos is None else f"partition {partition} (AllowQos)"
         c.add(
             "resources.qos",
             requested,
-            f"is not a QoS of {cluster.name} ({_qos_table(cluster)})",
+            f"is not a QoS of {where} ({_qos_table(usable)})",
             "use resources.qos=auto to pick the shortest QoS that fits",
         )
         return None
@@ -357,9 +368,9 @@ def _qos_fits(qos: Qos, minutes: int, gpus: int) -> bool:
     )
 
 
-def _qos_table(cluster: ClusterProfile) -> str:
+def _qos_table(usable: list[Qos]) -> str:
     parts = []
-    for q in cluster.qos_by_time():
+    for q in usable:
         limit = f" max {q.max_gpus_per_job} GPUs" if q.max_gpus_per_job else ""
         parts.append(f"{q.name} <= {format_time(q.max_minutes)}{limit}")
     return "; ".join(parts)

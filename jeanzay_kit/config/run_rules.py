@@ -26,14 +26,17 @@ SIGNALS = ("USR1", "USR2", "TERM")
 BACKENDS = ("auto", "nccl", "gloo")
 
 
-def resolve_python(value: str, pytorch_module: str | None, interpreter: str | None) -> str:
+def resolve_python(
+    value: str, pytorch_module: str | None, interpreter: str | None, container: bool = False
+) -> str:
     """job.python=auto: the interpreter that ran `jzk` (an absolute path, as submitit
     does), so every task imports what it imported whatever `module purge` leaves on the
     node's PATH; with the profile's PyTorch module, that module's own `python` (loading it
-    puts it first on PATH). Any other value is the user's, as given."""
+    puts it first on PATH), and in a container (job.container) the image's `python`. Any
+    other value is the user's, as given."""
     if value != "auto":
         return value
-    if pytorch_module or not interpreter:
+    if pytorch_module or container or not interpreter:
         return "python"
     return interpreter
 

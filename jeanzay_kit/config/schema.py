@@ -46,6 +46,12 @@ class ClusterConfig:
     module_purge: bool = False  # `module purge` before loading
     pytorch_module: Optional[str] = None  # the site's torch, loaded after `modules`
     env: dict[str, str] = field(default_factory=dict)  # exported in the job script
+    # Containers (job.container): the runtime, the module that brings it, the folders
+    # every container sees (Jean Zay: $WORK, $SCRATCH, $DSDIR) and where images must be.
+    container_runtime: str = "apptainer"  # singularity | apptainer
+    container_module: Optional[str] = None  # e.g. singularity (Jean Zay)
+    container_binds: list[str] = field(default_factory=list)  # e.g. [$WORK, $SCRATCH]
+    container_allowed_dir: Optional[str] = None  # Jean Zay: $SINGULARITY_ALLOWED_DIR
     max_array_size: int = 1001  # MaxArraySize: a sweep is split into arrays this size
     default_partition: str = "?"  # used when resources.partition is null
     # name -> {gpus_per_node, cpus_per_node, max_time, select, constraints,
@@ -303,6 +309,17 @@ class TuneConfig:
 
 
 @dataclass
+class ContainerConfig:
+    """job.container: every task runs in a Singularity/Apptainer image (docs/containers.md)."""
+
+    image: Optional[str] = None  # a .sif path, $VARS expanded on the node; null: no container
+    runtime: Optional[str] = None  # singularity | apptainer; null: the profile's
+    # Bind specs added to the defaults (the job's folders and the profile's), e.g. /data:/data.
+    binds: list[str] = field(default_factory=list)
+    options: list[str] = field(default_factory=list)  # more options of `<runtime> exec`
+
+
+@dataclass
 class JobConfig:
     """The job itself: names, paths, interpreter (docs/configuration.md)."""
 
@@ -336,6 +353,8 @@ class JobConfig:
     sbatch_args: list[str] = field(default_factory=list)
     # More options of the training step's srun, e.g. ["--cpu-bind=cores"].
     srun_args: list[str] = field(default_factory=list)
+    # A container every task runs in; the requeue runs outside it (docs/containers.md).
+    container: ContainerConfig = field(default_factory=ContainerConfig)
 
 
 @dataclass

@@ -21,6 +21,16 @@ _CHECKPOINT, _ADAMW = schema.CheckpointConfig(), schema.AdamWConfig()
 
 
 @dataclass(frozen=True)
+class ContainerSettings:
+    """job.container.*, checked (config/container_rules.py); rendered by slurm/container.py."""
+
+    image: str  # a .sif path; $NAME expanded on the node
+    runtime: str  # singularity | apptainer
+    binds: tuple[str, ...] = ()  # added to the defaults
+    options: tuple[str, ...] = ()  # more options of `<runtime> exec`
+
+
+@dataclass(frozen=True)
 class JobSettings:
     """job.*: how the job is named and started."""
 
@@ -40,6 +50,7 @@ class JobSettings:
     dependency: str | None = _JOB.dependency  # sbatch --dependency (slurm/flags.py)
     sbatch_args: tuple[str, ...] = ()  # more #SBATCH options, "--name=value"
     srun_args: tuple[str, ...] = ()  # more options of the training step's srun
+    container: ContainerSettings | None = None  # every task runs in it (job.container)
 
     @property
     def runs_script(self) -> bool:
@@ -74,7 +85,7 @@ class Resources:
 
     @property
     def total_gpus(self) -> int:
-        return self.nodes * self.gpus_per_node
+        return 0 if self.partition.cpu_only else self.nodes * self.gpus_per_node
 
 
 @dataclass(frozen=True)

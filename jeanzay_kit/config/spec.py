@@ -23,6 +23,7 @@ from jeanzay_kit.config import layout_rules, resource_rules
 from jeanzay_kit.config import schema as schemas
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.collector import Collector, section
+from jeanzay_kit.config.container_rules import check_container
 from jeanzay_kit.config.data_rules import (
     check_eval,
     check_keep_best,
@@ -89,6 +90,14 @@ class JobSpec:
     notes: tuple[str, ...] = field(default=(), compare=False)
 
     @property
+    def loaded_modules(self) -> tuple[str, ...]:
+        """What the job's script loads: the profile's modules, and with a container the
+        module that brings its runtime (Jean Zay: singularity). One rule for the script
+        and `jzk validate`."""
+        runtime = self.cluster.container_module if self.job.container else None
+        return (*self.cluster.loaded_modules, *([runtime] if runtime else []))
+
+    @property
     def omp_num_threads(self) -> int:
         """Threads per training process: the task's CPUs shared by the processes it runs."""
         res = self.resources
@@ -114,7 +123,9 @@ def build_job_spec(
     script = _runs_script(section(cfg, "job"))
     if script:
         cfg, loop_note = _without_loop_keys(cfg)
-    cluster = profile_from_dict(section(cfg, "cluster"))
+    cluster = on_cpu_partition(
+        profile_from_dict(section(cfg, "cluster")), section(cfg, "resources")
+    )
     c = Collector()
     one = _each_value(c, cfg, cluster, local_gpus)
     c.raise_if_any()  # the checks below need the values above
@@ -153,6 +164,13 @@ def build_job_spec(
     return _assemble(cfg, cluster, one, parts, interpreter)
 
 
+def on_cpu_partition(cluster: ClusterProfile, res: Mapping[str, Any]) -> ClusterProfile:
+    """The profile as a job on a partition without GPUs sees it: device cpu (gloo, fp32,
+    no --nv), whatever the profile's GPU partitions need."""
+    partition = cluster.partitions.get(res.get("partition") or cluster.default_partition)
+    return replace(cluster, device="cpu") if partition and partition.cpu_only else cluster
+
+
 def _train_settings(
     request: layout_rules.ParallelRequest, accumulation: int, precision: str, loop: dict[str, Any]
 ) -> TrainSettings:
@@ -179,7 +197,13 @@ def _assemble(
     return JobSpec(
         cluster=cluster,
         job=replace(
-            one.job, python=resolve_python(one.job.python, cluster.pytorch_module, interpreter)
+            one.job,
+            python=resolve_python(
+                one.job.python,
+                cluster.pytorch_module,
+                interpreter,
+                container=one.job.container is not None,
+            ),
         ),
         comm=one.comm,
         optim=one.optim,
@@ -228,7 +252,7 @@ def _each_value(
         hint = f"did you mean {near}? " if near else ""
         c.add(key, _dig(cfg, key), f"is not a key of {schema}", hint + _SCHEMA_HINT)
     values: dict[str, Any] = {
-        "job": check_job(c, job_cfg),
+        "job": _job(c, job_cfg, cluster),
         "counts": resource_rules.check_counts(c, cluster, res, local_gpus),
         "request": layout_rules.read_parallel(c, par, train),
         "loop": check_train_loop(c, train),
@@ -247,6 +271,15 @@ def _each_value(
     counts = values["counts"]
     assert all(values.values()) and all(v is not None for v in counts[:3])
     return _EachValue(**values)
+
+
+def _job(c: Collector, job_cfg: Mapping[str, Any], cluster: ClusterProfile) -> JobSettings | None:
+    """job.*, with job.container checked against the profile (its runtime, Slurm)."""
+    job = check_job(c, job_cfg)
+    container = check_container(
+        c, job_cfg.get("container"), cluster, pytorch_module=cluster.pytorch_module is not None
+    )
+    return replace(job, container=container) if job is not None else None
 
 
 # The keys of the toolkit's own loop, and their schema defaults: a script task (job.entry

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from jeanzay_kit.errors import RankEnvError
 from jeanzay_kit.slurm_syntax.hostlist import HostlistError, expand_hostlist
@@ -66,6 +66,9 @@ class RankInfo:
     job_id: str | None  # SLURM_JOB_ID (unique per array task), None outside Slurm
     array_job_id: str | None = None  # "<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>" in an array
     launcher: str = "local"  # "torchrun" | "srun" | "local"
+    # $JZK_REQUEUE_FILE: in a container (job.container), where a requeue is asked of the
+    # batch shell outside it; None: `scontrol requeue` (slurm/commands.py request_requeue).
+    requeue_file: str | None = None
 
     @property
     def is_main(self) -> bool:
@@ -101,6 +104,11 @@ def launched_by(env: Mapping[str, str]) -> str | None:
 
 def rank_info_from_env(env: Mapping[str, str]) -> RankInfo:
     """Derive this process's RankInfo from launcher variables; see the module docstring."""
+    info = _from_launcher(env)
+    return replace(info, requeue_file=env.get("JZK_REQUEUE_FILE") or None)
+
+
+def _from_launcher(env: Mapping[str, str]) -> RankInfo:
     if launched_by(env) == "torchrun":
         return _from_torchrun(env)
     if "SLURM_PROCID" in env:

@@ -77,6 +77,13 @@ def submitit_parameters(
             "task per GPU with srun. HINT: use parallel.launcher=srun, or `jzk submit` for "
             "torchrun"
         )
+    if spec.job.container is not None:
+        raise LaunchError(
+            f"job.container.image={spec.job.container.image!r}: the jeanzay launcher runs "
+            "submitit in each task, which requeues with scontrol, absent from an image. "
+            "HINT: submit each run with `jzk submit` (or `jzk render --array`), whose "
+            "script requeues from outside the container"
+        )
     params: dict[str, Any] = {
         "signal_delay_s": spec.preemption.lead_seconds,
         "array_parallelism": array_parallelism,

@@ -59,9 +59,10 @@ def restart_after_failure(
     script: the step ran the user's own command (job.entry a script), which asks for a
     requeue with exit 3 (or was ended by the time-limit signal it did not handle) and
     shows progress by writing in its run directory (a checkpoint)."""
-    from jeanzay_kit.slurm.commands import requeue
+    from jeanzay_kit.slurm.commands import request_requeue
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
+    request_file = env.get("JZK_REQUEUE_FILE") or None  # in a container: slurm/container.py
     mark = run_dir / REQUEUE_MARK
     if script and mark.exists():  # a task's command exited 3 (node/script_task.py)
         mark.unlink(missing_ok=True)
@@ -70,14 +71,21 @@ def restart_after_failure(
         if job is None:
             return ""
         try:
-            requeue(job, runner)
+            request_requeue(job, request_file, runner)
         except SlurmCommandError as err:
             return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
         return f"jzk: the script stopped (exit {status}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         return ""
     return _restart(
-        run_dir, status, max_restarts, job=job, runner=runner, since=since, script=script
+        run_dir,
+        status,
+        max_restarts,
+        job=job,
+        runner=runner,
+        since=since,
+        script=script,
+        request_file=request_file,
     )
 
 
@@ -90,10 +98,12 @@ def _restart(
     runner: Any,
     since: float | None,
     script: bool,
+    request_file: str | None = None,
 ) -> str:
     """After a hang or a crash: requeue from the newest checkpoint while the budget
-    allows and the attempt made progress (a restart would fail the same way otherwise)."""
-    from jeanzay_kit.slurm.commands import requeue
+    allows and the attempt made progress (a restart would fail the same way otherwise).
+    request_file: in a container, where the batch shell is asked to requeue."""
+    from jeanzay_kit.slurm.commands import request_requeue
 
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
@@ -124,7 +134,7 @@ def _restart(
         )
     count = record_restart(run_dir, reason, job)
     try:
-        requeue(job, runner)
+        request_requeue(job, request_file, runner)
     except SlurmCommandError as err:
         return f"jzk: {reason}; could not requeue job {job}: {err}"
     return (

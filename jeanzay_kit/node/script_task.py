@@ -299,8 +299,10 @@ def requeue_stopped(
     the command said so and the job ends); every task ends with EXIT_PREEMPTED."""
     from jeanzay_kit import report
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.slurm.commands import requeue
+    from jeanzay_kit.slurm.commands import request_requeue
 
+    if info.rank != 0 and info.requeue_id is not None and info.requeue_file is not None:
+        request_requeue(info.requeue_id, info.requeue_file)  # see runtime/requeue.py
     if info.rank != 0:
         if info.requeue_id is not None:
             # Rank 0 is running `scontrol requeue`, which ends this job: exiting first
@@ -311,7 +313,7 @@ def requeue_stopped(
         print("jzk: the command stopped to be run again (exit 3): run it again", flush=True)
         return EXIT_PREEMPTED
     try:
-        requeue(info.requeue_id, runner)
+        request_requeue(info.requeue_id, info.requeue_file, runner)
     except SlurmCommandError as err:
         report.error("jzk", f"could not requeue job {info.requeue_id}: {err}. HINT: resubmit it")
         return 1

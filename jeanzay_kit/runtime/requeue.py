@@ -27,9 +27,8 @@ def after_stop(
     requeues the job when the time-limit signal asked for it, every rank waits for Slurm
     after a SIGTERM under srun, then exits EXIT_PREEMPTED. The toolkit's loop and a
     session (runtime/session.py) end alike."""
-    from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
-    from jeanzay_kit.slurm.commands import requeue as scontrol_requeue
+    from jeanzay_kit.slurm.commands import request_requeue
 
     # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
     # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
@@ -41,18 +40,13 @@ def after_stop(
     )
     # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
     waits_for_slurm = stopped_by == "SIGTERM" and info.launcher == "srun"
+    if wants_requeue and info.requeue_file is not None and info.rank != 0:
+        # In a container every rank asks the batch shell: srun's --kill-on-bad-exit may
+        # end rank 0 before it writes, once another rank has exited.
+        request_requeue(str(info.requeue_id), info.requeue_file)
     if info.rank == 0:
         if wants_requeue:
-            try:
-                scontrol_requeue(str(info.requeue_id), runner)
-                print(f"requeued job {info.requeue_id}; it resumes from step-{steps}", flush=True)
-            except SlurmCommandError as err:
-                report.error(
-                    report.TRAIN,
-                    f"could not requeue job {info.requeue_id}: {err}. The checkpoint "
-                    f"step-{steps} is complete: resubmit the job to resume.",
-                )
-                raise SystemExit(1) from err
+            _requeue(info, steps, runner)
         elif not waits_for_slurm:
             print(
                 f"stopped by {stopped_by} after saving step-{steps}; run the "
@@ -72,3 +66,21 @@ def after_stop(
             )
         sleep(term_wait_seconds)
     raise SystemExit(EXIT_PREEMPTED)
+
+
+def _requeue(info: RankInfo, steps: int, runner) -> None:  # noqa: ANN001
+    """Rank 0: requeue the job (scontrol; in a container, ask the batch shell)."""
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.slurm.commands import request_requeue
+
+    try:
+        request_requeue(str(info.requeue_id), info.requeue_file, runner)
+    except SlurmCommandError as err:
+        report.error(
+            report.TRAIN,
+            f"could not requeue job {info.requeue_id}: {err}. The checkpoint "
+            f"step-{steps} is complete: resubmit the job to resume.",
+        )
+        raise SystemExit(1) from err
+    done = "requeued" if info.requeue_file is None else "asked the batch shell to requeue"
+    print(f"{done} job {info.requeue_id}; it resumes from step-{steps}", flush=True)

@@ -46,6 +46,28 @@ def requeue(job_id: str, runner: CommandRunner | None = None) -> None:
     _checked(["scontrol", "requeue", job_id], runner)
 
 
+def request_requeue(
+    job_id: str, request_file: str | None, runner: CommandRunner | None = None
+) -> None:
+    """Requeue the job: with `scontrol requeue`, or, inside a container (which has no
+    scontrol), by writing its id to request_file ($JZK_REQUEUE_FILE), which the batch
+    shell reads after the step and requeues from outside (slurm/container.py). The file
+    is written aside and renamed: several tasks may ask, the shell reads one whole id."""
+    if request_file is None:
+        requeue(job_id, runner)
+        return
+    import os
+    from pathlib import Path
+
+    target = Path(request_file)
+    aside = target.with_name(f"{target.name}.{os.getpid()}")
+    try:
+        aside.write_text(job_id + "\n")
+        os.replace(aside, target)
+    except OSError as err:
+        raise SlurmCommandError(f"could not write the requeue request {target}: {err}") from err
+
+
 def job_end_time(job_id: str, runner: CommandRunner | None = None) -> float | None:
     """When the job's allocation ends (epoch seconds), from squeue's %e; None if unknown."""
     from datetime import datetime

@@ -82,6 +82,7 @@ class _Partition:
     features: list[str] = field(default_factory=list)
     uneven: list[str] = field(default_factory=list)  # what differs between its nodes
     threads_per_core: int = 1
+    allow_qos: tuple[str, ...] = ()  # AllowQos; empty: ALL
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def _partitions(part_text: str, node_text: str) -> list[_Partition]:
             default=rec.get("Default") == "YES",
             tier=int(rec.get("PriorityTier", "1") or 1),
             preempt_mode=rec.get("PreemptMode", "OFF"),
+            allow_qos=_allowed_qos(rec.get("AllowQos", "ALL")),
         )
         gpus: list[int] = []
         cpus: list[int] = []
@@ -143,6 +145,19 @@ def _partitions(part_text: str, node_text: str) -> list[_Partition]:
         part.features = sorted(feats)
         out.append(part)
     return out
+
+
+def _allowed_qos(value: str) -> tuple[str, ...]:
+    """AllowQos=ALL (or unset): any QoS; else the listed ones."""
+    if value in ("ALL", *_NO_VALUE):
+        return ()
+    return tuple(q for q in value.split(",") if q)
+
+
+def _qos_partitions(name: str, parts: list[_Partition]) -> list[str] | None:
+    """The partitions that allow QoS `name`; None when every one does."""
+    allowing = [p.name for p in parts if not p.allow_qos or name in p.allow_qos]
+    return None if len(allowing) == len(parts) else allowing
 
 
 def _qos_limits(qos_text: str) -> dict[str, tuple[str | None, int | None]]:
@@ -196,21 +211,20 @@ def discover_profile(
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
     notes: list[str] = []
-    parts = _partitions(partition_text, node_text)
-    gpu_parts = [p for p in parts if p.gpus > 0]
-    skipped = [p.name for p in parts if p.gpus == 0]
-    if not gpu_parts:
-        raise ValueError(
-            "no partition of this cluster has nodes with GPUs in their Gres "
-            f"({', '.join(p.name for p in parts) or 'no partitions'}): a profile needs one"
+    parts = [p for p in _partitions(partition_text, node_text) if p.nodes]
+    if not parts:
+        raise ValueError(f"{SCONTROL_PARTITIONS} lists no partition with nodes")
+    cpu_parts = [p.name for p in parts if p.gpus == 0]
+    if cpu_parts:
+        notes.append(
+            f"partitions without GPUs: {', '.join(cpu_parts)} (a job there runs CPU "
+            "processes: resources.gpus_per_node counts them, no GPU is asked)"
         )
-    if skipped:
-        notes.append(f"partitions without GPUs left out: {', '.join(skipped)}")
-    qos_lines, accounts, default_qos = _qos_section(accounting, gpu_parts, notes)
-    lines = _profile_head(name, conf, gpu_parts, accounts)
+    qos_lines, accounts, default_qos = _qos_section(accounting, parts, notes)
+    lines = _profile_head(name, conf, parts, accounts)
     lines.append("partitions:")
     preempt_type, top_tier = conf.get("PreemptType", ""), max(p.tier for p in parts)
-    for p in gpu_parts:
+    for p in parts:
         lines += _partition_lines(p, preempt_type, top_tier)
     if qos_lines:
         lines.append("qos:")
@@ -223,7 +237,7 @@ def discover_profile(
 
 
 def _qos_section(
-    accounting: Accounting, gpu_parts: list[_Partition], notes: list[str]
+    accounting: Accounting, parts: list[_Partition], notes: list[str]
 ) -> tuple[list[str], list[str], str | None]:
     """The profile's `qos:` entries, the user's accounts and the default QoS, from
     sacctmgr (notes: what could not be known)."""
@@ -236,7 +250,7 @@ def _qos_section(
     qos_lines: list[str] = []
     limits = _qos_limits(accounting.qos_text or "")
     accounts, allowed = _assoc(accounting.assoc_text or "")
-    longest = max((p.max_time for p in gpu_parts if p.max_time), default=None, key=_minutes)
+    longest = max((p.max_time for p in parts if p.max_time), default=None, key=_minutes)
     for qname in sorted(limits):
         if allowed and qname not in allowed:
             continue
@@ -248,17 +262,24 @@ def _qos_section(
                 continue
             wall, src = longest, src + " (no MaxWall: the longest partition MaxTime)"
         limit = f", max_gpus_per_job: {gpus}" if gpus is not None else ""
+        where = _qos_partitions(qname, parts)
+        if where is not None:
+            limit += f", partitions: [{', '.join(where)}]"
+            src += f"; {SCONTROL_PARTITIONS}: AllowQos"
         qos_lines.append(f"  {qname}: {{max_time: {_q(wall)}{limit}}}  {src}")
     default_qos = "normal" if "normal" in limits and (not allowed or "normal" in allowed) else None
     return qos_lines, accounts, default_qos
 
 
 def _profile_head(
-    name: str, conf: dict[str, str], gpu_parts: list[_Partition], accounts: list[str]
+    name: str, conf: dict[str, str], parts: list[_Partition], accounts: list[str]
 ) -> list[str]:
     """The profile's keys above `partitions:`, each naming the command it came from."""
-    default = next((p for p in gpu_parts if p.default), gpu_parts[0])
-    threads = max(p.threads_per_core for p in gpu_parts)
+    gpu_parts = [p for p in parts if p.gpus > 0]
+    # The site's default when it has GPUs, else the first GPU partition: a training job
+    # without resources.partition should get GPUs (a CPU partition is asked by name).
+    default = next((p for p in gpu_parts or parts if p.default), (gpu_parts or parts)[0])
+    threads = max(p.threads_per_core for p in parts)
     kinds = {k.lower() for p in gpu_parts for k in p.gpu_kinds}
     bf16 = not any(k.startswith(_NO_BF16) for k in kinds)
     enforce = conf.get("AccountingStorageEnforce", "none")
@@ -273,9 +294,11 @@ def _profile_head(
         "  - override /hydra/sweeper@_global_.hydra.sweeper: jeanzay",
         "  - _self_",
         f"name: {name}",
-        f"description: {_q(f'{name}, discovered: ' + ', '.join(p.name for p in gpu_parts))}",
+        f"description: {_q(f'{name}, discovered: ' + ', '.join(p.name for p in parts))}",
         "scheduler: slurm",
-        "device: cuda            # cpu where the GPUs are stand-ins (training then uses gloo)",
+        "device: cuda            # cpu where the GPUs are stand-ins (training then uses gloo)"
+        if gpu_parts
+        else "device: cpu             # no partition has GPUs (Gres)",
         f"account: {_q(accounts[0]) if len(accounts) == 1 else 'null'}"
         + (
             f"  # {SACCTMGR_ASSOC}: {', '.join(accounts)}"
@@ -297,7 +320,13 @@ def _profile_head(
         f"max_array_size: {int(conf.get('MaxArraySize', '1001') or 1001)}"
         f"  # {SCONTROL_CONFIG}: MaxArraySize",
         f"default_partition: {default.name}  # {SCONTROL_PARTITIONS}: "
-        + ("Default=YES" if default.default else "the first GPU partition (the default has none)"),
+        + (
+            "Default=YES"
+            if default.default
+            else "the first GPU partition (none is Default=YES)"
+            if gpu_parts
+            else "the first partition (none is Default=YES)"
+        ),
     ]
 
 
@@ -307,7 +336,8 @@ def _partition_lines(p: _Partition, preempt_type: str, top_tier: int) -> list[st
     uneven = f" (mixed nodes: {'; '.join(p.uneven)}; the smallest)" if p.uneven else ""
     lines = [
         f"  {p.name}:  # {SCONTROL_PARTITIONS}: Nodes={_hosts(p.nodes)}",
-        f"    gpus_per_node: {p.gpus}  {src}: Gres{uneven}",
+        f"    gpus_per_node: {p.gpus}  {src}: Gres{uneven}"
+        + (" has no gpu: CPU processes run here" if p.gpus == 0 else ""),
     ]
     if p.cpus is not None:
         lines.append(

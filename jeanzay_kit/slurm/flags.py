@@ -36,16 +36,9 @@ def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
     flags.append(
         SbatchFlag("ntasks-per-node", str(spec.resources.ntasks_per_node), "parallel.launcher")
     )
-    if spec.cluster.gpu_request == "gpus":
-        flags.append(
-            SbatchFlag(
-                "gpus-per-node", str(spec.resources.gpus_per_node), "resources.gpus_per_node"
-            )
-        )
-    else:
-        flags.append(
-            SbatchFlag("gres", f"gpu:{spec.resources.gpus_per_node}", "resources.gpus_per_node")
-        )
+    gpu_flag = _gpu_flag(spec)
+    if gpu_flag is not None:
+        flags.append(gpu_flag)
     flags.append(
         SbatchFlag("cpus-per-task", str(spec.resources.cpus_per_task), "resources.cpus_per_task")
     )
@@ -74,3 +67,14 @@ def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
         )
     )
     return flags
+
+
+def _gpu_flag(spec: JobSpec) -> SbatchFlag | None:
+    """--gres=gpu:N or --gpus-per-node=N; none on a partition without GPUs (prepost,
+    cpu_p1), whose tasks are CPU processes."""
+    gpn, key = str(spec.resources.gpus_per_node), "resources.gpus_per_node"
+    if spec.resources.partition.cpu_only:
+        return None
+    if spec.cluster.gpu_request == "gpus":
+        return SbatchFlag("gpus-per-node", gpn, key)
+    return SbatchFlag("gres", f"gpu:{gpn}", key)

@@ -26,15 +26,19 @@ from typing import Any
 
 import yaml
 
+from jeanzay_kit.config.collector import CONTROL as _CONTROL
 from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.runtime_settings import to_env as settings_text
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK, STOP_NOTE_FILE, script_argv
 from jeanzay_kit.errors import RenderError
+from jeanzay_kit.slurm.container import CONTAINER_WORD, container_lines, requeue_request_lines
 from jeanzay_kit.slurm.flags import sbatch_flags
+from jeanzay_kit.slurm.shell_words import ARRAY_TASK, ARRAY_TASK_DIR, shell_word
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+__all__ = ["ARRAY_TASK", "ARRAY_TASK_DIR", "render_sbatch", "shell_word", "sbatch_quote"]
+
 # Values made only of these characters read the same to sbatch with or without quotes.
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:@%/+=,-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,40 +52,6 @@ def sbatch_quote(value: object) -> str:
     if _SBATCH_SAFE.match(text):
         return text
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-# Stands for the array task's id inside a value (an array task's run directory): the
-# rendered word expands "${SLURM_ARRAY_TASK_ID}" there and quotes the rest as it is.
-ARRAY_TASK = "\ue000jzk-array-task\ue000"
-ARRAY_TASK_WORD = '"${SLURM_ARRAY_TASK_ID}"'
-# An array task's run directory below job.run_dir, so no two tasks share one.
-ARRAY_TASK_DIR = "task-" + ARRAY_TASK
-
-
-def shell_word(value: object) -> str:
-    """One bash word that means exactly `value`, even with control characters in it.
-
-    shlex.quote keeps a newline inside single quotes, which is safe in a command but
-    not in a comment (the newline would end the comment); ANSI-C quoting ($'...') spells
-    control characters as escapes, so the word always stays on one line. ARRAY_TASK in
-    `value` becomes the array task's id, expanded by bash (adjacent quoted parts join).
-    """
-    text = str(value)
-    if ARRAY_TASK in text:
-        parts = text.split(ARRAY_TASK)
-        return ARRAY_TASK_WORD.join(_quoted(part) if part else "" for part in parts)
-    return _quoted(text)
-
-
-def _quoted(text: str) -> str:
-    if "'" in text and not _CONTROL.search(text) and not re.search(r'[$`"\\!]', text):
-        return f'"{text}"'  # readable: nothing in it is special inside double quotes
-    if not _CONTROL.search(text):
-        return shlex.quote(text)
-    escaped = "".join(
-        f"\\x{ord(ch):02x}" if _CONTROL.match(ch) or ch in "\\'" else ch for ch in text
-    )
-    return f"$'{escaped}'"
 
 
 def hydra_override(key: str, value: str) -> str:
@@ -145,7 +115,7 @@ def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
 
     Shared by the rendered script and the jeanzay launcher's submitit jobs."""
     lines = []
-    modules = spec.cluster.loaded_modules
+    modules = spec.loaded_modules
     if spec.cluster.module_purge or modules:
         lines.append("# Modules from the cluster profile")
         if spec.cluster.module_purge:
@@ -244,10 +214,18 @@ def render_sbatch(
     lines += frozen_config_lines(spec)
     lines.append("")
     if tune:
+        if spec.job.container is not None:
+            raise RenderError(
+                "job.container: a study's task (jzk tune) starts its trials with srun from "
+                "the batch shell, which the container wiring does not cover yet. HINT: run "
+                "the study without job.container.image, or submit single runs with jzk submit"
+            )
         return "\n".join(lines + tune_step_lines(spec)) + "\n"
+    if spec.job.container is not None:
+        lines += [*container_lines(spec, workdir, code_dir), ""]
     if spec.layout.launcher == "torchrun":
         lines += torchrun_rendezvous_lines()
-    program = task_command(spec, command, runs_script)
+    program = in_container(spec, task_command(spec, command, runs_script))
     if not spec.preemption.requeue:
         lines += [*KILL_NOTE, srun_prefix(spec) + " ".join(program)]
     else:
@@ -271,20 +249,11 @@ def header_lines(
     spec: JobSpec, rendered_by: Sequence[str], rerender: str, workdir: str | None
 ) -> list[str]:
     """The comments on top: where it came from, how to render it again, what it runs."""
-    lay, res, tset = spec.layout, spec.resources, spec.train
     lines = [
         "#!/bin/bash",
         f"# Rendered by jeanzay_kit for cluster={spec.cluster.name}; submit: sbatch <file>",
         f"# Re-render: {rerender} " + " ".join(shell_word(o) for o in rendered_by),
-        f"# {res.nodes} node(s) x {res.gpus_per_node} GPU(s), parallel.mode={lay.mode}, "
-        f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "
-        f"global batch {tset.global_batch_size} = {lay.dp_size} x {tset.micro_batch_size} "
-        f"x {tset.grad_accum_steps} accumulation step(s)"
-        + (
-            " at most (train.micro_batch_size=auto: measured at start)"
-            if tset.micro_batch_auto
-            else ""
-        ),
+        "# " + shape_line(spec),
     ]
     if ARRAY_TASK in spec.checkpoint.run_dir:
         lines.append(
@@ -301,6 +270,29 @@ def header_lines(
             f"# Slurm does not create log folders: mkdir -p {shell_word(spec.job.log_dir)}"
         )
     return lines
+
+
+def shape_line(spec: JobSpec) -> str:
+    """What the job is, in one line: the toolkit loop's layout and batch, or, for a
+    script task, its processes (the loop's settings mean nothing to a script)."""
+    lay, res, tset = spec.layout, spec.resources, spec.train
+    gpus = "CPU partition" if res.partition.cpu_only else f"{res.gpus_per_node} GPU(s)"
+    if spec.job.runs_script:
+        return (
+            f"{res.nodes} node(s) x {gpus}: your command {spec.job.entry}, "
+            f"{lay.world_size} processes with torchrun's variables (RANK, WORLD_SIZE, ...)"
+        )
+    return (
+        f"{res.nodes} node(s) x {gpus}, parallel.mode={lay.mode}, "
+        f"world size {lay.world_size}, {lay.dp_size} data-parallel x {lay.pp_size} pipeline; "
+        f"global batch {tset.global_batch_size} = {lay.dp_size} x {tset.micro_batch_size} "
+        f"x {tset.grad_accum_steps} accumulation step(s)"
+        + (
+            " at most (train.micro_batch_size=auto: measured at start)"
+            if tset.micro_batch_auto
+            else ""
+        )
+    )
 
 
 def directive_lines(spec: JobSpec, array: str | None, workdir: str | None) -> list[str]:
@@ -399,6 +391,11 @@ def script_task_words(spec: JobSpec) -> list[str]:
     ]
 
 
+def in_container(spec: JobSpec, words: list[str]) -> list[str]:
+    """`words` run inside job.container's image (slurm/container.py), or as they are."""
+    return [CONTAINER_WORD, *words] if spec.job.container is not None else words
+
+
 def srun_prefix(spec: JobSpec) -> str:
     """`srun --kill-on-bad-exit=1 [job.srun_args] ` (each option one quoted word)."""
     return " ".join(["srun", "--kill-on-bad-exit=1", *map(shell_word, spec.job.srun_args)]) + " "
@@ -466,15 +463,18 @@ def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> 
         "# After a hang (the watchdog's exit 4), a crashed rank or a lost node: requeue",
         "# from the newest checkpoint while preemption.max_restarts allows",
     ]
-    restart = [
-        shell_word(spec.job.python),
-        "-m",
-        "jeanzay_kit.node.restart_job",
-        shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
-        '--status="$status"',
-        f"--max-restarts={spec.preemption.max_restarts}",
-        '--since="$JZK_STEP_START"',
-    ]
+    restart = in_container(
+        spec,
+        [
+            shell_word(spec.job.python),
+            "-m",
+            "jeanzay_kit.node.restart_job",
+            shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
+            '--status="$status"',
+            f"--max-restarts={spec.preemption.max_restarts}",
+            '--since="$JZK_STEP_START"',
+        ],
+    )
     if runs_script:
         restart.append("--script")  # exit 3 asks for a requeue; progress: files written
         lines.append(
@@ -483,5 +483,7 @@ def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> 
         )
     else:
         lines.append('if [ -z "$jzk_ending" ] && [ "$status" -ne 0 ]; then')
-    lines += ["  " + " ".join(restart) + " || true", "fi", 'exit "$status"']
-    return lines
+    lines += ["  " + " ".join(restart) + " || true", "fi"]
+    if spec.job.container is not None:
+        lines += requeue_request_lines()
+    return [*lines, 'exit "$status"']

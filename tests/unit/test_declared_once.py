@@ -6,7 +6,7 @@ config and docs/configuration.md's tables are tested equal to it here."""
 from __future__ import annotations
 
 import re
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,19 @@ def schema_defaults() -> dict[str, Any]:
     for section, cls in schema._FIXED.items():
         if section in NOT_DEFAULTS:
             continue
-        instance = cls()
-        for f in fields(cls):
-            value = getattr(instance, f.name)
-            out[f"{section}.{f.name}"] = list(value) if isinstance(value, tuple) else value
+        out.update(_flat(section, cls()))
+    return out
+
+
+def _flat(prefix: str, instance: Any) -> dict[str, Any]:
+    """Fields as dotted keys; a nested section (job.container) as its own keys."""
+    out: dict[str, Any] = {}
+    for f in fields(instance):
+        value = getattr(instance, f.name)
+        if is_dataclass(value):
+            out.update(_flat(f"{prefix}.{f.name}", value))
+        else:
+            out[f"{prefix}.{f.name}"] = list(value) if isinstance(value, tuple) else value
     return out
 
 

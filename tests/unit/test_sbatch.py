@@ -44,6 +44,17 @@ GOLDEN_CASES = {
         "parallel.launcher=torchrun",
         "train.global_batch_size=64",
     ],
+    # Every task in IDRIS's Singularity (issue 42 point 1): --nv, binds, requeue outside.
+    "h100_container_2x4": [
+        "cluster=jeanzay_h100",
+        "cluster.account=abc@h100",
+        "resources.nodes=2",
+        "resources.gpus_per_node=4",
+        "train.global_batch_size=64",
+        "job.container.image=$SINGULARITY_ALLOWED_DIR/pytorch-2.9.sif",
+        "job.container.binds=[$DSDIR/imagenet:/data:ro]",
+        "job.run_dir=/lustre/fsn1/projects/abc/runs/h100",
+    ],
     "v100_32g_fp16_array": [
         "cluster=jeanzay_v100",
         "cluster.account=abc@v100",

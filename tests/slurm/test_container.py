@@ -1,0 +1,78 @@
+"""Issue 42 point 1 on the local cluster: with job.container.image every task runs inside
+the container and the requeue runs outside it. No container runtime installs on these
+machines, so tests/slurm/stand_in/singularity stands in for one: it checks the binds and
+the image as the runtime would, records what it ran, and runs the task with scontrol,
+squeue and sbatch missing, as they are in an image (Lightning#21404). What it cannot show:
+a real image's own Python and libraries, GPU libraries bound by --nv (docs/containers.md)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import (
+    jzk_submit,
+    metric_steps,
+    run,
+    sacct_states,
+    wait_for,
+    wait_until_step,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
+
+STAND_IN = Path(__file__).resolve().parent / "stand_in"
+
+
+def test_every_task_runs_in_the_container_and_the_requeue_runs_outside_it(
+    slurm, tmp_path: Path
+) -> None:
+    project = tmp_path / "my project"  # a space: every bind and path stays one word
+    project.mkdir()
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "pt.sif").write_bytes(b"")
+    record = tmp_path / "container.log"
+    env = dict(
+        slurm,
+        PATH=f"{STAND_IN}:{slurm['PATH']}",
+        JZK_TEST_IMAGES=str(images),  # expanded on the node, not at submission
+        JZK_STAND_IN_RECORD=str(record),
+    )
+    job, run_dir, log = jzk_submit(
+        env,
+        project,
+        "cluster=slurm_local",
+        "job.name=boxed",
+        "resources.nodes=2",
+        "resources.gpus_per_node=1",
+        "train.steps=300",
+        "train.log_every=25",
+        "checkpoint.every_steps=50",
+        "job.container.runtime=singularity",
+        "job.container.image=$JZK_TEST_IMAGES/pt.sif",
+    )
+    assert '"$JZK_TEST_IMAGES/pt.sif"' in (run_dir / "job.sbatch").read_text()
+    wait_until_step(run_dir, 100, log)
+    assert run(["scancel", "--signal=USR1", job], env).returncode == 0
+    wait_for(job, env, timeout=300)
+
+    out = log.read_text()
+    states = sacct_states(job, env, duplicates=True)
+    assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-3000:])
+    assert f"asked the batch shell to requeue job {job}; it resumes from step-" in out
+    assert f"jzk: requeued job {job} (asked from inside the container)" in out
+    assert "resumed from" in out and "done: 300 steps" in out
+    assert metric_steps(run_dir) == list(range(25, 301, 25))  # each step logged once
+
+    lines = record.read_text().splitlines()
+    tasks = [line for line in lines if "train.py" in line]
+    # Two attempts x two tasks, one per node, each in the image, with the project bound.
+    assert len(tasks) == 4, lines
+    assert {re.search(r"host=(\S+)", t).group(1) for t in tasks} == {"n1", "n2"}
+    assert {re.search(r"procid=(\S+)", t).group(1) for t in tasks} == {"0", "1"}
+    assert all(f"image={images / 'pt.sif'} " in t and str(project) in t for t in tasks)
+    # The restart decision after the stopped step ran in the image too; scontrol did not.
+    assert any("jeanzay_kit.node.restart_job" in line for line in lines), lines
