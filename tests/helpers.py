@@ -92,3 +92,17 @@ class RecordingRegression(SyntheticRegression):
         with record.open("a") as handle:
             handle.write(" ".join(str(int(i)) for i in indices) + "\n")
         return super().__getitems__(indices)
+
+
+def bash_prints(word: str, env: dict[str, str]) -> str:
+    """What bash makes of one rendered word: `printf %s WORD` with exactly `env`."""
+    import subprocess
+
+    return subprocess.run(
+        ["bash", "-c", f"printf %s {word}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+        env=env,
+    ).stdout

@@ -20,6 +20,7 @@ from jeanzay_kit.node.restart_job import restart_after_failure
 from jeanzay_kit.runtime.requeue import after_stop
 from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm.shell_words import expanding_word
+from tests.helpers import bash_prints
 from tests.unit.test_restart_job import Scontrol
 
 JZ = ["cluster=jeanzay_h100", "cluster.account=abc@h100"]
@@ -82,15 +83,7 @@ def test_an_image_outside_the_allowed_folder_is_named_with_idrcontmgr(tmp_path: 
 
 
 def test_only_variables_are_expanded_in_an_image_word() -> None:
-    word = expanding_word("$DIR/my ${NAME}.sif")
-    out = subprocess.run(
-        ["bash", "-c", f"printf %s {word}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-        env={"DIR": "/a b", "NAME": "pt"},
-    ).stdout
+    out = bash_prints(expanding_word("$DIR/my ${NAME}.sif"), {"DIR": "/a b", "NAME": "pt"})
     assert out == "/a b/my pt.sif"
     with pytest.raises(RenderError):
         expanding_word("$DIR/`id`.sif")

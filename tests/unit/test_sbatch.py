@@ -22,6 +22,7 @@ from jeanzay_kit.slurm.sbatch import (
     sbatch_quote,
     shell_word,
 )
+from tests.helpers import bash_prints
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 UPDATE = os.environ.get("JZK_UPDATE_GOLDEN") == "1"
@@ -394,12 +395,5 @@ def test_each_array_task_gets_its_own_run_dir_whatever_the_path(
 @pytest.mark.parametrize("value", ["plain", "a b", "it's", "new\nline", "'$x'"])
 def test_the_array_task_id_joins_any_quoting(value: str) -> None:
     word = shell_word(f"{value}/task-{ARRAY_TASK}/{value}")
-    out = subprocess.run(
-        ["bash", "-c", f"printf %s {word}"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=10,
-        env={"SLURM_ARRAY_TASK_ID": "7", "PATH": "/usr/bin:/bin"},
-    ).stdout
+    out = bash_prints(word, {"SLURM_ARRAY_TASK_ID": "7", "PATH": "/usr/bin:/bin"})
     assert out == f"{value}/task-7/{value}"
