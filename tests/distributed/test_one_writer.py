@@ -16,7 +16,15 @@ import pytest
 
 from tests.distributed.conftest import REPO
 
-LONG = ["train.steps=100000", "checkpoint.every_steps=20", "resources.gpus_per_node=2"]
+# The first run lasts the whole test while hardly using the CPU: its steps wait on the
+# data (50 ms a micro-batch), not on the suite's two cores.
+LONG = [
+    "train.steps=100000",
+    "checkpoint.every_steps=20",
+    "resources.gpus_per_node=2",
+    "data._target_=tests.helpers.SlowRegression",
+    "+data.delay=0.05",
+]
 
 
 def _start(run_dir: Path, *overrides: str) -> subprocess.Popen:
@@ -90,8 +98,7 @@ def test_a_second_run_in_a_held_directory_is_refused_and_a_killed_holder_blocks_
             "train.py",
             f"job.run_dir={run_dir}",
             f"train.steps={saved + 20}",
-            "checkpoint.every_steps=20",
-            "resources.gpus_per_node=2",
+            *LONG[1:],  # the same experiment: only its length changes
         ],
         cwd=REPO,
         capture_output=True,

@@ -29,6 +29,10 @@ LONG = [
     "resources.time=00:10:00",
     "train.steps=1000000",
     "checkpoint.every_steps=20",
+    # A run that lasts the whole test while hardly using the CPU: its steps wait on the
+    # data (50 ms a micro-batch), not on the suite's two cores.
+    "data._target_=tests.helpers.SlowRegression",
+    "+data.delay=0.05",
     "job.name=owner",
 ]
 

@@ -114,13 +114,21 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # on a slow machine runs got it during start-up, again and again. Instead each array
     # task starts with 10 minutes; once it trains, the test shortens its limit so that
     # the warning is due at once (warn_now, as an admin would with scontrol): Slurm's own
-    # warning comes within ~30 s, while the run still trains (10000 steps: about 50 s
-    # on a fast 2-core machine, where 6000 steps once ended before the warning came);
-    # once the task has requeued itself, the limit goes back to 10 minutes so the resumed
-    # run finishes.
+    # warning comes within ~30 s, while the run still trains; once the task has requeued
+    # itself, the limit goes back to 10 minutes so the resumed run finishes.
+    # The run must outlast that window on any machine, so its steps wait on the data
+    # (SlowRegression: 20 ms a micro-batch, at least 80 s for 4000 steps, 20 s to step
+    # 1000) rather than on the CPU: 10000 compute-bound steps once took the suite's two
+    # cores for two minutes and still ended in 50 s on a fast machine.
     # No evaluation: an evaluation step is a logged step too, and this test counts the
     # logged steps at train.log_every.
-    training = ["train.steps=10000", "checkpoint.every_steps=2500", "train.eval_every=0"]
+    training = [
+        "train.steps=4000",
+        "checkpoint.every_steps=2500",
+        "train.eval_every=0",
+        "data._target_=tests.helpers.SlowRegression",
+        "+data.delay=0.02",
+    ]
     sweep_dir = tmp_path / "sweep"
     launched = launch_sweep(
         slurm,
@@ -150,9 +158,9 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
         states = sacct_states(rec["job_id"], slurm, duplicates=True)
         assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-2000:])
         assert "SIGUSR1 received: saved step-" in out
-        assert "resumed from" in out and "done: 10000 steps" in out
+        assert "resumed from" in out and "done: 4000 steps" in out
         assert f"train.log_every={every}" in rec["overrides"]
-        assert_each_step_logged_once(run_dir, 10000, every)
+        assert_each_step_logged_once(run_dir, 4000, every)
         digests.append((run_dir / "model_final.sha256").read_text().strip())
     stopped_at = [
         re.findall(r"SIGUSR1 received: saved step-(\d+)", Path(r["log"]).read_text())
