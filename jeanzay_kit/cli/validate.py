@@ -63,6 +63,8 @@ def _where_rows(spec: JobSpec) -> list[tuple[str, str]]:
         if lay.launcher == "torchrun"
         else "one process driving every GPU"
         if lay.mode == "dataparallel"
+        else "srun, one CPU process per task"
+        if part.cpu_only
         else "srun, one task per GPU"
     )
     qos = res.qos or "(site default)"

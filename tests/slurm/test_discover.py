@@ -86,3 +86,29 @@ def test_discovered_profile_validates_renders_and_runs(slurm, short_qos, tmp_pat
     assert "done: 10 steps" in log.read_text()
     shown = run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "QOS"], slurm).stdout.split()
     assert shown == [QOS]
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_a_job_on_a_partition_without_gpus_asks_none_and_trains_on_cpu(
+    slurm, tmp_path: Path
+) -> None:
+    """A profile's CPU partition (gpus_per_node: 0, as discover writes prepost or cpu_p1):
+    the job asks Slurm for no GPU, runs two CPU processes on its node with gloo, and the
+    CPUs of the node are theirs."""
+    request = [
+        "cluster=slurm_local",
+        "cluster.partitions.debug.gpus_per_node=0",  # this site's debug nodes: no GPUs
+        "resources.gpus_per_node=2",  # on a CPU partition: processes per node
+        "job.name=cpuonly",
+        "train.steps=10",
+    ]
+    job_id, run_dir, log = jzk_submit(slurm, tmp_path, *request)
+    script = (run_dir / "job.sbatch").read_text()
+    assert "--gres" not in script and "--ntasks-per-node=2" in script
+    wait_for(job_id, slurm, timeout=240)
+    assert sacct_states(job_id, slurm) == ["COMPLETED"], log.read_text()[-2000:]
+    tres = run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "AllocTRES"], slurm).stdout
+    assert "gres/gpu" not in tres and "cpu=2" in tres, tres
+    out = log.read_text()
+    assert "done: 10 steps" in out and "rank 0/2" in out
