@@ -23,6 +23,23 @@ def add(sub: argparse._SubParsersAction) -> None:
         "outputs/ and multirun/ of the current directory, newest first.",
     )
     status.add_argument("dir", nargs="?", default=None, metavar="SWEEP_OR_RUN_DIR")
+    status.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per run and line: run_dir, job_id, state, exit_code, elapsed, "
+        "where, step, steps, loss, eta_s, restarts, checkpoint, gpu_hours, last_line, "
+        "overrides (docs/slurm.md)",
+    )
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        type=float,
+        const=10.0,
+        default=None,
+        metavar="SECONDS",
+        help="show it again every SECONDS (default 10) until every run has ended; one "
+        "squeue and one sacct call a refresh, however many runs",
+    )
     status.set_defaults(run=run)
 
 
@@ -37,42 +54,75 @@ def _newest_complete_step(run_dir: str) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.launch import status
-    from jeanzay_kit.launch.run_files import run_progress
-    from jeanzay_kit.slurm.commands import sacct_text, squeue_text
+    import time
 
     if args.dir is not None and _is_study(Path(args.dir)):
         return _study_status(Path(args.dir))
-    records = _status_records(args.dir)
+    while True:
+        ended = _show(args.dir, as_json=args.json)
+        if args.watch is None or ended:
+            return 0
+        time.sleep(max(1.0, args.watch))
+        if not args.json:
+            print(f"\n--- {time.strftime('%H:%M:%S')} (every {args.watch:g} s; Ctrl-C stops)")
+
+
+def _show(directory: str | None, as_json: bool) -> bool:
+    """Print the runs once; True when every one has ended."""
+    import json
+
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.launch.run_files import run_progress
+
+    records = _status_records(directory)
     for rec in records:
         run_dir = Path(rec.get("run_dir", ""))
         rec["checkpoint"] = _newest_complete_step(str(run_dir))
         job = str(rec["job_id"])
         rec.update(vars(run_progress(run_dir, job_id=None if job == "local" else job)))
     ids = list(dict.fromkeys(str(r["job_id"]) for r in records if r["job_id"] != "local"))
-    notes, states = [], {}
-    if ids:
-        try:
-            states = status.parse_squeue(squeue_text())
-        except SlurmCommandError as err:
-            notes.append(f"(squeue: {err})")
-        gone = status.missing(ids, states)
-        if gone:
-            try:
-                states = {**status.parse_sacct(sacct_text(gone)), **states}
-            except SlurmCommandError as err:
-                notes.append(f"(sacct: {err})")
+    states, hours, notes = _slurm_states(ids)
     for rec in records:
         if rec["job_id"] == "local":
             key = status.state_key(rec)
             states[key] = status.JobState("local", _local_state(rec), "-", "this machine")
-    print(status.status_table(records, states))
     shown = list(dict.fromkeys(status.state_key(r) for r in records))
-    print("\n" + status.summary(states[i].state if i in states else "UNKNOWN" for i in shown))
+    now = [states[i].state if i in states else "UNKNOWN" for i in shown]
+    if as_json:
+        for obj in status.run_objects(records, states, hours):
+            print(json.dumps(obj), flush=True)
+    else:
+        print(status.status_table(records, states))
+        used = f"; {sum(hours.values()):.2f} GPU hours" if hours else ""
+        print("\n" + status.summary(now) + used, flush=True)
     for note in notes:
         print(note, file=sys.stderr)
-    return 0
+    return all(s in status.ENDED or s == "STOPPED" for s in now)
+
+
+def _slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
+    """The jobs' states (squeue for those it shows, sacct for the rest) and GPU hours
+    over every attempt (sacct): one call of each, however many runs."""
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.slurm.commands import sacct_usage_text, squeue_text
+
+    states: dict = {}
+    hours: dict[str, float] = {}
+    notes: list[str] = []
+    if not ids:
+        return states, hours, notes
+    try:
+        usage = status.parse_usage(sacct_usage_text(ids))
+        states = {job: u.state for job, u in usage.items()}
+        hours = {job: u.gpu_hours for job, u in usage.items()}
+    except SlurmCommandError as err:
+        notes.append(f"(sacct: {err})")
+    try:
+        states.update(status.parse_squeue(squeue_text()))  # live: squeue's word wins
+    except SlurmCommandError as err:
+        notes.append(f"(squeue: {err})")
+    return states, hours, notes
 
 
 def _is_study(path: Path) -> bool:

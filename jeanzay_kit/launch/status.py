@@ -47,6 +47,79 @@ def parse_sacct(text: str) -> dict[str, JobState]:
     }
 
 
+@dataclass(frozen=True)
+class Usage:
+    """What sacct says of a job over all its attempts: the newest one's state, and the
+    GPU hours of all (elapsed x GPUs of each start, a requeued job's included)."""
+
+    state: JobState
+    gpu_hours: float
+    attempts: int
+
+
+def parse_usage(text: str) -> dict[str, Usage]:
+    """Rows of `sacct -X -n -P --duplicates -o SACCT_USAGE_FIELDS`: one per attempt, the
+    newest last."""
+    out: dict[str, Usage] = {}
+    for line in text.splitlines():
+        row = line.strip().split("|")
+        if len(row) != 7:
+            continue
+        job_id, state, elapsed, code, nodes, raw, tres = row
+        seconds = int(raw) if raw.isdigit() else 0
+        before = out.get(job_id)
+        hours = (before.gpu_hours if before else 0.0) + seconds * tres_gpus(tres) / 3600
+        now = JobState(job_id, state.split()[0] if state else "", elapsed, nodes, code, "sacct")
+        out[job_id] = Usage(now, hours, (before.attempts if before else 0) + 1)
+    return out
+
+
+def tres_gpus(tres: str) -> int:
+    """GPUs in an AllocTRES string: gres/gpu=4, or the sum of typed ones (gres/gpu:h100=4)."""
+    plain, typed = None, 0
+    for item in tres.split(","):
+        key, _, value = item.partition("=")
+        if not value.isdigit():
+            continue
+        if key == "gres/gpu":
+            plain = int(value)
+        elif key.startswith("gres/gpu:"):
+            typed += int(value)
+    return plain if plain is not None else typed
+
+
+ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
+
+
+def run_objects(
+    records: Sequence[Mapping], states: Mapping[str, JobState], hours: Mapping[str, float]
+) -> list[dict]:
+    """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json")."""
+    out = []
+    for rec in records:
+        st = states.get(state_key(rec))
+        out.append(
+            {
+                "run_dir": rec.get("run_dir"),
+                "job_id": str(rec["job_id"]),
+                "state": st.state if st else "UNKNOWN",
+                "exit_code": (st.exit_code or None) if st else None,
+                "elapsed": st.elapsed if st else None,
+                "where": (st.where or None) if st else None,
+                "step": rec.get("step"),
+                "steps": rec.get("total"),
+                "loss": rec.get("loss"),
+                "eta_s": rec.get("eta_s"),
+                "restarts": rec.get("restarts", 0),
+                "checkpoint": _checkpoint(rec) if _checkpoint(rec) != "-" else None,
+                "gpu_hours": hours.get(state_key(rec)),
+                "last_line": rec.get("last_line"),
+                "overrides": list(rec.get("overrides", [])),
+            }
+        )
+    return out
+
+
 def missing(job_ids: Iterable[str], known: Mapping[str, JobState]) -> list[str]:
     return [j for j in job_ids if j not in known]
 

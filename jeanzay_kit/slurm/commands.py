@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Sequence
 
 from jeanzay_kit.errors import SlurmCommandError
-from jeanzay_kit.slurm_syntax.queries import SACCT_FIELDS, SQUEUE_FORMAT
+from jeanzay_kit.slurm_syntax.queries import SACCT_FIELDS, SACCT_USAGE_FIELDS, SQUEUE_FORMAT
 
 
 class CommandRunner:
@@ -140,6 +140,13 @@ def squeue_text(runner: CommandRunner | None = None) -> str:
 def sacct_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
     argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
     return _checked(argv, runner).stdout
+
+
+def sacct_usage_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
+    """Every attempt of the jobs (requeues included), one row each: states and usage in
+    one call however many jobs (launch/status.py parse_usage)."""
+    argv = ["sacct", "-X", "-n", "-P", "--duplicates", "-j", ",".join(job_ids)]
+    return _checked([*argv, "-o", SACCT_USAGE_FIELDS], runner).stdout
 
 
 def sbatch_test_only(

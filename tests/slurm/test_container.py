@@ -7,12 +7,14 @@ a real image's own Python and libraries, GPU libraries bound by --nv (docs/conta
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
 from tests.slurm.cluster import (
+    JZK,
     jzk_submit,
     metric_steps,
     run,
@@ -76,3 +78,20 @@ def test_every_task_runs_in_the_container_and_the_requeue_runs_outside_it(
     assert all(f"image={images / 'pt.sif'} " in t and str(project) in t for t in tasks)
     # The restart decision after the stopped step ran in the image too; scontrol did not.
     assert any("jeanzay_kit.node.restart_job" in line for line in lines), lines
+
+    # `jzk status --json` (issue 43): one object for the run, its GPU hours those of both
+    # attempts as sacct counts them (elapsed seconds x GPUs of each start).
+    shown = run([JZK, "status", "--json", str(run_dir)], env, project)
+    assert shown.returncode == 0, shown.stderr
+    (obj,) = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert (obj["job_id"], obj["state"], obj["step"], obj["steps"]) == (job, "COMPLETED", 300, 300)
+    rows = run(
+        ["sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "-o", "ElapsedRaw,AllocTRES"], env
+    ).stdout.splitlines()
+    assert len(rows) == 2, rows  # the stopped start and the resumed one
+    gpus = [int(re.search(r"gres/gpu=(\d+)", r).group(1)) for r in rows]
+    seconds = [int(r.split("|")[0]) for r in rows]
+    assert gpus == [2, 2]  # one per node, two nodes
+    assert obj["gpu_hours"] == pytest.approx(
+        sum(s * g for s, g in zip(seconds, gpus, strict=True)) / 3600
+    )

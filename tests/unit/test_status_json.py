@@ -1,0 +1,96 @@
+"""`jzk status --json` and GPU hours (issue 43 points 2-3): sacct's rows of every attempt
+parsed into states and hours, and the one object per run the contract names. The real
+sacct's answer is checked on the local cluster (tests/slurm/test_sweep.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.cli import main
+from jeanzay_kit.launch.status import parse_usage, run_objects, tres_gpus
+
+# sacct -X -n -P --duplicates -o JobID,State,Elapsed,ExitCode,NodeList,ElapsedRaw,AllocTRES
+# of a job requeued once (2 x 4 GPUs), and an array task that ran once on one GPU.
+ROWS = (
+    "41|REQUEUED|00:30:00|0:0|n[1-2]|1800|billing=8,cpu=8,gres/gpu=8,node=2\n"
+    "41|COMPLETED|01:00:00|0:0|n[1-2]|3600|billing=8,cpu=8,gres/gpu=8,node=2\n"
+    "42_3|RUNNING|00:06:00|0:0|n1|360|cpu=2,gres/gpu:h100=1,node=1\n"
+    "43|PENDING|00:00:00|0:0|None assigned|0|\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("tres", "gpus"),
+    [
+        ("billing=8,cpu=8,gres/gpu=8,node=2", 8),
+        ("cpu=2,gres/gpu:h100=1,node=1", 1),
+        ("cpu=2,gres/gpu=4,gres/gpu:a100=4", 4),  # the untyped total, not twice
+        ("cpu=40,node=1", 0),
+        ("", 0),
+    ],
+)
+def test_the_gpus_of_an_allocation(tres: str, gpus: int) -> None:
+    assert tres_gpus(tres) == gpus
+
+
+def test_every_attempt_counts_and_the_newest_gives_the_state() -> None:
+    usage = parse_usage(ROWS)
+    assert usage["41"].state.state == "COMPLETED" and usage["41"].attempts == 2
+    assert usage["41"].gpu_hours == pytest.approx(8 * 1.5)  # 30 min + 60 min on 8 GPUs
+    assert usage["42_3"].gpu_hours == pytest.approx(0.1)
+    assert usage["43"].gpu_hours == 0 and usage["43"].state.state == "PENDING"
+
+
+def test_one_object_per_run_with_the_contracts_keys() -> None:
+    usage = parse_usage(ROWS)
+    records = [
+        {"job_id": "41", "run_dir": "/r/a", "overrides": ["x=1"], "step": 10, "total": 10},
+        {"job_id": "44", "run_dir": "/r/b", "overrides": []},
+    ]
+    states = {job: u.state for job, u in usage.items()}
+    hours = {job: u.gpu_hours for job, u in usage.items()}
+    first, unknown = run_objects(records, states, hours)
+    assert set(first) == {
+        "run_dir",
+        "job_id",
+        "state",
+        "exit_code",
+        "elapsed",
+        "where",
+        "step",
+        "steps",
+        "loss",
+        "eta_s",
+        "restarts",
+        "checkpoint",
+        "gpu_hours",
+        "last_line",
+        "overrides",
+    }
+    assert (first["state"], first["steps"], first["gpu_hours"]) == ("COMPLETED", 10, 12.0)
+    assert (unknown["state"], unknown["gpu_hours"], unknown["checkpoint"]) == (
+        "UNKNOWN",
+        None,
+        None,
+    )
+    json.dumps([first, unknown])  # plain JSON values only
+
+
+def test_status_json_of_a_finished_local_run(tmp_path: Path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"step": 20, "loss": 0.5}) + "\n")
+    (run_dir / "model_final.sha256").write_text("abc\n")
+    assert main(["status", "--json", "--watch", "1", str(run_dir)]) == 0  # ended: one pass
+    (line,) = capsys.readouterr().out.splitlines()
+    obj = json.loads(line)
+    assert (obj["job_id"], obj["state"], obj["step"], obj["loss"]) == (
+        "local",
+        "COMPLETED",
+        20,
+        0.5,
+    )
+    assert obj["run_dir"] == str(run_dir) and obj["gpu_hours"] is None
