@@ -35,10 +35,25 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="where to write it (default: <user config>/cluster/<name>.yaml; - for stdout)",
     )
     discover.add_argument("--force", action="store_true", help="overwrite an existing file")
+    listing = cluster_sub.add_parser(
+        "list",
+        help="list the cluster profiles (the same as `jzk clusters`)",
+        description="List the cluster profiles with where each comes from: the project's "
+        "conf/cluster/, the user's folder ($JZK_CONFIG_HOME/cluster), then the package's.",
+    )
+    listing.add_argument("--config-dir", default=None, help="the config tree to read")
     cluster.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.cluster_command == "list":
+        from jeanzay_kit.cli import clusters
+
+        return clusters.run(args)
+    return _discover(args)
+
+
+def _discover(args: argparse.Namespace) -> int:
     import getpass
 
     from jeanzay_kit.config.compose import user_config_dir

@@ -108,6 +108,7 @@ def check_group_choices(overrides: Sequence[str], roots: Sequence[ConfigRoot]) -
     comes from (Hydra's own message lists names only, and only after composing); the hint
     offers the first root (the project's) as the place to add it."""
     groups = set(config_groups(roots))
+    check_sections(overrides, groups)
     for override in overrides:
         key, sep, value = override.lstrip("+").partition("=")
         if not sep or key not in groups or not value or "," in value or "(" in value:
@@ -129,6 +130,30 @@ def check_group_choices(overrides: Sequence[str], roots: Sequence[ConfigRoot]) -
             f"{key}={value} is not an option of the config group {key} ({listing}). "
             f"HINT: {hint}{'or add' if near else 'add'} {roots[0].path / key / value}.yaml "
             "to make one (docs/your-project.md)"
+        )
+
+
+def check_sections(overrides: Sequence[str], groups: set[str]) -> None:
+    """Refuse a key whose first word names no section of the config, in the words the
+    user wrote (`resource.nodes=3` names `resources`), before Hydra says "Key 'resource'
+    not in 'RootConfig'"."""
+    from dataclasses import fields
+
+    from jeanzay_kit.config.schema import RootConfig, closest
+
+    sections = {f.name for f in fields(RootConfig)} | groups | {"hydra"}
+    for override in overrides:
+        key, sep, value = override.partition("=")
+        first = key.lstrip("+~").split(".", 1)[0].split("/", 1)[0].split("@", 1)[0]
+        if not sep or not first or first in sections or key.startswith("+"):
+            continue  # `+key=value` adds a key of the user's own on purpose
+        near = closest(first, sorted(sections - {"hydra"}))
+        rest = key.lstrip("~")[len(first) :]
+        hint = f"did you mean {near}{rest}={value}? " if near else ""
+        raise ConfigError(
+            f"{key}={value}: {first!r} is no section of the config (the sections are "
+            f"{', '.join(sorted(sections - {'hydra'}))}). HINT: {hint}docs/configuration.md "
+            "lists every key"
         )
 
 
