@@ -27,6 +27,7 @@ COMMANDS = (
     ("submit", "submit"),
     ("tune", "tune"),
     ("status", "status"),
+    ("logs", "logs"),
     ("report", "report"),
     ("doctor", "doctor"),
     ("clusters", "clusters"),

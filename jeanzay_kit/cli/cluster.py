@@ -13,8 +13,9 @@ from jeanzay_kit.errors import JzkError
 def add(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser(
         "cluster",
-        help="write a cluster profile from a live Slurm cluster",
-        description="Cluster profiles from the live cluster.",
+        help="cluster profiles: list them, or write one from a live Slurm cluster",
+        description="Cluster profiles: `list` them (as `jzk clusters`), or `discover` one "
+        "from the live cluster.",
     )
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     discover = cluster_sub.add_parser(

@@ -68,6 +68,11 @@ def request_requeue(
         raise SlurmCommandError(f"could not write the requeue request {target}: {err}") from err
 
 
+def scancel(job_ids: Sequence[str], runner: CommandRunner | None = None) -> None:
+    """End the jobs (a requeued job keeps its id; an array task is A_i)."""
+    _checked(["scancel", *job_ids], runner)
+
+
 def job_end_time(job_id: str, runner: CommandRunner | None = None) -> float | None:
     """When the job's allocation ends (epoch seconds), from squeue's %e; None if unknown."""
     from datetime import datetime

@@ -40,6 +40,8 @@ from jeanzay_kit.slurm.shell_words import ARRAY_TASK, ARRAY_TASK_DIR, shell_word
 __all__ = ["ARRAY_TASK", "ARRAY_TASK_DIR", "render_sbatch", "shell_word", "sbatch_quote"]
 
 # Values made only of these characters read the same to sbatch with or without quotes.
+# The line each start of a job begins its logs with (launch/log_rules.py splits on it).
+START_MARK = "jzk: start "
 _SBATCH_SAFE = re.compile(r"^[A-Za-z0-9_.:@%/+=,-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -114,7 +116,15 @@ def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
     the snapshot of the project's code every task imports from (code_dir).
 
     Shared by the rendered script and the jeanzay launcher's submitit jobs."""
-    lines = []
+    lines = [
+        "# Each start of the job marked in both logs, which a requeued job appends to",
+        "# (`jzk logs --attempt K` reads them)",
+        f'jzk_start="{START_MARK}$(( ${{SLURM_RESTART_COUNT:-0}} + 1 )) of job '
+        '$SLURM_JOB_ID on $(hostname) at $(date +%Y-%m-%dT%H:%M:%S)"',
+        'echo "$jzk_start"',
+        'echo "$jzk_start" >&2',
+        "",
+    ]
     modules = spec.loaded_modules
     if spec.cluster.module_purge or modules:
         lines.append("# Modules from the cluster profile")

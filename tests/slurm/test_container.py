@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -57,9 +58,16 @@ def test_every_task_runs_in_the_container_and_the_requeue_runs_outside_it(
         "job.container.image=$JZK_TEST_IMAGES/pt.sif",
     )
     assert '"$JZK_TEST_IMAGES/pt.sif"' in (run_dir / "job.sbatch").read_text()
+    # `jzk logs -f JOB_ID` from the login node, through the stop and the requeue.
+    follow = subprocess.Popen(
+        [JZK, "logs", "-f", job], cwd=project, env=env, stdout=subprocess.PIPE, text=True
+    )
     wait_until_step(run_dir, 100, log)
     assert run(["scancel", "--signal=USR1", job], env).returncode == 0
     wait_for(job, env, timeout=300)
+    followed, _ = follow.communicate(timeout=60)
+    assert follow.returncode == 0, followed[-2000:]  # the job's own end: COMPLETED
+    assert "jzk: start 1 of job" in followed and "done: 300 steps" in followed
 
     out = log.read_text()
     states = sacct_states(job, env, duplicates=True)
@@ -78,6 +86,13 @@ def test_every_task_runs_in_the_container_and_the_requeue_runs_outside_it(
     assert all(f"image={images / 'pt.sif'} " in t and str(project) in t for t in tasks)
     # The restart decision after the stopped step ran in the image too; scontrol did not.
     assert any("jeanzay_kit.node.restart_job" in line for line in lines), lines
+
+    # `jzk logs --attempt K`: each start of the requeued job on its own.
+    first = run([JZK, "logs", "--attempt", "1", str(run_dir)], env, project).stdout
+    second = run([JZK, "logs", "--attempt", "2", str(run_dir)], env, project).stdout
+    assert first.startswith(f"jzk: start 1 of job {job}") and "SIGUSR1 received" in first
+    assert "done: 300 steps" not in first
+    assert second.startswith(f"jzk: start 2 of job {job}") and "done: 300 steps" in second
 
     # `jzk status --json` (issue 43): one object for the run, its GPU hours those of both
     # attempts as sacct counts them (elapsed seconds x GPUs of each start).

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.slurm.cluster import (
+    JZK,
     jzk_submit,
     run,
     sacct_states,
@@ -68,7 +69,9 @@ def test_a_run_directory_takes_one_job_at_a_time(slurm, tmp_path: Path) -> None:
         second = re.search(r"submitted job (\d+)", behind.stdout).group(1)
         reason = run(["squeue", "-h", "-j", second, "-o", "%r"], slurm).stdout.strip()
         assert reason == "Dependency", reason
-        run(["scancel", first], slurm)  # SIGTERM: it saves at a step boundary and ends
+        # `jzk cancel JOB_ID` (issue 43): the first job alone; SIGTERM, it saves and ends.
+        cancelled = run([JZK, "cancel", first], slurm, project)
+        assert cancelled.returncode == 0 and f"cancelled 1 job(s): {first}" in cancelled.stdout
         log2 = project / "logs" / f"owner-{second}.out"
         wait_for_line(log2, "resumed from", second, slurm, timeout=180)
         lease = json.loads((run_dir / "lease.json").read_text())

@@ -1,0 +1,192 @@
+"""`jzk logs` and `jzk cancel`: a run's output and its end, from the login node.
+
+A run is named by its directory (its manifest.jsonl lists the jobs that ran it, each
+with its log) or by a job id found in the manifests under outputs/ and multirun/ here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from jeanzay_kit.errors import JzkError
+
+# How often -f looks for new output, and asks Slurm whether the job has ended.
+FOLLOW_POLL_S = 0.5
+STATE_POLL_S = 5.0
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    logs = sub.add_parser(
+        "logs",
+        help="print a run's output, every start of its jobs; -f follows it",
+        description="Print the log of each job of a run (a requeued job's starts are "
+        "marked `jzk: start N of job ...`). TARGET is a run or sweep directory, or a job id "
+        "(an array job's id gives all its tasks).",
+    )
+    logs.add_argument("target", metavar="RUN_DIR|JOB_ID")
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow the newest job's log until the job ends; exit with the job's code",
+    )
+    logs.add_argument(
+        "--attempt", type=int, default=None, help="only the K-th start (1: the first, -1: the last)"
+    )
+    logs.add_argument("--err", action="store_true", help="the error log (.err) instead")
+    logs.set_defaults(run=run_logs)
+    cancel = sub.add_parser(
+        "cancel",
+        help="end a run's Slurm jobs (requeued ones too), or a local run",
+        description="scancel every job of the run that Slurm still holds (a requeued job "
+        "keeps its id); a run on this machine gets SIGTERM (it saves at the next step).",
+    )
+    cancel.add_argument("target", metavar="RUN_DIR|JOB_ID")
+    cancel.set_defaults(run=run_cancel)
+
+
+def _records(target: str) -> list[dict]:
+    from jeanzay_kit.cli.status import _status_records
+    from jeanzay_kit.launch.log_rules import find_records
+
+    if Path(target).exists():
+        return _status_records(target)
+    found = find_records(_status_records(None), target)
+    if not found:
+        raise JzkError(
+            f"no run of job {target} in the manifests under outputs/ and multirun/ here. "
+            "HINT: run it in the project you submitted from, or give the run directory"
+        )
+    return found
+
+
+def _log_of(record: Mapping, err: bool) -> Path | None:
+    log = record.get("log")
+    if not log:
+        return None
+    path = Path(str(log))
+    return path.with_suffix(".err") if err else path
+
+
+def run_logs(args: argparse.Namespace) -> int:
+    from jeanzay_kit.launch.log_rules import pick_start
+
+    records = _records(args.target)
+    slurm = [r for r in records if r.get("job_id") != "local" and r.get("log")]
+    if not slurm:
+        raise JzkError(
+            f"{args.target}: a run on this machine keeps no job log; its output went to the "
+            "terminal that ran it. HINT: `jzk status` shows its progress"
+        )
+    for record in slurm:
+        path = _log_of(record, args.err)
+        assert path is not None
+        if len(slurm) > 1:
+            print(f"==> job {record['job_id']}: {path} <==", flush=True)
+        text = path.read_text(errors="replace") if path.exists() else ""
+        try:
+            sys.stdout.write(pick_start(text, args.attempt))
+        except IndexError as err:
+            raise JzkError(f"{path}: {err}") from err
+        sys.stdout.flush()
+    if not args.follow:
+        return 0
+    last = slurm[-1]
+    path = _log_of(last, args.err)
+    assert path is not None
+    return _follow(path, str(last["job_id"]))
+
+
+def _follow(path: Path, job_id: str) -> int:
+    """Print what the job adds to its log until the job has ended; its exit code."""
+    from jeanzay_kit.launch.log_rules import exit_code
+
+    offset = path.stat().st_size if path.exists() else 0
+    asked = 0.0
+    while True:
+        if path.exists() and path.stat().st_size > offset:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            offset += len(chunk)
+            sys.stdout.write(chunk.decode(errors="replace"))
+            sys.stdout.flush()
+        if time.monotonic() - asked >= STATE_POLL_S:
+            asked = time.monotonic()
+            ended = _ended(job_id)
+            if ended is not None:
+                time.sleep(FOLLOW_POLL_S)  # the last lines Slurm flushes
+                if path.exists() and path.stat().st_size > offset:
+                    continue
+                state, code = ended
+                print(f"jzk logs: job {job_id} ended {state}", file=sys.stderr)
+                return exit_code(state, code)
+        time.sleep(FOLLOW_POLL_S)
+
+
+def _ended(job_id: str) -> tuple[str, str] | None:
+    """(state, exit code) once Slurm has ended the job for good; None while squeue still
+    holds it (a requeued job waits there, PENDING)."""
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.slurm.commands import sacct_text, squeue_text
+
+    try:
+        if job_id in status.parse_squeue(squeue_text()):
+            return None
+        known = status.parse_sacct(sacct_text([job_id]))
+    except SlurmCommandError:
+        return None
+    found = known.get(job_id)
+    if found is None or found.state not in status.ENDED:
+        return None
+    return found.state, found.exit_code
+
+
+def run_cancel(args: argparse.Namespace) -> int:
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.slurm.commands import scancel, squeue_text
+
+    records = _records(args.target)
+    jobs = list(dict.fromkeys(str(r["job_id"]) for r in records if r["job_id"] != "local"))
+    local = [r for r in records if r["job_id"] == "local"]
+    if jobs:
+        try:
+            held = status.parse_squeue(squeue_text())
+        except SlurmCommandError as err:
+            raise JzkError(f"cannot ask Slurm which jobs are live: {err}") from err
+        live = [j for j in jobs if j in held]
+        if live:
+            scancel(live)
+            print(f"cancelled {len(live)} job(s): {' '.join(live)}")
+        else:
+            print(f"no job of {args.target} is queued or running ({' '.join(jobs)})")
+    for record in local:
+        print(_stop_local(Path(str(record["run_dir"]))))
+    return 0
+
+
+def _stop_local(run_dir: Path) -> str:
+    """SIGTERM to the process holding a local run (its lease): it saves and ends."""
+    import os
+    import signal
+    import socket
+
+    from jeanzay_kit.runtime.lease_rules import LEASE_FILE, parse_record
+
+    path = run_dir / LEASE_FILE
+    record = parse_record(path.read_text()) if path.exists() else None
+    if record is None or record.released:
+        return f"{run_dir}: no run holds it"
+    if record.host != socket.gethostname():
+        return f"{run_dir}: held by pid {record.pid} on {record.host}: stop it there"
+    try:
+        os.kill(record.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return f"{run_dir}: its holder (pid {record.pid}) is gone"
+    return f"{run_dir}: SIGTERM sent to pid {record.pid} (it saves at the next step and ends)"

@@ -1,0 +1,84 @@
+"""`jzk logs` and `jzk cancel` (issue 43 point 1): a log split into the job's starts, a
+job's end as an exit code, and a local run stopped through its lease. The Slurm side is
+tested on the local cluster (tests/slurm/test_container.py: a 2-node job requeued once)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.cli import main
+from jeanzay_kit.launch.log_rules import exit_code, find_records, pick_start, starts
+
+LOG = (
+    "jzk: start 1 of job 42 on n1 at 2026-11-26T10:00:00\n"
+    "step 100/300\nSIGUSR1 received: saved step-150 and stopping\n"
+    "jzk: start 2 of job 42 on n2 at 2026-11-26T10:01:00\n"
+    "resumed from step-150\ndone: 300 steps\n"
+)
+
+
+def test_a_log_splits_into_the_jobs_starts() -> None:
+    first, second = starts(LOG)
+    assert first.startswith("jzk: start 1") and "SIGUSR1" in first and "resumed" not in first
+    assert second.startswith("jzk: start 2") and second.endswith("done: 300 steps\n")
+    assert pick_start(LOG, -1) == second and pick_start(LOG, None) == LOG
+    assert starts("an old log\nwithout marks\n") == ["an old log\nwithout marks\n"]
+    with pytest.raises(IndexError, match="the log has 2 start"):
+        pick_start(LOG, 3)
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "want"),
+    [("COMPLETED", "0:0", 0), ("FAILED", "2:0", 2), ("CANCELLED", "0:15", 1), ("TIMEOUT", "", 1)],
+)
+def test_a_jobs_end_is_an_exit_code(state: str, code: str, want: int) -> None:
+    assert exit_code(state, code) == want
+
+
+def test_an_array_jobs_id_finds_all_its_tasks() -> None:
+    records = [
+        {"job_id": "7_0", "array_job_id": "7"},
+        {"job_id": "7_1", "array_job_id": "7"},
+        {"job_id": "8"},
+    ]
+    assert [r["job_id"] for r in find_records(records, "7")] == ["7_0", "7_1"]
+    assert find_records(records, "8") == [{"job_id": "8"}]
+
+
+def test_logs_of_a_submitted_run_by_its_directory(tmp_path: Path, capsys) -> None:
+    log = tmp_path / "logs" / "a-42.out"
+    log.parent.mkdir()
+    log.write_text(LOG)
+    run_dir = tmp_path / "outputs" / "a-1"
+    run_dir.mkdir(parents=True)
+    record = {"job_id": "42", "run_dir": str(run_dir), "log": str(log), "overrides": []}
+    (run_dir / "manifest.jsonl").write_text(json.dumps(record) + "\n")
+    assert main(["logs", "--attempt", "1", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("jzk: start 1") and "done" not in out
+
+
+def test_cancel_stops_a_local_run_through_its_lease(tmp_path: Path, capsys) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True
+    )
+    try:
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (run_dir / "metrics.jsonl").write_text("")
+        lease = {"host": socket.gethostname(), "pid": holder.pid, "job_id": "", "since": 1.0}
+        (run_dir / "lease.json").write_text(json.dumps(lease))
+        assert main(["cancel", str(run_dir)]) == 0
+        assert f"SIGTERM sent to pid {holder.pid}" in capsys.readouterr().out
+        assert holder.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if holder.poll() is None:
+            os.killpg(holder.pid, signal.SIGKILL)
