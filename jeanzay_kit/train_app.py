@@ -22,6 +22,29 @@ from typing import Any, cast
 from jeanzay_kit.runtime.preemption import StopRequest
 
 PROGRAM = "jzk train"
+TRAIN_HELP = """usage: {prog} [KEY=VALUE ...] [-m] [-- YOUR SCRIPT'S ARGUMENTS]
+
+Train the project here (cluster=local: one worker per GPU, or two CPU workers with
+gloo), or, with -m and a Slurm profile, submit a sweep of it as job arrays. A rerun of the
+same experiment resumes it from its newest complete checkpoint.
+
+Common keys (docs/configuration.md lists every one, with its check):
+  cluster=NAME                     where it runs: local, jeanzay_h100, ... (jzk clusters)
+  resources.nodes=N resources.gpus_per_node=N resources.time=HH:MM:SS
+  parallel=ddp|fsdp|pipeline|pipeline_ddp|dataparallel
+  model=NAME data=NAME optim.lr=X  your model and data: model._target_=pkg.Class, ...
+  train.steps=N train.global_batch_size=N|auto train.micro_batch_size=N|auto
+  job.entry=script.py -- ARGS      your own script, unchanged, on every task
+  job.run_dir=PATH                 where metrics and checkpoints go
+  resume=auto|never|PATH           where to start from
+
+Examples:
+  {prog} train.steps=200
+  {prog} -m cluster=jeanzay_h100 cluster.account=abc@h100 optim.lr=1e-3,3e-4
+  {prog} job.entry=train_gpt.py -- --batch_size=8
+
+Before a job: `jzk validate KEY=VALUE ...` shows what a request resolves to, and
+`{prog} --cfg job` prints the whole composed config. Hydra's options: --hydra-help."""
 
 
 def run_app(
@@ -34,7 +57,12 @@ def run_app(
     # The environment is read here, once; everything below receives values.
     env = dict(os.environ)
     cwd = Path.cwd()
-    args = _prepared_args(list(sys.argv[1:] if argv is None else argv), env, cwd)
+    given = list(sys.argv[1:] if argv is None else argv)
+    options = given[: given.index("--")] if "--" in given else given
+    if "--help" in options or "-h" in options:  # the toolkit's page; Hydra's: --hydra-help
+        print(TRAIN_HELP.format(prog=prog))
+        return
+    args = _prepared_args(given, env, cwd)
 
     import hydra
     from hydra.core.hydra_config import HydraConfig

@@ -57,3 +57,20 @@ def test_cluster_list_is_clusters(capsys) -> None:
     listed = capsys.readouterr().out
     assert main(["cluster", "list"]) == 0
     assert capsys.readouterr().out == listed and "jeanzay_h100" in listed
+
+
+def test_train_help_is_the_toolkits_page() -> None:
+    import subprocess
+    import sys
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "jeanzay_kit.cli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    page = shown.stdout
+    assert page.startswith("usage: jzk train [KEY=VALUE ...]") and "Common keys" in page
+    assert "powered by Hydra" not in page and "base_" not in page and len(page.splitlines()) < 40
+    assert "--hydra-help" in page  # Hydra's own page is one option away
