@@ -117,13 +117,14 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # warning comes within ~30 s, while the run still trains; once the task has requeued
     # itself, the limit goes back to 10 minutes so the resumed run finishes.
     # The run must outlast that window on any machine, so its steps wait on the data
-    # (SlowRegression: 20 ms a micro-batch, at least 80 s for 4000 steps, 20 s to step
-    # 1000) rather than on the CPU: 10000 compute-bound steps once took the suite's two
-    # cores for two minutes and still ended in 50 s on a fast machine.
+    # (SlowRegression: 20 ms a micro-batch, at least 60 s for 3000 steps, 10 s to step
+    # 500, where both tasks have logged) rather than on the CPU: 10000 compute-bound
+    # steps once took the suite's two cores for two minutes and still ended in 50 s on a
+    # fast machine.
     # No evaluation: an evaluation step is a logged step too, and this test counts the
     # logged steps at train.log_every.
     training = [
-        "train.steps=4000",
+        "train.steps=3000",
         "checkpoint.every_steps=2500",
         "train.eval_every=0",
         "data._target_=tests.helpers.SlowRegression",
@@ -139,7 +140,7 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
         *training,
         # Two runs (an array, so the requeue names A_i) that compute the same model: each
         # is stopped at its own step, and both must end exactly alike.
-        "train.log_every=500,1000",
+        "train.log_every=500,250",
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
     records = manifest_records(sweep_dir)
@@ -152,15 +153,15 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     wait_for(records[0]["array_job_id"], slurm, timeout=300)
 
     digests = []
-    for rec, every in zip(records, (500, 1000), strict=True):
+    for rec, every in zip(records, (500, 250), strict=True):
         run_dir, log = Path(rec["run_dir"]), Path(rec["log"])
         out = log.read_text()
         states = sacct_states(rec["job_id"], slurm, duplicates=True)
         assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-2000:])
         assert "SIGUSR1 received: saved step-" in out
-        assert "resumed from" in out and "done: 4000 steps" in out
+        assert "resumed from" in out and "done: 3000 steps" in out
         assert f"train.log_every={every}" in rec["overrides"]
-        assert_each_step_logged_once(run_dir, 4000, every)
+        assert_each_step_logged_once(run_dir, 3000, every)
         digests.append((run_dir / "model_final.sha256").read_text().strip())
     stopped_at = [
         re.findall(r"SIGUSR1 received: saved step-(\d+)", Path(r["log"]).read_text())
