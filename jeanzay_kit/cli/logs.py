@@ -50,12 +50,12 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def _records(target: str) -> list[dict]:
-    from jeanzay_kit.cli.status import _status_records
+    from jeanzay_kit.cli.status import status_records
     from jeanzay_kit.launch.log_rules import find_records
 
     if Path(target).exists():
-        return _status_records(target)
-    found = find_records(_status_records(None), target)
+        return status_records(target)
+    found = find_records(status_records(None), target)
     if not found:
         raise JzkError(
             f"no run of job {target} in the manifests under outputs/ and multirun/ here. "

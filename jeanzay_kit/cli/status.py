@@ -74,7 +74,7 @@ def _show(directory: str | None, as_json: bool) -> bool:
     from jeanzay_kit.launch import status
     from jeanzay_kit.launch.run_files import run_progress
 
-    records = _status_records(directory)
+    records = status_records(directory)
     for rec in records:
         run_dir = Path(rec.get("run_dir", ""))
         rec["checkpoint"] = _newest_complete_step(str(run_dir))
@@ -150,7 +150,7 @@ _SEARCHED = ("outputs", "multirun")
 _DEPTH = 3
 
 
-def _status_records(directory: str | None) -> list[dict]:
+def status_records(directory: str | None) -> list[dict]:
     """Every run under `directory` (or under outputs/ and multirun/ here), newest first:
     manifests (submitted runs, Slurm sweeps), run directories (local runs, a local
     sweep's points), and folders of them: what `jzk report` reads, `jzk status` reads."""

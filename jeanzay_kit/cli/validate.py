@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -115,10 +114,11 @@ def _container_rows(spec: JobSpec) -> list[tuple[str, str]]:
     box = spec.job.container
     if box is None:
         return []
-    gpu = ["--nv"] if spec.cluster.device != "cpu" and spec.resources.gpus_per_node > 0 else []
+    from jeanzay_kit.slurm.container import gpu_options
+
     binds = [*spec.cluster.container_binds, "the job's folders", *box.binds]
     return [
-        ("container", " ".join([box.runtime, "exec", *gpu, *box.options, box.image])),
+        ("container", " ".join([box.runtime, "exec", *gpu_options(spec), *box.options, box.image])),
         ("binds", ", ".join(binds) + "  (a default this node lacks is left out)"),
         ("requeue", "scontrol in the batch shell, outside the container"),
     ]
@@ -145,13 +145,9 @@ def container_warning(spec: JobSpec, env: Mapping[str, str]) -> str | None:
 
 def expandvars(text: str, env: Mapping[str, str]) -> str:
     """$NAME and ${NAME} from env; an unset one stays as written."""
-    from jeanzay_kit.config.collector import VARIABLE
+    from string import Template
 
-    def value(match: re.Match[str]) -> str:
-        name = match.group(0).strip("${}")
-        return env.get(name, match.group(0))
-
-    return VARIABLE.sub(value, text)
+    return Template(text).safe_substitute(env)
 
 
 def interpreter_warning(spec: JobSpec) -> str | None:

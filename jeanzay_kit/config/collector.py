@@ -22,6 +22,15 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 VARIABLE = re.compile(r"\$(?:[A-Za-z_][A-Za-z0-9_]*|\{[A-Za-z_][A-Za-z0-9_]*\})")
 
 
+def only_variables(text: str) -> bool:
+    """True when every `$` of `text` starts a `$NAME`/`${NAME}` and nothing else in it is
+    special inside bash's double quotes (a backtick, a backslash, a quote, `!`): the
+    value can be rendered as "text", expanded on the node and nothing else
+    (config/container_rules.py checks it, slurm/shell_words.py writes it)."""
+    rest = VARIABLE.sub("", text)
+    return not re.search(r'[$`"\\!]', rest) and not CONTROL.search(text)
+
+
 class Collector:
     def __init__(self) -> None:
         self.problems: list[Problem] = []

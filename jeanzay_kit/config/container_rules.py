@@ -8,12 +8,11 @@ runs no Slurm job. The render side is slurm/container.py.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile
-from jeanzay_kit.config.collector import CONTROL, VARIABLE, Collector
+from jeanzay_kit.config.collector import CONTROL, Collector, only_variables
 from jeanzay_kit.config.sections import ContainerSettings
 
 RUNTIMES = ("singularity", "apptainer")
@@ -21,13 +20,6 @@ RUNTIMES = ("singularity", "apptainer")
 # rank, no JZK_* setting inside (singularity(1), apptainer(1): exec --cleanenv, -e,
 # --containall, -C).
 _EMPTY_ENV = ("--cleanenv", "-e", "--containall", "-C")
-
-
-def only_variables(text: str) -> bool:
-    """True when every `$` of `text` starts a `$NAME`/`${NAME}` and nothing else in it is
-    special inside double quotes (a backtick, a backslash, a quote)."""
-    rest = VARIABLE.sub("", text)  # expanded on the node; any other `$` would run
-    return not re.search(r'[$`"\\]', rest) and not CONTROL.search(text)
 
 
 def check_container(

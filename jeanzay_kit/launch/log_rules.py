@@ -26,7 +26,7 @@ def pick_start(text: str, attempt: int | None) -> str:
         return text
     found = starts(text)
     index = attempt - 1 if attempt > 0 else attempt
-    if not found or not -len(found) <= index < len(found):
+    if attempt == 0 or not found or not -len(found) <= index < len(found):
         raise IndexError(f"--attempt {attempt}: the log has {len(found)} start(s)")
     return found[index]
 

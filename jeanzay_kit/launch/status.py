@@ -120,10 +120,6 @@ def run_objects(
     return out
 
 
-def missing(job_ids: Iterable[str], known: Mapping[str, JobState]) -> list[str]:
-    return [j for j in job_ids if j not in known]
-
-
 def state_key(rec: Mapping) -> str:
     """Where a record's state is in the states mapping: its Slurm job id, or, for a run
     on this machine (job id "local"), its run directory: each local run has its own."""

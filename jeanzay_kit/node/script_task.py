@@ -299,10 +299,10 @@ def requeue_stopped(
     the command said so and the job ends); every task ends with EXIT_PREEMPTED."""
     from jeanzay_kit import report
     from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.runtime.requeue import ask_from_every_rank
     from jeanzay_kit.slurm.commands import request_requeue
 
-    if info.rank != 0 and info.requeue_id is not None and info.requeue_file is not None:
-        request_requeue(info.requeue_id, info.requeue_file)  # see runtime/requeue.py
+    ask_from_every_rank(info)
     if info.rank != 0:
         if info.requeue_id is not None:
             # Rank 0 is running `scontrol requeue`, which ends this job: exiting first

@@ -5,6 +5,7 @@ alike."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import NoReturn
 
@@ -28,7 +29,6 @@ def after_stop(
     after a SIGTERM under srun, then exits EXIT_PREEMPTED. The toolkit's loop and a
     session (runtime/session.py) end alike."""
     from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
-    from jeanzay_kit.slurm.commands import request_requeue
 
     # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
     # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
@@ -40,10 +40,8 @@ def after_stop(
     )
     # SIGTERM in a Slurm job: a preemption (or scancel) that Slurm itself finishes.
     waits_for_slurm = stopped_by == "SIGTERM" and info.launcher == "srun"
-    if wants_requeue and info.requeue_file is not None and info.rank != 0:
-        # In a container every rank asks the batch shell: srun's --kill-on-bad-exit may
-        # end rank 0 before it writes, once another rank has exited.
-        request_requeue(str(info.requeue_id), info.requeue_file)
+    if wants_requeue:
+        ask_from_every_rank(info)
     if info.rank == 0:
         if wants_requeue:
             _requeue(info, steps, runner)
@@ -84,3 +82,16 @@ def _requeue(info: RankInfo, steps: int, runner) -> None:  # noqa: ANN001
         raise SystemExit(1) from err
     done = "requeued" if info.requeue_file is None else "asked the batch shell to requeue"
     print(f"{done} job {info.requeue_id}; it resumes from step-{steps}", flush=True)
+
+
+def ask_from_every_rank(info: RankInfo) -> None:
+    """In a container (info.requeue_file set) a rank other than 0 asks the batch shell
+    for the requeue too: srun's --kill-on-bad-exit may end rank 0 before it writes, once
+    another rank has exited. A failed write is rank 0's to report."""
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.slurm.commands import request_requeue
+
+    if info.rank == 0 or info.requeue_file is None or info.requeue_id is None:
+        return
+    with contextlib.suppress(SlurmCommandError):
+        request_requeue(str(info.requeue_id), info.requeue_file)

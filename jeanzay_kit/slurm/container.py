@@ -38,6 +38,11 @@ def default_binds(spec: JobSpec, workdir: str | None, code_dir: str | None) -> l
     return _unique([*spec.cluster.container_binds, *absolute])
 
 
+def gpu_options(spec: JobSpec) -> list[str]:
+    """`--nv` (the host's GPU driver in the image) when the job's tasks have GPUs."""
+    return ["--nv"] if spec.cluster.device != "cpu" and spec.resources.gpus_per_node > 0 else []
+
+
 def container_lines(spec: JobSpec, workdir: str | None, code_dir: str | None) -> list[str]:
     """The lines that define `jzk_container` and $JZK_REQUEUE_FILE (after $JZK_RUN_DIR)."""
     container = spec.job.container
@@ -49,11 +54,10 @@ def container_lines(spec: JobSpec, workdir: str | None, code_dir: str | None) ->
                 f"cannot bind {path!r} into the container: the runtime splits bind specs "
                 "at ',' and ':'. HINT: move the folder to a path without them"
             )
-    gpu = ["--nv"] if spec.cluster.device != "cpu" and spec.resources.gpus_per_node > 0 else []
     words = [
         shell_word(container.runtime),
         "exec",
-        *gpu,
+        *gpu_options(spec),
         '"${jzk_binds[@]}"',
         *(f"--bind={expanding_word(b)}" for b in container.binds),
         *(shell_word(o) for o in container.options),

@@ -13,6 +13,7 @@ import shlex
 
 from jeanzay_kit.config.collector import CONTROL as _CONTROL
 from jeanzay_kit.config.collector import VARIABLE as _VARIABLE
+from jeanzay_kit.config.collector import only_variables
 from jeanzay_kit.errors import RenderError
 
 # Stands for the array task's id inside a value (an array task's run directory): the
@@ -52,8 +53,7 @@ def _quoted(text: str) -> str:
 def expanding_word(value: str) -> str:
     """One bash word in which only `$NAME`/`${NAME}` are expanded: double quotes around
     the value, refused when anything else in it is special there."""
-    rest = _VARIABLE.sub("", value)
-    if _CONTROL.search(value) or re.search(r'[$`"\\!]', rest):
+    if not only_variables(value):
         raise RenderError(f"{value!r}: only $NAME or ${{NAME}} may be expanded in it on the node")
     if not _VARIABLE.search(value):
         return shell_word(value)

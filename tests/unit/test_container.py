@@ -160,3 +160,16 @@ def test_a_restart_inside_a_container_asks_the_shell(tmp_path: Path) -> None:
     line = restart_after_failure(tmp_path, 4, 3, env=env, runner=runner)
     assert runner.calls == [] and request.read_text() == "42\n"
     assert "hang; requeued job 42 (1/3)" in line
+
+
+def test_a_rank_that_cannot_write_the_request_leaves_the_word_to_rank_0(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from jeanzay_kit.runtime.requeue import ask_from_every_rank
+
+    env = {"SLURM_JOB_ID": "42", "JZK_REQUEUE_FILE": str(tmp_path / "gone" / "request")}
+    info = replace(rank_info_from_env(env), rank=1)
+    ask_from_every_rank(info)  # no folder to write in: no exception, rank 0 reports it
+    assert not (tmp_path / "gone").exists()
+    with pytest.raises(RenderError):
+        expanding_word("$DIR/!x.sif")  # one rule with the config check: only $NAME

@@ -31,8 +31,9 @@ def test_a_log_splits_into_the_jobs_starts() -> None:
     assert second.startswith("jzk: start 2") and second.endswith("done: 300 steps\n")
     assert pick_start(LOG, -1) == second and pick_start(LOG, None) == LOG
     assert starts("an old log\nwithout marks\n") == ["an old log\nwithout marks\n"]
-    with pytest.raises(IndexError, match="the log has 2 start"):
-        pick_start(LOG, 3)
+    for no_start in (3, 0, -3):  # 0 is no start: the first is 1, the last -1
+        with pytest.raises(IndexError, match="the log has 2 start"):
+            pick_start(LOG, no_start)
 
 
 @pytest.mark.parametrize(
