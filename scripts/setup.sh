@@ -14,24 +14,31 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
     exit 1
 fi
 
+# Progress on stderr, one line a stage: a fresh machine takes minutes, mostly pip.
+say() { echo "setup: $*" >&2; }
+
 if [ ! -x .venv/bin/python ]; then
+    say "creating the virtual environment .venv ($("$PYTHON" --version 2>&1))"
     "$PYTHON" -m venv .venv
 fi
 stamp=.venv/.jzk-installed
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    say "installing jeanzay_kit and its Python packages into .venv (torch from constraints.txt," \
+        "submitit, hydra, optuna, lightning, transformers, wandb, mlflow-skinny, dev tools; 1-3 minutes)"
     # pyproject.toml states the torch range the package supports; constraints.txt pins
     # the tested release (torch==2.13.0, the CPU wheel on these machines: an unpinned
     # torch would pull several GB of CUDA packages).
     # The grep drops pip's notes about local index folders that do not exist here.
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
-        -e '.[dev,bench,frameworks,tune]' \
+        -e '.[dev,bench,frameworks,tune,trackers]' \
         2> >(grep -v -e "^WARNING: Location 'file://" -e BuildBackendWarning >&2)
     # torchvision, the `vision` extra (data=image_folder). PyPI's Linux wheel is built
     # for a CUDA torch: next to a CPU-only torch (these machines, CI) its compiled
     # operators cannot load and `import torchvision` fails, which would also break
     # torchmetrics' imports. There it goes aside into .venv/vision, which only the
     # image-folder test puts on its path (tests/vision_compat/sitecustomize.py says why).
+    say "installing torchvision (the vision extra)"
     if .venv/bin/python -c 'import sys, torch; sys.exit(torch.version.cuda is None)'; then
         .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt \
             -e '.[vision]' 2> >(grep -v -e "^WARNING: Location 'file://" >&2)
@@ -42,6 +49,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
             2> >(grep -v -e "^WARNING: Location 'file://" >&2)
     fi
     echo "$want" > "$stamp"
+else
+    say ".venv is up to date (pyproject.toml and constraints.txt unchanged)"
 fi
 
 # "installed", not merely known to dpkg (a removed package keeps a status entry).
@@ -67,6 +76,7 @@ if [ ${#missing[@]} -gt 0 ]; then
         echo "setup: cannot install ${missing[*]} (not root, no sudo): tests that need Slurm will skip" >&2
     else
         export DEBIAN_FRONTEND=noninteractive
+        say "installing Debian's ${missing[*]} (scontrol, for the hostlist tests)"
         "${SUDO[@]}" apt-get update -qq
         "${SUDO[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
     fi
@@ -77,6 +87,7 @@ for pkg in "${cluster_packages[@]}"; do
 done
 if [ ${#cluster_missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     # Only as root: the local cluster needs root anyway.
+    say "installing the local test cluster's ${cluster_missing[*]} (no service is started)"
     if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         "${cluster_missing[@]}" >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
@@ -85,3 +96,4 @@ if [ ${#cluster_missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
             echo "setup: could not install ${cluster_missing[*]}: the Slurm tests will skip" >&2
     fi
 fi
+say "done: .venv/bin/python train.py runs the default job; bash scripts/test.sh the tests"

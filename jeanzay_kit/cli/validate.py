@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from jeanzay_kit.cli.common import (
@@ -271,6 +271,35 @@ def _describe_loss(spec: JobSpec) -> str:
     }[loss.form]
 
 
+def tracker_lines(spec: JobSpec, installed: Callable[[str], bool]) -> list[str]:
+    """What the trackers record and where, and a warning for a package this Python lacks
+    (the job's may differ: a container, another environment; the run says so again)."""
+    met, lines = spec.metrics, []
+    if met.wandb:
+        project = met.wandb_project or spec.job.name
+        where = (
+            "<run_dir>/wandb, then the printed `wandb sync` on a login node"
+            if met.wandb_mode == "offline"
+            else "sent as it runs"
+        )
+        lines.append(f"tracker: W&B project {project}, {met.wandb_mode} ({where})")
+    if met.mlflow:
+        lines.append(f"tracker: MLflow {met.mlflow_uri or '<run_dir>/mlruns (file store)'}")
+    for name, on in (("wandb", met.wandb), ("mlflow", met.mlflow)):
+        if on and not installed(name) and spec.job.container is None:
+            lines.append(
+                f"WARNING: metrics.{name}=true but {name} is not installed here; the run "
+                "goes on without it. HINT: pip install 'jeanzay_kit[trackers]'"
+            )
+    return lines
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def _print_snapshot(spec: JobSpec, workdir: Path) -> None:
     """What `jzk submit` would freeze of the project: files count against the inode
     quota of $WORK (identical code shares one snapshot)."""
@@ -295,6 +324,8 @@ def run(args: argparse.Namespace) -> int:
     for warning in (interpreter_warning(spec), container_warning(spec, os.environ)):
         if warning:
             print(warning)
+    for line in tracker_lines(spec, _installed):
+        print(line)
     workdir = workdir_of(spec)
     check_script_run(spec, workdir)
     _print_snapshot(spec, workdir)

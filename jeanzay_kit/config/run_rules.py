@@ -358,9 +358,26 @@ def check_watchdog(c: Collector, dog: Mapping[str, Any]) -> WatchdogSettings | N
     return WatchdogSettings(stall, beat)
 
 
+WANDB_MODES = ("offline", "online")
+
+
 def check_metrics(c: Collector, met: Mapping[str, Any]) -> MetricsSettings | None:
-    tensorboard = c.flag("metrics.tensorboard", met.get("tensorboard"))
-    return None if tensorboard is None else MetricsSettings(tensorboard)
+    before = len(c.problems)
+    flags = [c.flag(f"metrics.{k}", met.get(k)) for k in ("tensorboard", "wandb", "mlflow")]
+    mode = c.choice("metrics.wandb_mode", met.get("wandb_mode"), WANDB_MODES)
+    names = {
+        key: _optional_line(c, f"metrics.{key}", met.get(key))
+        for key in ("wandb_project", "wandb_entity", "mlflow_uri", "mlflow_experiment")
+    }
+    if len(c.problems) > before:
+        return None
+    tensorboard, wandb, mlflow = (bool(f) for f in flags)
+    return MetricsSettings(tensorboard, wandb=wandb, wandb_mode=str(mode), mlflow=mlflow, **names)
+
+
+def _optional_line(c: Collector, key: str, value: object) -> str | None:
+    """null, or a one-line name (a tracker's project, URI, experiment)."""
+    return None if value is None else c.line(key, value, f"use {key}=null for the default")
 
 
 def check_communication(c: Collector, par: Mapping[str, Any], device: str) -> Communication | None:

@@ -277,6 +277,20 @@ class MetricsConfig:
     # Also write TensorBoard event files to <run_dir>/tensorboard (offline: nothing is sent
     # anywhere; `tensorboard --logdir <run_dir>` reads them on a login node or a laptop).
     tensorboard: bool = False
+    # Also log the same records to a Weights & Biases run (the `trackers` extra: pip install
+    # 'jeanzay_kit[trackers]'). One W&B run per run directory: its id is kept in
+    # <run_dir>/trackers.json, so stops, requeues and resumes continue it, each step once.
+    wandb: bool = False
+    wandb_project: Optional[str] = None  # null: job.name
+    wandb_entity: Optional[str] = None  # null: W&B's default entity
+    # offline: files in <run_dir>/wandb, synced from a login node with the printed
+    # `wandb sync` command (compute nodes have no internet); online: sent as it runs.
+    wandb_mode: str = "offline"
+    # Also log to an MLflow run, one per run directory (the same extra: mlflow-skinny).
+    mlflow: bool = False
+    # null: a file store in <run_dir>/mlruns; else any tracking URI (http://..., sqlite:///...).
+    mlflow_uri: Optional[str] = None
+    mlflow_experiment: Optional[str] = None  # null: job.name
 
 
 @dataclass

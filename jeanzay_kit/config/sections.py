@@ -216,6 +216,13 @@ class MetricsSettings:
     """metrics.*: what rank 0 records besides metrics.jsonl."""
 
     tensorboard: bool  # also <run_dir>/tensorboard event files
+    wandb: bool  # also a W&B run, one per run directory (runtime/trackers.py)
+    wandb_project: str | None  # None: job.name
+    wandb_entity: str | None  # None: W&B's default entity
+    wandb_mode: str  # offline | online
+    mlflow: bool  # also an MLflow run, one per run directory
+    mlflow_uri: str | None  # None: a file store in <run_dir>/mlruns
+    mlflow_experiment: str | None  # None: job.name
 
 
 @dataclass(frozen=True)

@@ -73,11 +73,15 @@ class MetricsWriter:
         lead_s: float = 0.0,
         tensorboard: bool = False,
         loader: str = "",
+        trackers: Any = None,
+        tracker_params: dict[str, Any] | None = None,
     ):
         """end_time: when the Slurm allocation ends (epoch seconds, read once at start);
         allocation_s and lead_s: resources.time and preemption.lead_seconds in seconds;
         tensorboard: also write event files to <run_dir>/tensorboard (metrics.tensorboard);
-        loader: what the data is loaded with, for the input-bound note."""
+        loader: what the data is loaded with, for the input-bound note; trackers: the
+        run's W&B/MLflow (runtime/trackers.py TrackerOptions) and tracker_params the config
+        and identity they record."""
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
@@ -91,6 +95,7 @@ class MetricsWriter:
         self._file = None
         self._bar: Any = None
         self._board: Any = None
+        self._trackers: Any = None
         if enabled:
             run_dir.mkdir(parents=True, exist_ok=True)
             # A fresh run starts a fresh file. A resumed one keeps the records up to the
@@ -105,6 +110,11 @@ class MetricsWriter:
                         continue
             self._file = self.path.open("w", buffering=1)
             self._file.writelines(kept)
+            if trackers is not None and trackers.any:
+                from jeanzay_kit.runtime.trackers import Trackers
+
+                records = [json.loads(line) for line in kept]
+                self._trackers = Trackers(run_dir, trackers, tracker_params or {}, records)
             if tensorboard:
                 from torch.utils.tensorboard import SummaryWriter
 
@@ -147,6 +157,8 @@ class MetricsWriter:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)):
                     self._board.add_scalar(board_tag(key), value, record["step"])
+        if self._trackers is not None:
+            self._trackers.log(record)
         parts = [f"step {record['step']}/{self.total_steps}"]
         for key, fmt in (
             ("loss", "loss {:.4f}"),
@@ -196,6 +208,9 @@ class MetricsWriter:
         if self._board is not None:
             self._board.close()
             self._board = None
+        if self._trackers is not None:
+            self._trackers.close()
+            self._trackers = None
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -59,6 +59,7 @@ from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.runtime.seeded_samples import SeededSamples
+from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
 
 # Session's keyword arguments that are runtime settings (config/runtime_settings.py).
 _SETTING_NAMES = frozenset(f.name for f in fields(RuntimeSettings))
@@ -166,6 +167,12 @@ class Session:
             "allocation_s": spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
             "lead_s": spec.preemption.lead_seconds,
             "tensorboard": spec.metrics.tensorboard,
+            "trackers": options_from_spec(spec),
+            "tracker_params": {
+                **flat_params(spec.config),
+                "jzk.run_dir": str(run_dir),
+                "jzk.job_id": env.get("SLURM_JOB_ID", ""),
+            },
         }
         return session
 
