@@ -12,6 +12,7 @@ from jeanzay_kit.config.compose import (
     compose_config,
     config_roots,
     group_options,
+    load_profile,
 )
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.slurm_syntax.timefmt import format_time
@@ -42,8 +43,10 @@ def run(args: argparse.Namespace) -> int:
     if not options:
         raise JzkError(f"no cluster profiles in {args.config_dir or PACKAGE_CONFIG_DIR}")
     for option in options:
-        cfg = compose_config([f"cluster={option.name}"], args.config_dir)
-        prof = profile_from_dict(cfg["cluster"])
+        path = option.root.path / "cluster" / f"{option.name}.yaml"
+        alone = load_profile(path)
+        cluster = alone if alone is not None else _composed(option.name, args.config_dir)
+        prof = profile_from_dict(cluster)
         account = (
             f"required, <project>{prof.account_suffix or ''}"
             if prof.account_required
@@ -76,3 +79,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"  qos {q.name}{default}: max {format_time(q.max_minutes)}{gpus}")
         print()
     return 0
+
+
+def _composed(name: str, config_dir: str | None) -> dict:
+    """A profile built on another one: composed with the whole config."""
+    return dict(compose_config([f"cluster={name}"], config_dir)["cluster"])

@@ -183,22 +183,47 @@ def register_schemas() -> None:
 OPEN_DICTS = {"EvalConfig": ("metrics",)}
 
 
+def load_profile(path: Path) -> dict[str, Any] | None:
+    """One cluster profile on its own: its YAML over the schema's defaults, resolved, as
+    composing the whole config gives it (`jzk clusters` lists every profile in a fraction
+    of the time). None when its defaults list names more than the schema and Hydra's
+    launcher and sweeper (e.g. another profile): compose that one whole."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from jeanzay_kit.config.resolvers import register_resolvers
+    from jeanzay_kit.config.schema import ClusterConfig
+
+    register_resolvers()
+    raw = OmegaConf.load(path)
+    if not isinstance(raw, DictConfig):
+        return None
+    for item in raw.pop("defaults", None) or []:
+        plain = item in ("base_cluster", "_self_")
+        hydra_only = isinstance(item, DictConfig) and all(
+            str(key).startswith("override /hydra/") for key in item
+        )
+        if not (plain or hydra_only):
+            return None
+    merged = OmegaConf.merge(OmegaConf.structured(ClusterConfig), raw)
+    return cast(dict[str, Any], OmegaConf.to_container(merged, resolve=True))
+
+
 def compose_config(
     overrides: Sequence[str] = (),
     config_dir: str | Path | None = None,
     config_name: str = "config",
 ) -> dict[str, Any]:
-    """The resolved config as nested dicts, exactly as train.py would see it."""
-    from hydra import compose, initialize_config_dir
-    from hydra.errors import HydraException
+    """The resolved config as nested dicts, exactly as train.py would see it. Hydra's
+    composition is kept between commands (config/compose_cache.py); interpolations are
+    resolved here, every time."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    from jeanzay_kit.config import compose_cache
     from jeanzay_kit.config.command_line import quote_argument_lists
     from jeanzay_kit.config.resolvers import register_resolvers
 
     register_resolvers()
-    register_schemas()
     overrides = quote_argument_lists(overrides)  # job.args=[--lr=0.1] as users type it
     directory = Path(config_dir or PACKAGE_CONFIG_DIR).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
@@ -206,17 +231,43 @@ def compose_config(
             f"no {config_name}.yaml in {directory}. HINT: --config-dir names a complete "
             "config tree; a project's own options go in ./conf/<group>/<name>.yaml"
         )
-    check_group_choices(overrides, config_roots(os.environ, Path.cwd(), config_dir))
+    roots = config_roots(os.environ, Path.cwd(), config_dir)
+    check_group_choices(overrides, roots)
+    folder = compose_cache.cache_folder(os.environ)
+    key = compose_cache.composition_key(
+        overrides, config_name, directory, [r.path for r in roots]
+    )
+    raw = compose_cache.load(folder, key) if folder else None
+    if raw is None:
+        raw = _compose_unresolved(directory, config_name, overrides)
+        if folder:
+            compose_cache.store(folder, key, raw)
+    try:
+        container = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+    except OmegaConfBaseException as err:
+        raise compose_error(err, overrides) from err
+    assert isinstance(container, dict)
+    return cast(dict[str, Any], container)
+
+
+def _compose_unresolved(directory: Path, config_name: str, overrides: list[str]) -> dict[str, Any]:
+    """Hydra's composition, `${...}` left as written."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_schemas()
     try:
         # The same search path as Hydra's entry point: the project and user folders come
         # from the search-path plugin, the primary tree from here.
         with initialize_config_dir(config_dir=str(directory), version_base="1.3", job_name="jzk"):
             cfg = compose(config_name=config_name, overrides=list(overrides))
-        container = OmegaConf.to_container(cfg, resolve=True)
+        raw = OmegaConf.to_container(cfg, resolve=False)
     except (HydraException, OmegaConfBaseException) as err:
         raise compose_error(err, overrides) from err
-    assert isinstance(container, dict)
-    return cast(dict[str, Any], container)
+    assert isinstance(raw, dict)
+    return cast(dict[str, Any], raw)
 
 
 # OmegaConf's words for a value of the wrong type -> ours (config/collector.py says the same).
@@ -281,6 +332,10 @@ def _schema_problem(full_key: str, given: object, cause: BaseException, reason: 
                 f"+{full_key}=VALUE, and a whole node is given as "
                 f"{parent.rstrip('.') or full_key}={{key: value, ...}}"
             ),
+        )
+    if "Interpolation" in reason:  # resolved after composition: no schema to name
+        return Problem(
+            full_key, given, reason, "an interpolation ${a.b} names a key of the config"
         )
     ours = next((words for theirs, words in _TYPE_REASONS if theirs in reason), None)
     return Problem(

@@ -92,44 +92,54 @@ class MetricsWriter:
         self._wait_shares: list[float] = []  # data_wait_share of each logged window
         self._waits: list[float] = []  # data_wait_s (per step) of each logged window
         self._noted_input_bound = False
-        self._file = None
+        self._file: TextIO | None = None
         self._bar: Any = None
         self._board: Any = None
         self._trackers: Any = None
         if enabled:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            # A fresh run starts a fresh file. A resumed one keeps the records up to the
-            # checkpoint and drops any logged after it (they will be logged again).
-            kept = []
-            if resume_step and self.path.exists():
-                for line in self.path.read_text().splitlines():
-                    try:
-                        if json.loads(line)["step"] <= resume_step:
-                            kept.append(line + "\n")
-                    except (ValueError, KeyError):
-                        continue
-            self._file = self.path.open("w", buffering=1)
-            self._file.writelines(kept)
-            if trackers is not None and trackers.any:
-                from jeanzay_kit.runtime.trackers import Trackers
-
-                records = [json.loads(line) for line in kept]
-                self._trackers = Trackers(run_dir, trackers, tracker_params or {}, records)
-            if tensorboard:
-                from torch.utils.tensorboard import SummaryWriter
-
-                # purge_step: after a resume TensorBoard hides what an earlier attempt logged
-                # past the checkpoint, as metrics.jsonl drops it above.
-                self._board = SummaryWriter(
-                    str(run_dir / TENSORBOARD_DIR),
-                    purge_step=resume_step + 1 if resume_step else None,
-                )
+            self._open(run_dir, resume_step, tensorboard, trackers, tracker_params or {})
             if getattr(self.stream, "isatty", lambda: False)():
                 from tqdm import tqdm
 
                 self._bar = tqdm(
                     total=total_steps, initial=resume_step, file=self.stream, unit="step"
                 )
+
+    def _open(
+        self,
+        run_dir: Path,
+        resume_step: int,
+        tensorboard: bool,
+        trackers: Any,
+        tracker_params: dict[str, Any],
+    ) -> None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        # A fresh run starts a fresh file. A resumed one keeps the records up to the
+        # checkpoint and drops any logged after it (they will be logged again).
+        kept = []
+        if resume_step and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    if json.loads(line)["step"] <= resume_step:
+                        kept.append(line + "\n")
+                except (ValueError, KeyError):
+                    continue
+        self._file = self.path.open("w", buffering=1)
+        self._file.writelines(kept)
+        if trackers is not None and trackers.any:
+            from jeanzay_kit.runtime.trackers import Trackers
+
+            records = [json.loads(line) for line in kept]
+            self._trackers = Trackers(run_dir, trackers, tracker_params or {}, records)
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step: after a resume TensorBoard hides what an earlier attempt logged
+            # past the checkpoint, as metrics.jsonl drops it above.
+            self._board = SummaryWriter(
+                str(run_dir / TENSORBOARD_DIR),
+                purge_step=resume_step + 1 if resume_step else None,
+            )
 
     def advance(self, step: int) -> None:
         """After each optimizer step (rank 0): moves the live bar; nothing in a log file."""
