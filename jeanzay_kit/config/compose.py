@@ -234,9 +234,7 @@ def compose_config(
     roots = config_roots(os.environ, Path.cwd(), config_dir)
     check_group_choices(overrides, roots)
     folder = compose_cache.cache_folder(os.environ)
-    key = compose_cache.composition_key(
-        overrides, config_name, directory, [r.path for r in roots]
-    )
+    key = compose_cache.composition_key(overrides, config_name, directory, [r.path for r in roots])
     raw = compose_cache.load(folder, key) if folder else None
     if raw is None:
         raw = _compose_unresolved(directory, config_name, overrides)
@@ -334,9 +332,7 @@ def _schema_problem(full_key: str, given: object, cause: BaseException, reason: 
             ),
         )
     if "Interpolation" in reason:  # resolved after composition: no schema to name
-        return Problem(
-            full_key, given, reason, "an interpolation ${a.b} names a key of the config"
-        )
+        return Problem(full_key, given, reason, "an interpolation ${a.b} names a key of the config")
     ours = next((words for theirs, words in _TYPE_REASONS if theirs in reason), None)
     return Problem(
         full_key,
