@@ -31,6 +31,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also ask Slurm: run `sbatch --test-only` on the rendered script (submits nothing)",
     )
+    validate.add_argument(
+        "--sizes",
+        action="store_true",
+        help="also count the model's parameters (builds it on torch's meta device: no "
+        "memory, a few seconds) for the bytes a checkpoint takes",
+    )
     add_config_args(validate)
     validate.set_defaults(run=run)
 
@@ -300,11 +306,11 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _print_snapshot(spec: JobSpec, workdir: Path) -> None:
+def _print_snapshot(spec: JobSpec, workdir: Path) -> int:
     """What `jzk submit` would freeze of the project: files count against the inode
-    quota of $WORK (identical code shares one snapshot)."""
+    quota of $WORK (identical code shares one snapshot). Returns the file count."""
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
-        return
+        return 0
     from jeanzay_kit.project.snapshot import count_snapshot
 
     files, source = count_snapshot(
@@ -314,6 +320,57 @@ def _print_snapshot(spec: JobSpec, workdir: Path) -> None:
         f"code snapshot: {files} file(s) of {workdir} ({source}) in "
         f"{spec.job.log_dir}/code/<hash>/, once per distinct code"
     )
+    return files
+
+
+def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: bool) -> None:
+    """The files and bytes the job adds (launch/footprint.py), then the site's own quota
+    report where its command exists (Jean Zay: idr_quota_user)."""
+    import shutil
+    import subprocess
+
+    from jeanzay_kit.launch.footprint import Footprint, describe
+
+    run_dir = workdir / spec.checkpoint.run_dir
+    optim = str(spec.config.get("optim", {}).get("_target_", "")).lower()
+    footprint = Footprint(
+        runs=1,
+        ranks=spec.layout.world_size,
+        keep_last=spec.checkpoint.keep_last,
+        snapshot_files=snapshot_files,
+        checkpoint_bytes=_newest_checkpoint_bytes(run_dir / "checkpoints"),
+        params=_count_params(spec) if sizes else None,
+        optimizer_states=1 if "sgd" in optim else 2,
+    )
+    for line in describe(footprint):
+        print(line)
+    quota = shutil.which("idr_quota_user")
+    if quota:
+        done = subprocess.run([quota], capture_output=True, text=True, timeout=30)
+        print(f"$ idr_quota_user\n{done.stdout.rstrip()}")
+
+
+def _newest_checkpoint_bytes(folder: Path) -> int | None:
+    """The bytes of the newest complete checkpoint (manifest.json present), if any."""
+    complete = [d for d in folder.glob("step-*") if (d / "manifest.json").is_file()]
+    if not complete:
+        return None
+    newest = max(complete, key=lambda d: int(d.name.split("-")[1]))
+    return sum(f.stat().st_size for f in newest.rglob("*") if f.is_file())
+
+
+def _count_params(spec: JobSpec) -> int | None:
+    """The model's parameters, built on the meta device (no memory is allocated)."""
+    import torch
+    from hydra.utils import instantiate
+
+    try:
+        with torch.device("meta"):
+            model = instantiate(dict(spec.model))
+        return sum(p.numel() for p in model.parameters())
+    except Exception as err:  # noqa: BLE001  # a model that cannot be built on meta
+        print(f"note: --sizes could not build the model on the meta device ({err})")
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -328,7 +385,9 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     workdir = workdir_of(spec)
     check_script_run(spec, workdir)
-    _print_snapshot(spec, workdir)
+    snapshot_files = _print_snapshot(spec, workdir)
+    if not spec.job.runs_script:
+        _print_footprint(spec, workdir, snapshot_files, args.sizes)
     print("\nOK: the request fits the profile.")
     if args.slurm:
         return ask_slurm(spec, args.overrides)
