@@ -26,6 +26,7 @@ EXIT_PREEMPTED = 3  # "stopped early after a complete checkpoint: run again to r
 
 # How often a rank looks for the batch shell's stop note (watch_note).
 NOTE_CHECK_S = 1.0
+MTIME_SLACK_S = 1.0
 
 
 class StopRequest:
@@ -93,7 +94,10 @@ def read_stop_note(path: Path, since: float) -> int:
     """The signal named in the batch shell's note at `path` if it was written after
     `since` (a note of an earlier attempt is not this one's), else 0."""
     note = stop_note(path)
-    return note[0] if note is not None and note[1] / 1e9 >= since else 0
+    # A file's mtime comes from the kernel's coarse clock (or a file server's): it can
+    # read a little before a time.time() taken earlier. An earlier attempt's note is
+    # older by a requeue at least (tens of seconds), so a second of slack tells them apart.
+    return note[0] if note is not None and note[1] / 1e9 >= since - MTIME_SLACK_S else 0
 
 
 class Agreement:
