@@ -57,11 +57,34 @@ def run(args: argparse.Namespace) -> int:
     verdicts = verdict_lines(rows)
     if verdicts:
         print("\ninput:\n" + "\n".join(f"  {line}" for line in verdicts))
+    for line in gpu_hour_lines(directory):
+        print(line)
     empty = [r.name for r in runs if not r.loss]
     if empty:
         print(f"\nno metrics yet: {', '.join(empty)}")
     print("\nwrote " + ", ".join(str(p) for p in [*written, out / "summary.csv"]))
     return 0
+
+
+def gpu_hour_lines(directory: Path) -> list[str]:
+    """GPU hours each Slurm run consumed, every attempt (requeues and resubmissions)
+    included, and their sum: one `sacct` call for the whole sweep (as `jzk status`)."""
+    from jeanzay_kit.cli.status import slurm_states, status_records
+    from jeanzay_kit.launch import status
+
+    records = [r for r in status_records(str(directory)) if r.get("job_id") not in (None, "local")]
+    ids = list(dict.fromkeys(status.state_key(r) for r in records))
+    if not ids:
+        return []
+    _states, hours, notes = slurm_states(ids)
+    per_run: dict[str, float] = {}
+    for record in records:
+        run_dir = str(record.get("run_dir", ""))
+        per_run[run_dir] = per_run.get(run_dir, 0.0) + hours.get(status.state_key(record), 0.0)
+    lines = ["", "GPU hours (sacct: elapsed x GPUs of every start, requeues included):"]
+    lines += [f"  {h:10.2f}  {d}" for d, h in sorted(per_run.items(), key=lambda kv: -kv[1])]
+    lines.append(f"  {sum(per_run.values()):10.2f}  in all, {len(ids)} job(s)")
+    return lines + [f"  {note}" for note in notes]
 
 
 def _study_report(directory: Path, out: Path) -> int:

@@ -81,7 +81,7 @@ def _show(directory: str | None, as_json: bool) -> bool:
         job = str(rec["job_id"])
         rec.update(vars(run_progress(run_dir, job_id=None if job == "local" else job)))
     ids = list(dict.fromkeys(str(r["job_id"]) for r in records if r["job_id"] != "local"))
-    states, hours, notes = _slurm_states(ids)
+    states, hours, notes = slurm_states(ids)
     for rec in records:
         if rec["job_id"] == "local":
             key = status.state_key(rec)
@@ -100,7 +100,7 @@ def _show(directory: str | None, as_json: bool) -> bool:
     return all(s in status.ENDED or s == "STOPPED" for s in now)
 
 
-def _slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
+def slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
     """The jobs' states (squeue for those it shows, sacct for the rest) and GPU hours
     over every attempt (sacct): one call of each, however many runs."""
     from jeanzay_kit.errors import SlurmCommandError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -12,10 +13,12 @@ from jeanzay_kit.cli.common import (
     ask_slurm,
     build_spec,
     check_script_run,
+    refuse_hydra_dirs,
     workdir_of,
 )
 from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.errors import JzkError
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
 
@@ -36,6 +39,13 @@ def add(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="also count the model's parameters (builds it on torch's meta device: no "
         "memory, a few seconds) for the bytes a checkpoint takes",
+    )
+    validate.add_argument(
+        "-m",
+        "--multirun",
+        action="store_true",
+        help="the overrides are a sweep (key=a,b, range(...)), as `python train.py -m`: "
+        "check every point and state the sweep's GPU-hour ceiling",
     )
     add_config_args(validate)
     validate.set_defaults(run=run)
@@ -373,7 +383,35 @@ def _count_params(spec: JobSpec) -> int | None:
         return None
 
 
+def run_sweep(args: argparse.Namespace) -> int:
+    """Each point checked (the first shown in full), then the ceiling: points x GPUs x time."""
+    from jeanzay_kit.launch.request import spec_of
+    from jeanzay_kit.launch.sweep_points import ceiling_gpu_hours, sweep_points
+
+    refuse_hydra_dirs(args.overrides)
+    points = sweep_points(args.overrides)
+    specs = []
+    for number, point in enumerate(points):
+        try:
+            specs.append(spec_of(point, args.config_dir))
+        except JzkError:
+            print(f"point {number} of {len(points)}: {' '.join(point)}", file=sys.stderr)
+            raise
+    print(describe_spec(specs[0]))
+    shapes = [(s.resources.total_gpus, s.resources.time_minutes) for s in specs]
+    ceiling = ceiling_gpu_hours(shapes)
+    print(f"\nsweep           {len(points)} point(s), each checked; the first is shown above")
+    print(
+        f"ceiling         {ceiling:,.1f} GPU hours if every point runs to its time limit "
+        "(points x GPUs x resources.time; requeues add to it)"
+    )
+    print("\nOK: every point fits the profile.")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.multirun:
+        return run_sweep(args)
     spec = build_spec(args)
     print(describe_spec(spec))
     for note in spec.notes:

@@ -110,3 +110,7 @@ def test_every_task_runs_in_the_container_and_the_requeue_runs_outside_it(
     assert obj["gpu_hours"] == pytest.approx(
         sum(s * g for s, g in zip(seconds, gpus, strict=True)) / 3600
     )
+    # `jzk report` states the same hours, per run and in all.
+    reported = run([JZK, "report", str(run_dir)], env, project).stdout
+    total = re.search(r"^\s+([\d.]+)\s+in all, 1 job\(s\)$", reported, re.M)
+    assert total and float(total.group(1)) == pytest.approx(obj["gpu_hours"], abs=0.006), reported
