@@ -38,6 +38,13 @@ def add(sub: argparse._SubParsersAction) -> None:
         "--attempt", type=int, default=None, help="only the K-th start (1: the first, -1: the last)"
     )
     logs.add_argument("--err", action="store_true", help="the error log (.err) instead")
+    logs.add_argument(
+        "--rank",
+        type=int,
+        default=None,
+        help="only what rank N printed (from <run_dir>/train.log, where every rank's lines "
+        "are kept whole and labelled)",
+    )
     logs.set_defaults(run=run_logs)
     cancel = sub.add_parser(
         "cancel",
@@ -77,11 +84,8 @@ def run_logs(args: argparse.Namespace) -> int:
 
     records = _records(args.target)
     slurm = [r for r in records if r.get("job_id") != "local" and r.get("log")]
-    if not slurm:
-        raise JzkError(
-            f"{args.target}: a run on this machine keeps no job log; its output went to the "
-            "terminal that ran it. HINT: `jzk status` shows its progress"
-        )
+    if args.rank is not None or not slurm:
+        return _train_logs(records, args)
     for record in slurm:
         path = _log_of(record, args.err)
         assert path is not None
@@ -99,6 +103,37 @@ def run_logs(args: argparse.Namespace) -> int:
     path = _log_of(last, args.err)
     assert path is not None
     return _follow(path, str(last["job_id"]))
+
+
+def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
+    """<run_dir>/train.log of each run: a local run's output (every start marked), or
+    one rank's lines of any run (--rank)."""
+    from jeanzay_kit.launch.log_rules import pick_start
+    from jeanzay_kit.runtime.rank_log import TRAIN_LOG, lines_of_rank, ranks_in
+
+    run_dirs = list(dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir")))
+    for run_dir in run_dirs:
+        path = Path(run_dir) / TRAIN_LOG
+        text = path.read_text(errors="replace") if path.exists() else ""
+        if len(run_dirs) > 1:
+            print(f"==> {path} <==", flush=True)
+        try:
+            text = pick_start(text, args.attempt)
+        except IndexError as err:
+            raise JzkError(f"{path}: {err}") from err
+        if args.rank is not None:
+            found = ranks_in(text)
+            if args.rank not in found:
+                raise JzkError(
+                    f"{path} holds no line of rank {args.rank} (ranks found: "
+                    f"{', '.join(map(str, found)) or 'none'}). HINT: a script started by "
+                    "srun or torchrun on Slurm writes to the job's log only: `jzk logs` "
+                    "without --rank"
+                )
+            text = lines_of_rank(text, args.rank)
+        sys.stdout.write(text)
+    sys.stdout.flush()
+    return 0
 
 
 def _follow(path: Path, job_id: str) -> int:

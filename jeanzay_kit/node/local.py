@@ -185,6 +185,7 @@ def launch_local(
     checkpoint while preemption.max_restarts allows (node/restarts.py)."""
     while True:
         since = time.time()
+        local_start_mark(run_dir)
         code = _launch_once(
             spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only=cpu_only
         )
@@ -222,6 +223,16 @@ def launch_local(
             file=sys.stderr,
             flush=True,
         )
+
+
+def local_start_mark(run_dir: Path) -> None:
+    """`jzk: start N of the run on HOST at TIME` in train.log, as a Slurm job's log has
+    for each start of the job (slurm/sbatch.py START_MARK)."""
+    from jeanzay_kit.runtime.rank_log import mark_start
+    from jeanzay_kit.slurm.sbatch import START_MARK
+
+    when = time.strftime("%Y-%m-%dT%H:%M:%S")
+    mark_start(run_dir, f"{START_MARK}{{n}} of the run on {socket.gethostname()} at {when}")
 
 
 def _launch_once(

@@ -25,6 +25,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -327,6 +328,7 @@ def launch_local(
     """`resources.gpus_per_node` processes of the command on this machine; the exit code
     the run ends with (0, EXIT_PREEMPTED when stopped by a signal or asking to be run
     again, else 1)."""
+    from jeanzay_kit.node.local import local_start_mark
     from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
 
     world = spec.layout.world_size
@@ -338,19 +340,33 @@ def launch_local(
     record_attempt(run_dir, start, None)
     infos = local_rank_infos(world, free_port())
     cwd, extra = own_cwd(run_dir, env, spec.job.log_dir)
+    local_start_mark(run_dir)
     # A process group of their own: a Ctrl-C in the terminal reaches this launcher
     # alone, which passes it on once (in the terminal's group they would get it twice).
+    # Their output comes through pipes, whole lines at a time (runtime/rank_log.py).
     procs = [
         subprocess.Popen(
             command,
-            env={**env, **extra, **script_env(info, str(run_dir.resolve()), job_settings(spec))},
+            # Unbuffered: a Python script's prints reach the terminal as they come, as
+            # they did when it wrote to it directly (a pipe would buffer 8 KB).
+            env={
+                "PYTHONUNBUFFERED": "1",
+                **env,
+                **extra,
+                **script_env(info, str(run_dir.resolve()), job_settings(spec)),
+            },
             cwd=cwd,
             process_group=0,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         for info in infos
     ]
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
+    pumps = _pump_output(procs, run_dir)
     failed, sent = _watch_processes(procs, stop)
+    for pump in pumps:
+        pump.join(timeout=10)
     codes = [p.returncode for p in procs]
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
         failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
@@ -373,6 +389,22 @@ def launch_local(
         )
         return EXIT_PREEMPTED
     return 0
+
+
+def _pump_output(procs: list[subprocess.Popen], run_dir: Path) -> list[threading.Thread]:
+    """A thread per pipe: each process's lines to this launcher's stdout/stderr and,
+    labelled with its rank, to <run_dir>/train.log."""
+    from jeanzay_kit.runtime.rank_log import Pump, label, open_log
+
+    fd, lock = open_log(run_dir), threading.Lock()
+    pumps: list[threading.Thread] = []
+    for rank, proc in enumerate(procs):
+        assert proc.stdout is not None and proc.stderr is not None
+        pumps.append(Pump(proc.stdout, sys.stdout.buffer, fd, label(rank), lock))
+        pumps.append(Pump(proc.stderr, sys.stderr.buffer, fd, label(rank), lock))
+    for pump in pumps:
+        pump.start()
+    return pumps
 
 
 def _watch_processes(

@@ -44,6 +44,9 @@ def run_worker(
 
     # First thing: from here on a signal is noted, not fatal, even during start-up.
     stop = stop or StopRequest()
+    from jeanzay_kit.runtime import rank_log
+
+    rank_log.install(run_dir, info.rank)  # whole lines, labelled, in <run_dir>/train.log
     if info.requeue_id is not None:  # a Slurm job: its batch shell may note a signal
         from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
 

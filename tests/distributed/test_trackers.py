@@ -105,6 +105,13 @@ def test_a_stopped_and_resumed_run_is_one_tracker_run_with_every_step_once(
     second = train(run_dir, "metrics.wandb=true", "metrics.mlflow=true")
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed from" in second.stdout
+    # The run's output stays in train.log, each start marked, each line labelled.
+    jzk = str(Path(sys.executable).parent / "jzk")
+    logs = [jzk, "logs", str(run_dir), "--rank", "0", "--attempt"]
+    first_log = subprocess.run([*logs, "1"], capture_output=True, text=True).stdout
+    second_log = subprocess.run([*logs, "2"], capture_output=True, text=True).stdout
+    assert "SIGINT received: saved step-" in first_log and "resumed from" not in first_log
+    assert "resumed from" in second_log and f"done: {STEPS} steps" in second_log
 
     logged = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     expected = [(r["step"], r["loss"]) for r in logged]
