@@ -25,10 +25,10 @@ def sweep_points(overrides: Sequence[str]) -> list[list[str]]:
         first = str(err).splitlines()[0]
         hint = "HINT: key=a,b or key=range(1,4)"
         raise ConfigError(f"cannot read the sweep: {first}. {hint}") from None
-    choices = [
+    choices: list[list[str]] = [
         [f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()]
         if o.is_sweep_override()
-        else [o.input_line]
+        else [str(o.input_line)]
         for o in parsed
     ]
     return [list(point) for point in itertools.product(*choices)]
