@@ -39,6 +39,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     logs.add_argument("--err", action="store_true", help="the error log (.err) instead")
     logs.add_argument(
+        "--trial",
+        type=int,
+        default=None,
+        help="a study's trial N (TARGET: the study's folder, tune.dir): its log",
+    )
+    logs.add_argument(
         "--rank",
         type=int,
         default=None,
@@ -82,6 +88,8 @@ def _log_of(record: Mapping, err: bool) -> Path | None:
 def run_logs(args: argparse.Namespace) -> int:
     from jeanzay_kit.launch.log_rules import pick_start
 
+    if _is_study(Path(args.target)):
+        return _trial_logs(Path(args.target), args)
     records = _records(args.target)
     slurm = [r for r in records if r.get("job_id") != "local" and r.get("log")]
     if args.rank is not None or not slurm:
@@ -103,6 +111,36 @@ def run_logs(args: argparse.Namespace) -> int:
     path = _log_of(last, args.err)
     assert path is not None
     return _follow(path, str(last["job_id"]))
+
+
+def _is_study(path: Path) -> bool:
+    from jeanzay_kit.tune.view import is_study_dir
+
+    return path.is_dir() and is_study_dir(path)
+
+
+def _trial_logs(study_dir: Path, args: argparse.Namespace) -> int:
+    """A study's trials: each trial's output (<tune.dir>/logs/trial-N.log), or with
+    --rank one rank's lines of the trial's own run directory (<tune.dir>/trial-N)."""
+    from jeanzay_kit.tune.study import trial_dir
+
+    logs = sorted((study_dir / "logs").glob("trial-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+    if args.trial is not None:
+        logs = [p for p in logs if p.stem == f"trial-{args.trial}"]
+        if not logs:
+            raise JzkError(
+                f"{study_dir} has no log of trial {args.trial}. HINT: `jzk status "
+                f"{study_dir}` lists its trials"
+            )
+    if args.rank is not None:
+        records = [{"run_dir": str(trial_dir(study_dir, int(p.stem.split("-")[1])))} for p in logs]
+        return _train_logs(records, args)
+    for path in logs:
+        if len(logs) > 1:
+            print(f"==> {path} <==", flush=True)
+        sys.stdout.write(path.read_text(errors="replace"))
+    sys.stdout.flush()
+    return 0
 
 
 def _train_logs(records: list[dict], args: argparse.Namespace) -> int:

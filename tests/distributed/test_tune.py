@@ -82,6 +82,15 @@ def test_a_stopped_study_resumes_its_trial_from_the_checkpoint(tmp_path: Path) -
     assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"]  # not counted twice
     log = (study_dir / "logs" / "trial-1.log").read_text()
     assert "resumed from" in log and "step-" in log
+    # `jzk logs STUDY --trial N` is that log; --rank 1 the trial's rank 1 of each start.
+    shown = subprocess.run(
+        [JZK, "logs", str(study_dir), "--trial", "1"], capture_output=True, text=True
+    )
+    assert shown.stdout == log, shown.stderr
+    ranks = subprocess.run(
+        [JZK, "logs", str(study_dir), "--trial", "1", "--rank", "1"], capture_output=True, text=True
+    )
+    assert ranks.stdout.count("jzk: rank 1/2") == 2, ranks.stderr  # one line per start
     # The resumed trial ends as a run of its values that was never stopped.
     lr = trials[1].params["optim.lr"]
     straight = subprocess.run(
