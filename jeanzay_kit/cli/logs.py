@@ -171,7 +171,39 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
             text = lines_of_rank(text, args.rank)
         sys.stdout.write(text)
     sys.stdout.flush()
+    if args.follow and run_dirs:
+        return _follow_local(Path(run_dirs[-1]), args.rank)
     return 0
+
+
+def _follow_local(run_dir: Path, rank: int | None) -> int:
+    """Print what a local run adds to train.log while a live process holds the run
+    directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
+    from jeanzay_kit.node.outcome import read_outcome
+    from jeanzay_kit.runtime.lease import holder
+    from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
+    from jeanzay_kit.runtime.rank_log import TRAIN_LOG, lines_of_rank
+
+    path = run_dir / TRAIN_LOG
+    offset = path.stat().st_size if path.exists() else 0
+    pending = ""
+    while True:
+        live = holder(run_dir)[1]
+        if path.exists() and path.stat().st_size > offset:
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                chunk = handle.read()
+            offset += len(chunk)
+            pending += chunk.decode(errors="replace")
+            whole, _, pending = pending.rpartition("\n")
+            text = whole + "\n" if whole else ""
+            sys.stdout.write(lines_of_rank(text, rank) if rank is not None else text)
+            sys.stdout.flush()
+        if not live:
+            state = read_outcome(run_dir) or "STOPPED"
+            print(f"jzk logs: the run ended {state}", file=sys.stderr)
+            return {"COMPLETED": 0, "STOPPED": EXIT_PREEMPTED}.get(state, 1)
+        time.sleep(FOLLOW_POLL_S)
 
 
 def _follow(path: Path, job_id: str) -> int:

@@ -54,3 +54,9 @@ def test_lines_of_two_ranks_come_out_whole_and_by_rank(tmp_path: Path) -> None:
         [JZK, "logs", str(run_dir), "--rank", "5"], capture_output=True, text=True
     )
     assert missing.returncode != 0 and "no line of rank 5 (ranks found: 0, 1)" in missing.stderr
+    # -f on a run that has ended prints what there is and its exit code at once.
+    followed = subprocess.run(
+        [JZK, "logs", str(run_dir), "-f", "--rank", "0"], capture_output=True, text=True, timeout=60
+    )
+    assert followed.returncode == 0 and "the run ended COMPLETED" in followed.stderr
+    assert followed.stdout.count("r0" * 50 + "\n") == 200
