@@ -341,27 +341,7 @@ def launch_local(
     infos = local_rank_infos(world, free_port())
     cwd, extra = own_cwd(run_dir, env, spec.job.log_dir)
     local_start_mark(run_dir)
-    # A process group of their own: a Ctrl-C in the terminal reaches this launcher
-    # alone, which passes it on once (in the terminal's group they would get it twice).
-    # Their output comes through pipes, whole lines at a time (runtime/rank_log.py).
-    procs = [
-        subprocess.Popen(
-            command,
-            # Unbuffered: a Python script's prints reach the terminal as they come, as
-            # they did when it wrote to it directly (a pipe would buffer 8 KB).
-            env={
-                "PYTHONUNBUFFERED": "1",
-                **env,
-                **extra,
-                **script_env(info, str(run_dir.resolve()), job_settings(spec)),
-            },
-            cwd=cwd,
-            process_group=0,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-        for info in infos
-    ]
+    procs = _start_processes(command, infos, {**env, **extra}, cwd, run_dir, spec)
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     pumps = _pump_output(procs, run_dir)
     failed, sent = _watch_processes(procs, stop)
@@ -389,6 +369,37 @@ def launch_local(
         )
         return EXIT_PREEMPTED
     return 0
+
+
+def _start_processes(
+    command: list[str],
+    infos: list[RankInfo],
+    env: Mapping[str, str],
+    cwd: Path,
+    run_dir: Path,
+    spec: JobSpec,
+) -> list[subprocess.Popen]:
+    """One process of the command per rank."""
+    # A process group of their own: a Ctrl-C in the terminal reaches this launcher
+    # alone, which passes it on once (in the terminal's group they would get it twice).
+    # Their output comes through pipes, whole lines at a time (runtime/rank_log.py).
+    return [
+        subprocess.Popen(
+            command,
+            # Unbuffered: a Python script's prints reach the terminal as they come, as
+            # they did when it wrote to it directly (a pipe would buffer 8 KB).
+            env={
+                "PYTHONUNBUFFERED": "1",
+                **env,
+                **script_env(info, str(run_dir.resolve()), job_settings(spec)),
+            },
+            cwd=cwd,
+            process_group=0,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for info in infos
+    ]
 
 
 def _pump_output(procs: list[subprocess.Popen], run_dir: Path) -> list[threading.Thread]:
