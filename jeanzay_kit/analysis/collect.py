@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
 from jeanzay_kit.runtime.metrics import METRICS_FILE as METRICS
@@ -29,7 +30,7 @@ class RunFiles:
 
 def hydra_overrides(run_dir: Path) -> tuple[str, ...]:
     """The overrides Hydra recorded for a run (task overrides), or none."""
-    path = run_dir / ".hydra" / "overrides.yaml"
+    path = run_dir / layout.HYDRA / "overrides.yaml"
     if not path.is_file():
         return ()
     from omegaconf import OmegaConf

@@ -33,6 +33,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
 from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord, parameter_mismatch, parse_step_dir
@@ -102,7 +103,7 @@ class Checkpointer:
         log: Callable[[str], None] = print,
         keep_best: tuple[str, str] | None = None,
     ):
-        self.store = CheckpointStore(run_dir / "checkpoints")
+        self.store = CheckpointStore(run_dir / layout.CHECKPOINTS)
         self.module = module
         self.optimizer = optimizer
         self.rank = rank

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.layout import best_step
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import CheckpointNotFound
@@ -13,8 +14,8 @@ from jeanzay_kit.errors import CheckpointNotFound
 
 def _store(run_dir: str | Path) -> CheckpointStore:
     path = Path(run_dir)
-    if path.name != "checkpoints" and (path / "checkpoints").is_dir():
-        path = path / "checkpoints"
+    if path.name != layout.CHECKPOINTS and (path / layout.CHECKPOINTS).is_dir():
+        path = path / layout.CHECKPOINTS
     if not path.is_dir():
         raise CheckpointNotFound(f"no checkpoints folder in {run_dir}")
     return CheckpointStore(path)

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checksum import (
     DEFAULT_ALGORITHM,
     algorithm_of,
@@ -237,7 +238,7 @@ def check_resume_early(
     if resume == "never":
         return
     if resume == "auto":
-        store = CheckpointStore(Path(run_dir) / "checkpoints")
+        store = CheckpointStore(Path(run_dir) / layout.CHECKPOINTS)
         complete = [e for e in store.entries() if e.has_manifest]
         if not complete:
             return

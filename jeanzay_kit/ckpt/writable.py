@@ -14,10 +14,11 @@ import os
 import shutil
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import RunDirError
 
-PROBE = ".jzk-write-test"
+PROBE = layout.WRITE_PROBE
 FIX = (
     "set job.run_dir to a directory you can write (on Jean Zay: under $WORK or $SCRATCH; "
     "`idr_quota_user` shows your quotas)"

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
 
 
@@ -46,7 +47,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def _newest_complete_step(run_dir: str) -> int | None:
     from jeanzay_kit.ckpt.store import CheckpointStore
 
-    root = Path(run_dir) / "checkpoints"
+    root = Path(run_dir) / layout.CHECKPOINTS
     if not root.is_dir():
         return None
     steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
@@ -192,17 +193,15 @@ def _records_in(root: Path, depth: int) -> list[dict]:
 
 
 def _is_run_dir(path: Path) -> bool:
-    from jeanzay_kit.node.outcome import OUTCOME_FILE
-    from jeanzay_kit.runtime.lease_rules import LEASE_FILE
 
-    marks = ("metrics.jsonl", "heartbeat", OUTCOME_FILE, LEASE_FILE)
+    marks = layout.STATUS_MARKS
     return any((path / name).exists() for name in marks)
 
 
 def _newest(record: dict) -> float:
     """When a run last moved: its metrics, else its folder."""
     run_dir = Path(str(record.get("run_dir", "")))
-    for path in (run_dir / "metrics.jsonl", run_dir):
+    for path in (run_dir / layout.METRICS, run_dir):
         try:
             return path.stat().st_mtime
         except OSError:
@@ -218,7 +217,7 @@ def _local_state(rec: dict) -> str:
     ended = read_outcome(Path(rec["run_dir"]))
     if ended is not None:
         return ended
-    if (Path(rec["run_dir"]) / "model_final.sha256").exists():
+    if (Path(rec["run_dir"]) / layout.MODEL_DIGEST).exists():
         return "COMPLETED"
     age = rec.get("oldest_beat_s")
     return "RUNNING" if age is not None and age < 60 else "STOPPED"

@@ -6,6 +6,7 @@ import argparse
 import datetime
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec, render, workdir_of
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     run_dir = workdir / spec.checkpoint.run_dir
     refuse_before_writing(spec, run_dir)
     script = render(spec, args.overrides)
-    path = run_dir / "job.sbatch"
+    path = run_dir / layout.JOB_SCRIPT
     path.write_text(script)
     jobs: list[str] = []
     for _ in range(args.chain):

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.cli.common import (
     add_config_args,
     ask_slurm,
@@ -348,7 +349,7 @@ def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: b
         ranks=spec.layout.world_size,
         keep_last=spec.checkpoint.keep_last,
         snapshot_files=snapshot_files,
-        checkpoint_bytes=_newest_checkpoint_bytes(run_dir / "checkpoints"),
+        checkpoint_bytes=_newest_checkpoint_bytes(run_dir / layout.CHECKPOINTS),
         params=_count_params(spec) if sizes else None,
         optimizer_states=1 if "sgd" in optim else 2,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Sequence
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.distributed.ranks import RankInfo
 
 # The job's runtime settings (JSON) for a session the script opens: config/runtime_settings.py
@@ -26,11 +27,11 @@ SETTINGS_ENV = "JZK_SESSION_SETTINGS"
 # Written in the run directory by a task whose command exited 3 ("requeue me",
 # node/script_task.py); the batch script's restart step (node/restart_job.py --script)
 # requeues the job and removes it.
-REQUEUE_MARK = ".jzk-requeue"
+REQUEUE_MARK = layout.REQUEUE_MARK
 # Written in the run directory by the batch shell when Slurm signalled it alone
 # (`--signal=B:USR1@120`, `scancel --batch`): the signal's name, for every task to read
 # (node/signal_rules.py, runtime/preemption.py StopRequest.watch_note).
-STOP_NOTE_FILE = ".jzk-signal"
+STOP_NOTE_FILE = layout.STOP_NOTE
 
 
 def script_argv(python: str, entry: str, args: Sequence[str]) -> list[str]:

@@ -12,10 +12,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
 
-MANIFEST = "manifest.jsonl"
+MANIFEST = layout.MANIFEST
 
 
 def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Path:

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.node.restarts import restart_history
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.stall import FINISHED_PHASES
@@ -34,7 +35,7 @@ class RunProgress:
 
 def _records_newest_first(run_dir: Path):  # noqa: ANN202 - a generator of dicts
     try:
-        lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+        lines = (run_dir / layout.METRICS).read_text().splitlines()
     except OSError:
         return
     for line in reversed(lines):

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import LaunchError
 from jeanzay_kit.launch.arrays import ArrayPlan
 from jeanzay_kit.launch.manifest import write_manifest
@@ -48,7 +49,7 @@ def submit_arrays(
             done = ", ".join(r["job_id"] for r in records) or "none"
             raise LaunchError(
                 f"sbatch refused the array of {len(plan.points)} run(s): {err}. Already "
-                f"submitted: {done} (see {sweep_dir / 'manifest.jsonl'})"
+                f"submitted: {done} (see {sweep_dir / layout.MANIFEST})"
             ) from err
         for point, job in zip(plan.points, submitted, strict=True):
             record = {

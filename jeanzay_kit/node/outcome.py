@@ -12,10 +12,11 @@ import json
 import time
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
-OUTCOME_FILE = "outcome.json"
+OUTCOME_FILE = layout.OUTCOME
 
 
 def state_of(exit_code: int) -> str:

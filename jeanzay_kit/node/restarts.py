@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 
-RESTARTS_FILE = "restarts.json"
+RESTARTS_FILE = layout.RESTARTS
 
 
 def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -19,9 +19,10 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.node.script_watch_rules import CHECKPOINT_SUFFIXES
 
-SCRIPT_CWD = "cwd"
+SCRIPT_CWD = layout.SCRIPT_CWD
 # A folder is scanned this deep for checkpoints before it is linked (cheap on $WORK).
 _SCAN_DEPTH = 2
 _SCAN_LIMIT = 2000

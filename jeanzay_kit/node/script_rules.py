@@ -16,13 +16,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.identity import script_identity
 
 # Written by a script task's first start: the command that owns the run directory.
-COMMAND_FILE = "command.json"
+COMMAND_FILE = layout.COMMAND
 
 # One line per start of the script (node/script_files.py record_attempt).
-ATTEMPTS_FILE = "attempts.jsonl"
+ATTEMPTS_FILE = layout.ATTEMPTS
 
 # What the toolkit itself writes into a script task's run directory (top-level names).
 # Anything else was written by the script: its checkpoint, its logs, its outputs.
@@ -30,24 +31,24 @@ TOOLKIT_NAMES = frozenset(
     {
         COMMAND_FILE,
         ATTEMPTS_FILE,
-        ".hydra",  # Hydra's record of the composed config (jzk train)
-        "train.log",  # Hydra's job log of `jzk train`
-        "provenance",  # project/provenance.py
-        "manifest.jsonl",  # launch/manifest.py
-        "restarts.json",  # node/restarts.py
-        ".jzk-requeue",  # distributed/script_env.REQUEUE_MARK
-        ".jzk-signal",  # distributed/script_env.STOP_NOTE_FILE: the batch shell's note
-        "heartbeat",  # a session's heartbeats (runtime/heartbeat.py)
-        ".jzk-write-test",  # the batch script's probe (slurm/sbatch.py)
-        "outcome.json",  # how a local run ended (node/outcome.py)
-        "lease.json",  # who writes the run directory now (runtime/lease_rules.py)
-        "job.sbatch",  # the script `jzk submit` submitted (cli/submit.py)
-        ".submitit",  # submitit's own folder, for a sweep's point
+        layout.HYDRA,
+        layout.TRAIN_LOG,
+        layout.PROVENANCE,
+        layout.MANIFEST,
+        layout.RESTARTS,
+        layout.REQUEUE_MARK,
+        layout.STOP_NOTE,
+        layout.HEARTBEAT,
+        layout.WRITE_PROBE,
+        layout.OUTCOME,
+        layout.LEASE,
+        layout.JOB_SCRIPT,
+        layout.SUBMITIT,
     }
 )
 # A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress.
 # ... and the temporary files of claim_run_dir and of node/outcome.py.
-_TOOLKIT_PREFIXES = ("hang-", f".{COMMAND_FILE}.", ".outcome.json.")
+_TOOLKIT_PREFIXES = (layout.HANG_PREFIX, f".{COMMAND_FILE}.", f".{layout.OUTCOME}.")
 
 
 @dataclass(frozen=True)

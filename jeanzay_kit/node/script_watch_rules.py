@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.runtime.progress import format_duration
 from jeanzay_kit.runtime.stall import FROZEN_BEATS
 
@@ -147,7 +148,7 @@ def script_hang(
 def hang_folder_name(start: float) -> str:
     """The folder of one attempt's hang dumps: every task of the step names it alike
     from the step's start (JZK_STEP_START), and so does the restart step after it."""
-    return f"hang-{int(start)}"
+    return f"{layout.HANG_PREFIX}{int(start)}"
 
 
 def looks_like_checkpoint(name: str) -> bool:

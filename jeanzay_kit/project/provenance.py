@@ -27,12 +27,13 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
 from jeanzay_kit.version import __version__
 
 PROVENANCE_DIR = ".jzk-provenance"  # inside a snapshot
-RUN_PROVENANCE = "provenance"  # inside a run directory
+RUN_PROVENANCE = layout.PROVENANCE  # inside a run directory
 FILES = ("source.json", "uncommitted.diff", "packages.txt")
 
 

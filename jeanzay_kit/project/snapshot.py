@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project import git
 from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenance
@@ -73,7 +74,7 @@ def _inside(name: str, folders: Sequence[str]) -> bool:
 
 # A folder holding one of these is a run directory (runtime/lease_rules.py LEASE_FILE,
 # launch/manifest.py, node/outcome.py), wherever job.run_dir put it.
-_RUN_DIR_MARKS = ("lease.json", "manifest.jsonl", "outcome.json", "metrics.jsonl")
+_RUN_DIR_MARKS = layout.RUN_DIR_MARKS
 # The second line of every script `jzk render` writes (slurm/sbatch.py header_lines).
 _RENDERED_MARK = b"# Rendered by jeanzay_kit"
 

@@ -27,16 +27,17 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from jeanzay_kit import report
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.runtime.stall import Beat, Stall, find_stall, hang_dir_name
 
 EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
-HEARTBEAT_DIR = "heartbeat"
+HEARTBEAT_DIR = layout.HEARTBEAT
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as
 # hang-<step>/flight_recorder/rank_<N> (read with torch.distributed.flight_recorder.fr_trace).
 FLIGHT_DIR = "flight_recorder"
 FLIGHT_ENTRIES = "2000"
 # Where NCCL's own watchdog dumps the recorder when a collective times out (prefix + rank).
-NCCL_TIMEOUT_DIR = "nccl_timeout"
+NCCL_TIMEOUT_DIR = layout.NCCL_TIMEOUT
 
 
 def enable_flight_recorder(run_dir: Path, env: MutableMapping[str, str]) -> None:

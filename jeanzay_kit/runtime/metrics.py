@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.runtime.progress import (
     format_duration,
     input_bound,
@@ -22,7 +23,7 @@ from jeanzay_kit.runtime.progress import (
     requeue_note,
 )
 
-TENSORBOARD_DIR = "tensorboard"
+TENSORBOARD_DIR = layout.TENSORBOARD
 # metrics.jsonl keys -> TensorBoard tags, grouped so the train/eval losses share a panel.
 BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
 
@@ -36,7 +37,7 @@ def board_tag(key: str) -> str:
 
 # One JSON object per logged step, in the run directory: written here, read by
 # read_records (run_result.py, `jzk report`, `jzk status`).
-METRICS_FILE = "metrics.jsonl"
+METRICS_FILE = layout.METRICS
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

@@ -25,7 +25,9 @@ import threading
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-TRAIN_LOG = "train.log"
+from jeanzay_kit import run_layout as layout
+
+TRAIN_LOG = layout.TRAIN_LOG
 _LABEL = re.compile(r"^\[rank (\d+)\] ", re.M)
 
 

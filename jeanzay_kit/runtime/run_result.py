@@ -21,10 +21,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.runtime.metrics import METRICS_FILE, read_records
 
-RESULT_FILE = "result.json"
+RESULT_FILE = layout.RESULT
 
 
 def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:

@@ -34,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from jeanzay_kit import report
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
@@ -387,7 +388,7 @@ class Session:
     def _beat_phase(self, phase: str) -> None:
         self._heartbeat.beat(self._heartbeat.step, phase)
 
-    def save_model(self, model: nn.Module, name: str = "model_final.pt") -> str:
+    def save_model(self, model: nn.Module, name: str = layout.MODEL_FINAL) -> str:
         """Collective: the whole model's weights (gathered from FSDP shards, without DDP's
         `module.`) written by rank 0 to <run_dir>/<name>, with their sha256 digest next to
         it (<name without .pt>.sha256). Returns the digest (on every rank)."""
@@ -489,7 +490,7 @@ class Session:
                 f"the loss is NaN or infinite at step {at} on some rank; nothing was saved "
                 "after it. HINT: lower the learning rate or clip gradients, look at the data "
                 "of this step; the run resumes from its newest checkpoint in "
-                f"{self.run_dir / 'checkpoints'}"
+                f"{self.run_dir / layout.CHECKPOINTS}"
             )
         if signum and not self.stopped_by:
             self.stopped_by = signal_name(signum)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from jeanzay_kit import run_layout as layout
+
 FINISHED_PHASES = ("done",)
 # Phases of a session (runtime/session.py) in which a rank waits in a collective for its
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
@@ -119,7 +121,7 @@ def _frozen(beat: Beat, now: float) -> bool:
 
 def hang_dir_name(stall: Stall) -> str:
     """The folder of one hang's dumps: the same name on every rank that sees it."""
-    return f"hang-{stall.beat.step}"
+    return f"{layout.HANG_PREFIX}{stall.beat.step}"
 
 
 def made_progress(beats: Iterable[Beat], since: float) -> bool:

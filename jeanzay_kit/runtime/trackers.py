@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 
-TRACKERS_FILE = "trackers.json"  # {"wandb": {"id":..., "step":...}, "mlflow": {...}}
-WANDB_DIR = "wandb"  # W&B writes <run_dir>/wandb/offline-run-<time>-<id>/
-MLFLOW_DIR = "mlruns"  # the default MLflow file store
+TRACKERS_FILE = layout.TRACKERS  # {"wandb": {"id":..., "step":...}, "mlflow": {...}}
+WANDB_DIR = layout.WANDB  # W&B writes <run_dir>/wandb/offline-run-<time>-<id>/
+MLFLOW_DIR = layout.MLFLOW  # the default MLflow file store
 INSTALL_HINT = "pip install 'jeanzay_kit[trackers]'"
 
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.collector import CONTROL as _CONTROL
 from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.runtime_settings import to_env as settings_text
@@ -150,7 +151,7 @@ def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
 def run_dir_check_lines(run_dir: str) -> list[str]:
     """Refuse an unwritable run directory in the batch script, in seconds, before the job
     step starts (exit 2: the requeue logic leaves a refusal alone)."""
-    probe = '"$JZK_RUN_DIR/.jzk-write-test"'
+    probe = f'"$JZK_RUN_DIR/{layout.WRITE_PROBE}"'
     return [
         "# The run directory must take writes before the job step starts: a read-only",
         "# filesystem or a folder of someone else's fails the job here, not in a worker.",

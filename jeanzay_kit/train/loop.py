@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
@@ -453,8 +454,8 @@ def save_final_model(a: Attempt) -> str | None:
     if not a.ctx.is_main or state is None:
         return None
     digest = state_digest(state)
-    torch.save(state, a.run_dir / "model_final.pt")
-    (a.run_dir / "model_final.sha256").write_text(digest + "\n")
+    torch.save(state, a.run_dir / layout.MODEL_FINAL)
+    (a.run_dir / layout.MODEL_DIGEST).write_text(digest + "\n")
     return digest
 
 

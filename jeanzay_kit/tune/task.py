@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit import report
+from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
@@ -226,7 +227,7 @@ def run_task(
         watch = TrialWatch(
             ticket.trial,
             prepared.spec.tune.objective,
-            run_dir / "metrics.jsonl",
+            run_dir / layout.METRICS,
             set(ticket.reported),
         )
         end = run_trial(command, run_dir, prepared.study_dir, watch, launcher, stop)

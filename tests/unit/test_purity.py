@@ -10,6 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
 PURE = [
     "errors.py",
+    "run_layout.py",
     "config/clusters.py",
     "config/spec.py",
     "config/schema.py",

@@ -1,0 +1,114 @@
+"""The run directory's layout, declared once: every file and folder name, who writes it,
+who reads it. Every other module asks here (tests/unit/test_run_layout.py checks that no
+other module spells one of these names); docs/architecture.md shows the table. Pure.
+
+A run directory (`job.run_dir`, default outputs/<job.name>-<config hash>) is one
+experiment: one writer at a time (the lease), every attempt of it, its checkpoints, its
+records. A sweep or log folder (`job.log_dir`, a sweep's directory) holds the manifest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# ---- in a run directory -----------------------------------------------------------------
+CHECKPOINTS = "checkpoints"  # step-N/ folders (ckpt/layout.py has a checkpoint's own files)
+METRICS = "metrics.jsonl"
+HEARTBEAT = "heartbeat"  # rank-N.json, one per rank
+NCCL_TIMEOUT = "nccl_timeout"  # a collective's timeout, noted per rank
+RESULT = "result.json"
+MODEL_FINAL = "model_final.pt"
+MODEL_DIGEST = "model_final.sha256"
+OUTCOME = "outcome.json"
+PROVENANCE = "provenance"
+LEASE = "lease.json"
+RESTARTS = "restarts.json"
+TRAIN_LOG = "train.log"
+TRACKERS = "trackers.json"
+TENSORBOARD = "tensorboard"
+WANDB = "wandb"
+MLFLOW = "mlruns"
+STOP_NOTE = ".jzk-signal"
+REQUEUE_MARK = ".jzk-requeue"
+WRITE_PROBE = ".jzk-write-test"
+SCRIPT_CWD = "cwd"
+HANG_PREFIX = "hang-"  # hang-<step>/: the ranks' stacks when the watchdog fired
+JOB_SCRIPT = "job.sbatch"
+HYDRA = ".hydra"
+COMMAND = "command.json"  # a script task: the command that owns the run directory
+ATTEMPTS = "attempts.jsonl"  # a script task: one line per start
+SUBMITIT = ".submitit"
+# ---- in a run directory or a sweep's / log folder ---------------------------------------
+MANIFEST = "manifest.jsonl"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    kind: str  # "file" | "folder" | "prefix"
+    written_by: str
+    read_by: str
+    what: str
+
+
+ENTRIES: tuple[Entry, ...] = (
+    Entry(CHECKPOINTS, "folder", "ckpt/checkpointer.py (every rank)",
+          "ckpt/store.py, ckpt/inspection.py, jzk status, jzk validate",
+          "complete checkpoints step-N/ (manifest last), retention"),
+    Entry(METRICS, "file", "runtime/metrics.py (rank 0)",
+          "jzk status, jzk report, runtime/run_result.py, tune/task.py",
+          "one JSON record per logged step"),
+    Entry(HEARTBEAT, "folder", "runtime/heartbeat.py (every rank)",
+          "runtime/stall.py (watchdog), node/local.py, jzk status",
+          "rank-N.json: step, phase, time"),
+    Entry(NCCL_TIMEOUT, "folder", "runtime/heartbeat.py", "runtime/stall.py",
+          "a rank's collective that timed out"),
+    Entry(RESULT, "file", "runtime/run_result.py (rank 0)", "jzk tune, Hydra's sweepers",
+          "the run's objective value and direction"),
+    Entry(MODEL_FINAL, "file", "train/loop.py, runtime/session.py (rank 0)", "the user",
+          "the trained weights"),
+    Entry(MODEL_DIGEST, "file", "train/loop.py (rank 0)", "jzk status, tests",
+          "sha256 over every parameter of the final model"),
+    Entry(OUTCOME, "file", "node/outcome.py (the local launcher)", "jzk status, jzk logs -f",
+          "how a local run ended: COMPLETED, STOPPED, FAILED"),
+    Entry(PROVENANCE, "folder", "project/provenance.py", "the user",
+          "code, config and environment the run was started with"),
+    Entry(LEASE, "file", "runtime/lease.py (the holder)", "jzk status, jzk cancel, jzk logs -f",
+          "who writes the run directory now (one writer)"),
+    Entry(RESTARTS, "file", "node/restarts.py", "node/restarts.py",
+          "restarts spent after hangs and crashes"),
+    Entry(TRAIN_LOG, "file", "runtime/rank_log.py (every rank), node/local.py", "jzk logs",
+          "every rank's output, whole lines labelled [rank N], each start marked"),
+    Entry(TRACKERS, "file", "runtime/trackers.py (rank 0)", "runtime/trackers.py",
+          "the W&B / MLflow run id and the last step each received"),
+    Entry(TENSORBOARD, "folder", "runtime/metrics.py (rank 0)", "tensorboard --logdir",
+          "TensorBoard event files (metrics.tensorboard)"),
+    Entry(WANDB, "folder", "wandb (rank 0)", "wandb sync", "W&B offline runs (metrics.wandb)"),
+    Entry(MLFLOW, "folder", "mlflow (rank 0)", "mlflow ui", "MLflow file store (metrics.mlflow)"),
+    Entry(STOP_NOTE, "file", "the batch script (slurm/sbatch.py)", "runtime/preemption.py",
+          "a signal Slurm sent the batch shell only"),
+    Entry(REQUEUE_MARK, "file", "node/script_task.py", "node/script_task.py",
+          "a script task asked to be run again"),
+    Entry(WRITE_PROBE, "file", "the batch script, ckpt/writable.py", "-",
+          "a probe that the run directory is writable (removed at once)"),
+    Entry(SCRIPT_CWD, "folder", "node/script_cwd.py", "a script task",
+          "a script's working directory: links to the project's entries"),
+    Entry(HANG_PREFIX, "prefix", "runtime/stall.py, node/script_watch_rules.py", "the user",
+          "hang-<step>/: every live rank's stacks when the watchdog fired"),
+    Entry(JOB_SCRIPT, "file", "jzk submit", "the user", "the sbatch script submitted"),
+    Entry(HYDRA, "folder", "Hydra (jzk train)", "the user", "Hydra's record of the config"),
+    Entry(SUBMITIT, "folder", "submitit (a sweep point)", "submitit", "submitit's own files"),
+    Entry(COMMAND, "file", "node/script_files.py (a script's first start)",
+          "node/script_task.py", "the command a script task's run directory belongs to"),
+    Entry(ATTEMPTS, "file", "node/script_files.py", "jzk status, node/script_task.py",
+          "a script task's starts"),
+    Entry(MANIFEST, "file", "launch/manifest.py (jzk submit, the launcher)",
+          "jzk status, jzk report, jzk logs, jzk cancel",
+          "one record per job: id, run directory, log, overrides (also in sweep folders)"),
+)  # fmt: skip
+
+NAMES = frozenset(e.name for e in ENTRIES)
+# What marks a folder as a run directory: a snapshot leaves such folders out
+# (project/snapshot.py); `jzk status` lists a folder holding any of STATUS_MARKS.
+RUN_DIR_MARKS = (LEASE, MANIFEST, OUTCOME, METRICS)
+STATUS_MARKS = (METRICS, HEARTBEAT, OUTCOME, LEASE)
