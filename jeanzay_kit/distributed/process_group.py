@@ -86,9 +86,16 @@ def resolve_backend(backend: str, device: torch.device, key: str) -> str:
     return backend
 
 
-def join_group(info: RankInfo, device: torch.device, backend: str, timeout_minutes: float) -> bool:
-    """Join the job's process group, unless the process is in one already: the one way
-    every loop joins (the toolkit's through init_distributed, a session's). backend: as
+def join_group(
+    info: RankInfo,
+    device: torch.device,
+    backend: str,
+    timeout_minutes: float,
+    store: dist.Store | None = None,
+) -> bool:
+    """Join the job's process group, unless the process is in one already: the one place
+    a process group is made (the toolkit's loop through init_distributed, a session's,
+    `jzk doctor`'s probe with the store its ranks checked in at). backend: as
     resolve_backend returned it. True when this call made the group (its owner leaves
     it)."""
     if dist.is_initialized():
@@ -97,8 +104,9 @@ def join_group(info: RankInfo, device: torch.device, backend: str, timeout_minut
     # step's ranks meet on the job's port, or the next free one (distributed/rendezvous.py).
     alone = info.launcher == "local" and info.world_size == 1
     timeout = timedelta(minutes=timeout_minutes)
-    store: dist.Store | None = dist.HashStore() if alone else None
-    if info.launcher == "srun" and info.world_size > 1:
+    if store is None and alone:
+        store = dist.HashStore()
+    if store is None and info.launcher == "srun" and info.world_size > 1:
         from jeanzay_kit.distributed.rendezvous import rendezvous_store
 
         store = rendezvous_store(info, timeout)

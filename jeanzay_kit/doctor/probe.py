@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jeanzay_kit.distributed.process_group import pick_device
+from jeanzay_kit.distributed.process_group import join_group, pick_device, resolve_backend, shutdown
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.doctor.table import (
     RankFacts,
@@ -124,17 +124,10 @@ def probe_rank(
     (0: healthy, possibly with SLOW ranks flagged); raises DoctorError on a failed check."""
     out = out or sys.stdout
     device = pick_device(info, want_device, visible)
-    if backend == "auto":
-        backend = "nccl" if device.type == "cuda" else "gloo"
+    backend = resolve_backend(backend, device, "--backend")
     store = _check_in(info, timeout_s)
-    dist.init_process_group(
-        backend=backend,
-        store=dist.PrefixStore("pg", store),
-        rank=info.rank,
-        world_size=info.world_size,
-        timeout=timedelta(seconds=timeout_s),
-        device_id=device if device.type == "cuda" else None,
-    )
+    # The job's one way into a process group, on the store the ranks checked in at.
+    join_group(info, device, backend, timeout_s / 60, store=dist.PrefixStore("pg", store))
     try:
         return _checks(
             info,
@@ -147,7 +140,7 @@ def probe_rank(
             out=out,
         )
     finally:
-        dist.destroy_process_group()
+        shutdown(clean=False)  # a check that failed leaves no peer to wait for
 
 
 def _checks(
