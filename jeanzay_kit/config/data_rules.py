@@ -14,11 +14,12 @@ from dataclasses import replace
 from typing import Any
 
 from jeanzay_kit.config.collector import Collector, complete
+from jeanzay_kit.config.modes import PIPELINE_MODES
 from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings, TuneSettings
 
 LOSS_FORMS = ("criterion", "output", "model")
-PIPELINE_MODES = ("pipeline", "pipeline_ddp")
+
 # A metric is logged as eval_<name>: a name that is a word keeps the key plain.
 METRIC_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Above this many loader workers per CPU of a training process the workers only fight over

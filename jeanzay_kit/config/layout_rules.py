@@ -10,13 +10,12 @@ from typing import Any
 from jeanzay_kit.config.clusters import ClusterProfile
 from jeanzay_kit.config.collector import Collector, complete
 from jeanzay_kit.config.micro_batch_rules import auto_options
+from jeanzay_kit.config.modes import AUTO_MICRO_MODES, MODES, PIPELINE_MODES
 from jeanzay_kit.distributed.layout import ParallelLayout
 
-MODES = ("ddp", "fsdp", "pipeline", "pipeline_ddp", "dataparallel")
 SCHEDULES = ("gpipe", "1f1b", "interleaved_1f1b")
 LAUNCHERS = ("srun", "torchrun")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")
-PIPELINE_MODES = ("pipeline", "pipeline_ddp")
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,6 @@ def settle_global_batch(req: ParallelRequest, dp: int) -> ParallelRequest:
 
 
 # auto measures one whole replica of the model on one GPU; these modes split the model.
-AUTO_MICRO_MODES = ("ddp", "dataparallel")
 
 
 def settle_micro_batch(

@@ -15,7 +15,6 @@ from jeanzay_kit.errors import JzkError
 
 # Where a session writes when nothing says otherwise (a plain `python script.py`).
 DEFAULT_RUN_DIR = "outputs/session"
-WRAP_MODES = ("ddp", "fsdp")
 # What torch.load(weights_only=True) reads back, besides tensors.
 _PLAIN = (str, int, float, bool, type(None))
 

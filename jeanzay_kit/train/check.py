@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from jeanzay_kit.config.modes import PIPELINE_MODES
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import ContractError, JzkError
 from jeanzay_kit.runtime.sampler import plan_for
@@ -28,8 +29,6 @@ from jeanzay_kit.train.evaluate import metric_target, prediction
 from jeanzay_kit.train.loader import build_loader, stop_workers
 from jeanzay_kit.train.micro_batch import for_check
 from jeanzay_kit.train.stream import build_stream_loader, is_stream
-
-PIPELINE_MODES = ("pipeline", "pipeline_ddp")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ the model cannot honour is said, never skipped in silence (`warn_unsupported`).
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -19,6 +20,7 @@ from torch.utils.data import IterableDataset
 
 from jeanzay_kit import report
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
+from jeanzay_kit.config.modes import BY_NAME, COMPILE_MODES
 from jeanzay_kit.config.sections import OptimSettings
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.contracts import ActivationCheckpointable
@@ -235,31 +237,18 @@ def build_strategy(
         autocast=make_autocast(precision, ctx.device),
         scaler=scaler,
     )
-    mode = spec.layout.mode
-    compiled = compile_wanted(spec.train.compile, ctx.device, mode)
-    if mode == "ddp":
-        from jeanzay_kit.train.strategies.ddp import DDPStrategy
-
-        return DDPStrategy(
-            model, bucket_cap_mb=spec.comm.bucket_cap_mb, compile_model=compiled, **common
-        )
-    if mode == "fsdp":
-        from jeanzay_kit.train.strategies.fsdp import FSDPStrategy
-
-        return FSDPStrategy(model, compile_model=compiled, **common)
-    if spec.train.compile and ctx.is_main:
+    mode = BY_NAME[spec.layout.mode]  # config/modes.py: one registration per mode
+    compiled = compile_wanted(spec.train.compile, ctx.device, mode.name)
+    if spec.train.compile and not mode.compiles and ctx.is_main:
         _warning(
-            f"train.compile=true, but parallel.mode={mode} does not compile the model "
-            "(only ddp and fsdp do): it runs eager"
+            f"train.compile=true, but parallel.mode={mode.name} does not compile the model "
+            f"(only {' and '.join(COMPILE_MODES)} do): it runs eager"
         )
-    if mode == "dataparallel":
-        from jeanzay_kit.train.strategies.dataparallel import DataParallelStrategy
-
-        return DataParallelStrategy(model, **common)
-    from jeanzay_kit.train.strategies.pipeline import PipelineStrategy
-
-    n_micro = spec.layout.microbatches * spec.train.grad_accum_steps
-    return PipelineStrategy(model, n_microbatches=n_micro, **common)
+    module, _, name = mode.strategy.partition(":")
+    strategy_class = getattr(
+        importlib.import_module(f"jeanzay_kit.train.strategies.{module}"), name
+    )
+    return cast(Strategy, strategy_class.from_job(model, spec, compiled=compiled, **common))
 
 
 def build_optimizer(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 # Modes whose strategy compiles the model (train/strategies/ddp.py, fsdp.py).
-COMPILE_MODES = ("ddp", "fsdp")
+from jeanzay_kit.config.modes import COMPILE_MODES
 
 
 def apply_tf32(tf32: bool, device: torch.device) -> None:

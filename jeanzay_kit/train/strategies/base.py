@@ -39,6 +39,13 @@ class Strategy(ABC):
         self.autocast = autocast
         self.scaler = scaler
 
+    @classmethod
+    def from_job(cls, model: nn.Module, spec: Any, *, compiled: bool, **common: Any) -> Strategy:
+        """This mode's strategy for a validated job (config/modes.py names the class):
+        `common` is what every strategy takes; a mode that needs more of the job takes
+        it here. compiled: whether train.compile applies (config/modes.py compiles)."""
+        return cls(model, **common)  # type: ignore[arg-type]  # a subclass takes the model first
+
     def compile_loss(self) -> None:
         """Compile the loss with the model (train/loss.py: ComputeLoss.compiled)."""
         compiled = getattr(self.compute_loss, "compiled", None)

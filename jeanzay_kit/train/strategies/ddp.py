@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -15,6 +16,12 @@ from jeanzay_kit.train.strategies.base import Batch, ReplicatedStrategy, cpu_sta
 
 class DDPStrategy(ReplicatedStrategy):
     name = "ddp"
+
+    @classmethod
+    def from_job(
+        cls, model: nn.Module, spec: Any, *, compiled: bool, **common: Any
+    ) -> ReplicatedStrategy:
+        return cls(model, bucket_cap_mb=spec.comm.bucket_cap_mb, compile_model=compiled, **common)
 
     def __init__(
         self,

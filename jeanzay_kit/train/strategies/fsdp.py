@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import cast
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -16,6 +16,12 @@ from jeanzay_kit.train.strategies.base import ReplicatedStrategy
 
 class FSDPStrategy(ReplicatedStrategy):
     name = "fsdp"
+
+    @classmethod
+    def from_job(
+        cls, model: nn.Module, spec: Any, *, compiled: bool, **common: Any
+    ) -> ReplicatedStrategy:
+        return cls(model, compile_model=compiled, **common)
 
     def __init__(self, model: nn.Module, *args, compile_model: bool = False, **kwargs):
         super().__init__(*args, **kwargs)

@@ -45,6 +45,12 @@ def stage_ids(pp_rank: int, pp_size: int, per_rank: int) -> list[int]:
 class PipelineStrategy(Strategy):
     name = "pipeline"
 
+    @classmethod
+    def from_job(cls, model: nn.Module, spec: Any, *, compiled: bool, **common: Any) -> Strategy:
+        # Every micro-batch of an optimizer step goes through the schedule at once.
+        n_micro = spec.layout.microbatches * spec.train.grad_accum_steps
+        return cls(model, n_microbatches=n_micro, **common)
+
     def __init__(self, model: nn.Module, *args, n_microbatches: int, **kwargs):
         super().__init__(*args, **kwargs)
         lay = self.ctx.layout
