@@ -71,5 +71,5 @@ def prepare_study(
     for param in prepared.space:  # bounds Optuna refuses, refused before the study exists
         if param.kind != "fixed":
             distribution(param)
-    study = open_study(prepared.settings, prepared.study_dir, prepared.direction, task)
+    study = open_study(prepared.settings, prepared.study_dir, prepared.direction)
     return study, prepared

@@ -91,12 +91,60 @@ def storage_of(settings: TuneSettings, study_dir: Path) -> Any:
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))
 
 
-def sampler_of(settings: TuneSettings, task: str) -> optuna.samplers.BaseSampler:
-    """tune.sampler, seeded per task: tasks with one seed would draw the same values."""
-    seed = None if settings.seed is None else settings.seed + zlib.crc32(task.encode())
-    if settings.sampler == "random":
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial `number`'s draws: one stream per trial of the study, so a
+    restarted, extended or requeued task never replays draws it made before (a seed per
+    task did: its second start drew its first start's values again)."""
+    return zlib.crc32(f"{seed}:{number}".encode())
+
+
+def _plain_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed)
+
+
+class TrialSeeded(optuna.samplers.BaseSampler):
+    """tune.sampler, seeded by the number of the trial it draws for (trial_seed): the
+    study is reproducible as a study (trial N of a seed draws from the same stream,
+    given the same history for TPE), and whatever restarts a task, no trial number is
+    drawn for twice. Optuna calls before_trial once the trial has its number."""
+
+    def __init__(self, name: str, seed: int) -> None:
+        self._name, self._seed = name, seed
+        self._inner = _plain_sampler(name, seed)
+
+    def before_trial(self, study: optuna.Study, trial: Any) -> None:
+        self._inner = _plain_sampler(self._name, trial_seed(self._seed, trial.number))
+        self._inner.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
+        return self._inner.infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: Any, search_space: dict[str, Any]
+    ) -> dict[str, Any]:
+        return self._inner.sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: Any, param_name: str, param_distribution: Any
+    ) -> Any:
+        return self._inner.sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self, study: optuna.Study, trial: Any, state: Any, values: Sequence[float] | None
+    ) -> None:
+        self._inner.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._inner.reseed_rng()
+
+
+def sampler_of(settings: TuneSettings) -> optuna.samplers.BaseSampler:
+    """tune.sampler; with tune.seed, seeded per trial (TrialSeeded), not per task."""
+    if settings.seed is None:
+        return _plain_sampler(settings.sampler, None)
+    return TrialSeeded(settings.sampler, settings.seed)
 
 
 def pruner_of(settings: TuneSettings) -> optuna.pruners.BasePruner:
@@ -113,9 +161,7 @@ def pruner_of(settings: TuneSettings) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def open_study(
-    settings: TuneSettings, study_dir: Path, direction: str, task: str = ""
-) -> optuna.Study:
+def open_study(settings: TuneSettings, study_dir: Path, direction: str) -> optuna.Study:
     """The study, created on first use; a later run (another task, a resubmission)
     loads it. A changed direction is refused: the values already told would mean the
     opposite."""
@@ -124,7 +170,7 @@ def open_study(
         storage=storage_of(settings, study_dir),
         study_name=settings.study_name,
         direction=optuna.study.StudyDirection[direction.upper()],
-        sampler=sampler_of(settings, task),
+        sampler=sampler_of(settings),
         pruner=pruner_of(settings),
         load_if_exists=True,
     )

@@ -19,7 +19,7 @@ SPACE = parse_space([("optim.lr", "tag(log, interval(1e-4, 1e-1))")])
 
 
 def study_in(path: Path):  # noqa: ANN201
-    return open_study(TuneSettings("eval_loss", "auto", seed=0), path, "minimize", "task-0")
+    return open_study(TuneSettings("eval_loss", "auto", seed=0), path, "minimize")
 
 
 def test_a_task_takes_its_own_unfinished_trial_before_a_new_one(tmp_path: Path) -> None:
@@ -97,10 +97,34 @@ def test_the_allocation_is_read_from_slurms_variables() -> None:
 def test_an_rdb_url_is_the_studys_storage_instead_of_the_journal(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'studies.db'}"
     settings = TuneSettings("eval_loss", "auto", storage=url, study_name="lr")
-    study = open_study(settings, tmp_path, "minimize", "task-0")
+    study = open_study(settings, tmp_path, "minimize")
     finish_trial(study, next_trial(study, SPACE, 2, "task-0", tmp_path), 0.5, "")
     import optuna
 
     again = optuna.load_study(study_name="lr", storage=url)  # Optuna's own reader
     assert [t.value for t in again.get_trials()] == [0.5]
     assert not (tmp_path / "study.journal").exists()
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_a_restarted_or_extended_seeded_task_never_draws_again_what_it_drew(
+    tmp_path: Path, sampler: str
+) -> None:
+    """Each start of a task opens the study anew (a new sampler, the same seed), as a
+    rerun, an extension of n_trials or a Slurm requeue does: before issue 45 its first
+    trial of every start drew the same value."""
+    settings = TuneSettings("eval_loss", "auto", seed=7, sampler=sampler)
+    drawn = []
+    for n_trials in (2, 4, 6):  # three starts of one task, each extending the study
+        study = open_study(settings, tmp_path / "a", "minimize")
+        while (ticket := next_trial(study, SPACE, n_trials, "task-0", tmp_path / "a")) is not None:
+            drawn.append(ticket.values["optim.lr"])
+            finish_trial(study, ticket, drawn[-1], "")
+    assert len(drawn) == 6 and len(set(drawn)) == 6, drawn
+    # Reproducible as a study: the same seed, started once, draws the same values.
+    study = open_study(settings, tmp_path / "b", "minimize")
+    again = []
+    while (ticket := next_trial(study, SPACE, 6, "task-0", tmp_path / "b")) is not None:
+        again.append(ticket.values["optim.lr"])
+        finish_trial(study, ticket, again[-1], "")
+    assert again == drawn
