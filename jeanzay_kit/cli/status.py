@@ -127,9 +127,9 @@ def slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
 
 
 def _is_study(path: Path) -> bool:
-    from jeanzay_kit.tune.study import JOURNAL_FILE
+    from jeanzay_kit.tune.view import is_study_dir
 
-    return (path / JOURNAL_FILE).is_file()
+    return is_study_dir(path)
 
 
 def _study_status(path: Path) -> int:

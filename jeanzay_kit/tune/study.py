@@ -13,6 +13,7 @@ when it starts again, so a trial is never counted twice nor restarted from zero.
 from __future__ import annotations
 
 import contextlib
+import json
 import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,9 @@ from jeanzay_kit.errors import Problem, SpecError
 from jeanzay_kit.tune.space import SearchParam
 
 JOURNAL_FILE = "study.journal"
+# With tune.storage (an RDB URL) the study's folder keeps where the study is, for `jzk
+# status`, `jzk report` and `jzk logs` (the folder still holds the trials and the lock).
+STORAGE_FILE = "storage.json"  # {"url": ..., "study_name": ...}
 ASK_LOCK_FILE = "ask.lock"
 TASK_ATTR = "jzk_task"
 OWNER_ATTR = "jzk_owner"  # where the task runs: slurm:<array job>_<task>, or pid:<host>:<pid>
@@ -79,13 +83,19 @@ def distribution(param: SearchParam) -> BaseDistribution:
 
 
 def storage_of(settings: TuneSettings, study_dir: Path) -> Any:
-    """tune.storage (an RDB URL), or the JournalStorage file in the study's folder."""
+    """tune.storage (an RDB URL), or the JournalStorage file in the study's folder. The
+    folder is made either way: it holds the trials' run directories and the ask lock."""
+    study_dir.mkdir(parents=True, exist_ok=True)
     if settings.storage:
+        # Owner-only: a URL may carry a database password.
+        where = study_dir / STORAGE_FILE
+        where.touch(mode=0o600)
+        record = {"url": settings.storage, "study_name": settings.study_name}
+        where.write_text(json.dumps(record) + "\n")
         return settings.storage
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 
-    study_dir.mkdir(parents=True, exist_ok=True)
     path = str(study_dir / JOURNAL_FILE)
     # The open(O_EXCL) lock: works on NFS and Lustre, where flock may not.
     return JournalStorage(JournalFileBackend(path, lock_obj=JournalFileOpenLock(path)))

@@ -7,23 +7,28 @@ file.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.tune.study import JOURNAL_FILE, TASK_ATTR
+from jeanzay_kit.tune.study import JOURNAL_FILE, STORAGE_FILE, TASK_ATTR
 
 
 def is_study_dir(path: Path) -> bool:
-    return (path / JOURNAL_FILE).is_file()
+    return (path / JOURNAL_FILE).is_file() or (path / STORAGE_FILE).is_file()
 
 
 def load_study_dir(path: Path) -> Any:
-    """The study in `path`'s journal (the one study it holds: a study's folder is its own)."""
+    """The study of `path` (the one study its storage holds for it: a study's folder is
+    its own): its journal, or the database tune.storage named."""
     import optuna
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if (path / STORAGE_FILE).is_file():  # a database shared by studies: this one by name
+        record = json.loads((path / STORAGE_FILE).read_text())
+        return optuna.load_study(study_name=record["study_name"], storage=record["url"])
     storage = JournalStorage(JournalFileBackend(str(path / JOURNAL_FILE)))
     names = optuna.study.get_all_study_names(storage)
     return optuna.load_study(study_name=names[-1], storage=storage)

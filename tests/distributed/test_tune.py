@@ -208,3 +208,26 @@ def test_two_tasks_run_trials_as_runs_of_their_own_and_a_killed_ones_trial_fails
     assert len(lrs | {victim.params["optim.lr"]}) == 3, "two tasks with one seed drew alike"
     assert {t.user_attrs["jzk_task"] for t in trials} == {"task-0", "task-1"}
     assert f"best: trial {study.best_trial.number}, value {study.best_value:.6g}" in out
+
+
+@pytest.mark.timeout(200)
+def test_a_study_in_a_database_is_seen_by_status_and_report(tmp_path: Path) -> None:
+    """tune.storage=sqlite:///... (any RDB URL Optuna takes): the study's folder is made
+    and records where the study is (issue 45: a FileNotFoundError before, and `jzk
+    status` did not see the study)."""
+    database = tmp_path / "studies.sqlite3"
+    done = tune_with(
+        tmp_path,
+        'tune.params={optim.lr: "interval(0.001, 0.01)"}',
+        "tune.n_trials=1",
+        "train.steps=20",
+        f"tune.storage=sqlite:///{database}",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    study_dir = tmp_path / "tune" / "jzk"
+    assert database.is_file() and not (study_dir / "study.journal").exists()
+    assert (study_dir / "storage.json").stat().st_mode & 0o077 == 0  # may hold a password
+    status = subprocess.run([JZK, "status", str(study_dir)], capture_output=True, text=True)
+    assert status.returncode == 0 and re.search(r"^0 +COMPLETE ", status.stdout, re.M), status
+    report = subprocess.run([JZK, "report", str(study_dir)], capture_output=True, text=True)
+    assert report.returncode == 0 and "1 complete" in report.stdout, report.stderr
