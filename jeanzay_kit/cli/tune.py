@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from jeanzay_kit.cli.common import add_config_args
 from jeanzay_kit.config.spec import JobSpec
@@ -31,6 +32,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         "tasks, each taking the next trial as soon as its last one ends, until the study has "
         "tune.n_trials. Every trial is a run of its own under tune.dir. docs/tuning.md",
     )
+    tune.add_argument(
+        "--fail-stuck",
+        action="store_true",
+        help="tell FAIL every trial of the study left RUNNING by a task that is gone (or by "
+        "no task of jzk), with its reason, then exit: nothing is trained",
+    )
     add_config_args(tune)
     tune.set_defaults(run=run)
 
@@ -41,6 +48,8 @@ def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.tune.study import summary_lines
 
     study, prepared = prepare_study(args.overrides, args.config_dir)
+    if args.fail_stuck:
+        return fail_stuck(study, prepared.study_dir)
     spec = prepared.spec
     if spec.cluster.is_slurm:
         return submit_study(spec, prepared.study_dir, args.overrides)
@@ -70,6 +79,20 @@ def run(args: argparse.Namespace) -> int:
     if EXIT_PREEMPTED in codes:
         print("jzk tune: stopped; run the same command again to resume the study", flush=True)
         return EXIT_PREEMPTED
+    return 0
+
+
+def fail_stuck(study: Any, study_dir: Path) -> int:
+    """`jzk tune --fail-stuck`: the study's RUNNING trials that no live task holds, told
+    FAIL with the reason (a live task's trial, or a requeued one waiting, is left)."""
+    from jeanzay_kit.tune.study import reap_orphans
+    from jeanzay_kit.tune.task import owner_gone
+
+    told = reap_orphans(study, "", study_dir, owner_gone, ownerless=True)
+    if told:
+        print(f"jzk tune: trial(s) {', '.join(map(str, told))} told FAIL (their task is gone)")
+    else:
+        print("jzk tune: no stuck trial: every RUNNING trial's task is alive (or none runs)")
     return 0
 
 

@@ -65,11 +65,12 @@ def prepare_study(
     overrides: Sequence[str], config_dir: str | None, task: str = "", config_name: str = "config"
 ) -> tuple[Any, PreparedStudy]:
     """The checked request and its study, opened (created on first use) for `task`."""
-    from jeanzay_kit.tune.study import distribution, open_study
+    from jeanzay_kit.tune.study import check_space, distribution, open_study
 
     prepared = check_request(overrides, config_dir, config_name)
     for param in prepared.space:  # bounds Optuna refuses, refused before the study exists
         if param.kind != "fixed":
             distribution(param)
     study = open_study(prepared.settings, prepared.study_dir, prepared.direction)
+    check_space(study, prepared.space, prepared.study_dir)
     return study, prepared

@@ -197,6 +197,38 @@ def open_study(settings: TuneSettings, study_dir: Path, direction: str) -> optun
     return study
 
 
+def check_space(study: optuna.Study, space: Sequence[SearchParam], study_dir: Path) -> None:
+    """Refuse, before any trial is asked, a search space the study cannot take: a
+    parameter its trials drew from another kind of distribution or other choices (Optuna
+    raises only once the new trial exists, and leaves it RUNNING for good)."""
+    wanted = {p.key: distribution(p) for p in space if p.kind != "fixed"}
+    for trial in study.get_trials(deepcopy=False):
+        for key, old in trial.distributions.items():
+            if key not in wanted:
+                continue
+            new = wanted[key]
+            try:
+                optuna.distributions.check_distribution_compatibility(old, new)
+            except ValueError as err:
+                raise SpecError(
+                    Problem(
+                        f"tune.params.{key}",
+                        _describe(new),
+                        f"is not the space study {study.study_name!r} drew trial "
+                        f"{trial.number} from ({_describe(old)}): {str(err).rstrip('.')}",
+                        f"keep the study's space for {key}, or start a new study: "
+                        f"tune.study_name=<new name> or a new tune.dir (not {study_dir})",
+                    )
+                ) from None
+
+
+def _describe(dist: BaseDistribution) -> str:
+    if isinstance(dist, CategoricalDistribution):
+        return "choice(" + ", ".join(map(str, dist.choices)) + ")"
+    low, high = getattr(dist, "low", "?"), getattr(dist, "high", "?")
+    return f"{type(dist).__name__.removesuffix('Distribution').lower()} {low}..{high}"
+
+
 @contextlib.contextmanager
 def _ask_lock(study_dir: Path) -> Iterator[None]:
     """One task at a time counts the trials and asks: n_trials is never overshot."""
@@ -253,11 +285,13 @@ def reap_orphans(
     study_dir: Path,
     gone: Callable[[str], bool],
     only: Collection[str] | None = None,
+    ownerless: bool = False,
 ) -> list[int]:
     """Tell FAIL the trials still RUNNING for another task whose process is gone (killed:
     it could not say so itself); a task waiting in the queue after a requeue is not
-    gone, and takes its trial again. only: these tasks' trials alone. The numbers of the
-    trials told."""
+    gone, and takes its trial again. only: these tasks' trials alone; ownerless: also
+    trials no task of jzk holds (`jzk tune --fail-stuck`). The numbers of the trials
+    told."""
     told = []
     with _ask_lock(study_dir):
         for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -265,11 +299,15 @@ def reap_orphans(
             name = frozen.user_attrs.get(TASK_ATTR)
             if name == task or (only is not None and name not in only):
                 continue
-            if not owner or not gone(owner):
+            if not owner and not ownerless or owner and not gone(owner):
                 continue
             handle = optuna.trial.Trial(study, frozen._trial_id)
             task_name = frozen.user_attrs.get(TASK_ATTR)
-            reason = f"its task ({task_name}, {owner}) ended without telling it: killed"
+            reason = (
+                f"its task ({task_name}, {owner}) ended without telling it: killed"
+                if owner
+                else "RUNNING with no task of jzk to finish it: failed by jzk tune --fail-stuck"
+            )
             handle.set_user_attr(REASON_ATTR, reason)
             study.tell(handle, state=TrialState.FAIL)
             told.append(frozen.number)

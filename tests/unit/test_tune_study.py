@@ -128,3 +128,35 @@ def test_a_restarted_or_extended_seeded_task_never_draws_again_what_it_drew(
         again.append(ticket.values["optim.lr"])
         finish_trial(study, ticket, again[-1], "")
     assert again == drawn
+
+
+def test_a_space_the_study_cannot_take_is_refused_before_any_trial(tmp_path: Path) -> None:
+    from jeanzay_kit.errors import SpecError
+    from jeanzay_kit.tune.study import check_space
+
+    first = parse_space(
+        [("optim.weight_decay", "choice(0.0, 0.1)"), *[("optim.lr", "interval(1e-4, 1e-2)")]]
+    )
+    study = study_in(tmp_path)
+    finish_trial(study, next_trial(study, first, 2, "task-0", tmp_path), 0.5, "")
+    # A wider interval is a space Optuna takes; other choices are not.
+    check_space(study, parse_space([("optim.lr", "interval(1e-5, 1e-1)")]), tmp_path)
+    changed = parse_space([("optim.weight_decay", "choice(0.0, 0.2)")])
+    with pytest.raises(SpecError) as refused:
+        check_space(study, changed, tmp_path)
+    words = str(refused.value)
+    assert "tune.params.optim.weight_decay" in words and "choice(0.0, 0.1)" in words
+    assert "tune.study_name=<new name>" in words
+    assert [t.state.name for t in study.get_trials()] == ["COMPLETE"]  # nothing wedged
+
+
+def test_fail_stuck_tells_fail_what_no_live_task_holds(tmp_path: Path) -> None:
+    study = study_in(tmp_path)
+    live = next_trial(study, SPACE, 5, "task-0", tmp_path, "pid:h:1")
+    dead = next_trial(study, SPACE, 5, "task-1", tmp_path, "pid:h:2")
+    foreign = study.ask()  # asked by plain Optuna: no task of jzk finishes it
+    told = reap_orphans(study, "", tmp_path, lambda owner: owner == "pid:h:2", ownerless=True)
+    assert told == [dead.number, foreign.number]
+    states = {t.number: t.state.name for t in study.get_trials()}
+    assert states == {live.number: "RUNNING", dead.number: "FAIL", foreign.number: "FAIL"}
+    assert "fail-stuck" in study.trials[foreign.number].user_attrs["jzk_reason"]
