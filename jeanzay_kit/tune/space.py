@@ -60,6 +60,12 @@ def _dimension(key: str, text: str, value: Any) -> SearchParam:
         return SearchParam(key, "categorical", choices=tuple(value.list))
     if isinstance(value, IntervalSweep):
         low, high = value.start or 0.0, value.end or 0.0  # Hydra's grammar gives both
+        if low > high:
+            swapped = text.replace(str(value.start), "\0").replace(str(value.end), str(value.start))
+            hint = f'use "{swapped.replace(chr(0), str(value.end))}"' if "\0" in swapped else ""
+            raise _refused(key, text, "has its low bound above its high one", hint or "swap them")
+        if log and low <= 0:
+            raise _refused(key, text, "is a log interval from 0 or below", "start it above 0")
         if "int" in tags:
             return SearchParam(key, "int", int(low), int(high), step=1, log=log)
         return SearchParam(key, "float", float(low), float(high), log=log)

@@ -77,8 +77,9 @@ def distribution(param: SearchParam) -> BaseDistribution:
             )
         return CategoricalDistribution(param.choices)
     except ValueError as err:
+        bounds = f"{param.kind} {param.low}..{param.high}"
         raise SpecError(
-            Problem(f"tune.params.{param.key}", param, str(err), "fix its bounds")
+            Problem(f"tune.params.{param.key}", bounds, str(err).rstrip("."), "fix its bounds")
         ) from None
 
 
@@ -176,8 +177,21 @@ def open_study(settings: TuneSettings, study_dir: Path, direction: str) -> optun
     loads it. A changed direction is refused: the values already told would mean the
     opposite."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = storage_of(settings, study_dir)
+    if not settings.storage:  # a study's folder holds its own journal, no other study's
+        others = optuna.study.get_all_study_names(storage)
+        if others and settings.study_name not in others:
+            raise SpecError(
+                Problem(
+                    "tune.study_name",
+                    settings.study_name,
+                    f"is not the study {study_dir / JOURNAL_FILE} holds ({', '.join(others)})",
+                    f"that journal belongs in {study_dir.parent / others[0]}; a new study "
+                    "gets a folder of its own with another tune.study_name",
+                )
+            )
     study = optuna.create_study(
-        storage=storage_of(settings, study_dir),
+        storage=storage,
         study_name=settings.study_name,
         direction=optuna.study.StudyDirection[direction.upper()],
         sampler=sampler_of(settings),

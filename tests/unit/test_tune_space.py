@@ -34,6 +34,13 @@ def test_a_sweep_is_one_dimension_of_the_search(text: str, expected: SearchParam
         ("range(0.1, 1.0)", "whole numbers"),
         ("range(5, 5)", "is empty"),
         ("[1, 2]", "use .choice.1, 2.."),
+        # The user's own words, not an internal object (issue 45).
+        (
+            "interval(0.01, 0.001)",
+            "'interval.0.01, 0.001.' has its low bound above its high one. "
+            "HINT: use .interval.0.001, 0.01..",
+        ),
+        ("tag(log, interval(0, 0.1))", "is a log interval from 0 or below"),
     ],
 )
 def test_what_is_not_a_search_is_refused_naming_the_key(text: str, says: str) -> None:

@@ -160,3 +160,17 @@ def test_fail_stuck_tells_fail_what_no_live_task_holds(tmp_path: Path) -> None:
     states = {t.number: t.state.name for t in study.get_trials()}
     assert states == {live.number: "RUNNING", dead.number: "FAIL", foreign.number: "FAIL"}
     assert "fail-stuck" in study.trials[foreign.number].user_attrs["jzk_reason"]
+
+
+def test_a_journal_of_another_study_is_refused_in_one_line(tmp_path: Path) -> None:
+    from jeanzay_kit.errors import SpecError
+
+    study_in(tmp_path / "jzk")
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "study.journal").write_bytes(
+        (tmp_path / "jzk" / "study.journal").read_bytes()
+    )
+    with pytest.raises(SpecError, match=r"tune.study_name=copy is not the study .* holds \(jzk\)"):
+        open_study(
+            TuneSettings("eval_loss", "auto", study_name="copy"), tmp_path / "copy", "minimize"
+        )
