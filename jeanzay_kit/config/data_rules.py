@@ -315,6 +315,7 @@ def check_tune(
         dir=c.line("tune.dir", tune.get("dir") or "tune/jzk", "use e.g. tune/lr-search"),
         storage=None if storage in (None, "") else str(storage),
         sampler=c.choice("tune.sampler", tune.get("sampler", default("tune.sampler")), SAMPLERS),
+        sampler_options=_sampler_options(c, tune.get("sampler_options")),
         pruner=c.choice("tune.pruner", tune.get("pruner", default("tune.pruner")), PRUNERS),
         prune_after_trials=c.positive_int(
             "tune.prune_after_trials",
@@ -330,7 +331,25 @@ def check_tune(
     )
 
 
-SAMPLERS = ("tpe", "random")
+SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
+
+
+def _sampler_options(c: Collector, options: object) -> tuple[tuple[str, Any], ...] | None:
+    """tune.sampler_options: a mapping of the sampler's keyword arguments (their names
+    are checked against the sampler where the study opens: tune/study.py)."""
+    if options is None:
+        return ()
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        c.add(
+            "tune.sampler_options",
+            options,
+            "is not a mapping of keyword arguments",
+            "use e.g. tune.sampler_options={n_startup_trials: 5}",
+        )
+        return None
+    return tuple(sorted(options.items()))
+
+
 PRUNERS = ("median", "hyperband", "none")
 
 

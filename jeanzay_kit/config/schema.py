@@ -313,7 +313,12 @@ class TuneConfig:
     # null: Optuna's JournalStorage in <tune.dir>/study.journal (a file on the shared
     # filesystem, no database server); or an RDB URL (sqlite:///..., postgresql://...).
     storage: Optional[str] = None
-    sampler: str = "tpe"  # tpe | random (Optuna's TPESampler, RandomSampler)
+    # tpe | random | cmaes | qmc | gp (Optuna's TPESampler, RandomSampler, CmaEsSampler,
+    # QMCSampler, GPSampler; cmaes, qmc and gp need the tune extra's cmaes and scipy).
+    sampler: str = "tpe"
+    # The sampler's own keyword arguments, e.g. {n_startup_trials: 5} for tpe or gp,
+    # {restart_strategy: ipop} for cmaes, {qmc_type: halton} for qmc (Optuna's docs).
+    sampler_options: Any = None
     # median | hyperband | none: stops a trial whose evaluations trail the others'
     # (Optuna's MedianPruner, HyperbandPruner); it saves and ends PRUNED.
     pruner: str = "median"

@@ -239,6 +239,7 @@ class TuneSettings:
     dir: str = "tune/jzk"
     storage: str | None = None  # None: <dir>/study.journal
     sampler: str = "tpe"
+    sampler_options: tuple[tuple[str, Any], ...] = ()  # keyword arguments of the sampler
     pruner: str = "median"
     prune_after_trials: int = 5
     prune_warmup_steps: int = 0

@@ -109,10 +109,51 @@ def trial_seed(seed: int, number: int) -> int:
     return zlib.crc32(f"{seed}:{number}".encode())
 
 
-def _plain_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    if name == "random":
-        return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.TPESampler(seed=seed)
+# tune.sampler -> Optuna's class, and the packages it needs beyond Optuna.
+SAMPLER_CLASSES = {
+    "tpe": ("TPESampler", ()),
+    "random": ("RandomSampler", ()),
+    "cmaes": ("CmaEsSampler", ("cmaes",)),
+    "qmc": ("QMCSampler", ("scipy",)),
+    "gp": ("GPSampler", ("scipy",)),
+}
+
+
+def _plain_sampler(
+    name: str, seed: int | None, options: Sequence[tuple[str, Any]] = ()
+) -> optuna.samplers.BaseSampler:
+    class_name, _needs = SAMPLER_CLASSES[name]
+    return getattr(optuna.samplers, class_name)(seed=seed, **dict(options))
+
+
+def check_sampler(name: str, options: Sequence[tuple[str, Any]]) -> None:
+    """Refuse, before any trial, a sampler whose package is missing or an option it does
+    not take (the names are its constructor's: Optuna's docs of the class)."""
+    import importlib.util
+    import inspect
+
+    class_name, needs = SAMPLER_CLASSES[name]
+    missing = [m for m in needs if importlib.util.find_spec(m) is None]
+    if missing:
+        raise SpecError(
+            Problem(
+                "tune.sampler",
+                name,
+                f"needs {', '.join(missing)}, not installed here",
+                "pip install 'jeanzay_kit[tune]'",
+            )
+        )
+    takes = set(inspect.signature(getattr(optuna.samplers, class_name)).parameters) - {"seed"}
+    for key, value in options:
+        if key not in takes:
+            raise SpecError(
+                Problem(
+                    f"tune.sampler_options.{key}",
+                    value,
+                    f"is not an option of Optuna's {class_name}",
+                    f"use one of {', '.join(sorted(takes))}",
+                )
+            )
 
 
 class TrialSeeded(optuna.samplers.BaseSampler):
@@ -121,12 +162,13 @@ class TrialSeeded(optuna.samplers.BaseSampler):
     given the same history for TPE), and whatever restarts a task, no trial number is
     drawn for twice. Optuna calls before_trial once the trial has its number."""
 
-    def __init__(self, name: str, seed: int) -> None:
-        self._name, self._seed = name, seed
-        self._inner = _plain_sampler(name, seed)
+    def __init__(self, name: str, seed: int, options: Sequence[tuple[str, Any]] = ()) -> None:
+        self._name, self._seed, self._options = name, seed, tuple(options)
+        self._inner = _plain_sampler(name, seed, self._options)
 
     def before_trial(self, study: optuna.Study, trial: Any) -> None:
-        self._inner = _plain_sampler(self._name, trial_seed(self._seed, trial.number))
+        seed = trial_seed(self._seed, trial.number)
+        self._inner = _plain_sampler(self._name, seed, self._options)
         self._inner.before_trial(study, trial)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: Any) -> dict[str, Any]:
@@ -152,10 +194,13 @@ class TrialSeeded(optuna.samplers.BaseSampler):
 
 
 def sampler_of(settings: TuneSettings) -> optuna.samplers.BaseSampler:
-    """tune.sampler; with tune.seed, seeded per trial (TrialSeeded), not per task."""
-    if settings.seed is None:
-        return _plain_sampler(settings.sampler, None)
-    return TrialSeeded(settings.sampler, settings.seed)
+    """tune.sampler with tune.sampler_options; with tune.seed, seeded per trial
+    (TrialSeeded), not per task. QMC keeps one seed: its sequence is indexed in the
+    study, and one scramble for every trial is what keeps it low-discrepancy."""
+    check_sampler(settings.sampler, settings.sampler_options)
+    if settings.seed is None or settings.sampler == "qmc":
+        return _plain_sampler(settings.sampler, settings.seed, settings.sampler_options)
+    return TrialSeeded(settings.sampler, settings.seed, settings.sampler_options)
 
 
 def pruner_of(settings: TuneSettings) -> optuna.pruners.BasePruner:

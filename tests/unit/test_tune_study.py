@@ -174,3 +174,29 @@ def test_a_journal_of_another_study_is_refused_in_one_line(tmp_path: Path) -> No
         open_study(
             TuneSettings("eval_loss", "auto", study_name="copy"), tmp_path / "copy", "minimize"
         )
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "cmaes", "qmc", "gp"])
+def test_every_sampler_runs_a_seeded_study_that_a_restart_does_not_repeat(
+    tmp_path: Path, sampler: str
+) -> None:
+    space = parse_space(
+        [("optim.lr", "tag(log, interval(1e-4, 1e-1))"), ("wd", "interval(0, 0.2)")]
+    )
+    settings = TuneSettings("eval_loss", "auto", seed=3, sampler=sampler)
+    drawn = []
+    for n_trials in (3, 6):  # a second start extends the study
+        study = open_study(settings, tmp_path, "minimize")
+        while (ticket := next_trial(study, space, n_trials, "task-0", tmp_path)) is not None:
+            drawn.append(tuple(ticket.values.values()))
+            finish_trial(study, ticket, abs(ticket.values["optim.lr"] - 0.003), "")
+    assert len(set(drawn)) == 6, drawn
+
+
+def test_a_sampler_option_it_does_not_take_is_named() -> None:
+    from jeanzay_kit.errors import SpecError
+    from jeanzay_kit.tune.study import check_sampler
+
+    check_sampler("tpe", [("n_startup_trials", 3)])
+    with pytest.raises(SpecError, match=r"tune.sampler_options.n_startup=3 is not an option of"):
+        check_sampler("tpe", [("n_startup", 3)])
