@@ -323,7 +323,8 @@ class TuneConfig:
     # (Optuna's MedianPruner, HyperbandPruner); it saves and ends PRUNED.
     pruner: str = "median"
     prune_after_trials: int = 5  # no pruning until this many trials have finished
-    prune_warmup_steps: int = 0  # nor before this training step of a trial
+    # nor before this training step of a trial; null: a quarter of train.steps.
+    prune_warmup_steps: Optional[int] = None
     seed: Optional[int] = None  # the sampler's seed; null: a different search each time
 
 

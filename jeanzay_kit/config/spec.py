@@ -144,7 +144,7 @@ def build_job_spec(
     evaluation = check_eval(c, cfg.get("eval"), one.loop, request.micro_batch, par.get("mode"))
     keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
     # A config frozen before tune.* existed (a requeued job's) has none: the defaults.
-    tune = check_tune(c, cfg.get("tune") or {}, evaluation, script)
+    tune = check_tune(c, cfg.get("tune") or {}, evaluation, script, one.loop.get("steps"))
     c.raise_if_any()
     assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
