@@ -32,6 +32,12 @@ def tune(cwd: Path, *args: str) -> subprocess.Popen:
     )
 
 
+def optuna_study(database: Path):  # noqa: ANN201 - optuna's Study
+    import optuna
+
+    return optuna.load_study(study_name="jzk", storage=f"sqlite:///{database}")
+
+
 def load(study_dir: Path):  # noqa: ANN201 - optuna's Study
     """The study as Optuna's own tools read it: the journal file, nothing of ours."""
     import optuna
@@ -123,15 +129,23 @@ def tune_with(cwd: Path, space: str, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.timeout(300)
 def test_a_trial_trailing_the_median_is_pruned_after_a_save(tmp_path: Path) -> None:
+    # The study is kept in a database (tune.storage, any RDB URL Optuna takes): the
+    # study's folder is made and says where the study is, so `jzk status` and `jzk
+    # report` below read it (issue 45: a FileNotFoundError before, and no study seen).
+    database = tmp_path / "studies.sqlite3"
     done = tune_with(
         tmp_path,
         'tune.params={optim.lr: "choice(0.003, 0.000001)"}',
         *FIRST_THEN_SECOND,
         "tune.prune_after_trials=1",
         "train.steps=1500",
+        f"tune.storage=sqlite:///{database}",
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    good, slow = load(tmp_path / "tune" / "jzk").get_trials()
+    study_dir = tmp_path / "tune" / "jzk"
+    assert database.is_file() and not (study_dir / "study.journal").exists()
+    assert (study_dir / "storage.json").stat().st_mode & 0o077 == 0  # may hold a password
+    good, slow = optuna_study(database).get_trials()
     assert (good.params["optim.lr"], slow.params["optim.lr"]) == (0.003, 0.000001)
     assert (good.state.name, slow.state.name) == ("COMPLETE", "PRUNED")
     # Its values went to the study as it trained, and the pruner stopped it early: the
@@ -146,12 +160,11 @@ def test_a_trial_trailing_the_median_is_pruned_after_a_save(tmp_path: Path) -> N
     assert not (run_dir / "result.json").exists()
     assert "1 complete, 1 pruned" in done.stdout
     # jzk status and jzk report read the study from its folder.
-    study_dir = str(tmp_path / "tune" / "jzk")
-    status = subprocess.run([JZK, "status", study_dir], capture_output=True, text=True)
+    status = subprocess.run([JZK, "status", str(study_dir)], capture_output=True, text=True)
     assert status.returncode == 0, status.stderr
     row = rf"^1 +PRUNED +[0-9.]+ +{last} +task-0 +1e-06$"  # its last reported value
     assert re.search(row, status.stdout, re.M), status.stdout
-    report = subprocess.run([JZK, "report", study_dir], capture_output=True, text=True)
+    report = subprocess.run([JZK, "report", str(study_dir)], capture_output=True, text=True)
     assert report.returncode == 0, report.stderr
     for name in ("optimization_history", "param_importances", "parallel_coordinate"):
         assert (tmp_path / "tune" / "jzk" / "report" / f"{name}.png").stat().st_size > 1000
@@ -208,26 +221,3 @@ def test_two_tasks_run_trials_as_runs_of_their_own_and_a_killed_ones_trial_fails
     assert len(lrs | {victim.params["optim.lr"]}) == 3, "two tasks with one seed drew alike"
     assert {t.user_attrs["jzk_task"] for t in trials} == {"task-0", "task-1"}
     assert f"best: trial {study.best_trial.number}, value {study.best_value:.6g}" in out
-
-
-@pytest.mark.timeout(200)
-def test_a_study_in_a_database_is_seen_by_status_and_report(tmp_path: Path) -> None:
-    """tune.storage=sqlite:///... (any RDB URL Optuna takes): the study's folder is made
-    and records where the study is (issue 45: a FileNotFoundError before, and `jzk
-    status` did not see the study)."""
-    database = tmp_path / "studies.sqlite3"
-    done = tune_with(
-        tmp_path,
-        'tune.params={optim.lr: "interval(0.001, 0.01)"}',
-        "tune.n_trials=1",
-        "train.steps=20",
-        f"tune.storage=sqlite:///{database}",
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    study_dir = tmp_path / "tune" / "jzk"
-    assert database.is_file() and not (study_dir / "study.journal").exists()
-    assert (study_dir / "storage.json").stat().st_mode & 0o077 == 0  # may hold a password
-    status = subprocess.run([JZK, "status", str(study_dir)], capture_output=True, text=True)
-    assert status.returncode == 0 and re.search(r"^0 +COMPLETE ", status.stdout, re.M), status
-    report = subprocess.run([JZK, "report", str(study_dir)], capture_output=True, text=True)
-    assert report.returncode == 0 and "1 complete" in report.stdout, report.stderr

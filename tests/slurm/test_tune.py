@@ -18,7 +18,7 @@ from tests.slurm.cluster import JZK, PYTHON, local_digest, run, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
-STEPS = 1000
+STEPS = 800  # suite time: 1000 before; the ranking below holds from a few hundred steps
 COMMON = [
     "resources.gpus_per_node=1",
     f"train.steps={STEPS}",
