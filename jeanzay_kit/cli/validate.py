@@ -343,7 +343,6 @@ def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: b
     from jeanzay_kit.launch.footprint import Footprint, describe
 
     run_dir = workdir / spec.checkpoint.run_dir
-    optim = str(spec.config.get("optim", {}).get("_target_", "")).lower()
     footprint = Footprint(
         runs=1,
         ranks=spec.layout.world_size,
@@ -351,7 +350,7 @@ def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: b
         snapshot_files=snapshot_files,
         checkpoint_bytes=_newest_checkpoint_bytes(run_dir / layout.CHECKPOINTS),
         params=_count_params(spec) if sizes else None,
-        optimizer_states=1 if "sgd" in optim else 2,
+        optimizer_states=1 if spec.optim.name == "sgd" else 2,  # momentum; AdamW: 2
     )
     for line in describe(footprint):
         print(line)
