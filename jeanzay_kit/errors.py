@@ -155,6 +155,20 @@ class CompileError(JzkError):
     alike, said once with the way out, never retried."""
 
 
+def is_loader_death(err: BaseException) -> bool:
+    """torch's words for a dead loader worker: raised by next() on the iterator, or by
+    the SIGCHLD handler it installs, wherever the training process is at that moment (a
+    checkpoint save included)."""
+    return isinstance(err, RuntimeError) and "DataLoader worker (pid" in str(err)
+
+
+class PeerFailed(JzkError):
+    """This rank stops because another rank failed; that rank says why (node/worker.py
+    says this one only stopped)."""
+
+    exit_code = 1
+
+
 class LoaderWorkerDied(JzkError):
     """A DataLoader worker process of one rank died (killed, out of memory): a failure of
     that rank, reported by it and retried within the restart budget."""

@@ -44,7 +44,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
-from jeanzay_kit.errors import CheckpointWriteError, ResumeError
+from jeanzay_kit.errors import CheckpointWriteError, PeerFailed, ResumeError, is_loader_death
 from jeanzay_kit.version import __version__
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
@@ -289,7 +289,7 @@ class Checkpointer:
         if any_rank_failed(failure is not None, None, self.device):
             raise self._lost(step, failure)
 
-    def _lost(self, step: int, err: BaseException | None) -> CheckpointWriteError:
+    def _lost(self, step: int, err: BaseException | None) -> BaseException:
         """Remove what this save wrote (rank 0) and say what happened, the space it needs
         and has, and that the previous checkpoint is kept."""
         tmp, final = self.store.tmp_dir(step), self.store.step_dir(step)
@@ -297,6 +297,9 @@ class Checkpointer:
             shutil.rmtree(tmp, ignore_errors=True)
             if final.exists() and not (final / MANIFEST).exists():
                 shutil.rmtree(final, ignore_errors=True)  # renamed, but never sealed
+        interrupted = _interruption(err, self.rank)
+        if interrupted is not None:
+            return interrupted
         cause = _root_cause(err)
         complete = [e for e in self.store.entries() if e.has_manifest]
         kept = f"step-{complete[0].step} is kept" if complete else "there is none yet"
@@ -409,6 +412,24 @@ def _root_errno(err: BaseException | None) -> int | None:
     while err is not None and not isinstance(err, OSError):
         err = err.__cause__ or err.__context__
     return err.errno if isinstance(err, OSError) else None
+
+
+def _interruption(err: BaseException | None, rank: int) -> BaseException | None:
+    """A save stopped by something other than its files. torch's SIGCHLD handler raises
+    a loader worker's death wherever the training process is, a save included, and DCP
+    hands that rank's error to every rank: not a write failure (exit 2, never retried)
+    but a crash of that rank (restarted within the budget), and a peer's stop on the
+    others. Seen in a stress run: a worker killed at step 19 of a run saving every 5."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if not isinstance(err, CheckpointException):
+        return None
+    for failed, (inner, _trace) in sorted(err.failures.items()):
+        if is_loader_death(inner):
+            if failed == rank:
+                return inner
+            return PeerFailed(f"a DataLoader worker of rank {failed} died during a save")
+    return None
 
 
 def _root_cause(err: BaseException | None) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.errors import JzkError
+from jeanzay_kit.errors import JzkError, PeerFailed
 from jeanzay_kit.runtime.preemption import StopRequest
 
 if TYPE_CHECKING:
@@ -149,7 +149,7 @@ def _leave(caught: BaseException, spec: JobSpec, info: RankInfo) -> NoReturn:
     # A loader worker's death reaches this rank from next() or from torch's SIGCHLD
     # handler, anywhere in a step: it is named as the loader's (train/loader.py).
     err = _as_loader_death(caught, spec)
-    if isinstance(err, JzkError):
+    if isinstance(err, JzkError) and not isinstance(err, PeerFailed):
         # A refusal every rank meets alike (e.g. a changed config): rank 0 says it once,
         # exit 2. A failure of one rank's own (rank_local) is said by that rank.
         if info.rank == 0 or err.rank_local:
@@ -174,7 +174,8 @@ def _report_failure(err: BaseException, info: RankInfo) -> None:
 
 
 def _as_loader_death(err: BaseException, spec: JobSpec) -> BaseException:
-    from jeanzay_kit.train.loader import describe_loader, is_loader_death, loader_death
+    from jeanzay_kit.errors import is_loader_death
+    from jeanzay_kit.train.loader import describe_loader, loader_death
 
     if not is_loader_death(err):
         return err
@@ -215,6 +216,8 @@ _PEER_GONE = (
 
 
 def is_peer_failure(err: BaseException) -> bool:
+    if isinstance(err, PeerFailed):
+        return True
     text = f"{type(err).__name__}: {err}"
     return any(marker in text for marker in _PEER_GONE)
 

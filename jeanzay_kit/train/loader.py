@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 
 from jeanzay_kit.config.sections import LoaderSettings
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.errors import LoaderWorkerDied
+from jeanzay_kit.errors import LoaderWorkerDied, is_loader_death
 from jeanzay_kit.runtime.seeded_samples import IndexedSamples, SeededSamples
 from jeanzay_kit.train.batch import to_device
 
@@ -134,12 +134,6 @@ def stop_workers(iterator: Any) -> None:
     shutdown = getattr(iterator, "_shutdown_workers", None)
     if shutdown is not None:
         shutdown()
-
-
-def is_loader_death(err: BaseException) -> bool:
-    """torch's words for a dead loader worker: raised by next() on the iterator, or by
-    the SIGCHLD handler it installs, wherever the training process is at that moment."""
-    return isinstance(err, RuntimeError) and "DataLoader worker (pid" in str(err)
 
 
 def dead_worker(iterator: Any, grace_s: float = 1.0) -> str | None:

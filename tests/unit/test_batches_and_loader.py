@@ -8,16 +8,19 @@ import os
 import signal
 import subprocess
 import sys
+import traceback
 from dataclasses import dataclass
 
 import pytest
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.utils.data import Dataset
 
+from jeanzay_kit.ckpt.checkpointer import _interruption
 from jeanzay_kit.config.collector import Collector
 from jeanzay_kit.config.data_rules import check_loader, check_loader_cpus, check_loss
 from jeanzay_kit.config.sections import LoaderSettings, LossSettings
-from jeanzay_kit.errors import ContractError, SpecError
+from jeanzay_kit.errors import ContractError, PeerFailed, SpecError, is_loader_death
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.train.batch import concat, describe, split_batch, to_device
@@ -27,7 +30,6 @@ from jeanzay_kit.train.loader import (
     build_loader,
     dead_worker,
     ignore_stop_signals,
-    is_loader_death,
 )
 from jeanzay_kit.train.loss import ComputeLoss, loss_in_output
 
@@ -152,6 +154,25 @@ def test_a_dead_loader_worker_is_recognised_in_torch_words() -> None:
     assert is_loader_death(RuntimeError("DataLoader worker (pid(s) 123) exited unexpectedly"))
     assert is_loader_death(RuntimeError("DataLoader worker (pid 9) is killed by signal: Killed."))
     assert not is_loader_death(RuntimeError("CUDA out of memory"))
+
+
+@pytest.mark.parametrize(
+    ("rank", "expected"),
+    [(1, RuntimeError), (0, PeerFailed)],
+    ids=["the_dying_rank", "its_peer"],
+)
+def test_a_loader_death_inside_a_save_is_a_crash_not_a_write_failure(
+    rank: int, expected: type
+) -> None:
+    # torch's SIGCHLD handler raised it inside dcp.save on rank 1; DCP handed it to all.
+    death = RuntimeError("DataLoader worker (pid 11545) is killed by signal: Killed.")
+    err = CheckpointException("save failed", {1: (death, traceback.extract_stack())})
+    got = _interruption(err, rank)
+    assert type(got) is expected
+    if rank == 1:
+        assert got is death
+    disk_full = CheckpointException("save failed", {1: (OSError(28, "No space"), None)})
+    assert _interruption(disk_full, rank) is None  # a write failure, said as such
 
 
 class _Indices(Dataset):
