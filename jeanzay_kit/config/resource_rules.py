@@ -12,7 +12,8 @@ from jeanzay_kit.config.clusters import ClusterProfile, Partition, Qos, mem_mega
 from jeanzay_kit.config.collector import CONTROL, Collector
 from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import PreemptionSettings, Resources
-from jeanzay_kit.slurm_syntax.timefmt import TimeFormatError, format_time, parse_time
+from jeanzay_kit.errors import TimeFormatError
+from jeanzay_kit.slurm_syntax.timefmt import format_time, parse_time
 
 # sbatch(1) --signal: the warning "may be sent up to 60 seconds earlier than specified".
 SIGNAL_EARLY_S = 60

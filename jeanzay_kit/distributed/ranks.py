@@ -24,8 +24,8 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from jeanzay_kit.errors import RankEnvError
-from jeanzay_kit.slurm_syntax.hostlist import HostlistError, expand_hostlist
+from jeanzay_kit.errors import HostlistError, RankEnvError
+from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
 
 # Linux hands out ephemeral (client) ports from 32768-60999 by default
 # (/proc/sys/net/ipv4/ip_local_port_range). A rendezvous port in that range can be

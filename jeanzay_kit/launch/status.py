@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # The format strings the commands are run with (slurm/commands.py); the parsers below
 # read exactly these fields, separated by "|".
@@ -92,8 +93,8 @@ ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEM
 
 
 def run_objects(
-    records: Sequence[Mapping], states: Mapping[str, JobState], hours: Mapping[str, float]
-) -> list[dict]:
+    records: Sequence[Mapping[str, Any]], states: Mapping[str, JobState], hours: Mapping[str, float]
+) -> list[dict[str, Any]]:
     """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json")."""
     out = []
     for rec in records:
@@ -120,14 +121,14 @@ def run_objects(
     return out
 
 
-def state_key(rec: Mapping) -> str:
+def state_key(rec: Mapping[str, Any]) -> str:
     """Where a record's state is in the states mapping: its Slurm job id, or, for a run
     on this machine (job id "local"), its run directory: each local run has its own."""
     job = str(rec["job_id"])
     return f"local:{rec.get('run_dir', '')}" if job == "local" else job
 
 
-def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> str:
+def status_table(records: Sequence[Mapping[str, Any]], states: Mapping[str, JobState]) -> str:
     """One line per manifest record: job, state, elapsed, progress, checkpoint, run.
 
     records carry `job_id`, `run_dir`, `overrides` (manifest.jsonl) and optionally what
@@ -184,7 +185,7 @@ def status_table(records: Sequence[Mapping], states: Mapping[str, JobState]) -> 
     return "\n".join([table, *_script_lines(records)])
 
 
-def _checkpoint(rec: Mapping) -> str:
+def _checkpoint(rec: Mapping[str, Any]) -> str:
     """The toolkit's newest complete step, or a script's newest checkpoint-looking file."""
     if rec.get("checkpoint") is not None:
         return f"step-{rec['checkpoint']}"
@@ -193,7 +194,7 @@ def _checkpoint(rec: Mapping) -> str:
     return "-"
 
 
-def _script_lines(records: Sequence[Mapping]) -> list[str]:
+def _script_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """Under the table, for each script task: its starts and the newest line it printed
     (a script tells the toolkit no step; its output is what can be known)."""
     lines = []
@@ -224,7 +225,7 @@ def summary(states: Iterable[str]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-def _evaluation(values: Mapping | None) -> str:
+def _evaluation(values: Mapping[str, Any] | None) -> str:
     """`0.4321 accuracy=0.912`: the eval loss, then each metric of eval.metrics."""
     from jeanzay_kit.runtime.progress import is_eval_metric
 

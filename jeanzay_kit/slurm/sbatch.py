@@ -80,12 +80,13 @@ def _directive(flag: str, value: object | None = None) -> str:
 
 def frozen_config_yaml(config: Mapping[str, Any]) -> str:
     """The resolved config as YAML that OmegaConf reads back to the same values."""
-    return yaml.safe_dump(
+    text: str = yaml.safe_dump(
         _escape_interpolations(config),
         sort_keys=False,
         default_flow_style=False,
         allow_unicode=True,
     )
+    return text
 
 
 def _escape_interpolations(value: Any) -> Any:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +99,28 @@ def test_pure_module_stays_pure(relpath: str) -> None:
 def test_the_checker_would_catch_an_impure_module(tmp_path: Path) -> None:
     tree = ast.parse("import os\nfrom torch import nn\nx = os.environ['A']\n")
     assert _imports(tree) & FORBIDDEN_MODULES == {"os", "torch"}
+
+
+def strict_mypy(*paths: str) -> subprocess.CompletedProcess[str]:
+    """mypy --strict over the given files only (what they import is read, not judged)."""
+    return subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", *paths],
+        cwd=PACKAGE.parent,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.timeout(300)
+def test_the_pure_core_type_checks_strictly() -> None:
+    done = strict_mypy(*(f"jeanzay_kit/{relpath}" for relpath in PURE))
+    assert done.returncode == 0, done.stdout[-4000:]
+
+
+@pytest.mark.timeout(300)
+def test_strict_mode_would_catch_an_untyped_function(tmp_path: Path) -> None:
+    loose = tmp_path / "loose.py"
+    loose.write_text("def double(x):\n    return 2 * x\n")
+    done = strict_mypy(str(loose))
+    assert done.returncode == 1 and "no-untyped-def" in done.stdout, done.stdout
