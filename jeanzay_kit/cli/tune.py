@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     tasks = spec.tune.tasks
     print(
         f"jzk tune: study {spec.tune.study_name!r} ({prepared.direction} "
-        f"{spec.tune.objective}), {spec.tune.n_trials} trial(s), {tasks} task(s), "
+        f"{'/'.join(spec.tune.objectives)}), {spec.tune.n_trials} trial(s), {tasks} task(s), "
         f"in {prepared.study_dir}",
         flush=True,
     )

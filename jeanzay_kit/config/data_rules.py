@@ -9,7 +9,7 @@ test's plain dict) takes the defaults of conf/loader/default.yaml and conf/loss/
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -283,42 +283,37 @@ def check_tune(
     steps: int | None = None,
 ) -> TuneSettings | None:
     """tune.objective: a value the run will have (runtime/run_result.py): train_loss,
-    eval_loss or eval_<name of eval.metrics>; a script reports its own, any name."""
-    direction = c.choice(
-        "tune.direction", tune.get("direction", default("tune.direction")), DIRECTIONS
-    )
-    objective = c.line(
-        "tune.objective",
-        tune.get("objective", default("tune.objective")),
-        "use tune.objective=eval_loss",
-    )
-    if objective is not None and not script and ev is not None:
-        names = ["train_loss", "eval_loss", *(f"eval_{m}" for m in ev.metrics)]
-        if objective not in names:
-            c.add(
-                "tune.objective",
-                objective,
-                f"is not a value this run reports (these are: {', '.join(names)})",
-                "use tune.objective=eval_loss, or add the metric to eval.metrics",
-            )
-            objective = None
+    eval_loss or eval_<name of eval.metrics>; a script reports its own, any name. A list
+    of them (with tune.direction one for all, or a list as long) is a study of several
+    objectives."""
+    objectives, directions = _objectives(c, tune, ev, script)
     params = _tune_params(c, tune.get("params") or {})
     storage = tune.get("storage", default("tune.storage"))
     seed = tune.get("seed", default("tune.seed"))
     if seed is not None:
         seed = c.positive_int("tune.seed", seed, minimum=0)
+    sampler = c.choice("tune.sampler", tune.get("sampler", default("tune.sampler")), SAMPLERS)
+    if len(objectives) > 1 and sampler == "cmaes":
+        c.add(
+            "tune.sampler",
+            sampler,
+            f"optimizes one objective, and tune.objective names {len(objectives)}",
+            "use tune.sampler=nsga2, tpe, gp, qmc or random",
+        )
     return complete(
         TuneSettings,
         nullable=("storage", "seed"),
-        objective=objective,
-        direction=direction,
+        objective=objectives[0] if objectives else None,
+        direction=directions[0] if directions else None,
+        objectives=objectives or None,
+        directions=directions or None,
         params=params,
         n_trials=c.positive_int("tune.n_trials", tune.get("n_trials", default("tune.n_trials"))),
         tasks=c.positive_int("tune.tasks", tune.get("tasks", default("tune.tasks"))),
         study_name=c.line("tune.study_name", tune.get("study_name") or "jzk", "use e.g. lr-search"),
         dir=c.line("tune.dir", tune.get("dir") or "tune/jzk", "use e.g. tune/lr-search"),
         storage=None if storage in (None, "") else str(storage),
-        sampler=c.choice("tune.sampler", tune.get("sampler", default("tune.sampler")), SAMPLERS),
+        sampler=sampler,
         sampler_options=_sampler_options(c, tune.get("sampler_options")),
         pruner=c.choice("tune.pruner", tune.get("pruner", default("tune.pruner")), PRUNERS),
         prune_after_trials=c.positive_int(
@@ -331,7 +326,55 @@ def check_tune(
     )
 
 
-SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp")
+SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp", "nsga2")
+
+
+def _objectives(
+    c: Collector, tune: Mapping[str, Any], ev: EvalSettings | None, script: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """tune.objective and tune.direction, as tuples of one length (empty: a problem is
+    in the Collector)."""
+    names = _as_list(tune.get("objective", default("tune.objective")))
+    if not names or len({str(n) for n in names}) < len(names):
+        c.add("tune.objective", names, "names an objective twice, or none", "list each once")
+        return (), ()
+    known = None
+    if not script and ev is not None:
+        known = ["train_loss", "eval_loss", *(f"eval_{m}" for m in ev.metrics)]
+    objectives = []
+    for name in names:
+        line = c.line("tune.objective", name, "use tune.objective=eval_loss")
+        if line is not None and known is not None and line not in known:
+            c.add(
+                "tune.objective",
+                line,
+                f"is not a value this run reports (these are: {', '.join(known)})",
+                "use tune.objective=eval_loss, or add the metric to eval.metrics",
+            )
+            line = None
+        objectives.append(line)
+    directions = _as_list(tune.get("direction", default("tune.direction")))
+    if len(directions) == 1:
+        directions *= len(names)
+    if len(directions) != len(names):
+        c.add(
+            "tune.direction",
+            directions,
+            f"has {len(directions)} directions for the {len(names)} objectives of tune.objective",
+            "give one per objective, in the same order, or one for all",
+        )
+        return (), ()
+    chosen = [c.choice("tune.direction", d, DIRECTIONS) for d in directions]
+    if None in objectives or None in chosen:
+        return (), ()
+    return tuple(map(str, objectives)), tuple(map(str, chosen))
+
+
+def _as_list(value: object) -> list[Any]:
+    """A config value that may be one item or a list of them (a ListConfig too)."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)
+    return [value]
 
 
 def _prune_warmup(c: Collector, value: object, steps: int | None) -> int | None:

@@ -298,10 +298,13 @@ class TuneConfig:
     """What a search optimizes (docs/tuning.md): the value a run returns to Hydra's sweeper
     and writes in <run_dir>/result.json."""
 
-    # train_loss, eval_loss, or eval_<name> of a metric in eval.metrics (its last value).
-    objective: str = "eval_loss"
-    # minimize | maximize | auto (minimize a loss; a metric's own higher_is_better).
-    direction: str = "auto"
+    # train_loss, eval_loss, or eval_<name> of a metric in eval.metrics (its last value);
+    # a list of them is a study of several objectives (jzk tune: its Pareto front).
+    # Any: a name or a list of names.
+    objective: Any = "eval_loss"
+    # minimize | maximize | auto (minimize a loss; a metric's own higher_is_better); with
+    # several objectives, one for all or a list in their order.
+    direction: Any = "auto"
     # `jzk tune`'s search space: {config key: Hydra's sweep syntax}, e.g.
     # optim.lr: tag(log, interval(1e-4, 1e-1)), model.n_layer: choice(2, 4).
     params: Any = None  # a mapping (Any: its keys have dots, which a typed dict refuses)
@@ -313,8 +316,9 @@ class TuneConfig:
     # null: Optuna's JournalStorage in <tune.dir>/study.journal (a file on the shared
     # filesystem, no database server); or an RDB URL (sqlite:///..., postgresql://...).
     storage: Optional[str] = None
-    # tpe | random | cmaes | qmc | gp (Optuna's TPESampler, RandomSampler, CmaEsSampler,
-    # QMCSampler, GPSampler; cmaes, qmc and gp need the tune extra's cmaes and scipy).
+    # tpe | random | cmaes | qmc | gp | nsga2 (Optuna's TPESampler, RandomSampler,
+    # CmaEsSampler, QMCSampler, GPSampler, NSGAIISampler; cmaes, qmc and gp need the tune
+    # extra's cmaes and scipy).
     sampler: str = "tpe"
     # The sampler's own keyword arguments, e.g. {n_startup_trials: 5} for tpe or gp,
     # {restart_strategy: ipop} for cmaes, {qmc_type: halton} for qmc (Optuna's docs).

@@ -244,6 +244,14 @@ class TuneSettings:
     prune_after_trials: int = 5
     prune_warmup_steps: int = 0
     seed: int | None = None
+    # Every objective of a study of several (tune.objective as a list), the first being
+    # `objective`, and their directions; one objective: (objective,), (direction,).
+    objectives: tuple[str, ...] = ()
+    directions: tuple[str, ...] = ()
+
+    @property
+    def several(self) -> bool:
+        return len(self.objectives) > 1
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ def _kind(config: dict[str, Any]) -> str:
     return str(config.get("job", {}).get("entry_kind", "auto"))
 
 
-def run_training(config: dict[str, Any], run_dir: str) -> float | None:
+def run_training(config: dict[str, Any], run_dir: str) -> float | list[float | None] | None:
     """Train one sweep point; its result's value (runtime/run_result.py: what Hydra's
     sweeper receives through the launcher; None when the run has none)."""
     # First: submitit installed its own handlers; ours only note the signal, and the
@@ -39,6 +39,9 @@ def run_training(config: dict[str, Any], run_dir: str) -> float | None:
         entry = config.get("job", {}).get("entry")
         what = f"job.entry {entry!r}" if entry and runs_script(entry, _kind(config)) else "training"
         raise JzkError(f"{what} ended with exit code {code}; see the error above")
-    from jeanzay_kit.runtime.run_result import result_value
+    from jeanzay_kit.runtime.run_result import result_value, result_values
 
-    return result_value(Path(run_dir))
+    # Several objectives (tune.objective as a list): the list, as Hydra's Optuna sweeper
+    # takes from a multi-objective run.
+    values = result_values(Path(run_dir))
+    return values if values is not None and len(values) > 1 else result_value(Path(run_dir))

@@ -107,12 +107,13 @@ def _finish(spec: JobSpec, info: RankInfo, run_dir: Path, result: Any, stop: Sto
 def _write_result(spec: JobSpec, run_dir: Path) -> None:
     """<run_dir>/result.json: what a search reads (runtime/run_result.py)."""
     from jeanzay_kit.runtime.run_result import missing_reason, write_from_metrics
-    from jeanzay_kit.train.components import objective_direction
+    from jeanzay_kit.train.components import objective_directions
 
-    objective = spec.tune.objective
-    record = write_from_metrics(run_dir, objective, objective_direction(spec))
-    if record["value"] is None:
-        print(f"note: no result value: {missing_reason(objective, record)}", flush=True)
+    objectives = spec.tune.objectives or (spec.tune.objective,)
+    record = write_from_metrics(run_dir, objectives, objective_directions(spec))
+    for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):
+        if value is None:
+            print(f"note: no result value: {missing_reason(objective, record)}", flush=True)
 
 
 def _before_join(

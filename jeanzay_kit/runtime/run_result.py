@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,18 +62,32 @@ def objective_points(
 
 
 def result_record(
-    values: Mapping[str, float | int], objective: str, direction: str
+    values: Mapping[str, float | int],
+    objective: str | Sequence[str],
+    direction: str | Sequence[str],
 ) -> dict[str, Any]:
     """result.json's content: the values, the objective's name, its value (None when the
-    run has no such value, or it is not finite) and the direction."""
-    value = values.get(objective)
-    finite = isinstance(value, (int, float)) and math.isfinite(value)
-    return {
+    run has no such value, or it is not finite) and the direction. Several objectives:
+    `objectives`, `values` and `directions` list each, the first also under the single
+    names (what Hydra's sweeper and a single-objective reader take)."""
+    names = [objective] if isinstance(objective, str) else list(objective)
+    directions = [direction] if isinstance(direction, str) else list(direction)
+    found = [_finite(values.get(name)) for name in names]
+    record: dict[str, Any] = {
         **values,
-        "objective": objective,
-        "value": float(value) if finite else None,  # type: ignore[arg-type]
-        "direction": direction,
+        "objective": names[0],
+        "value": found[0],
+        "direction": directions[0],
     }
+    if len(names) > 1:
+        record.update(objectives=names, values=found, directions=directions)
+    return record
+
+
+def _finite(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
 
 
 def missing_reason(objective: str, values: Mapping[str, Any]) -> str:
@@ -122,7 +136,21 @@ def result_value(run_dir: Path) -> float | None:
     return float(value)
 
 
-def write_from_metrics(run_dir: Path, objective: str, direction: str) -> dict[str, Any]:
+def result_values(run_dir: Path) -> list[float | None] | None:
+    """Each objective's value (result.json's `values`, or its one `value`); None: no
+    result.json."""
+    record = read_result(run_dir)
+    if record is None:
+        return None
+    several = record.get("values")
+    if isinstance(several, list):
+        return [_finite(v) for v in several]
+    return [_finite(record.get("value"))]
+
+
+def write_from_metrics(
+    run_dir: Path, objective: str | Sequence[str], direction: str | Sequence[str]
+) -> dict[str, Any]:
     """result.json from metrics.jsonl (the toolkit's loop, a session without s.report)."""
     record = result_record(final_values(read_records(run_dir / METRICS_FILE)), objective, direction)
     write_result(run_dir, record)

@@ -305,11 +305,21 @@ def best_direction(spec: JobSpec) -> str:
 
 
 def objective_direction(spec: JobSpec) -> str:
-    """tune.direction, with auto resolved like keep_best_mode: minimize a loss, else the
-    metric's own higher_is_better."""
-    if spec.tune.direction != "auto":
-        return spec.tune.direction
-    objective = spec.tune.objective
+    """tune.direction of the (first) objective, auto resolved (objective_directions)."""
+    return objective_directions(spec)[0]
+
+
+def objective_directions(spec: JobSpec) -> tuple[str, ...]:
+    """tune.direction of each objective, with auto resolved like keep_best_mode:
+    minimize a loss, else the metric's own higher_is_better."""
+    tune = spec.tune
+    pairs = zip(
+        tune.objectives or (tune.objective,), tune.directions or (tune.direction,), strict=True
+    )
+    return tuple(d if d != "auto" else _auto_direction(spec, objective) for objective, d in pairs)
+
+
+def _auto_direction(spec: JobSpec, objective: str) -> str:
     higher = _higher_is_better(spec, objective, "tune.objective", "tune.direction=maximize")
     return "maximize" if higher else "minimize"
 

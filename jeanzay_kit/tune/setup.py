@@ -18,7 +18,13 @@ class PreparedStudy:
     spec: JobSpec  # the request without any trial's values
     space: list[SearchParam]
     study_dir: Path
-    direction: str  # minimize | maximize, auto resolved
+    directions: tuple[str, ...]  # minimize | maximize per objective, auto resolved
+
+    @property
+    def direction(self) -> str:
+        """The objectives' directions as said to the user: `minimize`, or
+        `minimize/maximize` for two."""
+        return "/".join(self.directions)
 
     @property
     def settings(self) -> TuneSettings:
@@ -35,7 +41,7 @@ def check_request(
     """The request and its search space, checked before any trial runs: the space's
     syntax, and a run at one corner of it (each key exists, each value is accepted)."""
     from jeanzay_kit.launch.request import spec_of, workdir_of
-    from jeanzay_kit.train.components import objective_direction
+    from jeanzay_kit.train.components import objective_directions
 
     spec = spec_of(overrides, config_dir, config_name)
     if not spec.tune.params:
@@ -52,7 +58,7 @@ def check_request(
     corner = {p.key: _first(p) for p in space}
     spec_of([*overrides, *trial_overrides(corner)], config_dir, config_name)
     study_dir = workdir_of(spec) / spec.tune.dir
-    return PreparedStudy(spec, space, study_dir, objective_direction(spec))
+    return PreparedStudy(spec, space, study_dir, objective_directions(spec))
 
 
 def _first(param: SearchParam) -> Any:
@@ -71,6 +77,6 @@ def prepare_study(
     for param in prepared.space:  # bounds Optuna refuses, refused before the study exists
         if param.kind != "fixed":
             distribution(param)
-    study = open_study(prepared.settings, prepared.study_dir, prepared.direction)
+    study = open_study(prepared.settings, prepared.study_dir, prepared.directions)
     check_space(study, prepared.space, prepared.study_dir)
     return study, prepared

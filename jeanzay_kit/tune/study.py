@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import warnings
 import zlib
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -116,6 +117,7 @@ SAMPLER_CLASSES = {
     "cmaes": ("CmaEsSampler", ("cmaes",)),
     "qmc": ("QMCSampler", ("scipy",)),
     "gp": ("GPSampler", ("scipy",)),
+    "nsga2": ("NSGAIISampler", ()),
 }
 
 
@@ -207,6 +209,8 @@ def pruner_of(settings: TuneSettings) -> optuna.pruners.BasePruner:
     """tune.pruner: the median of the finished trials' values at the same step (after
     tune.prune_after_trials trials, from tune.prune_warmup_steps), or Hyperband, whose
     smallest budget is the warm-up and largest the trials' longest step seen."""
+    if settings.several:  # Optuna prunes single-objective studies only (Trial.report)
+        return optuna.pruners.NopPruner()
     if settings.pruner == "median":
         return optuna.pruners.MedianPruner(
             n_startup_trials=settings.prune_after_trials,
@@ -217,11 +221,14 @@ def pruner_of(settings: TuneSettings) -> optuna.pruners.BasePruner:
     return optuna.pruners.NopPruner()
 
 
-def open_study(settings: TuneSettings, study_dir: Path, direction: str) -> optuna.Study:
+def open_study(
+    settings: TuneSettings, study_dir: Path, directions: str | Sequence[str]
+) -> optuna.Study:
     """The study, created on first use; a later run (another task, a resubmission)
     loads it. A changed direction is refused: the values already told would mean the
-    opposite."""
+    opposite. Several directions: a study of several objectives (its Pareto front)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    directions = [directions] if isinstance(directions, str) else list(directions)
     storage = storage_of(settings, study_dir)
     if not settings.storage:  # a study's folder holds its own journal, no other study's
         others = optuna.study.get_all_study_names(storage)
@@ -238,21 +245,28 @@ def open_study(settings: TuneSettings, study_dir: Path, direction: str) -> optun
     study = optuna.create_study(
         storage=storage,
         study_name=settings.study_name,
-        direction=optuna.study.StudyDirection[direction.upper()],
+        directions=[optuna.study.StudyDirection[d.upper()] for d in directions],
         sampler=sampler_of(settings),
         pruner=pruner_of(settings),
         load_if_exists=True,
     )
-    had = study.direction.name.lower()
-    if had != direction:
+    had = [d.name.lower() for d in study.directions]
+    if had != list(directions):
+        said = had[0] if len(had) == 1 else "[" + ",".join(had) + "]"
         raise SpecError(
             Problem(
                 "tune.direction",
-                direction,
-                f"is not the direction of study {settings.study_name!r}, which {had}s",
-                f"keep tune.direction={had}, or name a new study with tune.study_name",
+                "/".join(directions),
+                f"is not the direction of study {settings.study_name!r}, which "
+                f"{'/'.join(h + 's' for h in had)} {len(had)} objective(s)",
+                f"keep tune.direction={said} (and its objectives), or name a new study "
+                "with tune.study_name",
             )
         )
+    if study.metric_names is None:  # what Optuna's plots and dashboard call them
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(list(settings.objectives or (settings.objective,)))
     return study
 
 
@@ -376,16 +390,16 @@ def reap_orphans(
 def finish_trial(
     study: optuna.Study,
     ticket: TrialTicket,
-    value: float | None,
+    values: float | Sequence[float] | None,
     reason: str,
     pruned: bool = False,
 ) -> None:
-    """Tell the study how a trial ended: PRUNED, its value, or FAIL with the reason."""
+    """Tell the study how a trial ended: PRUNED, its value(s), or FAIL with the reason."""
     if pruned:
         study.tell(ticket.trial, state=TrialState.PRUNED)
         return
-    if value is not None:
-        study.tell(ticket.trial, value)
+    if values is not None:
+        study.tell(ticket.trial, values if isinstance(values, float) else list(values))
         return
     ticket.trial.set_user_attr(REASON_ATTR, reason)
     study.tell(ticket.trial, state=TrialState.FAIL)
@@ -401,7 +415,9 @@ def summary_lines(study: optuna.Study, n_trials: int | None) -> list[str]:
     of = f" of {n_trials}" if n_trials is not None else ""
     lines = [f"study {study.study_name!r}: {len(trials)}{of} trial(s): {said or 'none'}"]
     done = [t for t in trials if t.state == TrialState.COMPLETE]
-    if done:
+    if done and len(study.directions) > 1:
+        lines += pareto_lines(study)
+    elif done:
         best = study.best_trial
         values = " ".join(f"{k}={v!r}" for k, v in best.params.items())
         lines.append(f"best: trial {best.number}, value {best.value:.6g}, {values}")
@@ -411,3 +427,20 @@ def summary_lines(study: optuna.Study, n_trials: int | None) -> list[str]:
         if t.state == TrialState.FAIL and REASON_ATTR in t.user_attrs:
             lines.append(f"trial {t.number} failed: {t.user_attrs[REASON_ATTR]}")
     return lines
+
+
+def pareto_lines(study: optuna.Study) -> list[str]:
+    """A study of several objectives has no single best: its Pareto front (Optuna's
+    best_trials, the trials no other beats on every objective), one line each."""
+    front = sorted(study.best_trials, key=lambda t: t.number)
+    lines = [f"Pareto front: {len(front)} trial(s) ({', '.join(_direction_names(study))})"]
+    for t in front:
+        values = ", ".join(f"{v:.6g}" for v in t.values)
+        params = " ".join(f"{k}={v!r}" for k, v in t.params.items())
+        lines.append(f"  trial {t.number}: values {values}, {params}")
+    return lines
+
+
+def _direction_names(study: optuna.Study) -> list[str]:
+    names = study.metric_names or [f"objective {i}" for i in range(len(study.directions))]
+    return [f"{d.name.lower()} {n}" for d, n in zip(study.directions, names, strict=False)]

@@ -38,7 +38,7 @@ class TrialEnd:
     reason."""
 
     stopped: bool
-    value: float | None
+    values: tuple[float, ...] | None  # one per objective
     reason: str
     pruned: bool = False
 
@@ -54,7 +54,7 @@ class TrialWatch:
     study, and the study's pruner says whether the trial should stop there."""
 
     trial: Any  # optuna.trial.Trial
-    objective: str
+    objective: str | None  # None: several objectives, which Optuna does not prune
     metrics: Path
     reported: set[int]
     size: int = -1
@@ -63,6 +63,8 @@ class TrialWatch:
         from jeanzay_kit.runtime.metrics import read_records
         from jeanzay_kit.runtime.run_result import objective_points
 
+        if self.objective is None:
+            return False
         try:
             size = self.metrics.stat().st_size
         except OSError:
@@ -226,7 +228,7 @@ def run_task(
         command = trial_command(launcher, prepared.spec.job.python, config, words, run_dir)
         watch = TrialWatch(
             ticket.trial,
-            prepared.spec.tune.objective,
+            None if prepared.settings.several else prepared.settings.objective,
             run_dir / layout.METRICS,
             set(ticket.reported),
         )
@@ -234,11 +236,11 @@ def run_task(
         if end.stopped:
             print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)
             return EXIT_PREEMPTED
-        finish_trial(study, ticket, end.value, end.reason, pruned=end.pruned)
+        finish_trial(study, ticket, end.values, end.reason, pruned=end.pruned)
         if end.pruned:
             said = f"PRUNED at step {max(watch.reported)}"
-        elif end.value is not None:
-            said = f"value {end.value:.6g}"
+        elif end.values is not None:
+            said = "value " + ", ".join(f"{v:.6g}" for v in end.values)
         else:
             said = f"FAILED: {end.reason}"
         print(f"{PROG}: {task}: trial {ticket.number} {said}", flush=True)
@@ -307,7 +309,6 @@ def run_trial(
 ) -> TrialEnd:
     """Run one trial's training to its end, reporting its values as it goes; its
     output goes to <tune.dir>/logs/trial-N.log."""
-    from jeanzay_kit.runtime.run_result import missing_reason, read_result, result_value
 
     logs = study_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
@@ -337,19 +338,30 @@ def run_trial(
     watch.should_prune()  # the values logged since the last look, the last one included
     code = proc.returncode
     if code == EXIT_PREEMPTED and pruning and not forwarded:
-        return TrialEnd(stopped=False, value=None, reason="", pruned=True)
+        return TrialEnd(stopped=False, values=None, reason="", pruned=True)
     if code == EXIT_PREEMPTED:
-        return TrialEnd(stopped=True, value=None, reason="")
+        return TrialEnd(stopped=True, values=None, reason="")
     if code != 0:
         ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         return TrialEnd(False, None, f"the run ended with {ended}: {_last_error(log)} ({log})")
-    value = result_value(run_dir)
-    if value is None:
-        record = read_result(run_dir)
-        if record is None:
-            return TrialEnd(False, None, f"the run wrote no result.json in {run_dir}")
-        return TrialEnd(False, None, missing_reason(str(record.get("objective")), record))
-    return TrialEnd(False, value, "")
+    return _result_end(run_dir)
+
+
+def _result_end(run_dir: Path) -> TrialEnd:
+    """A finished run's values from its result.json, or why it has none."""
+    from jeanzay_kit.runtime.run_result import missing_reason, read_result
+
+    record = read_result(run_dir)
+    if record is None:
+        return TrialEnd(False, None, f"the run wrote no result.json in {run_dir}")
+    names = record.get("objectives") or [record.get("objective")]
+    said = record.get("values") if "objectives" in record else [record.get("value")]
+    values: list[float] = []
+    for name, value in zip(names, said or [None], strict=False):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return TrialEnd(False, None, missing_reason(str(name), record))
+        values.append(float(value))
+    return TrialEnd(False, tuple(values), "")
 
 
 def _end_with_this_task() -> None:

@@ -35,12 +35,13 @@ def load_study_dir(path: Path) -> Any:
 
 
 def trial_rows(study: Any) -> list[list[str]]:
-    """One row per trial: number, state, value, last step reported, task, its values."""
+    """One row per trial: number, state, value (one per objective), last step reported,
+    task, its values."""
     trials = study.get_trials(deepcopy=False)
     keys = sorted({k for t in trials for k in t.params})
     rows = [["trial", "state", "value", "step", "task", *keys]]
     for t in trials:
-        value = f"{t.value:.6g}" if t.value is not None else "-"
+        value = ",".join(f"{v:.6g}" for v in t.values) if t.values is not None else "-"
         step = str(max(t.intermediate_values)) if t.intermediate_values else "-"
         values = [_short(t.params.get(k, "-")) for k in keys]
         rows.append(
@@ -66,6 +67,7 @@ PLOTS = {
     "parallel_coordinate.png": "plot_parallel_coordinate",
     "intermediate_values.png": "plot_intermediate_values",
 }
+PARETO_PLOTS = {"pareto_front.png": "plot_pareto_front"}
 
 
 def write_study_plots(study: Any, out: Path) -> tuple[list[Path], list[str]]:
@@ -81,7 +83,9 @@ def write_study_plots(study: Any, out: Path) -> tuple[list[Path], list[str]]:
 
     out.mkdir(parents=True, exist_ok=True)
     written, notes = [], []
-    for name, function in PLOTS.items():
+    # Several objectives: the front (the others need one objective, Optuna's `target`).
+    plots = PARETO_PLOTS if len(study.directions) > 1 else PLOTS
+    for name, function in plots.items():
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # Optuna marks these plots experimental
             try:

@@ -187,6 +187,34 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
 
 
 @pytest.mark.timeout(300)
+def test_a_study_of_two_objectives_ends_with_its_pareto_front(tmp_path: Path) -> None:
+    done = tune_with(
+        tmp_path,
+        SPACE,
+        "tune.objective=[eval_loss,train_loss]",  # after tune_with's train_loss: the last wins
+        "tune.sampler=nsga2",
+        "tune.seed=5",
+        "tune.n_trials=3",
+        "train.steps=20",
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "(minimize/minimize eval_loss/train_loss)" in done.stdout, done.stdout
+    study = load(tmp_path / "tune" / "jzk")  # plain Optuna
+    assert study.metric_names == ["eval_loss", "train_loss"]
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    for trial in trials:
+        record = result(tmp_path / "tune" / "jzk" / f"trial-{trial.number}")
+        assert trial.values == record["values"] == [record["eval_loss"], record["train_loss"]]
+    front = sorted(t.number for t in study.best_trials)
+    assert f"Pareto front: {len(front)} trial(s) (minimize eval_loss, minimize train_loss)" in (
+        done.stdout
+    )
+    shown = re.findall(r"jzk tune:   trial (\d+): values", done.stdout)
+    assert sorted(map(int, shown)) == front, done.stdout
+
+
+@pytest.mark.timeout(300)
 def test_two_tasks_run_trials_as_runs_of_their_own_and_a_killed_ones_trial_fails(
     tmp_path: Path,
 ) -> None:

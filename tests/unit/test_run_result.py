@@ -89,6 +89,25 @@ def test_a_missing_value_says_what_to_change() -> None:
         (["tune.objective="], "tune.objective='' must be a non-empty single-line string"),
         # A script reports its own values: any name.
         (["job.entry=train_plain.py", "tune.objective=bleu"], None),
+        # Several objectives: one direction for all, or one each.
+        (["tune.objective=[eval_loss,train_loss]"], None),
+        (["tune.objective=[eval_loss,train_loss]", "tune.direction=[minimize,auto]"], None),
+        (
+            ["tune.objective=[eval_loss,train_loss]", "tune.direction=[minimize,auto,auto]"],
+            "tune.direction=['minimize', 'auto', 'auto'] has 3 directions for the 2 objectives",
+        ),
+        (
+            ["tune.objective=[eval_loss,eval_loss]"],
+            "tune.objective=['eval_loss', 'eval_loss'] names an objective twice, or none",
+        ),
+        (
+            ["tune.objective=[eval_loss,eval_f1]"],
+            "tune.objective=eval_f1 is not a value this run reports",
+        ),
+        (
+            ["tune.objective=[eval_loss,train_loss]", "tune.sampler=cmaes"],
+            "tune.sampler=cmaes optimizes one objective, and tune.objective names 2",
+        ),
     ],
 )
 def test_tune_keys_are_checked_before_anything_runs(
@@ -157,3 +176,18 @@ def test_a_search_whose_run_has_no_value_is_told_why(
         "needs the run's value: tune.objective=eval_loss, but the run logged no evaluation" in err
     )
     assert "eval.every_steps" in err
+
+
+def test_several_objectives_are_listed_the_first_also_alone() -> None:
+    values = {"eval_loss": 0.25, "eval_accuracy": 0.875, "step": 10}
+    record = result_record(values, ["eval_loss", "eval_accuracy"], ["minimize", "maximize"])
+    assert (record["objective"], record["value"], record["direction"]) == (
+        "eval_loss",
+        0.25,
+        "minimize",
+    )
+    assert record["objectives"] == ["eval_loss", "eval_accuracy"]
+    assert record["values"] == [0.25, 0.875]
+    assert record["directions"] == ["minimize", "maximize"]
+    missing = result_record(values, ["eval_loss", "eval_f1"], ["minimize", "maximize"])
+    assert missing["values"] == [0.25, None]

@@ -200,3 +200,47 @@ def test_a_sampler_option_it_does_not_take_is_named() -> None:
     check_sampler("tpe", [("n_startup_trials", 3)])
     with pytest.raises(SpecError, match=r"tune.sampler_options.n_startup=3 is not an option of"):
         check_sampler("tpe", [("n_startup", 3)])
+
+
+def test_a_study_of_two_objectives_keeps_its_pareto_front(tmp_path: Path) -> None:
+    from jeanzay_kit.tune.study import summary_lines
+    from jeanzay_kit.tune.view import trial_rows
+
+    settings = TuneSettings(
+        "eval_loss",
+        "minimize",
+        seed=0,
+        objectives=("eval_loss", "eval_accuracy"),
+        directions=("minimize", "maximize"),
+    )
+    study = open_study(settings, tmp_path, settings.directions)
+    # (loss, accuracy): trial 2 is beaten by trial 0 on both, the others trade off.
+    for values in [(0.5, 0.8), (0.3, 0.6), (0.6, 0.7), (0.9, 0.9)]:
+        finish_trial(study, next_trial(study, SPACE, 4, "task-0", tmp_path), values, "")
+    again = load_study_dir(tmp_path)  # as jzk status and optuna-dashboard read it
+    assert again.metric_names == ["eval_loss", "eval_accuracy"]
+    lines = summary_lines(again, 4)
+    assert lines[1] == "Pareto front: 3 trial(s) (minimize eval_loss, maximize eval_accuracy)"
+    assert [ln.split(":")[0].strip() for ln in lines[2:5]] == ["trial 0", "trial 1", "trial 3"]
+    assert "values 0.5, 0.8, optim.lr=" in lines[2]
+    assert [row[2] for row in trial_rows(again)[1:]] == ["0.5,0.8", "0.3,0.6", "0.6,0.7", "0.9,0.9"]
+    # The same study asked with one objective is refused, naming what it has.
+    with pytest.raises(JzkError, match=r"which minimizes/maximizes 2 objective\(s\)"):
+        open_study(TuneSettings("eval_loss", "minimize"), tmp_path, "minimize")
+
+
+def test_a_trial_without_every_objective_fails_naming_the_missing_one(tmp_path: Path) -> None:
+    import json
+
+    from jeanzay_kit.tune.task import _result_end
+
+    record = {"eval_loss": 0.4, "objective": "eval_loss", "value": 0.4, "direction": "minimize"}
+    several = {**record, "objectives": ["eval_loss", "eval_f1"], "values": [0.4, None]}
+    (tmp_path / "result.json").write_text(json.dumps(several))
+    end = _result_end(tmp_path)
+    assert end.values is None and "tune.objective=eval_f1" in end.reason
+    several["values"] = [0.4, 0.7]
+    (tmp_path / "result.json").write_text(json.dumps(several))
+    assert _result_end(tmp_path).values == (0.4, 0.7)
+    (tmp_path / "result.json").write_text(json.dumps(record))
+    assert _result_end(tmp_path).values == (0.4,)
