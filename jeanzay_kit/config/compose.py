@@ -219,11 +219,25 @@ def compose_config(
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from jeanzay_kit.config import compose_cache
-    from jeanzay_kit.config.command_line import quote_argument_lists
     from jeanzay_kit.config.resolvers import register_resolvers
 
     register_resolvers()
+    raw = compose_unresolved(overrides, config_dir, config_name)
+    try:
+        container = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
+    except OmegaConfBaseException as err:
+        raise compose_error(err, overrides) from err
+    assert isinstance(container, dict)
+    return cast(dict[str, Any], container)
+
+
+def compose_unresolved(
+    overrides: Sequence[str], config_dir: str | Path | None = None, config_name: str = "config"
+) -> dict[str, Any]:
+    """The composed config with its interpolations as written (`${job.run_dir}`)."""
+    from jeanzay_kit.config import compose_cache
+    from jeanzay_kit.config.command_line import quote_argument_lists
+
     overrides = quote_argument_lists(overrides)  # job.args=[--lr=0.1] as users type it
     directory = Path(config_dir or PACKAGE_CONFIG_DIR).resolve()
     if not (directory / f"{config_name}.yaml").is_file():
@@ -240,12 +254,7 @@ def compose_config(
         raw = _compose_unresolved(directory, config_name, overrides)
         if folder:
             compose_cache.store(folder, key, raw)
-    try:
-        container = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
-    except OmegaConfBaseException as err:
-        raise compose_error(err, overrides) from err
-    assert isinstance(container, dict)
-    return cast(dict[str, Any], container)
+    return raw
 
 
 def _compose_unresolved(directory: Path, config_name: str, overrides: list[str]) -> dict[str, Any]:

@@ -19,6 +19,9 @@ class PreparedStudy:
     space: list[SearchParam]
     study_dir: Path
     directions: tuple[str, ...]  # minimize | maximize per objective, auto resolved
+    # job.args as written (`--out_dir=${job.run_dir}` unresolved: each trial's own run
+    # dir), which a trial's script options (`--lr`) follow.
+    script_args: tuple[str, ...] = ()
 
     @property
     def direction(self) -> str:
@@ -55,10 +58,50 @@ def check_request(
             )
         )
     space = parse_space(spec.tune.params)
+    check_options(space, spec)
+    script_args = _written_args(overrides, config_dir, config_name) if spec.job.runs_script else ()
     corner = {p.key: _first(p) for p in space}
-    spec_of([*overrides, *trial_overrides(corner)], config_dir, config_name)
+    spec_of([*overrides, *trial_overrides(corner, script_args)], config_dir, config_name)
     study_dir = workdir_of(spec) / spec.tune.dir
-    return PreparedStudy(spec, space, study_dir, objective_directions(spec))
+    return PreparedStudy(spec, space, study_dir, objective_directions(spec), script_args)
+
+
+def _written_args(
+    overrides: Sequence[str], config_dir: str | None, config_name: str
+) -> tuple[str, ...]:
+    """job.args with its interpolations unresolved."""
+    from jeanzay_kit.config.compose import compose_unresolved
+
+    args = compose_unresolved(overrides, config_dir, config_name)["job"].get("args")
+    return tuple(str(a) for a in args or ())
+
+
+def check_options(space: Sequence[SearchParam], spec: JobSpec) -> None:
+    """A script's options (`--lr`) need a script, and one value each: not job.args's too."""
+    from jeanzay_kit.tune.space import is_option
+
+    for param in space:
+        if not is_option(param.key):
+            continue
+        if not spec.job.runs_script:
+            raise SpecError(
+                Problem(
+                    f"tune.params.{param.key}",
+                    param.key,
+                    "is an option of your own script, and job.entry is the toolkit's loop",
+                    "search a config key (e.g. optim.lr), or set job.entry=<your script>",
+                )
+            )
+        given = [a for a in spec.job.args if a == param.key or a.startswith(param.key + "=")]
+        if given:
+            raise SpecError(
+                Problem(
+                    f"tune.params.{param.key}",
+                    param.key,
+                    f"is given by job.args too ({' '.join(given)}): a trial would get two",
+                    f"leave {param.key} out of job.args: each trial adds its own",
+                )
+            )
 
 
 def _first(param: SearchParam) -> Any:

@@ -5,11 +5,14 @@
 step=100)` an integer from a range (its stop excluded, as in Hydra), `tag(int, interval(1,
 8))` an integer interval; a plain value is fixed for every trial. The same syntax as
 hydra-optuna-sweeper's `hydra.sweeper.params`, so a search moves between the two unchanged.
+
+A key written as an option, `--lr: tag(log, interval(1e-4, 1e-1))`, is an argument of
+your own script (job.entry): each trial adds `--lr=<value>` to job.args.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +42,8 @@ def parse_space(params: Iterable[tuple[str, str]]) -> list[SearchParam]:
     space = []
     for key, text in params:
         try:
-            value = parser.parse_override(f"{key}={text}").value()
+            # An option's name is not a config key Hydra's grammar reads: any will do.
+            value = parser.parse_override(f"{'x' if is_option(key) else key}={text}").value()
         except HydraException as err:
             raise _refused(
                 key,
@@ -85,9 +89,35 @@ def _refused(key: str, text: str, reason: str, hint: str) -> SpecError:
     return SpecError(Problem(f"tune.params.{key}", text, reason, hint))
 
 
-def trial_overrides(values: Mapping[str, Any]) -> list[str]:
-    """Hydra overrides that give a run a trial's values (`optim.lr=0.0031`)."""
-    return [f"{key}={_override_value(value)}" for key, value in values.items()]
+def is_option(key: str) -> bool:
+    """`--lr`: an option of the user's script, not a config key."""
+    return key.startswith("--")
+
+
+def trial_overrides(values: Mapping[str, Any], script_args: Sequence[str] = ()) -> list[str]:
+    """Hydra overrides that give a run a trial's values (`optim.lr=0.0031`); a script's
+    options as one `job.args` override: `script_args` (the job's own) and then each
+    `--option=<value>`."""
+    words = [f"{k}={_override_value(v)}" for k, v in values.items() if not is_option(k)]
+    options = [f"{k}={_option_value(v)}" for k, v in values.items() if is_option(k)]
+    if options:
+        items = ",".join(_override_value(a) for a in [*script_args, *options])
+        words.append(f"job.args=[{items}]")
+    return words
+
+
+def describe_values(values: Mapping[str, Any]) -> str:
+    """A trial's values as said to the user: `optim.lr=0.0031 --batch=64`."""
+    return " ".join(
+        f"{k}={_option_value(v) if is_option(k) else _override_value(v)}" for k, v in values.items()
+    )
+
+
+def _option_value(value: Any) -> str:
+    """A value as a script reads it from its command line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return repr(value) if isinstance(value, float) else str(value)
 
 
 def _override_value(value: Any) -> str:

@@ -202,7 +202,7 @@ def run_task(
     allocation: Allocation | None = None,
 ) -> int:
     from jeanzay_kit.tune.setup import prepare_study
-    from jeanzay_kit.tune.space import trial_overrides
+    from jeanzay_kit.tune.space import describe_values, trial_overrides
     from jeanzay_kit.tune.study import finish_trial, next_trial, reap_orphans, trial_dir
 
     study, prepared = prepare_study(overrides, config.dir, task, config.name)
@@ -222,9 +222,10 @@ def run_task(
             return 0
         run_dir = trial_dir(prepared.study_dir, ticket.number)
         how = "resumes" if ticket.resumed else "starts"
-        values = " ".join(trial_overrides(ticket.values))
+        script_args = prepared.script_args
+        values = describe_values(ticket.values)
         print(f"{PROG}: {task} {how} trial {ticket.number}: {values}", flush=True)
-        words = [*overrides, *trial_overrides(ticket.values)]
+        words = [*overrides, *trial_overrides(ticket.values, script_args)]
         command = trial_command(launcher, prepared.spec.job.python, config, words, run_dir)
         watch = TrialWatch(
             ticket.trial,
@@ -232,7 +233,8 @@ def run_task(
             run_dir / layout.METRICS,
             set(ticket.reported),
         )
-        end = run_trial(command, run_dir, prepared.study_dir, watch, launcher, stop)
+        objectives = prepared.settings.objectives or (prepared.settings.objective,)
+        end = run_trial(command, run_dir, prepared.study_dir, watch, launcher, stop, objectives)
         if end.stopped:
             print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)
             return EXIT_PREEMPTED
@@ -306,6 +308,7 @@ def run_trial(
     watch: TrialWatch,
     launcher: str,
     stop: StopRequest,
+    objectives: Sequence[str] = (),
 ) -> TrialEnd:
     """Run one trial's training to its end, reporting its values as it goes; its
     output goes to <tune.dir>/logs/trial-N.log."""
@@ -344,22 +347,31 @@ def run_trial(
     if code != 0:
         ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         return TrialEnd(False, None, f"the run ended with {ended}: {_last_error(log)} ({log})")
-    return _result_end(run_dir)
+    return _result_end(run_dir, objectives or (watch.objective or "",))
 
 
-def _result_end(run_dir: Path) -> TrialEnd:
-    """A finished run's values from its result.json, or why it has none."""
+def _result_end(run_dir: Path, objectives: Sequence[str]) -> TrialEnd:
+    """A finished run's value for each objective, from its result.json (`value`, or
+    `values` in the order of tune.objective), or why it has none."""
     from jeanzay_kit.runtime.run_result import missing_reason, read_result
 
     record = read_result(run_dir)
     if record is None:
         return TrialEnd(False, None, f"the run wrote no result.json in {run_dir}")
-    names = record.get("objectives") or [record.get("objective")]
-    said = record.get("values") if "objectives" in record else [record.get("value")]
+    several = record.get("values")
+    said = several if isinstance(several, list) else [record.get("value")]
+    if len(said) != len(objectives):
+        return TrialEnd(
+            False,
+            None,
+            f"{run_dir}/result.json has {len(said)} value(s) for the {len(objectives)} of "
+            f"tune.objective ({', '.join(objectives)}): list them in `values`, in that order",
+        )
     values: list[float] = []
-    for name, value in zip(names, said or [None], strict=False):
+    for name, value in zip(objectives, said, strict=True):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            return TrialEnd(False, None, missing_reason(str(name), record))
+            said_name = name if len(objectives) > 1 else record.get("objective") or name
+            return TrialEnd(False, None, missing_reason(str(said_name), record))
         values.append(float(value))
     return TrialEnd(False, tuple(values), "")
 

@@ -177,39 +177,73 @@ def test_a_failed_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_pa
         'tune.params={train.micro_batch_size: "choice(4, 0)"}',
         *FIRST_THEN_SECOND,
         "train.steps=20",
+        "tune.objective=[train_loss,eval_loss]",  # after tune_with's: the last one wins
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ok, failed = load(tmp_path / "tune" / "jzk").get_trials()
     assert (ok.state.name, failed.state.name) == ("COMPLETE", "FAIL")
+    # Two objectives of the toolkit's loop: result.json lists both, the study has both.
+    record = result(tmp_path / "tune" / "jzk" / "trial-0")
+    assert record["objectives"] == ["train_loss", "eval_loss"]
+    assert ok.values == record["values"] == [record["train_loss"], record["eval_loss"]]
     reason = failed.user_attrs["jzk_reason"]
     assert "exit code 2" in reason and "train.micro_batch_size" in reason, reason
     assert f"trial 1 failed: {reason}" in done.stdout
 
 
+# A user's own script as the objective: its options searched (`--lr`, `--width` in
+# tune.params), two values written to result.json in tune.objective's order. Nothing in it
+# knows the toolkit but the documented JZK_RUN_DIR.
+SCRIPT = """
+import argparse, json, os
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, required=True)
+parser.add_argument("--width", type=int, required=True)
+parser.add_argument("--out_dir", required=True)
+args = parser.parse_args()
+assert args.out_dir == os.environ["JZK_RUN_DIR"], (args.out_dir, os.environ["JZK_RUN_DIR"])
+loss = (args.lr - 0.01) ** 2 + 1.0 / args.width  # a wider model fits better...
+with open(os.path.join(os.environ["JZK_RUN_DIR"], "result.json"), "w") as out:
+    json.dump({"values": [loss, args.width]}, out)  # ...and costs more
+"""
+
+
 @pytest.mark.timeout(300)
-def test_a_study_of_two_objectives_ends_with_its_pareto_front(tmp_path: Path) -> None:
-    done = tune_with(
-        tmp_path,
-        SPACE,
-        "tune.objective=[eval_loss,train_loss]",  # after tune_with's train_loss: the last wins
-        "tune.sampler=nsga2",
-        "tune.seed=5",
-        "tune.n_trials=3",
-        "train.steps=20",
+def test_a_scripts_options_are_searched_for_two_objectives_and_a_pareto_front(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "search.py").write_text(SCRIPT)
+    done = subprocess.run(
+        [
+            JZK,
+            "tune",
+            "job.entry=search.py",
+            "job.args=['--out_dir=${job.run_dir}']",
+            'tune.params={--lr: "tag(log, interval(1e-3, 1e-1))", --width: "choice(8, 64, 512)"}',
+            "tune.objective=[loss,width]",
+            "tune.sampler=nsga2",
+            "tune.seed=5",
+            "tune.n_trials=3",
+            "resources.gpus_per_node=1",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "(minimize/minimize eval_loss/train_loss)" in done.stdout, done.stdout
+    assert "(minimize/minimize loss/width)" in done.stdout, done.stdout
+    assert re.search(r"starts trial 0: --lr=[0-9.e-]+ --width=(8|64|512)\n", done.stdout)
     study = load(tmp_path / "tune" / "jzk")  # plain Optuna
-    assert study.metric_names == ["eval_loss", "train_loss"]
+    assert study.metric_names == ["loss", "width"]
     trials = study.get_trials()
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     for trial in trials:
-        record = result(tmp_path / "tune" / "jzk" / f"trial-{trial.number}")
-        assert trial.values == record["values"] == [record["eval_loss"], record["train_loss"]]
+        lr, width = trial.params["--lr"], trial.params["--width"]
+        assert trial.values == [(lr - 0.01) ** 2 + 1.0 / width, width]
     front = sorted(t.number for t in study.best_trials)
-    assert f"Pareto front: {len(front)} trial(s) (minimize eval_loss, minimize train_loss)" in (
-        done.stdout
-    )
+    assert f"Pareto front: {len(front)} trial(s) (minimize loss, minimize width)" in done.stdout
     shown = re.findall(r"jzk tune:   trial (\d+): values", done.stdout)
     assert sorted(map(int, shown)) == front, done.stdout
 

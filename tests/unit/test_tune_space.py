@@ -88,3 +88,39 @@ def test_tune_keys_have_defaults_and_take_a_mapping_with_dotted_keys() -> None:
 def test_a_bad_tune_key_is_refused_before_anything_runs(override: str, key: str) -> None:
     with pytest.raises(SpecError, match=key):
         spec(override)
+
+
+def test_a_scripts_options_are_added_to_its_args_with_their_interpolations() -> None:
+    space = parse_space([("--lr", "tag(log, interval(1e-4, 1e-1))"), ("optim.name", "adamw")])
+    assert space[0] == SearchParam("--lr", "float", 1e-4, 1e-1, log=True)
+    words = trial_overrides(
+        {"--lr": 0.0031, "--width": 64, "optim.name": "adamw"},
+        ("--tag=x", "--out_dir=${job.run_dir}"),
+    )
+    assert words == [
+        "optim.name='adamw'",
+        "job.args=['--tag=x','--out_dir=${job.run_dir}','--lr=0.0031','--width=64']",
+    ]
+    cfg = compose_config(["job.entry=train.py", "job.run_dir=/runs/trial-3", *words])
+    assert cfg["job"]["args"] == ["--tag=x", "--out_dir=/runs/trial-3", "--lr=0.0031", "--width=64"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ([], "tune.params.--lr=--lr is an option of your own script, and job.entry is the"),
+        (
+            ["job.entry=train.py", "job.args=[--lr=0.1]"],
+            "tune.params.--lr=--lr is given by job.args too (--lr=0.1): a trial would get two",
+        ),
+    ],
+)
+def test_an_option_without_a_script_or_given_twice_is_refused(
+    overrides: list[str], says: str
+) -> None:
+    from jeanzay_kit.tune.setup import check_options
+
+    spec = build_job_spec(compose_config(overrides))
+    with pytest.raises(SpecError) as caught:
+        check_options(parse_space([("--lr", "interval(0.1, 1)")]), spec)
+    assert says in str(caught.value)

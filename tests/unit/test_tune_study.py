@@ -237,10 +237,16 @@ def test_a_trial_without_every_objective_fails_naming_the_missing_one(tmp_path: 
     record = {"eval_loss": 0.4, "objective": "eval_loss", "value": 0.4, "direction": "minimize"}
     several = {**record, "objectives": ["eval_loss", "eval_f1"], "values": [0.4, None]}
     (tmp_path / "result.json").write_text(json.dumps(several))
-    end = _result_end(tmp_path)
+    both = ("eval_loss", "eval_f1")
+    end = _result_end(tmp_path, both)
     assert end.values is None and "tune.objective=eval_f1" in end.reason
     several["values"] = [0.4, 0.7]
     (tmp_path / "result.json").write_text(json.dumps(several))
-    assert _result_end(tmp_path).values == (0.4, 0.7)
+    assert _result_end(tmp_path, both).values == (0.4, 0.7)
     (tmp_path / "result.json").write_text(json.dumps(record))
-    assert _result_end(tmp_path).values == (0.4,)
+    assert _result_end(tmp_path, ("eval_loss",)).values == (0.4,)
+    short = _result_end(tmp_path, both)  # a script that wrote one value for two
+    assert short.values is None and "has 1 value(s) for the 2 of tune.objective" in short.reason
+    # A script's own file: `values` alone, in tune.objective's order.
+    (tmp_path / "result.json").write_text(json.dumps({"values": [1.5, 2]}))
+    assert _result_end(tmp_path, ("loss", "size")).values == (1.5, 2.0)
