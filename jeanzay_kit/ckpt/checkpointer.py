@@ -36,7 +36,13 @@ from torch import nn
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
-from jeanzay_kit.ckpt.layout import MANIFEST, FileRecord, parameter_mismatch, parse_step_dir
+from jeanzay_kit.ckpt.layout import (
+    MANIFEST,
+    WRITER_THREADS_MAX,
+    FileRecord,
+    parameter_mismatch,
+    parse_step_dir,
+)
 from jeanzay_kit.ckpt.resume import check_compatible, choose_checkpoint
 from jeanzay_kit.ckpt.rng import rng_state, set_rng_state
 from jeanzay_kit.ckpt.store import CheckpointStore
@@ -72,7 +78,7 @@ def state_dicts(module: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[di
     return get_state_dict(module, optimizer, options=_options())
 
 
-WRITER_THREADS = min(4, os.cpu_count() or 1)
+WRITER_THREADS = min(WRITER_THREADS_MAX, os.cpu_count() or 1)
 
 
 def _save_bytes(data: bytes, path: Path) -> FileRecord:

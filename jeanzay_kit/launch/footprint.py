@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# A checkpoint (ckpt/checkpointer.py): per rank up to WRITER_THREADS DCP shards and its
-# rank-<r>.pt; once: DCP's .metadata, trainer.pt, config.json, manifest.json.
-WRITER_THREADS_MAX = 4
+from jeanzay_kit.ckpt.layout import WRITER_THREADS_MAX
+
+# A checkpoint (ckpt/checkpointer.py): per rank up to WRITER_THREADS_MAX DCP shards and
+# its rank-<r>.pt; once: DCP's .metadata, trainer.pt, config.json, manifest.json.
 CHECKPOINT_SHARED_FILES = 4
 # The run directory besides checkpoints: metrics.jsonl, lease.json, outcome.json,
 # result.json, model_final.pt/.sha256, train.log, trackers.json, provenance/ (~6 files)

@@ -234,7 +234,9 @@ def run_task(
             set(ticket.reported),
         )
         objectives = prepared.settings.objectives or (prepared.settings.objective,)
-        end = run_trial(command, run_dir, prepared.study_dir, watch, launcher, stop, objectives)
+        end = run_trial(
+            command, run_dir, prepared.study_dir, watch, launcher, stop, objectives=objectives
+        )
         if end.stopped:
             print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)
             return EXIT_PREEMPTED
@@ -308,6 +310,7 @@ def run_trial(
     watch: TrialWatch,
     launcher: str,
     stop: StopRequest,
+    *,
     objectives: Sequence[str] = (),
 ) -> TrialEnd:
     """Run one trial's training to its end, reporting its values as it goes; its
