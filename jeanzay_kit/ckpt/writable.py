@@ -25,6 +25,10 @@ FIX = (
 )
 
 
+def _fix(key: str) -> str:
+    return FIX.replace("job.run_dir", key, 1)
+
+
 def unwritable_message(
     key: str, path: str, code: int | None, detail: str, free_bytes: int | None, uid: int
 ) -> str:
@@ -36,12 +40,12 @@ def unwritable_message(
     elif code in (errno.ENOSPC, errno.EDQUOT):
         free = f"{free_bytes} bytes free" if free_bytes is not None else "no space"
         reason = f"is on a full filesystem or quota ({free})"
-        return f"{key}={path} {reason}: {detail}. HINT: free space there, or {FIX}"
+        return f"{key}={path} {reason}: {detail}. HINT: free space there, or {_fix(key)}"
     elif code == errno.ENOTDIR:
         reason = "has a file where a folder should be"
     else:
         reason = "cannot be written"
-    return f"{key}={path} {reason}: {detail}. HINT: {FIX}"
+    return f"{key}={path} {reason}: {detail}. HINT: {_fix(key)}"
 
 
 # A save's files vanished or were replaced while it ran: what another writer of the same

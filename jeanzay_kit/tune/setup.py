@@ -114,12 +114,15 @@ def prepare_study(
     overrides: Sequence[str], config_dir: str | None, task: str = "", config_name: str = "config"
 ) -> tuple[Any, PreparedStudy]:
     """The checked request and its study, opened (created on first use) for `task`."""
+    from jeanzay_kit.ckpt.writable import check_writable
     from jeanzay_kit.tune.study import check_space, distribution, open_study
 
     prepared = check_request(overrides, config_dir, config_name)
     for param in prepared.space:  # bounds Optuna refuses, refused before the study exists
         if param.kind != "fixed":
             distribution(param)
+    # Its journal, lock and trials' run directories: one line, not Optuna's traceback.
+    check_writable(prepared.study_dir, "tune.dir")
     study = open_study(prepared.settings, prepared.study_dir, prepared.directions)
     check_space(study, prepared.space, prepared.study_dir)
     return study, prepared

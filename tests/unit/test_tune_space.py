@@ -3,6 +3,8 @@ overrides; the tune.* keys' checks."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from jeanzay_kit.config.compose import compose_config
@@ -124,3 +126,28 @@ def test_an_option_without_a_script_or_given_twice_is_refused(
     with pytest.raises(SpecError) as caught:
         check_options(parse_space([("--lr", "interval(0.1, 1)")]), spec)
     assert says in str(caught.value)
+
+
+def test_a_study_folder_that_cannot_be_written_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As root no permission bit stops a write: sysfs refuses a new folder to anyone.
+    place = Path("/sys/jzk-study")
+    try:
+        place.mkdir()
+    except OSError:
+        pass
+    else:  # pragma: no cover - a machine whose /sys takes folders
+        place.rmdir()
+        pytest.skip("/sys takes new folders here")
+    from jeanzay_kit.errors import RunDirError
+    from jeanzay_kit.tune.setup import prepare_study
+
+    monkeypatch.chdir(tmp_path)
+    space = 'tune.params={optim.lr: "interval(0.001, 0.1)"}'
+    with pytest.raises(RunDirError) as caught:
+        prepare_study([space, f"tune.dir={place}"], None)
+    assert str(caught.value).startswith(f"tune.dir={place} is not writable by this user"), str(
+        caught.value
+    )
+    assert "HINT: set tune.dir to a directory you can write" in str(caught.value)
