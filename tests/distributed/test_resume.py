@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,11 +179,27 @@ def test_a_signal_while_the_workers_start_is_kept_and_stops_after_a_save(tmp_pat
     assert again.returncode == 0 and "resumed from" in again.stdout, again.stderr[-3000:]
 
 
+DAMAGE_RUN = ("resources.gpus_per_node=2", f"train.steps={80}", "checkpoint.every_steps=40")
+
+
+@pytest.fixture(scope="module")
+def saved_twice(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished run with step-40 and step-80: each damage below is done to a copy of it
+    (its digest is the straight run's)."""
+    run_dir = tmp_path_factory.mktemp("saved-twice") / "run"
+    done = run(run_dir, *DAMAGE_RUN)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return run_dir
+
+
 @pytest.mark.timeout(1200)
-def test_sigkill_during_saves_never_leaves_a_loadable_partial_checkpoint(tmp_path: Path) -> None:
+def test_sigkill_during_saves_never_leaves_a_loadable_partial_checkpoint(
+    tmp_path: Path, saved_twice: Path
+) -> None:
+    # The same run as saved_twice's but for its cadence, which changes no weight: that
+    # run is the uninterrupted one.
     overrides = ("resources.gpus_per_node=2", "checkpoint.every_steps=1", "checkpoint.keep_last=3")
-    straight = tmp_path / "straight"
-    assert run(straight, *overrides).returncode == 0
+    straight = saved_twice
     killed = tmp_path / "killed"
     rng = random.Random(1234)
     for _ in range(4):
@@ -211,14 +228,11 @@ def test_sigkill_during_saves_never_leaves_a_loadable_partial_checkpoint(tmp_pat
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("damage", ["flip", "truncate", "delete"])
 def test_a_damaged_checkpoint_is_reported_and_the_previous_one_used(
-    tmp_path: Path, damage: str
+    tmp_path: Path, damage: str, saved_twice: Path
 ) -> None:
-    overrides = ("resources.gpus_per_node=2", f"train.steps={80}", "checkpoint.every_steps=40")
-    straight = tmp_path / "straight"
-    assert run(straight, *overrides).returncode == 0
-    # A run stopped at step 80 of 120 ... then its newest checkpoint gets damaged.
+    # A run that saved step-40 and step-80 ... then its newest checkpoint gets damaged.
     resumed = tmp_path / "resumed"
-    assert run(resumed, *overrides).returncode == 0  # saves step-40 and step-80
+    shutil.copytree(saved_twice, resumed, symlinks=True)
     shard = sorted((resumed / "checkpoints" / "step-80" / "dcp").glob("*.distcp"))[0]
     data = bytearray(shard.read_bytes())
     if damage == "flip":
@@ -231,11 +245,11 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_one_used(
     verify = jzk("ckpt", "verify", str(resumed))
     assert verify.returncode == 1 and "step-80: DAMAGED" in verify.stdout
     (resumed / "model_final.sha256").unlink()
-    again = run(resumed, *overrides)
+    again = run(resumed, *DAMAGE_RUN)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "checkpoint step-80 is damaged, skipping it" in again.stdout
     assert "resumed from" in again.stdout and "step-40" in again.stdout
-    assert digest(resumed) == digest(straight)
+    assert digest(resumed) == digest(saved_twice)
 
 
 @pytest.mark.timeout(300)
