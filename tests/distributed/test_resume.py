@@ -21,12 +21,12 @@ import pytest
 
 from tests.distributed.conftest import REPO
 
-STEPS = 80  # 3 saves (every 30, and the end), two stops in [5, 40): every path of the resume
+STEPS = 48  # 3 saves (every 20, and the end), two stops in [5, 24): every path of the resume
 BASE = (
     f"train.steps={STEPS}",
     "train.log_every=1",
     "train.eval_every=0",
-    "checkpoint.every_steps=30",
+    "checkpoint.every_steps=20",
     "checkpoint.keep_last=2",
 )
 MODES = {
@@ -179,13 +179,14 @@ def test_a_signal_while_the_workers_start_is_kept_and_stops_after_a_save(tmp_pat
     assert again.returncode == 0 and "resumed from" in again.stdout, again.stderr[-3000:]
 
 
-DAMAGE_RUN = ("resources.gpus_per_node=2", f"train.steps={80}", "checkpoint.every_steps=40")
+HALF = STEPS // 2
+DAMAGE_RUN = ("resources.gpus_per_node=2", f"checkpoint.every_steps={HALF}")
 
 
 @pytest.fixture(scope="module")
 def saved_twice(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished run with step-40 and step-80: each damage below is done to a copy of it
-    (its digest is the straight run's)."""
+    """A finished run with step-HALF and step-STEPS: each damage below is done to a copy
+    of it (its digest is the straight run's)."""
     run_dir = tmp_path_factory.mktemp("saved-twice") / "run"
     done = run(run_dir, *DAMAGE_RUN)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -230,10 +231,10 @@ def test_sigkill_during_saves_never_leaves_a_loadable_partial_checkpoint(
 def test_a_damaged_checkpoint_is_reported_and_the_previous_one_used(
     tmp_path: Path, damage: str, saved_twice: Path
 ) -> None:
-    # A run that saved step-40 and step-80 ... then its newest checkpoint gets damaged.
+    # A run that saved step-HALF and step-STEPS ... then its newest checkpoint gets damaged.
     resumed = tmp_path / "resumed"
     shutil.copytree(saved_twice, resumed, symlinks=True)
-    shard = sorted((resumed / "checkpoints" / "step-80" / "dcp").glob("*.distcp"))[0]
+    shard = sorted((resumed / "checkpoints" / f"step-{STEPS}" / "dcp").glob("*.distcp"))[0]
     data = bytearray(shard.read_bytes())
     if damage == "flip":
         data[len(data) // 2] ^= 0x01
@@ -243,12 +244,12 @@ def test_a_damaged_checkpoint_is_reported_and_the_previous_one_used(
     else:
         shard.unlink()
     verify = jzk("ckpt", "verify", str(resumed))
-    assert verify.returncode == 1 and "step-80: DAMAGED" in verify.stdout
+    assert verify.returncode == 1 and f"step-{STEPS}: DAMAGED" in verify.stdout
     (resumed / "model_final.sha256").unlink()
     again = run(resumed, *DAMAGE_RUN)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert "checkpoint step-80 is damaged, skipping it" in again.stdout
-    assert "resumed from" in again.stdout and "step-40" in again.stdout
+    assert f"checkpoint step-{STEPS} is damaged, skipping it" in again.stdout
+    assert "resumed from" in again.stdout and f"step-{HALF}" in again.stdout
     assert digest(resumed) == digest(saved_twice)
 
 
