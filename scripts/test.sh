@@ -7,6 +7,6 @@ bash scripts/setup.sh
 # Lint and format first: they take a second and catch what a reviewer would.
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-# Types of the package (pyproject.toml [tool.mypy]): about 10 s.
+# Types of the package (pyproject.toml [tool.mypy]; the pure core strictly): about 10 s.
 .venv/bin/mypy
 exec .venv/bin/python -m pytest "$@"

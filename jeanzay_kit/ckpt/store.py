@@ -28,7 +28,6 @@ from jeanzay_kit.ckpt.layout import (
     Entry,
     FileRecord,
     Manifest,
-    ManifestError,
     best_step,
     compare_files,
     config_change_message,
@@ -44,7 +43,7 @@ from jeanzay_kit.ckpt.layout import (
 )
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
-from jeanzay_kit.errors import ResumeError
+from jeanzay_kit.errors import ManifestError, ResumeError
 
 _CHUNK = 8 << 20
 
