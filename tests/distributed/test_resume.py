@@ -295,7 +295,7 @@ def test_async_saves_commit_and_change_nothing(tmp_path: Path, mode: str) -> Non
     overrides = (
         f"parallel={mode}",
         "resources.gpus_per_node=2",
-        "train.steps=60",
+        "train.steps=40",  # suite time: 60 before
         "checkpoint.every_steps=10",
         "checkpoint.keep_last=10",
     )
@@ -304,7 +304,7 @@ def test_async_saves_commit_and_change_nothing(tmp_path: Path, mode: str) -> Non
     assert sync.returncode == 0, sync.stderr[-3000:]
     assert asynchronous.returncode == 0, asynchronous.stderr[-3000:]
     assert digest(tmp_path / "async") == digest(tmp_path / "sync"), asynchronous.stdout[-3000:]
-    for step in ("20", "50"):  # written in the background, loaded by `jzk ckpt digest`
+    for step in ("20", "30"):  # written in the background, loaded by `jzk ckpt digest`
         pair = [
             jzk("ckpt", "digest", str(tmp_path / kind), "--step", step)
             for kind in ("sync", "async")
@@ -314,7 +314,7 @@ def test_async_saves_commit_and_change_nothing(tmp_path: Path, mode: str) -> Non
         assert len(pair[0].stdout.strip()) == 64  # a sha256 hex digest, not an empty line
         assert pair[0].stdout == pair[1].stdout, f"step {step}: {asynchronous.stdout[-3000:]}"
     listing = jzk("ckpt", "list", str(tmp_path / "async")).stdout
-    assert listing.count("complete") == 6 and "INCOMPLETE" not in listing
+    assert listing.count("complete") == 4 and "INCOMPLETE" not in listing
     assert jzk("ckpt", "verify", str(tmp_path / "async")).returncode == 0
 
 
