@@ -43,12 +43,15 @@ def run(args: argparse.Namespace) -> int:
     directory = Path(args.dir)
     if not directory.is_dir():
         raise JzkError(f"{args.dir} is not a directory. HINT: give a run or sweep directory")
+    from jeanzay_kit.ckpt.writable import check_writable
     from jeanzay_kit.tune.view import is_study_dir
 
-    if is_study_dir(directory):
-        return _study_report(directory, Path(args.out) if args.out else directory / "report")
-    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(directory)]
     out = Path(args.out) if args.out else directory / "report"
+    # A read-only run or study folder: one line naming --out, before anything is read.
+    check_writable(out, "jzk report --out")
+    if is_study_dir(directory):
+        return _study_report(directory, out)
+    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(directory)]
     written = write_plots(runs, out)
     rows = summary_rows(runs)
     with (out / "summary.csv").open("w", newline="") as handle:

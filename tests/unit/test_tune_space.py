@@ -133,12 +133,7 @@ def test_a_study_folder_that_cannot_be_written_is_one_line(
 ) -> None:
     # As root no permission bit stops a write: sysfs refuses a new folder to anyone.
     place = Path("/sys/jzk-study")
-    try:
-        place.mkdir()
-    except OSError:
-        pass
-    else:  # pragma: no cover - a machine whose /sys takes folders
-        place.rmdir()
+    if _takes_folders(place):  # pragma: no cover
         pytest.skip("/sys takes new folders here")
     from jeanzay_kit.errors import RunDirError
     from jeanzay_kit.tune.setup import prepare_study
@@ -151,3 +146,27 @@ def test_a_study_folder_that_cannot_be_written_is_one_line(
         caught.value
     )
     assert "HINT: set tune.dir to a directory you can write" in str(caught.value)
+
+
+def test_a_report_that_cannot_be_written_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jeanzay_kit.cli import main
+
+    place = Path("/sys/jzk-report")
+    if _takes_folders(place):  # pragma: no cover
+        pytest.skip("/sys takes new folders here")
+    code = main(["report", str(tmp_path), "-o", str(place)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"jzk report --out={place} is not writable by this user" in err
+    assert "HINT: set jzk report --out to a directory you can write" in err
+
+
+def _takes_folders(place: Path) -> bool:
+    try:
+        place.mkdir()
+    except OSError:
+        return False
+    place.rmdir()
+    return True
