@@ -26,7 +26,8 @@ FIX = (
 
 
 def _fix(key: str) -> str:
-    return FIX.replace("job.run_dir", key, 1)
+    """FIX, for the setting `key` names (tune.dir, jzk report --out)."""
+    return f"set {key} to" + FIX.removeprefix("set job.run_dir to")
 
 
 def unwritable_message(

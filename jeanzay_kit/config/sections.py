@@ -245,9 +245,16 @@ class TuneSettings:
     prune_warmup_steps: int = 0
     seed: int | None = None
     # Every objective of a study of several (tune.objective as a list), the first being
-    # `objective`, and their directions; one objective: (objective,), (direction,).
+    # `objective`, and their directions; left empty: (objective,), (direction,).
     objectives: tuple[str, ...] = ()
     directions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # One place fills them, so every reader takes `objectives` as it is.
+        if not self.objectives:
+            object.__setattr__(self, "objectives", (self.objective,))
+        if not self.directions:
+            object.__setattr__(self, "directions", (self.direction,))
 
     @property
     def several(self) -> bool:

@@ -109,7 +109,7 @@ def _write_result(spec: JobSpec, run_dir: Path) -> None:
     from jeanzay_kit.runtime.run_result import missing_reason, write_from_metrics
     from jeanzay_kit.train.components import objective_directions
 
-    objectives = spec.tune.objectives or (spec.tune.objective,)
+    objectives = spec.tune.objectives
     record = write_from_metrics(run_dir, objectives, objective_directions(spec))
     for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):
         if value is None:

@@ -313,9 +313,7 @@ def objective_directions(spec: JobSpec) -> tuple[str, ...]:
     """tune.direction of each objective, with auto resolved like keep_best_mode:
     minimize a loss, else the metric's own higher_is_better."""
     tune = spec.tune
-    pairs = zip(
-        tune.objectives or (tune.objective,), tune.directions or (tune.direction,), strict=True
-    )
+    pairs = zip(tune.objectives, tune.directions, strict=True)
     return tuple(d if d != "auto" else _auto_direction(spec, objective) for objective, d in pairs)
 
 

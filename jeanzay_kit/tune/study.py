@@ -266,7 +266,7 @@ def open_study(
     if study.metric_names is None:  # what Optuna's plots and dashboard call them
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.set_metric_names(list(settings.objectives or (settings.objective,)))
+            study.set_metric_names(list(settings.objectives))
     return study
 
 

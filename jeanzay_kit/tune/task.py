@@ -233,7 +233,7 @@ def run_task(
             run_dir / layout.METRICS,
             set(ticket.reported),
         )
-        objectives = prepared.settings.objectives or (prepared.settings.objective,)
+        objectives = prepared.settings.objectives
         end = run_trial(
             command, run_dir, prepared.study_dir, watch, launcher, stop, objectives=objectives
         )
@@ -311,7 +311,7 @@ def run_trial(
     launcher: str,
     stop: StopRequest,
     *,
-    objectives: Sequence[str] = (),
+    objectives: Sequence[str],
 ) -> TrialEnd:
     """Run one trial's training to its end, reporting its values as it goes; its
     output goes to <tune.dir>/logs/trial-N.log."""
@@ -350,7 +350,7 @@ def run_trial(
     if code != 0:
         ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         return TrialEnd(False, None, f"the run ended with {ended}: {_last_error(log)} ({log})")
-    return _result_end(run_dir, objectives or (watch.objective or "",))
+    return _result_end(run_dir, objectives)
 
 
 def _result_end(run_dir: Path, objectives: Sequence[str]) -> TrialEnd:
