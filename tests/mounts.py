@@ -23,3 +23,18 @@ def tmpfs(where: Path, options: str) -> Iterator[Path]:
         yield where
     finally:
         subprocess.run(["umount", str(where)], check=False)
+
+
+@contextmanager
+def read_only_view(source: Path, where: Path) -> Iterator[Path]:
+    """`source` seen read-only at `where` (a bind mount remounted ro: the kernel refuses
+    writes even to root, which file modes do not); skip the test when this is not root."""
+    if os.geteuid() != 0:
+        pytest.skip("a bind mount needs root")
+    where.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "--bind", str(source), str(where)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(where)], check=True)
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)

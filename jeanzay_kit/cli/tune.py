@@ -136,11 +136,10 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
     from jeanzay_kit.launch.manifest import append_manifest
     from jeanzay_kit.slurm.commands import sbatch
 
-    if spec.layout.launcher != "srun" or spec.job.runs_script:
-        what = "job.entry=<your script>" if spec.job.runs_script else "parallel.launcher=torchrun"
+    if spec.layout.launcher != "srun":
         raise JzkError(
-            f"{what}: jzk tune starts each trial's ranks with srun and the toolkit's loop for "
-            "now. HINT: use parallel.launcher=srun with the toolkit's loop, or Hydra's sweeper "
+            "parallel.launcher=torchrun: jzk tune starts each trial's ranks with srun. "
+            "HINT: use parallel.launcher=srun (the default), or Hydra's sweeper "
             "(hydra/sweeper=optuna, docs/tuning.md)"
         )
     tasks = spec.tune.tasks

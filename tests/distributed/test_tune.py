@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.mounts import read_only_view
+
 JZK = str(Path(sys.executable).parent / "jzk")
 SPACE = 'tune.params={optim.lr: "tag(log, interval(0.001, 0.1))"}'
 COMMON = ("train.log_every=10", "tune.objective=train_loss", "tune.seed=3")
@@ -214,24 +216,17 @@ def test_a_scripts_options_are_searched_for_two_objectives_and_a_pareto_front(
     tmp_path: Path,
 ) -> None:
     (tmp_path / "search.py").write_text(SCRIPT)
-    done = subprocess.run(
-        [
-            JZK,
-            "tune",
-            "job.entry=search.py",
-            "job.args=['--out_dir=${job.run_dir}']",
-            'tune.params={--lr: "tag(log, interval(1e-3, 1e-1))", --width: "choice(8, 64, 512)"}',
-            "tune.objective=[loss,width]",
-            "tune.sampler=nsga2",
-            "tune.seed=5",
-            "tune.n_trials=3",
-            "resources.gpus_per_node=1",
-        ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=280,
-    )
+    search = [
+        "tune",
+        "job.entry=search.py",
+        "job.args=['--out_dir=${job.run_dir}']",
+        'tune.params={--lr: "tag(log, interval(1e-3, 1e-1))", --width: "choice(8, 64, 512)"}',
+        "tune.objective=[loss,width]",
+        "tune.sampler=nsga2",
+        "tune.seed=5",
+        "resources.gpus_per_node=1",
+    ]
+    done = jzk_in(tmp_path, *search, "tune.n_trials=3")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "(minimize/minimize loss/width)" in done.stdout, done.stdout
     assert re.search(r"starts trial 0: --lr=[0-9.e-]+ --width=(8|64|512)\n", done.stdout)
@@ -246,6 +241,31 @@ def test_a_scripts_options_are_searched_for_two_objectives_and_a_pareto_front(
     assert f"Pareto front: {len(front)} trial(s) (minimize loss, minimize width)" in done.stdout
     shown = re.findall(r"jzk tune:   trial (\d+): values", done.stdout)
     assert sorted(map(int, shown)) == front, done.stdout
+
+    # The same study where it cannot be written (a read-only mount: an archive, a
+    # colleague's project): jzk status reads it; what would write there says so in one
+    # line, before anything runs, and a report goes where --out says.
+    with read_only_view(tmp_path, tmp_path.parent / f"{tmp_path.name}-ro") as view:
+        study_view = view / "tune" / "jzk"
+        status = jzk_in(tmp_path, "status", str(study_view))
+        assert status.returncode == 0, status.stderr[-2000:]
+        assert f"Pareto front: {len(front)} trial(s)" in status.stdout, status.stdout
+        refused = jzk_in(tmp_path, "report", str(study_view))
+        assert refused.returncode != 0 and "read-only filesystem" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+        report = jzk_in(tmp_path, "report", str(study_view), f"--out={tmp_path / 'report'}")
+        assert report.returncode == 0, report.stderr[-2000:]
+        assert (tmp_path / "report" / "pareto_front.png").stat().st_size > 0
+        extended = jzk_in(view, *search, "tune.n_trials=4")
+        assert extended.returncode != 0 and "read-only filesystem" in extended.stderr
+        assert len(extended.stderr.strip().splitlines()) == 1, extended.stderr
+    assert len(load(tmp_path / "tune" / "jzk").get_trials()) == 3  # nothing asked
+
+
+def jzk_in(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [JZK, *args], cwd=cwd, capture_output=True, text=True, timeout=280, check=False
+    )
 
 
 @pytest.mark.timeout(300)

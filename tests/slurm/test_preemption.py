@@ -120,7 +120,8 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
     # (SlowRegression: 20 ms a micro-batch, at least 60 s for 3000 steps, 10 s to step
     # 500, where both tasks have logged) rather than on the CPU: 10000 compute-bound
     # steps once took the suite's two cores for two minutes and still ended in 50 s on a
-    # fast machine.
+    # fast machine. The requeued attempt reads at full speed (delay_on_restart=false: it
+    # spent two minutes waiting on the data, and the samples are the same).
     # No evaluation: an evaluation step is a logged step too, and this test counts the
     # logged steps at train.log_every.
     training = [
@@ -129,6 +130,7 @@ def test_time_limit_signal_requeues_the_array_task_and_resumes_exactly(
         "train.eval_every=0",
         "data._target_=tests.helpers.SlowRegression",
         "+data.delay=0.02",
+        "+data.delay_on_restart=false",
     ]
     sweep_dir = tmp_path / "sweep"
     launched = launch_sweep(

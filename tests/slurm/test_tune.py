@@ -122,3 +122,87 @@ def test_a_study_of_three_tasks_survives_a_signal_and_a_kill(slurm, tmp_path: Pa
             assert t.value == result["value"] and result["objective"] == "eval_loss"
     best = min((t for t in trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
     assert 1e-3 <= best.params["optim.lr"] <= 1e-2, [(t.params, t.value) for t in trials]
+
+
+# A user's own script as the objective on Slurm: plain Python (no torch, nothing of the
+# toolkit but the documented JZK_RUN_DIR and exit 3), which takes the time-limit warning
+# (SIGUSR1), saves its own state and asks to be run again. Gradient descent on
+# (x - 0.3)^2 from x = 1: after STEPS steps at rate lr, a run never stopped ends at
+# (0.7 * (1 - 2 lr)^STEPS)^2, which a stopped and resumed trial must equal.
+SCRIPT_STEPS = 30
+DESCENT = """
+import argparse, json, os, sys, signal, time
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, required=True)
+parser.add_argument("--steps", type=int, required=True)
+args = parser.parse_args()
+run_dir = os.environ["JZK_RUN_DIR"]
+state_file = os.path.join(run_dir, "state.json")
+warned = []
+signal.signal(signal.SIGUSR1, lambda *_: warned.append(True))
+state = {"step": 0, "x": 1.0}
+if os.path.exists(state_file):
+    with open(state_file) as f:
+        state = json.load(f)
+    print(f"resumed from step {state['step']}", flush=True)
+while state["step"] < args.steps:
+    state["x"] -= args.lr * 2 * (state["x"] - 0.3)
+    state["step"] += 1
+    print(f"step {state['step']}", flush=True)
+    time.sleep(0.2)
+    if warned:
+        with open(state_file + ".tmp", "w") as f:
+            json.dump(state, f)
+        os.replace(state_file + ".tmp", state_file)
+        print(f"saved step {state['step']}", flush=True)
+        sys.exit(3)
+with open(os.path.join(run_dir, "result.json"), "w") as f:
+    json.dump({"value": (state["x"] - 0.3) ** 2}, f)
+"""
+
+
+def test_a_scripts_study_is_an_array_whose_signalled_trial_resumes_as_itself(
+    slurm, tmp_path: Path
+) -> None:
+    (tmp_path / "descent.py").write_text(DESCENT)
+    sub = run(
+        [
+            JZK,
+            "tune",
+            "cluster=slurm_local",
+            f"job.python={PYTHON}",
+            "job.entry=descent.py",
+            f"job.args=[--steps={SCRIPT_STEPS}]",
+            'tune.params={--lr: "interval(0.01, 0.2)"}',
+            "tune.n_trials=2",
+            "tune.tasks=1",
+            "tune.seed=7",
+            "resources.gpus_per_node=1",
+        ],
+        slurm,
+        tmp_path,
+    )
+    assert sub.returncode == 0, sub.stderr[-3000:]
+    job_id = re.search(r"submitted job array (\d+)", sub.stdout).group(1)
+    study_dir = tmp_path / "tune" / "jzk"
+    log = study_dir / "logs" / "trial-0.log"
+    deadline = time.monotonic() + 120
+    while "step 5\n" not in (log.read_text() if log.exists() else ""):
+        assert time.monotonic() < deadline, sub.stdout
+        time.sleep(0.3)
+    assert run(["scancel", "--signal=USR1", f"{job_id}_0"], slurm).returncode == 0
+    wait_for(job_id, slurm, timeout=240)
+
+    tasks = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*.out")))
+    out = log.read_text()
+    saved = re.search(r"saved step (\d+)", out)
+    assert saved and f"resumed from step {saved.group(1)}" in out, out + tasks
+    assert f"requeued job {job_id}_0" in out, out
+    assert "task-0 resumes trial 0" in tasks, tasks  # the same trial, not a new one
+    trials = load(study_dir).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE"], tasks
+    assert trials[0].params["--lr"] != trials[1].params["--lr"]
+    for trial in trials:
+        straight = (0.7 * (1 - 2 * trial.params["--lr"]) ** SCRIPT_STEPS) ** 2
+        assert trial.value == pytest.approx(straight, rel=1e-9), (trial.number, tasks)
