@@ -345,7 +345,11 @@ def run_trial(
     code = proc.returncode
     if code == EXIT_PREEMPTED and pruning and not forwarded:
         return TrialEnd(stopped=False, values=None, reason="", pruned=True)
-    if code == EXIT_PREEMPTED:
+    if code == EXIT_PREEMPTED or (code != 0 and stop.signum):
+        # A failure while this task was being ended (its job requeued by the trial's own
+        # rank 0, preempted, cancelled) is the end of the task, not the trial's: Slurm
+        # may kill the step before its ranks exit 3. Left RUNNING, the trial is taken
+        # again by this task once requeued, or failed as an orphan if it never returns.
         return TrialEnd(stopped=True, values=None, reason="")
     if code != 0:
         ended = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
