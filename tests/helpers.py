@@ -110,3 +110,27 @@ def bash_prints(word: str, env: dict[str, str]) -> str:
         timeout=10,
         env=env,
     ).stdout
+
+
+class NormedMLP(torch.nn.Module):
+    """A user's model whose forward changes it in train mode (BatchNorm's running
+    statistics) and draws random numbers (dropout): what the start-of-run check must give
+    back untouched, since training then uses the same object (train/parts.py). Each
+    construction is noted in $JZK_TEST_BUILDS when it is set (one line: this pid)."""
+
+    def __init__(self, in_dim: int = 32, hidden: int = 64, out_dim: int = 8):
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Linear(in_dim, hidden),
+            torch.nn.BatchNorm1d(hidden),
+            torch.nn.Dropout(0.2),
+            torch.nn.ReLU(),
+            torch.nn.Linear(hidden, out_dim),
+        )
+        note = os.environ.get("JZK_TEST_BUILDS")
+        if note:
+            with open(note, "a") as out:
+                out.write(f"model {os.getpid()}\n")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)

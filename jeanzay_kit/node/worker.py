@@ -25,6 +25,8 @@ from jeanzay_kit.runtime.preemption import StopRequest
 if TYPE_CHECKING:
     import torch
 
+    from jeanzay_kit.train.parts import Parts
+
 
 def run_worker(
     spec: JobSpec,
@@ -65,8 +67,13 @@ def run_worker(
     # Start-up failures are said like any other: a spawn wrapper may hand an escaping
     # traceback to the parent without printing it (seen on an H100 under torch's, where
     # NCCL's init failed in rank 1 and nothing was shown).
+    checked: list[Parts] = []  # rank 0's parts, tried by the check, which training uses
     try:
-        session.start(before_join=lambda device: _before_join(spec, info, run_dir, device, threads))
+        session.start(
+            before_join=lambda device: checked.extend(
+                _before_join(spec, info, run_dir, device, threads)
+            )
+        )
     except BaseException as caught:
         _leave(caught, spec, info)
     assert session.ctx is not None  # from_spec: the group has the job's mesh
@@ -74,7 +81,7 @@ def run_worker(
     try:
         if info.rank == 0 and allocation_end is None and info.job_id:
             allocation_end = _allocation_end(info.job_id)
-        result = train(spec, session, allocation_end=allocation_end)
+        result = train(spec, session, allocation_end, checked[0] if checked else None)
         failed = False
     except BaseException as caught:
         _leave(caught, spec, info)
@@ -118,9 +125,9 @@ def _write_result(spec: JobSpec, run_dir: Path) -> None:
 
 def _before_join(
     spec: JobSpec, info: RankInfo, run_dir: Path, device: torch.device, threads: int
-) -> None:
-    """Before the process group: this task's line, the start-of-run check (rank 0), the
-    flight recorder."""
+) -> list[Parts]:
+    """Before the process group: this task's line, the start-of-run check (rank 0: the
+    parts it tried), the flight recorder."""
     # One line per task: where it sits in the job (the Slurm tests read it back). One
     # write: with PYTHONUNBUFFERED print() writes the text and its newline apart, and the
     # lines of the processes sharing a task's output interleave ("...host n2jzk: rank 3").
@@ -131,13 +138,13 @@ def _before_join(
         f"host {socket.gethostname()}\n"
     )
     sys.stdout.flush()
-    if info.rank == 0:
-        _check_contracts_once(spec, device, threads)
+    checked = [_check_contracts_once(spec, device, threads)] if info.rank == 0 else []
     if spec.watchdog.stall_seconds > 0:
         from jeanzay_kit.runtime.heartbeat import enable_flight_recorder
 
         # Read when the process group starts: the watchdog dumps it next to the stacks.
         enable_flight_recorder(run_dir, os.environ)
+    return checked
 
 
 def _leave(caught: BaseException, spec: JobSpec, info: RankInfo) -> NoReturn:
@@ -183,21 +190,22 @@ def _as_loader_death(err: BaseException, spec: JobSpec) -> BaseException:
     return loader_death(err, describe_loader(spec, spec.loader.num_workers))
 
 
-def _check_contracts_once(spec: JobSpec, device, threads: int) -> None:  # noqa: ANN001
+def _check_contracts_once(spec: JobSpec, device, threads: int) -> Parts:  # noqa: ANN001
     """The dataset, model and loss tried on one micro-batch, on rank 0 before any
     collective (train/check.py): a contract break is one line and exit 2, not a traceback
-    per rank, and never retried."""
-    from jeanzay_kit.train.check import check_contracts
+    per rank, and never retried. Returns them, as built, for training."""
+    from jeanzay_kit.train.check import check_and_keep
     from jeanzay_kit.train.components import resolve_precision
 
     precision = resolve_precision(spec.train.precision, device)
     cpus = threads if threads > 0 else spec.omp_num_threads
     try:
-        found = check_contracts(spec, device, precision, cpus)
+        found, parts = check_and_keep(spec, device, precision, cpus)
     except JzkError as err:
         report.error(report.TRAIN, err)
         raise SystemExit(err.exit_code) from None
     print(found.summary(), flush=True)
+    return parts
     if device.type == "cuda":
         import torch
 

@@ -28,6 +28,7 @@ from jeanzay_kit.train.batch import describe, split_batch, to_device
 from jeanzay_kit.train.evaluate import metric_target, prediction
 from jeanzay_kit.train.loader import build_loader, stop_workers
 from jeanzay_kit.train.micro_batch import for_check
+from jeanzay_kit.train.parts import Parts, build_parts, tried
 from jeanzay_kit.train.stream import build_stream_loader, is_stream
 
 
@@ -64,8 +65,25 @@ def check_contracts(
     spec: JobSpec, device: torch.device, precision: str, cpus: int = 1
 ) -> CheckReport:
     """Try the run's components on its first micro-batch; ContractError on a break."""
-    spec = for_check(spec)  # micro_batch_size=auto: a small micro-batch, not the largest
-    dataset = _guard("data", "dataset", lambda: build.build_dataset(spec), spec.data)
+    return check_and_keep(spec, device, precision, cpus)[0]
+
+
+def check_and_keep(
+    spec: JobSpec, device: torch.device, precision: str, cpus: int = 1
+) -> tuple[CheckReport, Parts]:
+    """check_contracts, and the dataset, model and loss it tried, as built: the run's
+    training uses them (train/parts.py), nothing is built twice."""
+    parts = build_parts(spec, warn=True, device=device, guard=_guard)
+    with tried(parts):
+        found = _try(for_check(spec), parts, device, precision, cpus)
+    return found, parts
+
+
+def _try(
+    spec: JobSpec, parts: Parts, device: torch.device, precision: str, cpus: int
+) -> CheckReport:
+    """for_check(spec): with micro_batch_size=auto, a small micro-batch, not the largest."""
+    dataset, model, compute_loss = parts.dataset, parts.model, parts.compute_loss
     # One micro-batch is read by one worker: start at most two (the worker path and its
     # pickling are what is tried), not the 23 a Jean Zay H100 task would run.
     workers = min(spec.loader.workers_for(cpus), 2)
@@ -73,11 +91,8 @@ def check_contracts(
     batch = _first_micro_batch(spec, dataset, workers, device)
     fetch_s = time.perf_counter() - started
     _check_batch_shape(spec, batch)
-    torch.manual_seed(spec.train.seed)
-    model = _guard("model", "model", lambda: build.build_model(spec, warn=False), spec.model)
-    model = model.to(device)
+    model.to(device)
     _check_pipeline_split(spec, model)
-    compute_loss = build.build_loss(spec, model)
     model.train(True)
     started = time.perf_counter()
     with build.make_autocast(precision, device)():

@@ -40,7 +40,7 @@ from jeanzay_kit.train.loader import (
     describe_loader,
     workers_here,
 )
-from jeanzay_kit.train.schedule import seed_everything
+from jeanzay_kit.train.parts import Parts, build_parts
 from jeanzay_kit.train.strategies.base import Strategy
 from jeanzay_kit.train.stream import StreamBatches, is_stream, open_stream
 
@@ -90,13 +90,19 @@ class Attempt:
     stopped_by: str = ""
 
 
-def train(spec: JobSpec, session: Session, allocation_end: float | None = None) -> TrainResult:
+def train(
+    spec: JobSpec,
+    session: Session,
+    allocation_end: float | None = None,
+    parts: Parts | None = None,
+) -> TrainResult:
     """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
     save) when a rank notes a signal. session: the started runtime of this rank
     (Session.from_spec: the group and its mesh, the stop request, heartbeats, metrics);
     the loop is its client as a user's loop is. allocation_end: when the Slurm allocation
-    ends (epoch seconds), for the time left in the progress lines."""
-    attempt = prepare(spec, session, allocation_end)
+    ends (epoch seconds), for the time left in the progress lines. parts: the dataset,
+    model and loss rank 0's start-of-run check tried (None: built here)."""
+    attempt = prepare(spec, session, allocation_end, parts)
     try:
         run_steps(attempt)
     finally:
@@ -108,19 +114,22 @@ def train(spec: JobSpec, session: Session, allocation_end: float | None = None) 
     return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
 
 
-def prepare(spec: JobSpec, session: Session, allocation_end: float | None) -> Attempt:
-    """Build (data, model, loss, strategy, optimizer, checkpointer), resume, and open the
-    loader at the resumed step."""
+def prepare(
+    spec: JobSpec, session: Session, allocation_end: float | None, parts: Parts | None = None
+) -> Attempt:
+    """Build (data, model, loss, unless the check built them; strategy, optimizer,
+    checkpointer), resume, and open the loader at the resumed step."""
     assert session.ctx is not None, "Session.from_spec(...).start() first"
     ctx, run_dir = session.ctx, session.run_dir
     tset = spec.train
-    # Same seed on every rank: every rank builds the same initial model, whatever the
-    # mode, before it is wrapped, sharded or split.
-    seed_everything(tset.seed)
     apply_tf32(tset.tf32, ctx.device)
-    dataset = build.build_dataset(spec)
-    model = build.build_model(spec, warn=ctx.is_main)
-    compute_loss = build.build_loss(spec, model)
+    # Same seed on every rank: every rank builds the same initial model, whatever the
+    # mode, before it is wrapped, sharded or split (train/parts.py).
+    if parts is None:
+        parts = build_parts(spec, warn=ctx.is_main)
+    else:
+        parts.random.restore()  # as right after the build: the check drew from it
+    dataset, model, compute_loss = parts.dataset, parts.model, parts.compute_loss
     precision = build.resolve_precision(tset.precision, ctx.device)
     spec = micro_batch.settle(
         spec,

@@ -37,7 +37,25 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from userpkg.cnn import SmallCNN
 from userpkg.images import RandomImages
+
+
+def note_built(record: str, what: str) -> None:
+    with open(record, "a") as handle:
+        handle.write(f"{what} {os.getpid()}\\n")
+
+
+class CountedCNN(SmallCNN):
+    def __init__(self, record: str, **kwargs):
+        super().__init__(**kwargs)
+        note_built(record, "model")
+
+
+class CountedImages(RandomImages):
+    def __init__(self, record: str, **kwargs):
+        super().__init__(**kwargs)
+        note_built(record, "dataset")
 
 
 class RecordedImages(RandomImages):
@@ -119,21 +137,29 @@ def test_a_dataset_and_a_criterion_train_with_loader_workers(project: Path) -> N
     assert seen[-1] < seen[0] - 0.1, seen  # it learns
 
     # The same classes named on the command line, without a YAML: no example key leaks.
+    # Each process builds the model and the dataset once: rank 0's start-of-run check
+    # tries the very objects it trains (train/parts.py).
+    record = project / "built.txt"
     named = jzk(
         project,
         "train",
         "model=custom",
-        "model._target_=userpkg.cnn.SmallCNN",
+        "model._target_=userpkg.testing.CountedCNN",
         "+model.channels=4",
+        f"+model.record={record}",
         "data=custom",
-        "data._target_=userpkg.images.RandomImages",
+        "data._target_=userpkg.testing.CountedImages",
         "+data.size=256",
+        f"+data.record={record}",
         "job.name=named",
         "train.steps=4",
         "train.eval_every=0",
     )
     assert named.returncode == 0, named.stderr[-3000:]
     assert "done: 4 steps" in named.stdout
+    built = Counter(record.read_text().splitlines())
+    assert set(built.values()) == {1}, built  # nothing built twice by one process
+    assert sorted(line.split()[0] for line in built) == ["dataset"] * 2 + ["model"] * 2
 
 
 @pytest.mark.timeout(300)
