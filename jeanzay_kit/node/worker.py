@@ -112,15 +112,11 @@ def _finish(spec: JobSpec, info: RankInfo, run_dir: Path, result: Any, stop: Sto
 
 
 def _write_result(spec: JobSpec, run_dir: Path) -> None:
-    """<run_dir>/result.json: what a search reads (runtime/run_result.py)."""
-    from jeanzay_kit.runtime.run_result import missing_reason, write_from_metrics
+    """<run_dir>/result.json: what a search reads, as every loop writes it."""
+    from jeanzay_kit.runtime.run_result import write_end_result
     from jeanzay_kit.train.components import objective_directions
 
-    objectives = spec.tune.objectives
-    record = write_from_metrics(run_dir, objectives, objective_directions(spec))
-    for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):
-        if value is None:
-            print(f"note: no result value: {missing_reason(objective, record)}", flush=True)
+    write_end_result(run_dir, spec.tune.objectives, objective_directions(spec))
 
 
 def _before_join(

@@ -148,10 +148,29 @@ def result_values(run_dir: Path) -> list[float | None] | None:
     return [_finite(record.get("value"))]
 
 
-def write_from_metrics(
-    run_dir: Path, objective: str | Sequence[str], direction: str | Sequence[str]
+def direction_of(objective: str, direction: str, higher_is_better: bool | None = None) -> str:
+    """The one rule for tune.direction=auto, whichever loop ran: follow the metric's own
+    higher_is_better where the run knows the metric (a torchmetrics class of
+    eval.metrics in the toolkit's loop), else minimize, as Optuna does (a loss, and any
+    value of a script's or a session's own: tune.direction=maximize says otherwise)."""
+    if direction != "auto":
+        return direction
+    return "maximize" if higher_is_better else "minimize"
+
+
+def write_end_result(
+    run_dir: Path,
+    objectives: Sequence[str],
+    directions: Sequence[str],
+    reported: Mapping[str, float | int] | None = None,
 ) -> dict[str, Any]:
-    """result.json from metrics.jsonl (the toolkit's loop, a session without s.report)."""
-    record = result_record(final_values(read_records(run_dir / METRICS_FILE)), objective, direction)
+    """Rank 0, at the end of a completed run, whichever loop ran it: result.json from
+    metrics.jsonl's last values, and what the loop reported itself (s.report) over them;
+    a note for each objective without a value. Returns the record."""
+    values = {**final_values(read_records(run_dir / METRICS_FILE)), **(reported or {})}
+    record = result_record(values, objectives, directions)
     write_result(run_dir, record)
+    for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):
+        if value is None:
+            print(f"note: no result value: {missing_reason(objective, record)}", flush=True)
     return record

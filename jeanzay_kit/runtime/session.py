@@ -532,19 +532,16 @@ class Session:
         self._reported = (number, int(step))
 
     def _write_result(self) -> None:
-        from jeanzay_kit.runtime import run_result
-        from jeanzay_kit.runtime.metrics import METRICS_FILE, read_records
+        """result.json as every loop writes it (runtime/run_result.py), with s.report's
+        value over the logged one."""
+        from jeanzay_kit.runtime.run_result import direction_of, write_end_result
 
-        objective, direction = self.settings.objective, self.settings.direction
-        if direction == "auto":  # a loss goes down; other values need the script's word
-            direction = "minimize" if objective.endswith("loss") else "auto"
-        values = run_result.final_values(read_records(self.run_dir / METRICS_FILE))
+        objective = self.settings.objective
+        reported = None
         if self._reported is not None:
-            values = {**values, objective: self._reported[0], "objective_step": self._reported[1]}
-        record = run_result.result_record(values, objective, direction)
-        run_result.write_result(self.run_dir, record)
-        if record["value"] is None:  # said as the toolkit's loop says it (node/worker.py)
-            print(f"note: no result value: {run_result.missing_reason(objective, record)}")
+            reported = {objective: self._reported[0], "objective_step": self._reported[1]}
+        direction = direction_of(objective, self.settings.direction)
+        write_end_result(self.run_dir, (objective,), (direction,), reported)
 
     def requeue_and_exit(self) -> None:
         """After ckpt.save(...) of a stopped run: end this process with exit code 3 ("run me

@@ -310,16 +310,19 @@ def objective_direction(spec: JobSpec) -> str:
 
 
 def objective_directions(spec: JobSpec) -> tuple[str, ...]:
-    """tune.direction of each objective, with auto resolved like keep_best_mode:
-    minimize a loss, else the metric's own higher_is_better."""
+    """tune.direction of each objective, auto resolved by the rule every loop follows
+    (runtime/run_result.py direction_of), with the metric's own higher_is_better."""
+    from jeanzay_kit.runtime.run_result import direction_of
+
     tune = spec.tune
-    pairs = zip(tune.objectives, tune.directions, strict=True)
-    return tuple(d if d != "auto" else _auto_direction(spec, objective) for objective, d in pairs)
+    return tuple(
+        direction_of(objective, d, None if d != "auto" else _objective_higher(spec, objective))
+        for objective, d in zip(tune.objectives, tune.directions, strict=True)
+    )
 
 
-def _auto_direction(spec: JobSpec, objective: str) -> str:
-    higher = _higher_is_better(spec, objective, "tune.objective", "tune.direction=maximize")
-    return "maximize" if higher else "minimize"
+def _objective_higher(spec: JobSpec, objective: str) -> bool:
+    return _higher_is_better(spec, objective, "tune.objective", "tune.direction=maximize")
 
 
 def _higher_is_better(spec: JobSpec, key: str, field: str, fix: str) -> bool:

@@ -191,3 +191,25 @@ def test_several_objectives_are_listed_the_first_also_alone() -> None:
     assert record["directions"] == ["minimize", "maximize"]
     missing = result_record(values, ["eval_loss", "eval_f1"], ["minimize", "maximize"])
     assert missing["values"] == [0.25, None]
+
+
+@pytest.mark.parametrize(
+    ("objective", "direction", "higher", "expected"),
+    [
+        ("eval_loss", "auto", None, "minimize"),  # a loss goes down
+        ("val_loss", "auto", None, "minimize"),  # a script's own loss
+        ("eval_acc", "auto", True, "maximize"),  # a metric that says higher is better
+        ("eval_err", "auto", False, "minimize"),
+        ("accuracy", "auto", None, "minimize"),  # unknown: Optuna's default
+        ("accuracy", "maximize", None, "maximize"),  # said: kept
+        ("eval_loss", "maximize", None, "maximize"),
+    ],
+)
+def test_one_direction_rule_for_every_loop(
+    objective: str, direction: str, higher: bool | None, expected: str
+) -> None:
+    """The toolkit's loop and a session resolve tune.direction=auto alike (issue 44: two
+    rules before, a session wrote `auto` where the loop minimized)."""
+    from jeanzay_kit.runtime.run_result import direction_of
+
+    assert direction_of(objective, direction, higher) == expected
