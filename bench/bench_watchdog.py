@@ -46,7 +46,7 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     # each side puts its own in the loop's hands: a real one with a watchdog, or none.
     spec = replace(spec, watchdog=replace(spec.watchdog, stall_seconds=0.0))
     session = start_session(spec, info, out_dir / "session")
-    own_beat = session._heartbeat
+    own_beat = session.run.heartbeat
     times: dict[str, list[float]] = {"on": [], "off": []}
     for r in range(args.rounds):
         for side in ("on", "off") if r % 2 == 0 else ("off", "on"):
@@ -57,13 +57,13 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             if side == "on":
                 beat = Heartbeat(run_dir, info.rank, args.steps, "bench", None, 2.0).start()
                 watch = (beat, Watchdog(beat, run_dir, 300.0).start())
-            session._heartbeat = watch[0] if watch else _NoBeat()
+            session.run.heartbeat = watch[0] if watch else _NoBeat()
             times[side].append(toolkit_step_time(spec, session, run_dir, args.steps, args.warmup))
             if watch:
                 watch[1].stop()
                 watch[0].stop()
     dist.barrier()
-    session._heartbeat = own_beat
+    session.run.heartbeat = own_beat
     session.close()
     if index != 0:
         return

@@ -163,10 +163,29 @@ def is_loader_death(err: BaseException) -> bool:
 
 
 class PeerFailed(JzkError):
-    """This rank stops because another rank failed; that rank says why (node/worker.py
+    """This rank stops because another rank failed; that rank says why (runtime/run.py
     says this one only stopped)."""
 
     exit_code = 1
+
+
+# What a collective raises on a rank whose peer died (gloo, NCCL, the TCP store): the
+# follow-on of another rank's failure, not a failure of its own.
+_PEER_GONE = (
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "remote worker crashing",
+    "Broken pipe",
+    "NCCL communicator was aborted",
+    "Socket Timeout",
+)
+
+
+def is_peer_failure(err: BaseException) -> bool:
+    if isinstance(err, PeerFailed):
+        return True
+    text = f"{type(err).__name__}: {err}"
+    return any(marker in text for marker in _PEER_GONE)
 
 
 class LoaderWorkerDied(JzkError):

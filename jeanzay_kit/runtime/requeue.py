@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Mapping
 from typing import NoReturn
 
 from jeanzay_kit import report
+from jeanzay_kit.config.runtime_settings import RuntimeSettings
 from jeanzay_kit.distributed.ranks import RankInfo
 
 
@@ -58,12 +60,39 @@ def after_stop(
         if info.rank == 0:
             print(
                 f"SIGTERM: step-{steps} is complete; waiting up to "
-                f"{term_wait_seconds} s for Slurm to end the job (a preempted "
+                f"{term_wait_seconds:g} s for Slurm to end the job (a preempted "
                 "job is requeued and resumes from it)",
                 flush=True,
             )
         sleep(term_wait_seconds)
     raise SystemExit(EXIT_PREEMPTED)
+
+
+def after_stop_as_set(
+    settings: RuntimeSettings,
+    info: RankInfo,
+    env: Mapping[str, str],
+    stopped_by: str,
+    steps: int,
+    *,
+    runner=None,  # noqa: ANN001
+    sleep=time.sleep,  # noqa: ANN001
+) -> NoReturn:
+    """after_stop as a run's settings say (preemption.requeue, .signal,
+    .term_wait_seconds); a script task of the toolkit is requeued by its wrapper, not by
+    the session inside it. runner, sleep: stand-ins in unit tests."""
+    from jeanzay_kit.runtime.session_rules import under_script_task
+
+    after_stop(
+        info,
+        stopped_by,
+        steps,
+        requeue_signal=settings.requeue_signal,
+        requeue=settings.requeue and not under_script_task(env),
+        term_wait_seconds=settings.term_wait_seconds,
+        runner=runner,
+        sleep=sleep,
+    )
 
 
 def _requeue(info: RankInfo, steps: int, runner) -> None:  # noqa: ANN001

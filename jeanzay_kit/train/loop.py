@@ -40,7 +40,7 @@ from jeanzay_kit.train.loader import (
     describe_loader,
     workers_here,
 )
-from jeanzay_kit.train.parts import Parts, build_parts
+from jeanzay_kit.train.parts import Parts, for_training
 from jeanzay_kit.train.strategies.base import Strategy
 from jeanzay_kit.train.stream import StreamBatches, is_stream, open_stream
 
@@ -125,10 +125,7 @@ def prepare(
     apply_tf32(tset.tf32, ctx.device)
     # Same seed on every rank: every rank builds the same initial model, whatever the
     # mode, before it is wrapped, sharded or split (train/parts.py).
-    if parts is None:
-        parts = build_parts(spec, warn=ctx.is_main)
-    else:
-        parts.random.restore()  # as right after the build: the check drew from it
+    parts = for_training(parts, spec, warn=ctx.is_main)
     dataset, model, compute_loss = parts.dataset, parts.model, parts.compute_loss
     precision = build.resolve_precision(tset.precision, ctx.device)
     spec = micro_batch.settle(

@@ -91,6 +91,15 @@ def build_parts(
     return Parts(dataset, model, compute_loss, RandomState.now(device))
 
 
+def for_training(checked: Parts | None, spec: JobSpec, *, warn: bool) -> Parts:
+    """What an attempt trains: the parts rank 0's check tried, the random state put back
+    as right after their build (the check drew from it), or new ones."""
+    if checked is None:
+        return build_parts(spec, warn=warn)
+    checked.random.restore()
+    return checked
+
+
 @contextmanager
 def tried(parts: Parts) -> Iterator[Parts]:
     """Use the parts inside the block (to(device), forward, backward, a read); they leave

@@ -8,9 +8,10 @@ from dataclasses import dataclass, replace
 import pytest
 
 from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.node.worker import stop_after_signal
+from jeanzay_kit.runtime.requeue import after_stop_as_set
 
 
 @dataclass
@@ -32,6 +33,17 @@ class FakeRunner:
 
 
 SPEC = build_job_spec(compose_config(["cluster=slurm_local"]))
+
+
+def stop_after_signal(spec, info: RankInfo, result: Result, runner, sleep=None) -> None:
+    """What a run does once a signalled run's last save is sealed (runtime/run.py
+    requeue_and_exit), with the job's settings, outside a script task."""
+    waits = {} if sleep is None else {"sleep": sleep}
+    after_stop_as_set(
+        runtime_settings(spec), info, {}, result.stopped_by, result.steps, runner=runner, **waits
+    )
+
+
 RANK0 = RankInfo(0, 0, 2, 2, 0, 1, "n1", 12345, "77", "70_7", "srun")
 
 
