@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import torch
 import torch.distributed as dist
@@ -358,6 +358,16 @@ class Run:
             keep_last=self.settings.keep_last,
             **options,
         )
+
+    def write_model(self, state: Mapping[str, torch.Tensor], name: str) -> str:
+        """Rank 0: a model's full state dict in <run_dir>/<name>, its sha256 digest beside
+        it (<name without .pt>.sha256); the digest."""
+        from jeanzay_kit.ckpt.digest import state_digest
+
+        digest = state_digest(cast(dict[str, torch.Tensor], state))
+        torch.save(state, self.run_dir / name)
+        (self.run_dir / f"{Path(name).stem}.sha256").write_text(f"{digest}\n")
+        return digest
 
     def note_resumed(self, step: int, position: int, loss: float | None) -> None:
         self.start_step, self.start_position, self.last_loss = step, position, loss

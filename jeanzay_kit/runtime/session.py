@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal, NoReturn, cast
+from typing import Any, Literal, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -35,7 +35,6 @@ from torch import nn
 from jeanzay_kit import report
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
-from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
 from jeanzay_kit.config.runtime_settings import check as check_settings
 from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
@@ -324,23 +323,29 @@ class Session:
     def _beat_phase(self, phase: str) -> None:
         self.run.heartbeat.beat(self.run.heartbeat.step, phase)
 
-    def save_model(self, model: nn.Module, name: str = layout.MODEL_FINAL) -> str:
+    def save_model(
+        self,
+        model: nn.Module | Mapping[str, torch.Tensor] | None,
+        name: str = layout.MODEL_FINAL,
+    ) -> str:
         """Collective: the whole model's weights (gathered from FSDP shards, without DDP's
         `module.`) written by rank 0 to <run_dir>/<name>, with their sha256 digest next to
-        it (<name without .pt>.sha256). Returns the digest (on every rank)."""
-        from torch.distributed.checkpoint.state_dict import (
-            StateDictOptions,
-            get_model_state_dict,
-        )
+        it (<name without .pt>.sha256). Returns the digest (on every rank). A loop that
+        gathers its weights itself (the toolkit's pipelines) passes rank 0's full state
+        dict instead of the model (None on the other ranks)."""
+        state: Any = model
+        if isinstance(model, nn.Module):
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
 
-        state = get_model_state_dict(
-            model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-        )
-        digest = [state_digest(cast(dict[str, torch.Tensor], state)) if self.is_main else None]
-        if self.is_main:
-            torch.save(state, self.run_dir / name)
-            (self.run_dir / f"{Path(name).stem}.sha256").write_text(f"{digest[0]}\n")
-        dist.broadcast_object_list(digest, src=0)
+            state = get_model_state_dict(
+                model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        digest = [self.run.write_model(state, name) if self.is_main else None]
+        if dist.is_initialized():
+            dist.broadcast_object_list(digest, src=0)
         return str(digest[0])
 
     # ---- the data ------------------------------------------------------------------------

@@ -19,9 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
-from jeanzay_kit.ckpt.digest import state_digest
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
@@ -455,14 +453,10 @@ def save(a: Attempt, done: int, force_sync: bool = False) -> None:
 
 
 def save_final_model(a: Attempt) -> str | None:
-    """The finished model's weights on rank 0 (model_final.pt) and their digest."""
-    state = a.strategy.full_state_dict()
-    if not a.ctx.is_main or state is None:
-        return None
-    digest = state_digest(state)
-    torch.save(state, a.run_dir / layout.MODEL_FINAL)
-    (a.run_dir / layout.MODEL_DIGEST).write_text(digest + "\n")
-    return digest
+    """The finished model's weights on rank 0 (model_final.pt) and their digest, as
+    every loop saves them (s.save_model), from the strategy's gathered state."""
+    digest = a.session.save_model(a.strategy.full_state_dict())
+    return digest if a.ctx.is_main else None
 
 
 def _on_nonfinite(policy: str, step: int, ckpt: Checkpointer, is_main: bool) -> None:
