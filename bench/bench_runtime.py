@@ -79,7 +79,7 @@ def toolkit_step_time(spec, session: Session, run_dir: Path, steps: int, warmup:
     """Mean step time of jeanzay_kit's own loop (on the runtime node/worker.py starts: its
     session, here one per mode, a run directory per round), after warmup steps."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
-    session.run_dir = run_dir
+    session.run.run_dir = run_dir  # a fresh directory per round, one group for all
     train(replace(spec, train=longer), session)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.

@@ -137,13 +137,18 @@ class Session:
         stop: StopRequest,
         visible_devices: str | None,
         env: Mapping[str, str],
-        ending: Ending,
+        ending: Ending | None = None,
     ) -> Session:
         """The runtime of the toolkit's own loop (node/worker.py): the settings of a
         validated job, the rank its entry point read, the stop request it made first
         thing, and the job's parallel layout (the group gets its device mesh, `s.ctx`).
         ending: the objectives and directions of its result, how its failures are named
-        and said (node/worker_start.py ending_of)."""
+        and said (node/worker_start.py ending_of; default: the job's objectives, their
+        directions by the one rule without a metric's word)."""
+        if ending is None:
+            pairs = zip(spec.tune.objectives, spec.tune.directions, strict=True)
+            directions = tuple(direction_of(o, d) for o, d in pairs)
+            ending = Ending(spec.tune.objectives, directions, said_as=report.TRAIN)
         env = dict(env)  # what the worker was given, not this process's variables
         if visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices

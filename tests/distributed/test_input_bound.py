@@ -19,6 +19,7 @@ def test_a_slow_dataset_is_called_input_bound_and_a_fast_one_is_not(train_run) -
     slow = train_run(
         "slow",
         "train.steps=10",
+        "train.global_batch_size=8",  # one micro-batch a step: 1 s a step, not 4 (suite time)
         "train.log_every=2",
         "train.eval_every=0",
         "resources.gpus_per_node=1",
