@@ -26,9 +26,14 @@ def spec_of(
 
         local_gpus = local_gpu_count()
     # The CPUs of this machine: loader.num_workers=auto of a local run is resolved from them.
-    return build_job_spec(
+    spec = build_job_spec(
         cfg, local_gpus=local_gpus, local_cpus=os.cpu_count(), interpreter=sys.executable
     )
+    if not spec.job.runs_script:  # a script's own values say nothing of our metrics
+        from jeanzay_kit.train.directions import check_directions
+
+        check_directions(spec)  # a metric that cannot say which way is better: refused now
+    return spec
 
 
 def workdir_of(spec: JobSpec) -> Path:

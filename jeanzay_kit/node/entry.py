@@ -19,6 +19,7 @@ from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import StopRequest
+from jeanzay_kit.train.directions import check_directions
 
 
 def nvidia_driver_present() -> bool:
@@ -260,6 +261,7 @@ def main(
             if spec.job.runs_script:
                 return _run_script(spec, env, run_dir, stop)
             check_data_paths(spec.data)
+            check_directions(spec)  # a metric that cannot say which way is better
             if launched_by(env) is not None:
                 _train_as_task(spec, env, run_dir, stop)
                 return 0

@@ -96,7 +96,7 @@ def ending_of(spec: JobSpec) -> Ending:
     """How a run of the toolkit's loop ends (runtime/run.py): its result's objectives and
     directions (auto resolved with the metrics' own higher_is_better), its errors said
     as `jzk train`'s, a dead loader worker named as such."""
-    from jeanzay_kit.train.components import objective_directions
+    from jeanzay_kit.train.directions import objective_directions
 
     return Ending(
         spec.tune.objectives,

@@ -44,7 +44,7 @@ def check_request(
     """The request and its search space, checked before any trial runs: the space's
     syntax, and a run at one corner of it (each key exists, each value is accepted)."""
     from jeanzay_kit.launch.request import spec_of, workdir_of
-    from jeanzay_kit.train.components import objective_directions
+    from jeanzay_kit.train.directions import objective_directions
 
     spec = spec_of(overrides, config_dir, config_name)
     if not spec.tune.params:

@@ -14,7 +14,7 @@ import torch
 
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import build_job_spec
-from jeanzay_kit.errors import ContractError, SpecError
+from jeanzay_kit.errors import ContractError, JzkError, SpecError
 from jeanzay_kit.runtime.sampler import eval_share
 from jeanzay_kit.train.evaluate import metric_target, prediction
 
@@ -214,7 +214,7 @@ def test_keep_best_takes_the_metrics_own_direction(
 ) -> None:
     """checkpoint.keep_best_mode=auto (the default): an accuracy is kept at its highest,
     an error at its lowest (torchmetrics' higher_is_better); a mode given wins."""
-    from jeanzay_kit.train.components import best_direction
+    from jeanzay_kit.train.directions import best_direction
 
     assert best_direction(spec(*overrides)) == direction
 
@@ -242,3 +242,29 @@ def test_an_unknown_key_names_the_forms_that_are_accepted() -> None:
         compose_config(["model.dropout_rate=0.1"])
     assert "model.dropout_rate=0.1 is not a key of MLPConfig" in str(info.value)
     assert "+model.dropout_rate=VALUE" in str(info.value) and "model={key: value" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "refused"),
+    [
+        (("tune.objective=eval_mean",), "tune.objective=eval_mean"),
+        (("checkpoint.keep_best=mean",), "checkpoint.keep_best=eval_mean"),
+        (("tune.objective=eval_mean", "tune.direction=maximize"), None),  # said: fine
+        (("checkpoint.keep_best=mean", "checkpoint.keep_best_mode=min"), None),
+    ],
+)
+def test_a_metric_that_cannot_say_which_way_is_better_is_refused_at_validation(
+    overrides: tuple[str, ...], refused: str | None
+) -> None:
+    """MeanMetric has no higher_is_better: with direction auto the request is refused
+    when it is validated (jzk validate/submit/tune), naming the key and the fix, not at
+    the start (or, before, the end) of the run."""
+    from jeanzay_kit.launch.request import spec_of
+
+    request = ["+eval.metrics.mean._target_=torchmetrics.aggregation.MeanMetric", *overrides]
+    if refused is None:
+        spec_of(request, None)
+        return
+    with pytest.raises(JzkError, match="higher_is_better") as err:
+        spec_of(request, None)
+    assert refused in str(err.value) and "HINT" in str(err.value)
