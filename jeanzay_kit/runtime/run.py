@@ -25,6 +25,7 @@ import torch.distributed as dist
 from jeanzay_kit import report
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
+from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings
 from jeanzay_kit.distributed.layout import ParallelLayout
 from jeanzay_kit.distributed.process_group import (
@@ -368,6 +369,24 @@ class Run:
         torch.save(state, self.run_dir / name)
         (self.run_dir / f"{Path(name).stem}.sha256").write_text(f"{digest}\n")
         return digest
+
+    def resume_from(
+        self, ckpt: Checkpointer, which: str, allow_config_change: bool
+    ) -> tuple[TrainerState, Path | None]:
+        """Collective: the one resume of every loop. Load the checkpoint `which` names
+        (checkpoint.resume: auto | never | a step folder) into ckpt's module and optimizer,
+        after refusing a changed config or layout, say so on rank 0, and note where the run
+        stands. The trainer state (step 0 and nothing else for a fresh start) and its
+        folder; the caller restores what only it holds (a scheduler, `extra`)."""
+        folder = ckpt.find(which)
+        state = TrainerState(0, 0, {}, None, None)
+        if folder is not None:
+            ckpt.check_compatible(folder, allow_config_change)
+            state = ckpt.load(folder)
+            if self.is_main:
+                print(f"resumed from {folder} (step {state.step})", flush=True)
+        self.note_resumed(state.step, state.sample_position, state.last_loss)
+        return state, folder
 
     def note_resumed(self, step: int, position: int, loss: float | None) -> None:
         self.start_step, self.start_position, self.last_loss = step, position, loss

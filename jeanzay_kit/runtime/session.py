@@ -35,6 +35,7 @@ from torch import nn
 from jeanzay_kit import report
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
+from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
 from jeanzay_kit.config.runtime_settings import check as check_settings
 from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
@@ -503,6 +504,19 @@ class Session:
         layout a resume is compared with; config: what a resume must not change."""
         options = {"use_async": use_async, "keep_best": keep_best}
         return self.run.open_checkpointer(module, optimizer, world, config, options)
+
+    def resume_from(
+        self, ckpt: Checkpointer, *, which: str = "auto", allow_config_change: bool | None = None
+    ) -> tuple[TrainerState, Path | None]:
+        """Collective: resume a checkpointer of s.open_checkpointer as s.checkpointer(...)
+        .resume() does: the checkpoint `which` names (auto: the newest complete one;
+        never; or a step folder) loaded into its module and optimizer after the config and
+        layout checks, `resumed from` printed, and the run placed at its step. Returns its
+        trainer state (step 0 on a fresh start; restore a scheduler from its `scheduler`)
+        and its folder (None on a fresh start)."""
+        if allow_config_change is None:
+            allow_config_change = self.settings.allow_config_change
+        return self.run.resume_from(ckpt, which, allow_config_change)
 
     def note_resumed(self, step: int, position: int, loss: float | None) -> None:
         """Where the run stands after a resume (ckpt.resume() says it; the toolkit's loop,

@@ -51,17 +51,9 @@ class SessionCheckpointer:
         and return its step (0 on a fresh start). The model, optimizer, every rank's
         random generators and `extra` are restored; s.sampler continues from there."""
         self._refresh()
-        folder = self.inner.find("auto")
+        state, _ = self.run.resume_from(self.inner, "auto", self.allow_config_change)
         self.resumed = True
-        if folder is None:
-            self.run.note_resumed(0, 0, None)
-            return 0
-        self.inner.check_compatible(folder, self.allow_config_change)
-        state = self.inner.load(folder)
         self._restore_extra(state.extra or {})
-        self.run.note_resumed(state.step, state.sample_position, state.last_loss)
-        if self.run.is_main:
-            print(f"resumed from {folder} (step {state.step})", flush=True)
         return state.step
 
     def save(self, step: int) -> None:

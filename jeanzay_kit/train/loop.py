@@ -140,11 +140,10 @@ def prepare(
     optimizer = build.build_optimizer(strategy.parameters(), spec.optim, ctx.device)
     scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
     ckpt = build.build_checkpointer(spec, strategy, optimizer, session)
-    resumed, folder = resume(spec, ckpt, scheduler, strategy, ctx)
+    resumed, folder = resume(spec, session, ckpt, scheduler, strategy)
     if resumed.step >= tset.steps and ctx.is_main:
         _note_nothing_left(run_dir, resumed.step, tset.steps)
     plan, batches = open_data(spec, ctx, dataset, ckpt, resumed, folder)
-    session.note_resumed(resumed.step, resumed.sample_position, resumed.last_loss)
     return Attempt(
         spec=spec,
         session=session,
@@ -245,23 +244,22 @@ def open_batches(
 
 def resume(
     spec: JobSpec,
+    session: Session,
     ckpt: Checkpointer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     strategy: Strategy,
-    ctx: DistContext,
 ) -> tuple[TrainerState, Path | None]:
-    """Load the checkpoint that checkpoint.resume names, if any: its step, global sample
-    index and last loss (step 0 and nothing else for a fresh start), and its folder."""
-    folder = ckpt.find(spec.checkpoint.resume)
-    if folder is None:
-        return TrainerState(0, 0, {}, None, None), None
-    ckpt.check_compatible(folder, spec.checkpoint.allow_config_change)
-    state = ckpt.load(folder)
-    scheduler.load_state_dict(state.scheduler)
-    if strategy.scaler is not None and state.scaler:
-        strategy.scaler.load_state_dict(state.scaler)
-    if ctx.is_main:
-        print(f"resumed from {folder} (step {state.step})", flush=True)
+    """The session's one resume (checkpoint.resume names the checkpoint), then what only
+    this loop saves: the LR scheduler and the loss scaler."""
+    state, folder = session.resume_from(
+        ckpt,
+        which=spec.checkpoint.resume,
+        allow_config_change=spec.checkpoint.allow_config_change,
+    )
+    if folder is not None:
+        scheduler.load_state_dict(state.scheduler)
+        if strategy.scaler is not None and state.scaler:
+            strategy.scaler.load_state_dict(state.scaler)
     return state, folder
 
 

@@ -34,7 +34,9 @@ SPACE = 'tune.params={optim.lr: "tag(log, interval(0.0001, 0.1))"}'
 # tasks' first, draw 0.0025, 0.0018 and 0.0021 for seed 102, so the search has the
 # optimum's neighbourhood to find whatever the order in which the tasks take trials;
 # what is tested is that the trained values rank it best.
-SEARCH = ["tune.sampler=random", "tune.seed=102", "tune.n_trials=12", "tune.tasks=3"]
+# Trials 3-8 draw 0.0026, 0.00025, 0.00017, 0.013, 0.0026, 0.00022: the three low rates
+# trail the median from trial 5 (tune.prune_after_trials) on. 9 trials, not 12: suite time.
+SEARCH = ["tune.sampler=random", "tune.seed=102", "tune.n_trials=9", "tune.tasks=3"]
 
 
 def load(study_dir: Path):  # noqa: ANN201 - optuna's Study
@@ -91,12 +93,12 @@ def test_a_study_of_three_tasks_survives_a_signal_and_a_kill(slurm, tmp_path: Pa
     trials = load(study_dir).get_trials()
     states = [t.state.name for t in trials]
     tasks = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("*.out")))
-    assert len(trials) == 12 and set(states) <= {"COMPLETE", "PRUNED", "FAIL"}, states
+    assert len(trials) == 9 and set(states) <= {"COMPLETE", "PRUNED", "FAIL"}, states
     assert states.count("FAIL") == 1 and trials[killed].state.name == "FAIL", tasks
     # No value drawn twice, though a task was requeued (issue 45: a seeded task drew its
     # first start's values again after a requeue).
     drawn = [t.params["optim.lr"] for t in trials]
-    assert len(set(drawn)) == 12, drawn
+    assert len(set(drawn)) == 9, drawn
     assert "killed" in trials[killed].user_attrs["jzk_reason"]
     # Pruning stopped at least one trial at an evaluation before its last step.
     pruned = [t for t in trials if t.state.name == "PRUNED"]
