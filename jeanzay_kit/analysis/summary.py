@@ -11,7 +11,6 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from jeanzay_kit.runtime.progress import is_eval_metric
 
@@ -40,8 +39,13 @@ def _number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def _step_of(record: Mapping[str, object]) -> int:
+    step = record.get("step")
+    return step if isinstance(step, int) else 0
+
+
 def run_series(
-    name: str, overrides: Sequence[str], records: Sequence[Mapping[str, Any]]
+    name: str, overrides: Sequence[str], records: Sequence[Mapping[str, object]]
 ) -> RunSeries:
     """Curves from metrics.jsonl records; a record without a number for a key is skipped
     for that curve (eval is logged every train.eval_every steps only)."""
@@ -58,7 +62,7 @@ def run_series(
         "mfu": [],
     }
     metrics: dict[str, list[tuple[int, float]]] = {}
-    for record in sorted(records, key=lambda r: r.get("step", 0)):
+    for record in sorted(records, key=lambda r: _step_of(r)):
         step = record.get("step")
         if not isinstance(step, int):
             continue
@@ -66,9 +70,9 @@ def run_series(
             value = _number(record.get(key))
             if value is not None:
                 points.append((step, value))
-        for key, value in record.items():
+        for key, raw in record.items():
             if is_eval_metric(key):
-                number = _number(value)
+                number = _number(raw)
                 if number is not None:
                     metrics.setdefault(key[5:], []).append((step, number))
     return RunSeries(

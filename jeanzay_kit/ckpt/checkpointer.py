@@ -51,6 +51,7 @@ from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import CheckpointWriteError, PeerFailed, ResumeError, is_loader_death
+from jeanzay_kit.values import integer
 from jeanzay_kit.version import __version__
 
 # Optimizer state keyed per parameter name ("state.<fqn>.exp_avg", "param_groups.<fqn>.lr"):
@@ -378,7 +379,7 @@ class Checkpointer:
         saved = CheckpointStore(folder.parent).manifest(parse_step_dir(folder.name) or 0)
         path = folder / f"data-{self.rank}.pt"
         state = torch.load(path, weights_only=True) if path.exists() else None
-        return state, int(saved.world.get("dp_size", 0) or 0)
+        return state, integer(saved.world.get("dp_size"), 0)
 
     def _check_shapes(self, folder: Path, model_sd: dict) -> None:
         """Refuse, on every rank alike and before reading any tensor, a model whose
@@ -403,7 +404,7 @@ class Checkpointer:
         those of rank r mod the saved count: random draws inside the model (dropout)
         then differ from an uninterrupted run; the data order does not use them."""
         saved = CheckpointStore(folder.parent).manifest(parse_step_dir(folder.name) or 0)
-        size = int(saved.world.get("world_size", 0) or 0)
+        size = integer(saved.world.get("world_size"), 0)
         rank = self.rank % size if size and size != self.world["world_size"] else self.rank
         return folder / f"rank-{rank}.pt"
 

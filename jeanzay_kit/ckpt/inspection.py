@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.layout import best_step
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import CheckpointNotFound
+from jeanzay_kit.values import as_node
 
 
 def _store(run_dir: str | Path) -> CheckpointStore:
@@ -26,7 +28,7 @@ def list_checkpoints(run_dir: str | Path) -> list[dict]:
     evaluation, and `best` on the one checkpoint.keep_best keeps."""
     store = _store(run_dir)
     rows: list[dict[str, Any]] = []
-    keep_best = None
+    keep_best: Mapping[str, object] = {}
     for entry in store.entries():
         row: dict[str, Any] = {
             "step": entry.step,
@@ -40,14 +42,14 @@ def list_checkpoints(run_dir: str | Path) -> list[dict]:
                 manifest = store.manifest(entry.step)
                 row["bytes"] = manifest.total_bytes
                 row["sample_position"] = manifest.sample_position
-                row["eval"] = dict(manifest.extra.get("eval") or {})
-                keep_best = manifest.extra.get("keep_best") or keep_best
+                row["eval"] = dict(as_node(manifest.extra.get("eval")))
+                keep_best = as_node(manifest.extra.get("keep_best")) or keep_best
             except Exception as err:  # noqa: BLE001 - shown to the user as the row's state
                 row["complete"] = False
                 row["error"] = str(err)
         rows.append(row)
     if keep_best:
-        key, mode = keep_best["key"], keep_best["mode"]
+        key, mode = str(keep_best["key"]), str(keep_best["mode"])
         evaluated = {r["step"]: r["eval"] for r in rows if r["complete"] and r.get("eval")}
         best = best_step(evaluated, key, mode)
         for row in rows:

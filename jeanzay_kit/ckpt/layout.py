@@ -19,12 +19,12 @@ import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 # What a config computes lives with the config (config/identity.py); the checkpoint records
 # its hash and explains a refusal with its differences.
 from jeanzay_kit.config.identity import RESUME_IGNORES, config_differences
 from jeanzay_kit.errors import ManifestError
+from jeanzay_kit.values import as_node
 
 MANIFEST = "manifest.json"
 # Threads (so DCP shard files) a rank writes a checkpoint with, at most: fewer on a
@@ -67,11 +67,11 @@ class FileRecord:
 class Manifest:
     step: int
     files: Mapping[str, FileRecord]
-    world: Mapping[str, Any] = field(default_factory=dict)
+    world: Mapping[str, object] = field(default_factory=dict)
     config_hash: str = ""
     code_version: str = ""
     sample_position: int = 0
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return (
@@ -181,13 +181,13 @@ def to_delete(
     return out
 
 
-def best_step(evaluated: Mapping[int, Mapping[str, Any]], key: str, mode: str) -> int | None:
+def best_step(evaluated: Mapping[int, Mapping[str, object]], key: str, mode: str) -> int | None:
     """The step whose evaluation holds the best `key` (min or max); the newest on a tie.
     `evaluated`: step -> the eval record its manifest holds."""
     scored = [
-        (float(record[key]), step)
+        (float(value), step)
         for step, record in evaluated.items()
-        if isinstance(record.get(key), (int, float))
+        if isinstance(value := record.get(key), (int, float))
     ]
     if not scored:
         return None
@@ -196,7 +196,7 @@ def best_step(evaluated: Mapping[int, Mapping[str, Any]], key: str, mode: str) -
     return min(scored, key=lambda vs: (vs[0], -vs[1]))[1]
 
 
-def config_change_message(folder: str, old: Mapping[str, Any], new: Mapping[str, Any]) -> str:
+def config_change_message(folder: str, old: Mapping[str, object], new: Mapping[str, object]) -> str:
     """Why a checkpoint cannot resume this config, and the ways out."""
     diffs = config_differences(old, new, RESUME_IGNORES)
     return (
@@ -221,7 +221,7 @@ _FIXED_WORLD = (
 
 
 def world_change(
-    folder: str, saved: Mapping[str, Any], now: Mapping[str, Any]
+    folder: str, saved: Mapping[str, object], now: Mapping[str, object]
 ) -> tuple[str | None, str | None]:
     """(refusal, note) for resuming a checkpoint saved with layout `saved` on `now`.
 
@@ -259,12 +259,12 @@ def world_change(
     )
 
 
-def shape_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def shape_changes(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     """Changes of the model's shape between a checkpoint's config and this one, which no
     checkpoint can follow even with checkpoint.allow_config_change: the model's class
     (`model._target_`) and its whole-number settings (widths, depth, heads, vocabulary).
     Floats and flags (dropout, activation checkpointing) may change."""
-    old_model, new_model = old.get("model") or {}, new.get("model") or {}
+    old_model, new_model = as_node(old.get("model")), as_node(new.get("model"))
     changes = []
     for line in config_differences(old_model, new_model, prefix="model."):
         key = line.split(":")[0]
@@ -276,12 +276,12 @@ def shape_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     return changes
 
 
-def _lookup(node: Any, dotted: str) -> Any:
+def _lookup(tree: object, dotted: str) -> object:
     for part in dotted.split(".")[1:]:
-        if not isinstance(node, Mapping):
+        if not isinstance(tree, Mapping):
             return None
-        node = node.get(part)
-    return node
+        tree = tree.get(part)
+    return tree
 
 
 def parameter_mismatch(

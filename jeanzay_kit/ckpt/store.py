@@ -44,6 +44,7 @@ from jeanzay_kit.ckpt.layout import (
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
 from jeanzay_kit.errors import ManifestError, ResumeError
+from jeanzay_kit.values import as_node
 
 _CHUNK = 8 << 20
 
@@ -208,7 +209,7 @@ class CheckpointStore:
         evaluated = {}
         for step in steps:
             try:
-                evaluated[step] = dict(self.manifest(step).extra.get("eval") or {})
+                evaluated[step] = dict(as_node(self.manifest(step).extra.get("eval")))
             except (OSError, ManifestError):
                 continue
         return best_step(evaluated, *keep_best)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from jeanzay_kit.errors import Problem, SpecError, TimeFormatError
 from jeanzay_kit.slurm_syntax.timefmt import parse_time
@@ -97,7 +96,7 @@ class ClusterProfile:
         return sorted(self.qos.values(), key=lambda q: q.max_minutes)
 
 
-def _minutes(key: str, value: Any) -> int | None:
+def _minutes(key: str, value: object) -> int | None:
     if value is None:
         return None
     try:
@@ -109,7 +108,7 @@ def _minutes(key: str, value: Any) -> int | None:
 _MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
-def mem_megabytes(value: Any) -> int | None:
+def mem_megabytes(value: object) -> int | None:
     """A Slurm memory size ("64G", "512000M", "1000": megabytes) in MB; None if invalid."""
     text = str(value).strip().upper()
     unit = text[-1] if text and text[-1] in _MEM_UNITS else "M"
@@ -119,7 +118,7 @@ def mem_megabytes(value: Any) -> int | None:
     return int(int(number) * _MEM_UNITS[unit])
 
 
-def _megabytes(key: str, value: Any) -> int | None:
+def _megabytes(key: str, value: object) -> int | None:
     if value is None:
         return None
     mb = mem_megabytes(value)
@@ -143,7 +142,7 @@ PARTITION_KEYS = (
 QOS_KEYS = ("max_time", "max_gpus_per_job", "partitions")
 
 
-def _check_keys(prefix: str, node: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+def _check_keys(prefix: str, node: object, allowed: tuple[str, ...]) -> Mapping[str, object]:
     if not isinstance(node, Mapping):
         raise SpecError(Problem(prefix, node, "must be a mapping of keys to values"))
     unknown = [k for k in node if k not in allowed]
@@ -159,37 +158,93 @@ def _check_keys(prefix: str, node: Mapping[str, Any], allowed: tuple[str, ...]) 
                 for k in unknown
             ]
         )
+    return node
 
 
-def _partition(name: str, p: Mapping[str, Any]) -> Partition:
+@dataclass(frozen=True)
+class _Keys:
+    """One mapping of a profile read key by key. The schema leaves partitions, QoS and
+    most profile keys untyped (they vary per site): a value of the wrong type is refused
+    here, naming its key, before it reaches a rule that counts on its type."""
+
+    prefix: str
+    data: Mapping[str, object]
+
+    def _wrong(self, key: str, value: object, what: str) -> SpecError:
+        return SpecError(Problem(f"{self.prefix}.{key}", value, f"must be {what}"))
+
+    def count(self, key: str, default: int | None = None) -> int | None:
+        value = self.data.get(key, default)
+        if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+            return value
+        raise self._wrong(key, value, "a whole number")
+
+    def text(self, key: str, default: str | None = None) -> str | None:
+        """A string; a number is taken as written (an account such as 12345); null, an
+        empty string and absence are `default`."""
+        value = self.data.get(key)
+        if value is None or value == "":
+            return default
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise self._wrong(key, value, "a string")
+        return str(value)
+
+    def texts(self, key: str) -> tuple[str, ...]:
+        value = self.data.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list | tuple):
+            raise self._wrong(key, value, "a list")
+        return tuple(str(v) for v in value)
+
+    def flag(self, key: str, default: bool) -> bool:
+        value = self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self._wrong(key, value, "true or false")
+        return value
+
+
+def _partition(name: str, node: object) -> Partition:
     key = f"cluster.partitions.{name}"
-    _check_keys(key, p, PARTITION_KEYS)
+    p = _Keys(key, _check_keys(key, node, PARTITION_KEYS))
     return Partition(
         name=name,
-        gpus_per_node=p.get("gpus_per_node"),
-        cpus_per_node=p.get("cpus_per_node"),
-        max_minutes=_minutes(f"{key}.max_time", p.get("max_time")),
-        select=p.get("select", "partition"),
-        constraints=tuple(p.get("constraints") or ()),
-        default_constraint=p.get("default_constraint"),
-        preemptible=bool(p.get("preemptible", False)),
-        mem_per_node_mb=_megabytes(f"{key}.mem_per_node", p.get("mem_per_node")),
+        gpus_per_node=p.count("gpus_per_node"),
+        cpus_per_node=p.count("cpus_per_node"),
+        max_minutes=_minutes(f"{key}.max_time", p.data.get("max_time")),
+        select=p.text("select") or "partition",
+        constraints=p.texts("constraints"),
+        default_constraint=p.text("default_constraint"),
+        preemptible=p.flag("preemptible", False),
+        mem_per_node_mb=_megabytes(f"{key}.mem_per_node", p.data.get("mem_per_node")),
     )
 
 
-def _qos(name: str, q: Mapping[str, Any]) -> Qos:
-    _check_keys(f"cluster.qos.{name}", q, QOS_KEYS)
-    minutes = _minutes(f"cluster.qos.{name}.max_time", q.get("max_time"))
+def _qos(name: str, node: object) -> Qos:
+    key = f"cluster.qos.{name}"
+    q = _Keys(key, _check_keys(key, node, QOS_KEYS))
+    minutes = _minutes(f"{key}.max_time", q.data.get("max_time"))
     if minutes is None:
-        raise SpecError(Problem(f"cluster.qos.{name}.max_time", None, "is required"))
-    return Qos(name, minutes, q.get("max_gpus_per_job"), tuple(q.get("partitions") or ()))
+        raise SpecError(Problem(f"{key}.max_time", None, "is required"))
+    return Qos(name, minutes, q.count("max_gpus_per_job"), q.texts("partitions"))
 
 
-def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
+def _named(prefix: str, value: object) -> Mapping[str, object]:
+    """cluster.partitions / cluster.qos: a mapping of names (null: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(Problem(prefix, value, "must be a mapping of names to settings"))
+    return value
+
+
+def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
     """Build a profile from the `cluster` node of the composed config."""
-    name = str(data.get("name") or "?")
+    d = _Keys("cluster", data)
+    name = d.text("name") or "?"
     partitions = {
-        pname: _partition(pname, p) for pname, p in (data.get("partitions") or {}).items()
+        str(pname): _partition(str(pname), p)
+        for pname, p in _named("cluster.partitions", data.get("partitions")).items()
     }
     if not partitions:
         raise SpecError(
@@ -200,8 +255,11 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
                 "describe at least one partition in conf/cluster/<profile>.yaml",
             )
         )
-    qos = {qname: _qos(qname, q) for qname, q in (data.get("qos") or {}).items()}
-    default_partition = data.get("default_partition") or next(iter(partitions))
+    qos = {
+        str(qname): _qos(str(qname), q)
+        for qname, q in _named("cluster.qos", data.get("qos")).items()
+    }
+    default_partition = d.text("default_partition") or next(iter(partitions))
     if default_partition not in partitions:
         raise SpecError(
             Problem(
@@ -212,26 +270,26 @@ def profile_from_dict(data: Mapping[str, Any]) -> ClusterProfile:
         )
     return ClusterProfile(
         name=name,
-        scheduler=data.get("scheduler", "slurm"),
-        device=data.get("device", "cuda"),
+        scheduler=d.text("scheduler") or "slurm",
+        device=d.text("device") or "cuda",
         partitions=partitions,
         default_partition=default_partition,
         qos=qos,
-        default_qos=data.get("default_qos"),
-        account=data.get("account") or None,
-        account_required=bool(data.get("account_required", False)),
-        account_suffix=data.get("account_suffix"),
-        bf16=bool(data.get("bf16", True)),
-        hint=data.get("hint"),
-        gpu_request=data.get("gpu_request", "gres"),
-        modules=tuple(data.get("modules") or ()),
-        module_purge=bool(data.get("module_purge", False)),
-        pytorch_module=data.get("pytorch_module") or None,
-        env={str(k): str(v) for k, v in (data.get("env") or {}).items()},
-        container_runtime=str(data.get("container_runtime") or "apptainer"),
-        container_module=data.get("container_module") or None,
-        container_binds=tuple(str(b) for b in data.get("container_binds") or ()),
-        container_allowed_dir=data.get("container_allowed_dir") or None,
-        max_array_size=int(data.get("max_array_size", 1001)),
-        description=str(data.get("description", "")),
+        default_qos=d.text("default_qos"),
+        account=d.text("account"),
+        account_required=d.flag("account_required", False),
+        account_suffix=d.text("account_suffix"),
+        bf16=d.flag("bf16", True),
+        hint=d.text("hint"),
+        gpu_request=d.text("gpu_request") or "gres",
+        modules=d.texts("modules"),
+        module_purge=d.flag("module_purge", False),
+        pytorch_module=d.text("pytorch_module"),
+        env={str(k): str(v) for k, v in _named("cluster.env", data.get("env")).items()},
+        container_runtime=d.text("container_runtime") or "apptainer",
+        container_module=d.text("container_module"),
+        container_binds=d.texts("container_binds"),
+        container_allowed_dir=d.text("container_allowed_dir"),
+        max_array_size=d.count("max_array_size", 1001) or 1001,
+        description=d.text("description") or "",
     )

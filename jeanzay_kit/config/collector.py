@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from jeanzay_kit.errors import Problem, SpecError
 
@@ -119,7 +119,7 @@ class Collector:
             raise SpecError(self.problems)
 
 
-def section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def section(cfg: Mapping[str, object], name: str) -> Mapping[str, object]:
     """A top-level section of the config; its absence is an error naming it."""
     node = cfg.get(name)
     if not isinstance(node, Mapping):

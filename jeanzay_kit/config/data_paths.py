@@ -6,12 +6,11 @@ naming the key instead of a worker's traceback."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 _SUFFIXES = ("path", "paths", "dir", "root", "file", "files")
 
 
-def path_values(data: Mapping[str, Any], prefix: str = "data") -> list[tuple[str, str]]:
+def path_values(data: Mapping[str, object], prefix: str = "data") -> list[tuple[str, str]]:
     """(key, path) for every path-like value, nested nodes included; URLs are left out."""
     found = []
     for key, value in data.items():

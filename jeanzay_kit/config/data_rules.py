@@ -17,6 +17,7 @@ from jeanzay_kit.config.collector import Collector, complete
 from jeanzay_kit.config.modes import PIPELINE_MODES
 from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings, TuneSettings
+from jeanzay_kit.values import as_node
 
 LOSS_FORMS = ("criterion", "output", "model")
 
@@ -29,7 +30,7 @@ WORKERS_PER_CPU_LIMIT = 4
 STREAM_RESUME = ("exact", "replay", "restart")
 
 
-def check_loader(c: Collector, loader: Mapping[str, Any] | None) -> LoaderSettings | None:
+def check_loader(c: Collector, loader: Mapping[str, object] | None) -> LoaderSettings | None:
     loader = loader or {}
     workers_value = loader.get("num_workers", default("loader.num_workers"))
     workers = None
@@ -113,7 +114,9 @@ def check_loader_cpus(
     return resolved, (note,)
 
 
-def check_loss(c: Collector, loss: Mapping[str, Any] | None, mode: object) -> LossSettings | None:
+def check_loss(
+    c: Collector, loss: Mapping[str, object] | None, mode: object
+) -> LossSettings | None:
     loss = loss or {}
     form = c.choice("loss.form", loss.get("form", "model"), LOSS_FORMS)
     criterion = loss.get("criterion")
@@ -148,7 +151,7 @@ def check_loss(c: Collector, loss: Mapping[str, Any] | None, mode: object) -> Lo
         return None
     return LossSettings(
         form=form,
-        criterion=dict(criterion) if form == "criterion" and criterion is not None else None,
+        criterion=dict(as_node(criterion)) if form == "criterion" else None,
         target_key=target_key,
     )
 
@@ -160,8 +163,8 @@ def _names_a_class(node: object) -> bool:
 
 def check_eval(
     c: Collector,
-    ev: Mapping[str, Any] | None,
-    loop: Mapping[str, Any],
+    ev: Mapping[str, object] | None,
+    loop: Mapping[str, object],
     micro_batch: int,
     mode: object,
 ) -> EvalSettings | None:
@@ -177,24 +180,34 @@ def check_eval(
             "(its arguments as +eval.data.KEY=VALUE), or eval.data=null for the held-out "
             "end of the training data (train.eval_fraction)",
         )
-    every = ev.get("every_steps")
-    every = loop["eval_every"] if every is None else c.positive_int("eval.every_steps", every, 0)
-    batches = ev.get("max_batches")
-    if batches is None:
-        batches = loop["eval_batches"]
+    # train.eval_every and train.eval_batches: checked by run_rules (ints, or None).
+    asked_every, asked_batches = ev.get("every_steps"), ev.get("max_batches")
+    every = (
+        _int_or_none(loop["eval_every"])
+        if asked_every is None
+        else c.positive_int("eval.every_steps", asked_every, 0)
+    )
+    if asked_batches is None:
+        batches = _int_or_none(loop["eval_batches"])
         if batches == 0:  # the older spelling of "never"
             every = 0
     else:
-        batches = c.positive_int("eval.max_batches", batches)
+        batches = c.positive_int("eval.max_batches", asked_batches)
     micro = ev.get("micro_batch_size")
     micro = micro_batch if micro is None else c.positive_int("eval.micro_batch_size", micro)
     metrics = _check_metrics(c, ev.get("metrics") or {}, mode)
     if every is None or micro is None or metrics is None or (data and not _names_a_class(data)):
         return None
-    return EvalSettings(dict(data) if data else None, every, batches or None, micro, metrics)
+    return EvalSettings(dict(as_node(data)) or None, every, batches or None, micro, metrics)
 
 
-def _check_metrics(c: Collector, metrics: object, mode: object) -> dict[str, dict[str, Any]] | None:
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _check_metrics(
+    c: Collector, metrics: object, mode: object
+) -> dict[str, dict[str, object]] | None:
     if not isinstance(metrics, Mapping):
         c.add(
             "eval.metrics",
@@ -238,7 +251,7 @@ def _check_metrics(c: Collector, metrics: object, mode: object) -> dict[str, dic
 
 
 def check_keep_best(
-    c: Collector, ckpt: Mapping[str, Any], ev: EvalSettings | None
+    c: Collector, ckpt: Mapping[str, object], ev: EvalSettings | None
 ) -> tuple[str | None, str]:
     """checkpoint.keep_best: `loss` or a name of eval.metrics, as its metrics.jsonl key."""
     name, mode = (
@@ -277,7 +290,7 @@ DIRECTIONS = ("minimize", "maximize", "auto")
 
 def check_tune(
     c: Collector,
-    tune: Mapping[str, Any],
+    tune: Mapping[str, object],
     ev: EvalSettings | None,
     script: bool,
     steps: int | None = None,
@@ -330,7 +343,7 @@ SAMPLERS = ("tpe", "random", "cmaes", "qmc", "gp", "nsga2")
 
 
 def _objectives(
-    c: Collector, tune: Mapping[str, Any], ev: EvalSettings | None, script: bool
+    c: Collector, tune: Mapping[str, object], ev: EvalSettings | None, script: bool
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """tune.objective and tune.direction, as tuples of one length (empty: a problem is
     in the Collector)."""
@@ -370,7 +383,7 @@ def _objectives(
     return tuple(map(str, objectives)), tuple(map(str, chosen))
 
 
-def _as_list(value: object) -> list[Any]:
+def _as_list(value: object) -> list[object]:
     """A config value that may be one item or a list of them (a ListConfig too)."""
     if isinstance(value, Sequence) and not isinstance(value, str):
         return list(value)

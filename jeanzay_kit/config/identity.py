@@ -15,6 +15,8 @@ import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from jeanzay_kit.values import as_node, items
+
 # Keys that may change between a checkpoint and its resume without changing what is
 # computed: how long to train, how often to log or save, where and how long the job runs.
 RESUME_IGNORES = (
@@ -81,12 +83,12 @@ def point_suffix(overrides: Iterable[str]) -> str:
     return hashlib.sha256("\n".join(sorted(picked)).encode()).hexdigest()[:6]
 
 
-def resume_hash(config: Mapping[str, Any]) -> str:
+def resume_hash(config: Mapping[str, object]) -> str:
     """The config hash a checkpoint records: what must match for it to resume."""
     return config_hash(config, RESUME_IGNORES)
 
 
-def config_hash(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
+def config_hash(config: Mapping[str, object], ignore: Iterable[str] = ()) -> str:
     """sha256 of the config with `ignore`d dotted keys removed (canonical JSON)."""
     ignored = set(ignore)
 
@@ -106,7 +108,10 @@ def config_hash(config: Mapping[str, Any], ignore: Iterable[str] = ()) -> str:
 
 
 def config_differences(
-    old: Mapping[str, Any], new: Mapping[str, Any], ignore: Iterable[str] = (), prefix: str = ""
+    old: Mapping[str, object],
+    new: Mapping[str, object],
+    ignore: Iterable[str] = (),
+    prefix: str = "",
 ) -> list[str]:
     """Dotted keys whose value differs between two configs, for the refusal message."""
     ignored = set(ignore)
@@ -142,10 +147,10 @@ def identity_args(args: Sequence[str], may_change: Iterable[str]) -> list[str]:
     return out
 
 
-def script_identity(job: Mapping[str, Any]) -> dict[str, Any]:
+def script_identity(job: Mapping[str, object]) -> dict[str, object]:
     """What names a script task's run: its command, not the toolkit loop's keys (which
     it does not run) nor job.resume_args and job.args_may_change's options."""
-    args = [str(a) for a in job.get("args") or ()]
+    args = [str(a) for a in items(job.get("args"))]
     entry = str(job.get("entry", ""))
     # `-m  pkg.mod` and `-m pkg.mod` are one entry, as the task runs it; an unclosed
     # quote (refused by the checks) is hashed as written.
@@ -153,17 +158,17 @@ def script_identity(job: Mapping[str, Any]) -> dict[str, Any]:
         entry = " ".join(shlex.split(entry))
     return {
         "entry": entry,
-        "args": identity_args(args, [str(a) for a in job.get("args_may_change") or ()]),
+        "args": identity_args(args, [str(a) for a in items(job.get("args_may_change"))]),
     }
 
 
-def run_hash(config: Mapping[str, Any], job: Mapping[str, Any] | None = None) -> str:
+def run_hash(config: Mapping[str, object], job: Mapping[str, object] | None = None) -> str:
     """The hash that names a run directory: the command of a script task (job.entry
     and job.args), else resume_hash(config). `job` is the job section when config lacks
     it (the resolver leaves it out: job.run_dir refers to this hash)."""
     from jeanzay_kit.config.entry import runs_script
 
-    job = job if job is not None else config.get("job") or {}
+    job = job if job is not None else as_node(config.get("job"))
     entry = str(job.get("entry", ""))
     if entry and runs_script(entry, str(job.get("entry_kind", "auto"))):
         canonical = json.dumps(script_identity(job), sort_keys=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile
 from jeanzay_kit.config.collector import Collector, complete
@@ -39,7 +38,7 @@ class ParallelRequest:
 
 
 def read_parallel(
-    c: Collector, par: Mapping[str, Any], train: Mapping[str, Any]
+    c: Collector, par: Mapping[str, object], train: Mapping[str, object]
 ) -> ParallelRequest | None:
     micro = train.get("micro_batch_size")
     auto = micro == "auto"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile, Partition, Qos, mem_megabytes
 from jeanzay_kit.config.collector import CONTROL, Collector
@@ -25,7 +24,7 @@ LOCAL_CPU_WORKERS = 2
 
 
 def check_counts(
-    c: Collector, cluster: ClusterProfile, res: Mapping[str, Any], local_gpus: int | None
+    c: Collector, cluster: ClusterProfile, res: Mapping[str, object], local_gpus: int | None
 ) -> tuple[int | None, int | None, int | None, str | None]:
     """nodes, GPUs per node, minutes and memory, each on its own."""
     nodes = c.positive_int("resources.nodes", res.get("nodes"))
@@ -64,7 +63,7 @@ def check_counts(
 def check_resources(
     c: Collector,
     cluster: ClusterProfile,
-    res: Mapping[str, Any],
+    res: Mapping[str, object],
     counts: tuple[int, int, int, str | None],
     one_task_per_node: bool,
     preemption: PreemptionSettings,
@@ -106,7 +105,7 @@ def check_resources(
 
 
 def check_partition(
-    c: Collector, cluster: ClusterProfile, res: Mapping[str, Any], nodes: int
+    c: Collector, cluster: ClusterProfile, res: Mapping[str, object], nodes: int
 ) -> Partition | None:
     cname = cluster.name
     if not cluster.is_slurm and nodes > 1:
@@ -116,7 +115,8 @@ def check_partition(
             f"but cluster={cname} runs on this machine only (1 node)",
             "use a Slurm profile, e.g. cluster=jeanzay_h100, or resources.nodes=1",
         )
-    name = res.get("partition") or cluster.default_partition
+    asked = res.get("partition")
+    name = str(asked) if asked else cluster.default_partition
     partition = cluster.partitions.get(name)
     if partition is None:
         c.add(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from jeanzay_kit.config.collector import CONTROL, Collector, complete
 from jeanzay_kit.config.entry import ENTRY_KINDS
@@ -20,6 +19,7 @@ from jeanzay_kit.config.sections import (
     PreemptionSettings,
     WatchdogSettings,
 )
+from jeanzay_kit.values import strings
 
 OPTIMIZERS = ("adamw", "sgd")
 SIGNALS = ("USR1", "USR2", "TERM")
@@ -41,7 +41,7 @@ def resolve_python(
     return interpreter
 
 
-def check_job(c: Collector, job: Mapping[str, Any]) -> JobSettings | None:
+def check_job(c: Collector, job: Mapping[str, object]) -> JobSettings | None:
     name = _job_name(c, job.get("name"))
     log_dir, python, entry = (
         c.line(f"job.{k}", job.get(k)) for k in ("log_dir", "python", "entry")
@@ -202,29 +202,29 @@ def _job_name(c: Collector, name: object) -> str | None:
     return name
 
 
-def _snapshot(c: Collector, job: Mapping[str, Any]) -> tuple[bool | None, tuple[str, ...]]:
+def _snapshot(c: Collector, job: Mapping[str, object]) -> tuple[bool | None, tuple[str, ...]]:
     """job.snapshot (true, false or null: on Slurm profiles) and job.snapshot_include."""
     snapshot = job.get("snapshot")
     if snapshot is not None and not isinstance(snapshot, bool):
         c.add("job.snapshot", snapshot, "must be true, false or null", "use job.snapshot=false")
         snapshot = None
-    include = job.get("snapshot_include") or ()
-    if isinstance(include, str) or not all(isinstance(g, str) and g for g in include):
+    asked = job.get("snapshot_include") or ()
+    if not isinstance(asked, (list, tuple)) or not all(isinstance(g, str) and g for g in asked):
         c.add(
             "job.snapshot_include",
-            include,
+            asked,
             "must be a list of glob patterns",
             "use e.g. job.snapshot_include='[**/*.py,conf/**/*.yaml]'",
         )
-        include = ()
-    return snapshot, tuple(include)
+        return snapshot, ()
+    return snapshot, strings(asked)
 
 
-def _arguments(c: Collector, key: str, value: Any, example: str) -> tuple[str, ...]:
+def _arguments(c: Collector, key: str, value: object, example: str) -> tuple[str, ...]:
     """A list of command-line arguments (numbers become their text), or () with an error."""
-    items = value or ()
-    if isinstance(items, (str, Mapping)) or not all(
-        isinstance(a, (str, int, float)) for a in items
+    given = value or ()
+    if not isinstance(given, (list, tuple)) or not all(
+        isinstance(a, (str, int, float)) for a in given
     ):
         c.add(
             key,
@@ -234,12 +234,12 @@ def _arguments(c: Collector, key: str, value: Any, example: str) -> tuple[str, .
             "(jzk train|submit|render [OVERRIDES] -- ARGS...)",
         )
         return ()
-    return tuple(str(a) for a in items)
+    return tuple(str(a) for a in given)
 
 
-def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] | None:
+def check_train_loop(c: Collector, train: Mapping[str, object]) -> dict[str, object] | None:
     """train.* beyond the batch sizes and precision (config/layout_rules.py has those)."""
-    values = {
+    values: dict[str, object] = {
         # 0 is allowed: the initial model, saved as model_final.pt (tests compare it).
         "steps": c.positive_int("train.steps", train.get("steps"), minimum=0),
         "seed": c.positive_int("train.seed", train.get("seed"), minimum=0),
@@ -263,7 +263,7 @@ def check_train_loop(c: Collector, train: Mapping[str, Any]) -> dict[str, Any] |
     return values
 
 
-def check_optim(c: Collector, optim: Mapping[str, Any]) -> OptimSettings | None:
+def check_optim(c: Collector, optim: Mapping[str, object]) -> OptimSettings | None:
     name = c.choice("optim.name", optim.get("name"), OPTIMIZERS)
     values: dict[str, object] = {
         "lr": c.number("optim.lr", optim.get("lr"), 0, low_open=True, example=0.001),
@@ -297,7 +297,7 @@ NONFINITE_CHOICES = ("stop", "skip")
 
 
 def check_checkpoint(
-    c: Collector, ckpt: Mapping[str, Any], run_dir: object, resume: object
+    c: Collector, ckpt: Mapping[str, object], run_dir: object, resume: object
 ) -> CheckpointSettings | None:
     raw_minutes = ckpt.get("every_minutes")  # null: no time-based saves
     every_minutes = None
@@ -326,7 +326,7 @@ def check_checkpoint(
     return settings if raw_minutes is None or every_minutes is not None else None
 
 
-def check_preemption(c: Collector, pre: Mapping[str, Any]) -> PreemptionSettings | None:
+def check_preemption(c: Collector, pre: Mapping[str, object]) -> PreemptionSettings | None:
     signal = c.choice(
         "preemption.signal", str(pre.get("signal")).upper().removeprefix("SIG"), SIGNALS
     )
@@ -339,7 +339,7 @@ def check_preemption(c: Collector, pre: Mapping[str, Any]) -> PreemptionSettings
     return PreemptionSettings(signal, lead, wait, requeue, restarts)
 
 
-def check_watchdog(c: Collector, dog: Mapping[str, Any]) -> WatchdogSettings | None:
+def check_watchdog(c: Collector, dog: Mapping[str, object]) -> WatchdogSettings | None:
     stall = c.number("watchdog.stall_seconds", dog.get("stall_seconds"), 0, example=300)
     beat = c.number(
         "watchdog.heartbeat_seconds", dog.get("heartbeat_seconds"), 0, low_open=True, example=2
@@ -361,7 +361,7 @@ def check_watchdog(c: Collector, dog: Mapping[str, Any]) -> WatchdogSettings | N
 WANDB_MODES = ("offline", "online")
 
 
-def check_metrics(c: Collector, met: Mapping[str, Any]) -> MetricsSettings | None:
+def check_metrics(c: Collector, met: Mapping[str, object]) -> MetricsSettings | None:
     before = len(c.problems)
     flags = [c.flag(f"metrics.{k}", met.get(k)) for k in ("tensorboard", "wandb", "mlflow")]
     mode = c.choice("metrics.wandb_mode", met.get("wandb_mode"), WANDB_MODES)
@@ -380,7 +380,9 @@ def _optional_line(c: Collector, key: str, value: object) -> str | None:
     return None if value is None else c.line(key, value, f"use {key}=null for the default")
 
 
-def check_communication(c: Collector, par: Mapping[str, Any], device: str) -> Communication | None:
+def check_communication(
+    c: Collector, par: Mapping[str, object], device: str
+) -> Communication | None:
     backend = c.choice("parallel.backend", par.get("backend"), BACKENDS)
     if backend == "nccl" and device == "cpu":
         c.add(

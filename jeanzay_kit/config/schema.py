@@ -13,6 +13,11 @@ that divides) is checked by config/spec.py, which turns the composed config into
 JobSpec. Model and data schemas describe the examples shipped in conf/; a user's own model
 YAML may leave the schema out (its `_target_` keys then reach the class unchecked).
 
+A field typed `Any` is one OmegaConf must not check: a union of types (OmegaConf 2.3
+structured configs have none: `num_workers` is a number or "auto"), a node a user fills
+(`data`, `criterion`, metrics), or a mapping whose keys vary per site (partitions, QoS),
+which config/clusters.py and the rules of config/spec.py check key by key instead.
+
 Pure data: imports neither torch nor Hydra. Field order follows the YAML files, so the
 composed config lists keys in the same order as before the schema existed.
 """

@@ -124,11 +124,11 @@ class TrainSettings:
 class EvalSettings:
     """eval.*, with the older train.eval_* spellings folded in."""
 
-    data: Mapping[str, Any] | None  # the validation set's node; None: the held-out tail
+    data: Mapping[str, object] | None  # the validation set's node; None: the held-out tail
     every_steps: int  # 0: never
     max_batches: int | None  # global batches per evaluation; None: the whole set
     micro_batch_size: int
-    metrics: Mapping[str, Mapping[str, Any]]  # name -> node with a _target_
+    metrics: Mapping[str, Mapping[str, object]]  # name -> node with a _target_
 
 
 @dataclass(frozen=True)
@@ -141,7 +141,7 @@ class LoaderSettings:
     pin_memory: bool | None  # None: auto (on CUDA)
     persistent_workers: bool
     prefetch_factor: int | None
-    collate_fn: Mapping[str, Any] | None
+    collate_fn: Mapping[str, object] | None
     cpus_per_process: int | None = None  # what auto was resolved from, for display
     # A stream (IterableDataset) resumed: exact (its saved state, or refuse), replay
     # (re-read what was taken), restart (from its beginning). train/stream.py.
@@ -160,7 +160,7 @@ class LossSettings:
     """loss.*: criterion(output, target), the model's own output, or model.loss()."""
 
     form: str  # criterion | output | model
-    criterion: Mapping[str, Any] | None  # the node to instantiate (form=criterion)
+    criterion: Mapping[str, object] | None  # the node to instantiate (form=criterion)
     target_key: str | None  # dict batches with a criterion: the target's key
 
 

@@ -60,6 +60,7 @@ from jeanzay_kit.config.sections import (
     WatchdogSettings,
 )
 from jeanzay_kit.distributed.layout import ParallelLayout
+from jeanzay_kit.values import as_node
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class JobSpec:
 
 
 def build_job_spec(
-    cfg: Mapping[str, Any],
+    cfg: Mapping[str, object],
     local_gpus: int | None = None,
     local_cpus: int | None = None,
     interpreter: str | None = None,
@@ -141,10 +142,12 @@ def build_job_spec(
     request = layout_rules.settle_micro_batch(c, request, layout, gpn)
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
-    evaluation = check_eval(c, cfg.get("eval"), one.loop, request.micro_batch, par.get("mode"))
+    evaluation = check_eval(
+        c, as_node(cfg.get("eval")), one.loop, request.micro_batch, par.get("mode")
+    )
     keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
     # A config frozen before tune.* existed (a requeued job's) has none: the defaults.
-    tune = check_tune(c, cfg.get("tune") or {}, evaluation, script, one.loop.get("steps"))
+    tune = check_tune(c, as_node(cfg.get("tune")), evaluation, script, one.loop.get("steps"))
     c.raise_if_any()
     assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
@@ -164,10 +167,10 @@ def build_job_spec(
     return _assemble(cfg, cluster, one, parts, interpreter)
 
 
-def on_cpu_partition(cluster: ClusterProfile, res: Mapping[str, Any]) -> ClusterProfile:
+def on_cpu_partition(cluster: ClusterProfile, res: Mapping[str, object]) -> ClusterProfile:
     """The profile as a job on a partition without GPUs sees it: device cpu (gloo, fp32,
     no --nv), whatever the profile's GPU partitions need."""
-    partition = cluster.partitions.get(res.get("partition") or cluster.default_partition)
+    partition = cluster.partitions.get(str(res.get("partition") or cluster.default_partition))
     return replace(cluster, device="cpu") if partition and partition.cpu_only else cluster
 
 
@@ -186,7 +189,7 @@ def _train_settings(
 
 
 def _assemble(
-    cfg: Mapping[str, Any],
+    cfg: Mapping[str, object],
     cluster: ClusterProfile,
     one: _EachValue,
     parts: dict[str, Any],
@@ -242,7 +245,7 @@ class _EachValue:
 
 
 def _each_value(
-    c: Collector, cfg: Mapping[str, Any], cluster: ClusterProfile, local_gpus: int | None
+    c: Collector, cfg: Mapping[str, object], cluster: ClusterProfile, local_gpus: int | None
 ) -> _EachValue:
     """Every value on its own; the problems go to `c` (the caller raises them)."""
     res, par, train = section(cfg, "resources"), section(cfg, "parallel"), section(cfg, "train")
@@ -264,8 +267,8 @@ def _each_value(
         "comm": check_communication(c, par, cluster.device),
         "watchdog": check_watchdog(c, section(cfg, "watchdog")),
         "metrics": check_metrics(c, section(cfg, "metrics")),
-        "loader": check_loader(c, cfg.get("loader")),
-        "loss": check_loss(c, cfg.get("loss"), par.get("mode")),
+        "loader": check_loader(c, as_node(cfg.get("loader"))),
+        "loss": check_loss(c, as_node(cfg.get("loss")), par.get("mode")),
     }
     c.raise_if_any()
     counts = values["counts"]
@@ -273,11 +276,16 @@ def _each_value(
     return _EachValue(**values)
 
 
-def _job(c: Collector, job_cfg: Mapping[str, Any], cluster: ClusterProfile) -> JobSettings | None:
+def _job(
+    c: Collector, job_cfg: Mapping[str, object], cluster: ClusterProfile
+) -> JobSettings | None:
     """job.*, with job.container checked against the profile (its runtime, Slurm)."""
     job = check_job(c, job_cfg)
     container = check_container(
-        c, job_cfg.get("container"), cluster, pytorch_module=cluster.pytorch_module is not None
+        c,
+        as_node(job_cfg.get("container")),
+        cluster,
+        pytorch_module=cluster.pytorch_module is not None,
     )
     return replace(job, container=container) if job is not None else None
 
@@ -295,14 +303,14 @@ _LOOP_SECTIONS: dict[str, type] = {
 }
 
 
-def _runs_script(job: Mapping[str, Any]) -> bool:
+def _runs_script(job: Mapping[str, object]) -> bool:
     from jeanzay_kit.config.entry import runs_script
 
     entry, kind = job.get("entry"), job.get("entry_kind", "auto")
     return isinstance(entry, str) and isinstance(kind, str) and runs_script(entry, kind)
 
 
-def _without_loop_keys(cfg: Mapping[str, Any]) -> tuple[dict[str, Any], str | None]:
+def _without_loop_keys(cfg: Mapping[str, object]) -> tuple[dict[str, Any], str | None]:
     """cfg with the loop's sections at their defaults, and one note naming the keys that
     were set otherwise (None when none was)."""
     out = dict(cfg)
@@ -347,18 +355,19 @@ def _cpus_per_process(
 _SCHEMA_HINT = "jeanzay_kit/config/schema.py lists every key"  # as config/compose.py says
 
 
-def _dig(cfg: Mapping[str, Any], dotted: str) -> object:
-    node: Any = cfg
+def _dig(cfg: Mapping[str, object], dotted: str) -> object:
+    node: object = cfg
     for part in dotted.split("."):
         node = node.get(part) if isinstance(node, Mapping) else None
     return node
 
 
-def _resolved_config(cfg: Mapping[str, Any], res: Resources) -> dict[str, Any]:
+def _resolved_config(cfg: Mapping[str, object], res: Resources) -> dict[str, Any]:
     """The config with the automatic choices written in, so the job re-validates to the
     same request on the nodes whatever machine it lands on."""
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in cfg.items()}
-    chosen = out["resources"]
+    chosen = dict(as_node(out["resources"]))
+    out["resources"] = chosen
     chosen["gpus_per_node"] = res.gpus_per_node
     chosen["cpus_per_task"] = res.cpus_per_task
     chosen["partition"] = res.partition.name

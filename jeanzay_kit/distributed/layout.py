@@ -8,7 +8,6 @@ the pipeline's schedule: decided and checked by config/spec.py, used by the proc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class ParallelLayout:
     def dp_enabled(self) -> bool:
         return self.dp_size > 1
 
-    def checkpoint_world(self) -> dict[str, Any]:
+    def checkpoint_world(self) -> dict[str, object]:
         """What a checkpoint records of this layout; a resume compares it
         (ckpt/layout.py `world_change`)."""
         return {

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LaunchError, RenderError
@@ -36,7 +35,7 @@ class SweepPoint:
 class ArrayPlan:
     """One `sbatch --array` call: points with the same resource shape."""
 
-    parameters: dict[str, Any]
+    parameters: dict[str, object]
     python: str
     points: tuple[SweepPoint, ...]
 
@@ -68,7 +67,7 @@ _NAMED = {"job-name", "partition", "account", "constraint", "qos", "mem", "gres"
 
 def submitit_parameters(
     spec: JobSpec, array_parallelism: int = 256, code_dir: str | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """Keyword arguments for submitit.SlurmExecutor.update_parameters; code_dir: the
     snapshot of the project's code the tasks import from."""
     if spec.layout.launcher != "srun":
@@ -84,14 +83,14 @@ def submitit_parameters(
             "HINT: submit each run with `jzk submit` (or `jzk render --array`), whose "
             "script requeues from outside the container"
         )
-    params: dict[str, Any] = {
+    params: dict[str, object] = {
         "signal_delay_s": spec.preemption.lead_seconds,
         "array_parallelism": array_parallelism,
         "setup": _setup(spec, code_dir),
         # One failed task ends the step instead of leaving the others in a collective.
         "srun_args": ["--kill-on-bad-exit=1", *spec.job.srun_args],
     }
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     # The same options as the rendered script (slurm/flags.py): submitit's named
     # parameters where it has one (it writes its own default otherwise), the rest as
     # additional parameters (signal, requeue, hint).
@@ -120,7 +119,7 @@ def plan_arrays(
     group to `max_array_size` tasks (Slurm's MaxArraySize: indices 0..size-1)."""
     if max_array_size < 1:
         raise LaunchError(f"cluster.max_array_size={max_array_size} must be at least 1")
-    groups: dict[str, tuple[dict[str, Any], str, list[SweepPoint]]] = {}
+    groups: dict[str, tuple[dict[str, object], str, list[SweepPoint]]] = {}
     for point in points:
         params = submitit_parameters(point.spec, array_parallelism, code_dir)
         key = repr(sorted(params.items())) + "\0" + point.spec.job.python

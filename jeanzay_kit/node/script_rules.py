@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.identity import script_identity
+from jeanzay_kit.values import items
 
 # Written by a script task's first start: the command that owns the run directory.
 COMMAND_FILE = layout.COMMAND
@@ -60,21 +60,21 @@ class ScriptCommand:
     resume_args: tuple[str, ...] = ()
     may_change: tuple[str, ...] = ()  # option names whose value is not the run's identity
 
-    def identity(self) -> dict[str, Any]:
+    def identity(self) -> dict[str, object]:
         """What names the run: the entry and the arguments that are not may_change
         (config/identity.py script_identity, which also names the run directory)."""
         return script_identity(
             {"entry": self.entry, "args": self.args, "args_may_change": self.may_change}
         )
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, object]:
         """What COMMAND_FILE keeps: the whole command, so that an option declared in
         job.args_may_change later is left out of the comparison on both sides."""
         return {"entry": self.identity()["entry"], "args": list(self.args)}
 
-    def recorded_identity(self, record: Mapping[str, Any]) -> dict[str, Any]:
+    def recorded_identity(self, record: Mapping[str, object]) -> dict[str, object]:
         """A COMMAND_FILE record seen with this command's job.args_may_change."""
-        args = [str(a) for a in record.get("args") or ()]
+        args = [str(a) for a in items(record.get("args"))]
         return script_identity(
             {"entry": record.get("entry", ""), "args": args, "args_may_change": self.may_change}
         )
@@ -103,12 +103,12 @@ def written_by_script(top: str) -> bool:
     return top not in TOOLKIT_NAMES and not top.startswith(_TOOLKIT_PREFIXES)
 
 
-def command_differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+def command_differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:
     """How the identity recorded in a run directory differs from this command's."""
     out = []
     if old.get("entry") != new.get("entry"):
         out.append(f"job.entry: {old.get('entry')!r} -> {new.get('entry')!r}")
-    a, b = list(old.get("args") or []), list(new.get("args") or [])
+    a, b = items(old.get("args")), items(new.get("args"))
     if a != b and len(a) == len(b):
         changed = [f"{x!r} -> {y!r}" for x, y in zip(a, b, strict=True) if x != y]
         out.append(f"job.args: {', '.join(changed)}")

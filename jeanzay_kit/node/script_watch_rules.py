@@ -46,7 +46,7 @@ class ScriptBeat:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScriptBeat:
+    def from_json(cls, data: Mapping[str, Any]) -> ScriptBeat:  # a beat file's JSON
         return cls(**{f.name: data[f.name] for f in fields(cls)})
 
     def frozen(self, now: float) -> bool:

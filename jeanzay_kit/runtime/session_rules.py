@@ -9,7 +9,6 @@ resume check, and whether the user's extra state can be saved and loaded back wi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from jeanzay_kit.errors import JzkError
 
@@ -53,7 +52,7 @@ def split_global_batch(batch_size: int, global_batch_size: int | None, world_siz
     return global_batch_size // per_round
 
 
-def checkpoint_world(mode: str, world_size: int) -> dict[str, Any]:
+def checkpoint_world(mode: str, world_size: int) -> dict[str, object]:
     """What a session's checkpoint records of its layout (ckpt/layout.py world_change):
     data parallel only, so another number of ranks may resume it."""
     return {
@@ -65,7 +64,9 @@ def checkpoint_world(mode: str, world_size: int) -> dict[str, Any]:
     }
 
 
-def resume_config(data: Mapping[str, Any] | None, user: Mapping[str, Any] | None) -> dict[str, Any]:
+def resume_config(
+    data: Mapping[str, object] | None, user: Mapping[str, object] | None
+) -> dict[str, object]:
     """The config a session's checkpoint hashes: the data order (dataset size, global
     batch, seed) when s.sampler is used, and what the user passed as `config=` (their
     hyper-parameters). A resume with another of these is refused, naming the key."""
@@ -73,7 +74,7 @@ def resume_config(data: Mapping[str, Any] | None, user: Mapping[str, Any] | None
 
 
 def extra_problems(
-    value: Any, where: str, is_tensor: Callable[[Any], bool] = lambda _v: False
+    value: object, where: str, is_tensor: Callable[[object], bool] = lambda _v: False
 ) -> list[str]:
     """Why `value` (the saved form of s.checkpointer's extra) could not be loaded back with
     weights_only=True: one line per offending entry, naming it and its type."""

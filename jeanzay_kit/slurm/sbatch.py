@@ -22,7 +22,6 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
 
 import yaml
 
@@ -78,7 +77,7 @@ def _directive(flag: str, value: object | None = None) -> str:
     return f"#SBATCH --{flag}" if value is None else f"#SBATCH --{flag}={sbatch_quote(value)}"
 
 
-def frozen_config_yaml(config: Mapping[str, Any]) -> str:
+def frozen_config_yaml(config: Mapping[str, object]) -> str:
     """The resolved config as YAML that OmegaConf reads back to the same values."""
     text: str = yaml.safe_dump(
         _escape_interpolations(config),
@@ -89,7 +88,7 @@ def frozen_config_yaml(config: Mapping[str, Any]) -> str:
     return text
 
 
-def _escape_interpolations(value: Any) -> Any:
+def _escape_interpolations(value: object) -> object:
     # The config is already resolved; a literal "${" left in a string must not be
     # resolved a second time when the job loads the file.
     if isinstance(value, Mapping):

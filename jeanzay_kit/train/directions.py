@@ -52,7 +52,7 @@ def _higher_is_better(spec: JobSpec, key: str, field: str, fix: str) -> bool:
     name = key.removeprefix("eval_")
     if name == "loss" or key == "train_loss" or name not in spec.eval.metrics:
         return False
-    target = spec.eval.metrics[name]["_target_"]
+    target = str(spec.eval.metrics[name]["_target_"])
     from hydra.utils import get_class
 
     higher = getattr(get_class(target), "higher_is_better", None)

@@ -9,14 +9,13 @@ with the reason and the options.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from jeanzay_kit.errors import ResumeError
 
 
 def stream_restore(
     mode: str,
-    saved: Mapping[str, Any] | None,
+    saved: Mapping[str, object] | None,
     saved_dp: int,
     *,
     dp_size: int,
@@ -24,7 +23,7 @@ def stream_restore(
     workers: int,
     folder: str,
     data_key: str,
-) -> Mapping[str, Any] | None:
+) -> Mapping[str, object] | None:
     """Which saved stream position this rank resumes from: `saved`, or None to start the
     stream again (restart); ResumeError naming the reason and the options. Pure."""
     if mode == "restart":
@@ -53,7 +52,7 @@ def stream_restore(
             f"{data_key} is an IterableDataset without state_dict()/load_state_dict(): "
             f"where it stood at {folder} is unknown (loader.stream_resume=exact). {options}"
         )
-    if int(saved.get("workers", -1)) != workers:
+    if saved.get("workers", -1) != workers:
         raise ResumeError(
             f"{folder} was saved with loader.num_workers={saved.get('workers')}; this run "
             f"reads the stream with {workers}: each worker holds its own part of the "

@@ -120,7 +120,16 @@ ROOM_ORDER = [
     "doctor",
     "cli",
 ]
-HELPERS = {"errors", "report", "durable_io", "version", "torch_version", "contracts", "run_layout"}
+HELPERS = {
+    "errors",
+    "report",
+    "durable_io",
+    "version",
+    "torch_version",
+    "contracts",
+    "run_layout",
+    "values",
+}
 
 
 def test_rooms_import_only_the_rooms_below_them() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from jeanzay_kit.config.clusters import ClusterProfile, profile_from_dict
 from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.errors import SpecError
 from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
 
@@ -95,3 +96,41 @@ def test_local_is_the_default_and_has_no_scheduler() -> None:
     cfg = compose_config([])
     assert cfg["cluster"]["name"] == "local"
     assert profile("local").scheduler == "local"
+
+
+BASE = {"name": "site", "partitions": {"gpu": {"gpus_per_node": 4, "max_time": "20:00:00"}}}
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "says"),
+    [
+        ({"partitions": {"gpu": {"gpus_per_node": "4"}}}, "partitions.gpu.gpus_per_node", "whole"),
+        ({"partitions": {"gpu": {"preemptible": "yes"}}}, "partitions.gpu.preemptible", "true or"),
+        ({"partitions": {"gpu": {"constraints": "h100"}}}, "partitions.gpu.constraints", "a list"),
+        ({"partitions": {"gpu": {"select": ["partition"]}}}, "partitions.gpu.select", "a string"),
+        (
+            {"qos": {"qos_gpu-t3": {"max_time": "20:00:00", "max_gpus_per_job": 4.5}}},
+            "qos.qos_gpu-t3.max_gpus_per_job",
+            "whole",
+        ),  # fmt: skip
+        ({"qos": ["qos_gpu-t3"]}, "cluster.qos", "a mapping of names"),
+        ({"bf16": "false"}, "cluster.bf16", "true or false"),
+        ({"modules": "arch/h100"}, "cluster.modules", "a list"),
+    ],
+)
+def test_a_profile_value_of_the_wrong_type_is_refused_naming_its_key(
+    change: dict, key: str, says: str
+) -> None:
+    """Partitions, QoS and most profile keys are untyped in the schema (they vary per
+    site): a wrong type is refused where the profile is read, not met later by a rule."""
+    data = {**BASE, **change}
+    if "partitions" in change:
+        data["partitions"] = {"gpu": {**BASE["partitions"]["gpu"], **change["partitions"]["gpu"]}}
+    with pytest.raises(SpecError) as refused:
+        profile_from_dict(data)
+    assert key in str(refused.value) and says in str(refused.value), str(refused.value)
+
+
+def test_a_numeric_account_is_taken_as_written_and_an_empty_one_is_none() -> None:
+    assert profile_from_dict({**BASE, "account": 12345}).account == "12345"
+    assert profile_from_dict({**BASE, "account": ""}).account is None

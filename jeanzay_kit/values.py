@@ -1,0 +1,30 @@
+"""Values read from a user's config or from one of the run's JSON files are `object`
+until checked (no `Any` in the pure core): these narrow them where a rule has already
+said what a wrong one means, or where a missing or wrong one reads as "none"."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+def as_node(value: object) -> Mapping[str, object]:
+    """A config node (a mapping), or an empty one for anything else (null, absent)."""
+    return value if isinstance(value, Mapping) else {}
+
+
+def strings(value: object) -> tuple[str, ...]:
+    """A list of strings as a tuple; () for null or anything that is not a list of
+    strings (a single string included: its rule refuses it by name)."""
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
+
+
+def integer(value: object, default: int) -> int:
+    """A whole number (not a bool), else `default`."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def items(value: object) -> list[object]:
+    """A list (or tuple) as a list; [] for null or anything else."""
+    return list(value) if isinstance(value, (list, tuple)) else []
