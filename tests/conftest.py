@@ -11,12 +11,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # The tests that run together on one pytest-xdist worker, first (pyproject.toml's
-# `-n 3`): the Slurm tests share one local cluster (tests/slurm/conftest.py, started once;
+# `-n 2`): the Slurm tests share one local cluster (tests/slurm/conftest.py, started once;
 # test_zz_cluster_restart last) and, with test_tuning, the venv of Hydra's Optuna sweeper
 # (built once). They wait on Slurm's clock for about half their time (a requeued job waits
 # out the credential lifetime, a lost node SlurmdTimeout, a preempted job GraceTime): the
-# other workers train meanwhile: three workers on two cores, so that those waits are not
-# idle CPU (with two, the 2-core VM was 90 % busy over the suite; docs/architecture.md).
+# other worker trains meanwhile.
 TOGETHER_FIRST = ("tests/slurm/", "tests/distributed/test_tuning.py")
 
 
