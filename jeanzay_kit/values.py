@@ -5,6 +5,7 @@ said what a wrong one means, or where a missing or wrong one reads as "none"."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import overload
 
 
 def as_node(value: object) -> Mapping[str, object]:
@@ -20,7 +21,11 @@ def strings(value: object) -> tuple[str, ...]:
     return ()
 
 
-def integer(value: object, default: int) -> int:
+@overload
+def integer(value: object, default: int) -> int: ...
+@overload
+def integer(value: object, default: None) -> int | None: ...
+def integer(value: object, default: int | None) -> int | None:
     """A whole number (not a bool), else `default`."""
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 

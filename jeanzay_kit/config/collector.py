@@ -38,6 +38,14 @@ class Collector:
     def add(self, key: str, value: object, reason: str, hint: str = "") -> None:
         self.problems.append(Problem(key, value, reason, hint))
 
+    def node(self, key: str, value: object) -> Mapping[str, object]:
+        """A config section that may be null (a config frozen before it existed): its
+        keys, {} for null; anything else is refused by name, and read as {}."""
+        if value is None or isinstance(value, Mapping):
+            return value or {}
+        self.add(key, value, "must be a group of keys", f"leave {key} out, or set {key}.KEY=VALUE")
+        return {}
+
     def positive_int(self, key: str, value: object, minimum: int = 1) -> int | None:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, str) and value.strip().lstrip("+").isdigit():

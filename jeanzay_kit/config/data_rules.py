@@ -17,7 +17,7 @@ from jeanzay_kit.config.collector import Collector, complete
 from jeanzay_kit.config.modes import PIPELINE_MODES
 from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.sections import EvalSettings, LoaderSettings, LossSettings, TuneSettings
-from jeanzay_kit.values import as_node
+from jeanzay_kit.values import as_node, integer
 
 LOSS_FORMS = ("criterion", "output", "model")
 
@@ -183,12 +183,12 @@ def check_eval(
     # train.eval_every and train.eval_batches: checked by run_rules (ints, or None).
     asked_every, asked_batches = ev.get("every_steps"), ev.get("max_batches")
     every = (
-        _int_or_none(loop["eval_every"])
+        integer(loop["eval_every"], None)
         if asked_every is None
         else c.positive_int("eval.every_steps", asked_every, 0)
     )
     if asked_batches is None:
-        batches = _int_or_none(loop["eval_batches"])
+        batches = integer(loop["eval_batches"], None)
         if batches == 0:  # the older spelling of "never"
             every = 0
     else:
@@ -199,10 +199,6 @@ def check_eval(
     if every is None or micro is None or metrics is None or (data and not _names_a_class(data)):
         return None
     return EvalSettings(dict(as_node(data)) or None, every, batches or None, micro, metrics)
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) else None
 
 
 def _check_metrics(

@@ -143,11 +143,11 @@ def build_job_spec(
     grad_accum = layout_rules.check_accumulation(c, request, layout.dp_size)
     precision = layout_rules.check_precision(c, cluster, train.get("precision"))
     evaluation = check_eval(
-        c, as_node(cfg.get("eval")), one.loop, request.micro_batch, par.get("mode")
+        c, c.node("eval", cfg.get("eval")), one.loop, request.micro_batch, par.get("mode")
     )
     keep_best, keep_best_mode = check_keep_best(c, section(cfg, "checkpoint"), evaluation)
     # A config frozen before tune.* existed (a requeued job's) has none: the defaults.
-    tune = check_tune(c, as_node(cfg.get("tune")), evaluation, script, one.loop.get("steps"))
+    tune = check_tune(c, c.node("tune", cfg.get("tune")), evaluation, script, one.loop.get("steps"))
     c.raise_if_any()
     assert resources is not None and precision is not None and evaluation is not None
     cpus, where = _cpus_per_process(cluster.is_slurm, resources, layout, local_cpus)
@@ -267,8 +267,8 @@ def _each_value(
         "comm": check_communication(c, par, cluster.device),
         "watchdog": check_watchdog(c, section(cfg, "watchdog")),
         "metrics": check_metrics(c, section(cfg, "metrics")),
-        "loader": check_loader(c, as_node(cfg.get("loader"))),
-        "loss": check_loss(c, as_node(cfg.get("loss")), par.get("mode")),
+        "loader": check_loader(c, c.node("loader", cfg.get("loader"))),
+        "loss": check_loss(c, c.node("loss", cfg.get("loss")), par.get("mode")),
     }
     c.raise_if_any()
     counts = values["counts"]
@@ -283,7 +283,7 @@ def _job(
     job = check_job(c, job_cfg)
     container = check_container(
         c,
-        as_node(job_cfg.get("container")),
+        c.node("job.container", job_cfg.get("container")),
         cluster,
         pytorch_module=cluster.pytorch_module is not None,
     )

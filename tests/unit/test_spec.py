@@ -590,3 +590,23 @@ def test_a_bare_python_after_module_purge_is_warned_about() -> None:
         build_job_spec(compose_config([])),  # local: no modules, the launcher's own python
     ):
         assert interpreter_warning(fine) is None
+
+
+@pytest.mark.parametrize("section", ["loss", "loader", "eval", "tune", "job.container"])
+def test_a_section_that_is_not_a_group_of_keys_is_refused_by_name(section: str) -> None:
+    """loss, loader, eval and tune are untyped in the root schema (`++loss=x` reaches the
+    rules): a value that is not a group of keys is refused, not read as "nothing set"."""
+    cfg = compose_config([])
+    parent, _, key = section.rpartition(".")
+    (cfg[parent] if parent else cfg)[key] = "criterion"
+    with pytest.raises(SpecError) as refused:
+        build_job_spec(cfg)
+    assert f"{section}=criterion must be a group of keys" in str(refused.value)
+
+
+@pytest.mark.parametrize("section", ["loss", "loader", "eval", "tune"])
+def test_a_section_left_null_is_its_defaults(section: str) -> None:
+    """A config frozen before a section existed (a requeued job's) has it null."""
+    cfg = compose_config([])
+    cfg[section] = None
+    assert build_job_spec(cfg).train.steps == build_job_spec(compose_config([])).train.steps
