@@ -33,3 +33,33 @@ def integer(value: object, default: int | None) -> int | None:
 def items(value: object) -> list[object]:
     """A list (or tuple) as a list; [] for null or anything else."""
     return list(value) if isinstance(value, (list, tuple)) else []
+
+
+# A record the run itself wrote (a beat, a manifest line): a wrong type means the file is
+# damaged or being replaced, and its readers skip it (they catch TypeError).
+def whole(value: object) -> int:
+    """A whole number (not a bool), else TypeError."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"{value!r} is not a whole number")
+
+
+def real(value: object) -> float:
+    """A number (a whole one read as float), else TypeError."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise TypeError(f"{value!r} is not a number")
+
+
+def text(value: object) -> str:
+    """A string, else TypeError."""
+    if isinstance(value, str):
+        return value
+    raise TypeError(f"{value!r} is not a string")
+
+
+def flag(value: object) -> bool:
+    """true or false, else TypeError."""
+    if isinstance(value, bool):
+        return value
+    raise TypeError(f"{value!r} is not true or false")

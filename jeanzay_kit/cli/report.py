@@ -75,15 +75,16 @@ def gpu_hour_lines(directory: Path) -> list[str]:
     from jeanzay_kit.cli.status import slurm_states, status_records
     from jeanzay_kit.launch import status
 
-    records = [r for r in status_records(str(directory)) if r.get("job_id") not in (None, "local")]
-    ids = list(dict.fromkeys(status.state_key(r) for r in records))
+    runs = [status.run_view(r) for r in status_records(str(directory))]
+    runs = [v for v in runs if v.job_id != "local"]
+    ids = list(dict.fromkeys(v.key for v in runs))
     if not ids:
         return []
     _states, hours, notes = slurm_states(ids)
     per_run: dict[str, float] = {}
-    for record in records:
-        run_dir = str(record.get("run_dir", ""))
-        per_run[run_dir] = per_run.get(run_dir, 0.0) + hours.get(status.state_key(record), 0.0)
+    for view in runs:
+        run_dir = view.run_dir or ""
+        per_run[run_dir] = per_run.get(run_dir, 0.0) + hours.get(view.key, 0.0)
     lines = ["", "GPU hours (sacct: elapsed x GPUs of every start, requeues included):"]
     lines += [f"  {h:10.2f}  {d}" for d, h in sorted(per_run.items(), key=lambda kv: -kv[1])]
     lines.append(f"  {sum(per_run.values()):10.2f}  in all, {len(ids)} job(s)")

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
+
+if TYPE_CHECKING:
+    from jeanzay_kit.launch.status import RunView
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -75,25 +80,28 @@ def _show(directory: str | None, as_json: bool) -> bool:
     from jeanzay_kit.launch import status
     from jeanzay_kit.launch.run_files import run_progress
 
-    records = status_records(directory)
-    for rec in records:
-        run_dir = Path(rec.get("run_dir", ""))
-        rec["checkpoint"] = _newest_complete_step(str(run_dir))
-        job = str(rec["job_id"])
-        rec.update(vars(run_progress(run_dir, job_id=None if job == "local" else job)))
-    ids = list(dict.fromkeys(str(r["job_id"]) for r in records if r["job_id"] != "local"))
+    views = [
+        replace(
+            view,
+            checkpoint=_newest_complete_step(view.run_dir or ""),
+            progress=run_progress(
+                Path(view.run_dir or ""), job_id=None if view.job_id == "local" else view.job_id
+            ),
+        )
+        for view in map(status.run_view, status_records(directory))
+    ]
+    ids = list(dict.fromkeys(v.job_id for v in views if v.job_id != "local"))
     states, hours, notes = slurm_states(ids)
-    for rec in records:
-        if rec["job_id"] == "local":
-            key = status.state_key(rec)
-            states[key] = status.JobState("local", _local_state(rec), "-", "this machine")
-    shown = list(dict.fromkeys(status.state_key(r) for r in records))
+    for view in views:
+        if view.job_id == "local":
+            states[view.key] = status.JobState("local", _local_state(view), "-", "this machine")
+    shown = list(dict.fromkeys(v.key for v in views))
     now = [states[i].state if i in states else "UNKNOWN" for i in shown]
     if as_json:
-        for obj in status.run_objects(records, states, hours):
+        for obj in status.run_objects(views, states, hours):
             print(json.dumps(obj), flush=True)
     else:
-        print(status.status_table(records, states))
+        print(status.status_table(views, states))
         used = f"; {sum(hours.values()):.2f} GPU hours" if hours else ""
         print("\n" + status.summary(now) + used, flush=True)
     for note in notes:
@@ -209,17 +217,18 @@ def _newest(record: dict) -> float:
     return 0.0
 
 
-def _local_state(rec: dict) -> str:
+def _local_state(view: RunView) -> str:
     """A local run has no scheduler: its files say whether it finished or still beats
     (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
     from jeanzay_kit.node.outcome import read_outcome
 
-    ended = read_outcome(Path(rec["run_dir"]))
+    run_dir = Path(view.run_dir or "")
+    ended = read_outcome(run_dir)
     if ended is not None:
         return ended
-    if (Path(rec["run_dir"]) / layout.MODEL_DIGEST).exists():
+    if (run_dir / layout.MODEL_DIGEST).exists():
         return "COMPLETED"
-    age = rec.get("oldest_beat_s")
+    age = view.progress.oldest_beat_s
     return "RUNNING" if age is not None and age < 60 else "STOPPED"
 
 

@@ -6,31 +6,14 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from jeanzay_kit import run_layout as layout
+from jeanzay_kit.launch.status import RunProgress
 from jeanzay_kit.node.restarts import restart_history
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.stall import FINISHED_PHASES
-
-
-@dataclass(frozen=True)
-class RunProgress:
-    step: int | None = None
-    total: int | None = None
-    loss: float | None = None
-    eta_s: float | None = None
-    oldest_beat_s: float | None = None  # age of the stalest heartbeat of a running rank
-    restarts: int = 0
-    data_wait_share: float | None = None  # of the last logged window's step time
-    evaluation: dict | None = None  # eval_loss and eval_<name> of the newest evaluation
-    # A script task (job.entry a script) tells no step: what the toolkit saw from outside.
-    attempts: int | None = None  # starts of the script, whoever requeued it
-    last_line: str | None = None  # the newest line any task printed
-    last_line_age_s: float | None = None
-    checkpoint_file: str | None = None  # the script's newest checkpoint-looking file
-    checkpoint_age_s: float | None = None
 
 
 def _records_newest_first(run_dir: Path):  # noqa: ANN202 - a generator of dicts
@@ -49,12 +32,16 @@ def last_metrics(run_dir: Path) -> dict | None:
     return next(_records_newest_first(run_dir), None)
 
 
-def last_evaluation(run_dir: Path) -> dict | None:
+def last_evaluation(run_dir: Path) -> dict[str, float] | None:
     """The eval values of the newest record that has them (evaluations are sparser than
     logged steps)."""
     for record in _records_newest_first(run_dir):
         if "eval_loss" in record:
-            return {k: v for k, v in record.items() if k.startswith("eval_")}
+            return {
+                k: float(v)
+                for k, v in record.items()
+                if k.startswith("eval_") and isinstance(v, (int, float))
+            }
     return None
 
 
@@ -73,10 +60,10 @@ def run_progress(run_dir: Path, now: float | None = None, job_id: str | None = N
         ages.append(script_beat_age)
     history = restart_history(run_dir)  # a finished run's too
     restarts = len([r for r in history if job_id is None or r.get("job_id") == job_id])
-    if script.get("attempts"):
-        restarts = max(restarts, script["attempts"] - 1)
-    return RunProgress(
-        **script,
+    if script.attempts:
+        restarts = max(restarts, script.attempts - 1)
+    return replace(
+        script,
         step=step,
         total=total,
         loss=record.get("loss"),
@@ -90,28 +77,26 @@ def run_progress(run_dir: Path, now: float | None = None, job_id: str | None = N
 
 def _script_progress(
     run_dir: Path, now: float, job_id: str | None = None
-) -> tuple[dict, float | None]:
+) -> tuple[RunProgress, float | None]:
     """A script task's attempts, newest output line and newest checkpoint-looking file
     (node/script_watch.py writes the lines in its beats), and the age of the stalest
-    beat of a running task's wrapper; ({}, None) for the toolkit's loop."""
+    beat of a running task's wrapper; nothing of these for the toolkit's loop."""
     from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts, read_script_beats
     from jeanzay_kit.node.script_rules import COMMAND_FILE
 
     if not (run_dir / COMMAND_FILE).is_file():
-        return {}, None
+        return RunProgress(), None
     beats = read_script_beats(run_dir)
     newest = max((b for b in beats if b.last_line), key=lambda b: b.output_time, default=None)
     found = newest_checkpoint(run_dir)
     running = [b for b in beats if not b.finished]
-    return {
-        "attempts": len(
-            [a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]
-        ),
-        "last_line": newest.last_line if newest else None,
-        "last_line_age_s": now - newest.output_time if newest else None,
-        "checkpoint_file": str(found[0].relative_to(run_dir)) if found else None,
-        "checkpoint_age_s": now - found[1] if found else None,
-    }, max((now - b.wall_time for b in running), default=None)
+    return RunProgress(
+        attempts=len([a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]),
+        last_line=newest.last_line if newest else None,
+        last_line_age_s=now - newest.output_time if newest else None,
+        checkpoint_file=str(found[0].relative_to(run_dir)) if found else None,
+        checkpoint_age_s=now - found[1] if found else None,
+    ), max((now - b.wall_time for b in running), default=None)
 
 
 def _same_job(attempt: dict, job_id: str) -> bool:

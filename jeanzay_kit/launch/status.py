@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from jeanzay_kit.values import strings
 
 # The format strings the commands are run with (slurm/commands.py); the parsers below
 # read exactly these fields, separated by "|".
@@ -92,121 +93,161 @@ def tres_gpus(tres: str) -> int:
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 
 
+@dataclass(frozen=True)
+class RunProgress:
+    """What a run directory says of its run (launch/run_files.py reads it)."""
+
+    step: int | None = None
+    total: int | None = None
+    loss: float | None = None
+    eta_s: float | None = None
+    oldest_beat_s: float | None = None  # age of the stalest heartbeat of a running rank
+    restarts: int = 0
+    data_wait_share: float | None = None  # of the last logged window's step time
+    evaluation: Mapping[str, float] | None = None  # eval_loss, eval_<name> of the newest
+    # A script task (job.entry a script) tells no step: what the toolkit saw from outside.
+    attempts: int | None = None  # starts of the script, whoever requeued it
+    last_line: str | None = None  # the newest line any task printed
+    last_line_age_s: float | None = None
+    checkpoint_file: str | None = None  # the script's newest checkpoint-looking file
+    checkpoint_age_s: float | None = None
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as `jzk status` shows it: its manifest record (manifest.jsonl, or a local
+    run directory found on disk) and what its directory says."""
+
+    job_id: str  # a Slurm job id, or "local"
+    run_dir: str | None
+    overrides: tuple[str, ...] = ()
+    checkpoint: int | None = None  # the toolkit's newest complete step
+    progress: RunProgress = RunProgress()
+
+    @property
+    def key(self) -> str:
+        """Where its state is in the states mapping: its Slurm job id, or, for a run on
+        this machine (job id "local"), its run directory: each local run has its own."""
+        return f"local:{self.run_dir or ''}" if self.job_id == "local" else self.job_id
+
+
+def run_view(record: Mapping[str, object]) -> RunView:
+    """A manifest record (at least `job_id`; `run_dir`, `overrides`) as a RunView."""
+    run_dir = record.get("run_dir")
+    return RunView(
+        job_id=str(record["job_id"]),
+        run_dir=None if run_dir is None else str(run_dir),
+        overrides=strings(record.get("overrides")),
+    )
+
+
 def run_objects(
-    records: Sequence[Mapping[str, Any]], states: Mapping[str, JobState], hours: Mapping[str, float]
-) -> list[dict[str, Any]]:
+    views: Sequence[RunView], states: Mapping[str, JobState], hours: Mapping[str, float]
+) -> list[dict[str, object]]:
     """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json")."""
-    out = []
-    for rec in records:
-        st = states.get(state_key(rec))
+    out: list[dict[str, object]] = []
+    for view in views:
+        st, p = states.get(view.key), view.progress
         out.append(
             {
-                "run_dir": rec.get("run_dir"),
-                "job_id": str(rec["job_id"]),
+                "run_dir": view.run_dir,
+                "job_id": view.job_id,
                 "state": st.state if st else "UNKNOWN",
                 "exit_code": (st.exit_code or None) if st else None,
                 "elapsed": st.elapsed if st else None,
                 "where": (st.where or None) if st else None,
-                "step": rec.get("step"),
-                "steps": rec.get("total"),
-                "loss": rec.get("loss"),
-                "eta_s": rec.get("eta_s"),
-                "restarts": rec.get("restarts", 0),
-                "checkpoint": _checkpoint(rec) if _checkpoint(rec) != "-" else None,
-                "gpu_hours": hours.get(state_key(rec)),
-                "last_line": rec.get("last_line"),
-                "overrides": list(rec.get("overrides", [])),
+                "step": p.step,
+                "steps": p.total,
+                "loss": p.loss,
+                "eta_s": p.eta_s,
+                "restarts": p.restarts,
+                "checkpoint": _checkpoint(view) if _checkpoint(view) != "-" else None,
+                "gpu_hours": hours.get(view.key),
+                "last_line": p.last_line,
+                "overrides": list(view.overrides),
             }
         )
     return out
 
 
-def state_key(rec: Mapping[str, Any]) -> str:
-    """Where a record's state is in the states mapping: its Slurm job id, or, for a run
-    on this machine (job id "local"), its run directory: each local run has its own."""
-    job = str(rec["job_id"])
-    return f"local:{rec.get('run_dir', '')}" if job == "local" else job
+HEADER = (
+    "JOB",
+    "STATE",
+    "ELAPSED",
+    "STEP",
+    "LOSS",
+    "EVAL",
+    "DATA",
+    "ETA",
+    "BEAT",
+    "RESTARTS",
+    "CKPT",
+    "WHERE",
+    "RUN DIR",
+    "OVERRIDES",
+)
 
 
-def status_table(records: Sequence[Mapping[str, Any]], states: Mapping[str, JobState]) -> str:
-    """One line per manifest record: job, state, elapsed, progress, checkpoint, run.
-
-    records carry `job_id`, `run_dir`, `overrides` (manifest.jsonl) and optionally what
-    the caller read in the run directory: `checkpoint` (newest complete step), `step`,
-    `total`, `loss`, `eta_s`, `oldest_beat_s` (a stuck rank shows here), `restarts`,
-    `evaluation` (the newest eval_* values) and `data_wait_share` (the last window's time
-    waiting for batches)."""
-    header = (
-        "JOB",
-        "STATE",
-        "ELAPSED",
-        "STEP",
-        "LOSS",
-        "EVAL",
-        "DATA",
-        "ETA",
-        "BEAT",
-        "RESTARTS",
-        "CKPT",
-        "WHERE",
-        "RUN DIR",
-        "OVERRIDES",
-    )
-    rows = [header]
-    for rec in records:
-        st = states.get(state_key(rec))
-        state = st.state if st else "UNKNOWN"
-        if st and st.exit_code and st.exit_code != "0:0":
-            state += f" (exit {st.exit_code})"
-        step, total = rec.get("step"), rec.get("total")
-        rows.append(
-            (
-                str(rec["job_id"]),
-                state,
-                st.elapsed if st else "-",
-                f"{step}/{total or '?'}" if step is not None else "-",
-                f"{rec['loss']:.4f}" if rec.get("loss") is not None else "-",
-                _evaluation(rec.get("evaluation")),
-                f"{rec['data_wait_share']:.0%}" if rec.get("data_wait_share") is not None else "-",
-                _duration(rec.get("eta_s")),
-                _duration(rec.get("oldest_beat_s")) + (" ago" if rec.get("oldest_beat_s") else ""),
-                str(rec.get("restarts", 0)),
-                _checkpoint(rec),
-                st.where if st and st.where else "-",
-                str(rec.get("run_dir", "-")),
-                " ".join(rec.get("overrides", [])) or "-",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
+def status_table(views: Sequence[RunView], states: Mapping[str, JobState]) -> str:
+    """One line per run: job, state, elapsed, progress (a stuck rank shows in BEAT, the
+    newest evaluation in EVAL, the last window's time waiting for batches in DATA),
+    checkpoint, run; under it, what each script task last printed."""
+    rows = [HEADER, *(_row(view, states.get(view.key)) for view in views)]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER) - 1)]
     table = "\n".join(
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in rows
     )
-    return "\n".join([table, *_script_lines(records)])
+    return "\n".join([table, *_script_lines(views)])
 
 
-def _checkpoint(rec: Mapping[str, Any]) -> str:
+def _row(view: RunView, st: JobState | None) -> tuple[str, ...]:
+    p = view.progress
+    state = st.state if st else "UNKNOWN"
+    if st and st.exit_code and st.exit_code != "0:0":
+        state += f" (exit {st.exit_code})"
+    return (
+        view.job_id,
+        state,
+        st.elapsed if st else "-",
+        f"{p.step}/{p.total or '?'}" if p.step is not None else "-",
+        f"{p.loss:.4f}" if p.loss is not None else "-",
+        _evaluation(p.evaluation),
+        f"{p.data_wait_share:.0%}" if p.data_wait_share is not None else "-",
+        _duration(p.eta_s),
+        _duration(p.oldest_beat_s) + (" ago" if p.oldest_beat_s else ""),
+        str(p.restarts),
+        _checkpoint(view),
+        st.where if st and st.where else "-",
+        view.run_dir or "-",
+        " ".join(view.overrides) or "-",
+    )
+
+
+def _checkpoint(view: RunView) -> str:
     """The toolkit's newest complete step, or a script's newest checkpoint-looking file."""
-    if rec.get("checkpoint") is not None:
-        return f"step-{rec['checkpoint']}"
-    if rec.get("checkpoint_file"):
-        return f"{rec['checkpoint_file']} ({_duration(rec.get('checkpoint_age_s'))} ago)"
+    p = view.progress
+    if view.checkpoint is not None:
+        return f"step-{view.checkpoint}"
+    if p.checkpoint_file:
+        return f"{p.checkpoint_file} ({_duration(p.checkpoint_age_s)} ago)"
     return "-"
 
 
-def _script_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+def _script_lines(views: Sequence[RunView]) -> list[str]:
     """Under the table, for each script task: its starts and the newest line it printed
     (a script tells the toolkit no step; its output is what can be known)."""
     lines = []
-    for rec in records:
-        if rec.get("attempts") is None:
+    for view in views:
+        p = view.progress
+        if p.attempts is None:
             continue
         said = (
-            f"last line {_duration(rec.get('last_line_age_s'))} ago: {rec['last_line'][-100:]!r}"
-            if rec.get("last_line")
+            f"last line {_duration(p.last_line_age_s)} ago: {p.last_line[-100:]!r}"
+            if p.last_line
             else "no line printed yet"
         )
-        lines.append(f"{rec['job_id']} (script, {rec['attempts']} start(s)): {said}")
+        lines.append(f"{view.job_id} (script, {p.attempts} start(s)): {said}")
     return ["", *lines] if lines else []
 
 
@@ -225,7 +266,7 @@ def summary(states: Iterable[str]) -> str:
     return ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
 
 
-def _evaluation(values: Mapping[str, Any] | None) -> str:
+def _evaluation(values: Mapping[str, float] | None) -> str:
     """`0.4321 accuracy=0.912`: the eval loss, then each metric of eval.metrics."""
     from jeanzay_kit.runtime.progress import is_eval_metric
 

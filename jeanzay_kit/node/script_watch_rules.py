@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, fields
-from typing import Any
+from dataclasses import asdict, dataclass
 
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.runtime.progress import format_duration
 from jeanzay_kit.runtime.stall import FROZEN_BEATS
+from jeanzay_kit.values import flag, real, text, whole
 
 # Each task's wrapper writes `<run_dir>/heartbeat/task-<N>.json`: not `rank-<N>.json`,
 # which a session-API script under the same run directory writes (runtime/heartbeat.py).
@@ -42,12 +42,23 @@ class ScriptBeat:
     interval_s: float
     finished: bool = False  # the command has ended
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> ScriptBeat:  # a beat file's JSON
-        return cls(**{f.name: data[f.name] for f in fields(cls)})
+    def from_json(cls, data: Mapping[str, object]) -> ScriptBeat:
+        """A beat file's JSON; KeyError or TypeError where it is damaged."""
+        return cls(
+            rank=whole(data["rank"]),
+            host=text(data["host"]),
+            pid=whole(data["pid"]),
+            token=text(data["token"]),
+            output_time=real(data["output_time"]),
+            last_line=text(data["last_line"]),
+            wall_time=real(data["wall_time"]),
+            interval_s=real(data["interval_s"]),
+            finished=flag(data["finished"]),
+        )
 
     def frozen(self, now: float) -> bool:
         """Its wrapper writes no beat any more: the node is lost or the task stopped

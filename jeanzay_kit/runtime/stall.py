@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from jeanzay_kit import run_layout as layout
+from jeanzay_kit.values import real, text, whole
 
 FINISHED_PHASES = ("done",)
 # Phases of a session (runtime/session.py) in which a rank waits in a collective for its
@@ -47,20 +47,22 @@ class Beat:
     start_step: int | None = None  # the step this process started from (its first beat)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> Beat:
+    def from_json(cls, data: Mapping[str, object]) -> Beat:
+        """A beat file's JSON; KeyError or TypeError where it is damaged."""
+        start, job = data.get("start_step"), data.get("job_id")
         return cls(
-            rank=int(data["rank"]),
-            host=str(data["host"]),
-            pid=int(data["pid"]),
-            job_id=data.get("job_id"),
-            step=int(data["step"]),
-            total_steps=int(data["total_steps"]),
-            phase=str(data["phase"]),
-            progress_time=float(data["progress_time"]),
-            wall_time=float(data["wall_time"]),
-            token=str(data.get("token", "")),
-            interval_s=float(data.get("interval_s", 2.0)),
-            start_step=None if data.get("start_step") is None else int(data["start_step"]),
+            rank=whole(data["rank"]),
+            host=text(data["host"]),
+            pid=whole(data["pid"]),
+            job_id=None if job is None else text(job),
+            step=whole(data["step"]),
+            total_steps=whole(data["total_steps"]),
+            phase=text(data["phase"]),
+            progress_time=real(data["progress_time"]),
+            wall_time=real(data["wall_time"]),
+            token=text(data.get("token", "")),
+            interval_s=real(data.get("interval_s", 2.0)),
+            start_step=None if start is None else whole(start),
         )
 
 

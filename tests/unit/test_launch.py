@@ -13,7 +13,15 @@ from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError, LaunchError
 from jeanzay_kit.launch.arrays import SweepPoint, plan_arrays, submitit_parameters
 from jeanzay_kit.launch.manifest import append_manifest, read_manifest, write_manifest
-from jeanzay_kit.launch.status import parse_sacct, parse_squeue, status_table, summary
+from jeanzay_kit.launch.status import (
+    RunProgress,
+    RunView,
+    parse_sacct,
+    parse_squeue,
+    run_view,
+    status_table,
+    summary,
+)
 
 
 def spec(*overrides: str):
@@ -136,13 +144,11 @@ def test_squeue_and_sacct_rows_are_parsed() -> None:
 
 def test_status_table_shows_state_progress_heartbeat_and_exit_code() -> None:
     states = {**parse_sacct(SACCT), **parse_squeue(SQUEUE)}
-    progress = {"step": 300, "total": 2000, "loss": 0.5, "eta_s": 125, "oldest_beat_s": 4}
+    progress = RunProgress(step=300, total=2000, loss=0.5, eta_s=125, oldest_beat_s=4, restarts=1)
     records = [
-        {"job_id": "12_0", "run_dir": "/s/0", "overrides": ["optim.lr=0.1"], "checkpoint": 40}
-        | progress
-        | {"restarts": 1},
-        {"job_id": "14", "run_dir": "/s/1", "overrides": []},
-        {"job_id": "99", "run_dir": "/s/2", "overrides": []},
+        RunView("12_0", "/s/0", ("optim.lr=0.1",), checkpoint=40, progress=progress),
+        run_view({"job_id": "14", "run_dir": "/s/1", "overrides": []}),
+        run_view({"job_id": 99, "run_dir": "/s/2"}),  # a number, as an old manifest has it
     ]
     lines = status_table(records, states).splitlines()
     assert lines[0].split() == [

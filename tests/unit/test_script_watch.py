@@ -143,6 +143,27 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
 
 
 @pytest.mark.parametrize(
+    ("key", "bad"), [("rank", "0"), ("pid", 7.5), ("host", None), ("wall_time", True)]
+)
+def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad: object) -> None:
+    """A beat file is JSON the run wrote: a value of the wrong type means it is damaged
+    (read as it was before, a string rank compared with ints later); both readers skip it."""
+    from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
+    from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+    from jeanzay_kit.runtime.stall import Beat
+
+    folder = tmp_path / HEARTBEAT_DIR
+    folder.mkdir()
+    session = vars(Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0))
+    (folder / "rank-0.json").write_text(json.dumps(session))
+    (folder / "rank-1.json").write_text(json.dumps(session | {"rank": 1, key: bad}))
+    write_script_beat(tmp_path, _beat(0, 5.0, line="epoch 1"))
+    (folder / "task-1.json").write_text(json.dumps(vars(_beat(1, 5.0)) | {key: bad}))
+    assert [b.rank for b in read_beats(folder)] == [0]
+    assert [b.rank for b in read_script_beats(tmp_path)] == [0]
+
+
+@pytest.mark.parametrize(
     ("signals", "warned_at", "ending", "every"),
     [
         ([], None, False, 30.0),  # a tenth of stall_seconds
@@ -201,19 +222,17 @@ def test_the_batch_shells_note_is_read_once_written_in_this_attempt(tmp_path) ->
 
 
 def test_status_shows_a_scripts_starts_last_line_and_checkpoint() -> None:
-    from jeanzay_kit.launch.status import JobState, status_table
+    from jeanzay_kit.launch.status import JobState, RunProgress, RunView, status_table
 
-    rec = {
-        "job_id": "42",
-        "run_dir": "outputs/own-1",
-        "overrides": [],
-        "attempts": 2,
-        "restarts": 1,
-        "last_line": "Epoch 3: 40%|####      | 8/20 [00:02<00:03, loss=0.31]",
-        "last_line_age_s": 4.0,
-        "checkpoint_file": "lightning_logs/version_0/checkpoints/last.ckpt",
-        "checkpoint_age_s": 75.0,
-    }
+    progress = RunProgress(
+        attempts=2,
+        restarts=1,
+        last_line="Epoch 3: 40%|####      | 8/20 [00:02<00:03, loss=0.31]",
+        last_line_age_s=4.0,
+        checkpoint_file="lightning_logs/version_0/checkpoints/last.ckpt",
+        checkpoint_age_s=75.0,
+    )
+    rec = RunView("42", "outputs/own-1", progress=progress)
     table = status_table([rec], {"42": JobState("42", "RUNNING", "1:00", "n[1-2]")})
     assert "last.ckpt (1m15s ago)" in table
     assert "42 (script, 2 start(s)): last line 4s ago: 'Epoch 3: 40%" in table

@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.cli import main
-from jeanzay_kit.launch.status import parse_usage, run_objects, tres_gpus
+from jeanzay_kit.launch.status import (
+    RunProgress,
+    RunView,
+    parse_usage,
+    run_objects,
+    run_view,
+    tres_gpus,
+)
 
 # sacct -X -n -P --duplicates -o JobID,State,Elapsed,ExitCode,NodeList,ElapsedRaw,AllocTRES
 # of a job requeued once (2 x 4 GPUs), and an array task that ran once on one GPU.
@@ -47,8 +54,8 @@ def test_every_attempt_counts_and_the_newest_gives_the_state() -> None:
 def test_one_object_per_run_with_the_contracts_keys() -> None:
     usage = parse_usage(ROWS)
     records = [
-        {"job_id": "41", "run_dir": "/r/a", "overrides": ["x=1"], "step": 10, "total": 10},
-        {"job_id": "44", "run_dir": "/r/b", "overrides": []},
+        RunView("41", "/r/a", ("x=1",), progress=RunProgress(step=10, total=10)),
+        run_view({"job_id": "44", "run_dir": "/r/b", "overrides": []}),
     ]
     states = {job: u.state for job, u in usage.items()}
     hours = {job: u.gpu_hours for job, u in usage.items()}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from jeanzay_kit.values import as_node, integer, items, strings
+from jeanzay_kit.values import as_node, flag, integer, items, real, strings, text, whole
 
 
 @pytest.mark.parametrize(
@@ -33,3 +35,22 @@ def test_integer_is_a_whole_number_and_never_a_bool(value: object, expected: int
 @pytest.mark.parametrize(("value", "expected"), [([1, "a"], [1, "a"]), ((1,), [1]), ("ab", [])])
 def test_items(value: object, expected: list[object]) -> None:
     assert items(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("read", "good", "expected", "bad"),
+    [
+        (whole, 3, 3, [True, "3", 3.0, None]),
+        (real, 2, 2.0, [False, "2.0", None]),
+        (real, 2.5, 2.5, [[2.5]]),
+        (text, "n1", "n1", [1, None, b"n1"]),
+        (flag, False, False, [0, "true", None]),
+    ],
+)
+def test_a_record_value_of_the_wrong_type_is_a_type_error(
+    read: Callable[[object], object], good: object, expected: object, bad: list[object]
+) -> None:
+    assert read(good) == expected and type(read(good)) is type(expected)
+    for value in bad:
+        with pytest.raises(TypeError, match="is not"):
+            read(value)
