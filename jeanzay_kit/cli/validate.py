@@ -21,6 +21,7 @@ from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.slurm_syntax.timefmt import format_time
+from jeanzay_kit.values import as_node
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -110,7 +111,7 @@ def _interpreter_rows(spec: JobSpec) -> list[tuple[str, str]]:
     loads = ("module purge; " if spec.cluster.module_purge else "") + (
         f"module load {' '.join(modules)}" if modules else ""
     )
-    asked = (spec.config.get("job") or {}).get("python", default("job.python"))
+    asked = as_node(spec.config.get("job")).get("python", default("job.python"))
     why = (
         "job.python=auto: the profile's PyTorch module's"
         if asked == "auto" and spec.cluster.pytorch_module
@@ -273,7 +274,7 @@ def _describe_loader(spec: JobSpec) -> str:
 
 
 def _explicit(spec: JobSpec) -> set[str]:
-    value = (spec.config.get("loader") or {}).get("num_workers", default("loader.num_workers"))
+    value = as_node(spec.config.get("loader")).get("num_workers", default("loader.num_workers"))
     return set() if value in (None, "auto") else {"loader.num_workers"}
 
 

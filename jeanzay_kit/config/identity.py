@@ -13,7 +13,6 @@ import hashlib
 import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from jeanzay_kit.values import as_node, items
 
@@ -92,7 +91,7 @@ def config_hash(config: Mapping[str, object], ignore: Iterable[str] = ()) -> str
     """sha256 of the config with `ignore`d dotted keys removed (canonical JSON)."""
     ignored = set(ignore)
 
-    def strip(node: Any, prefix: str) -> Any:
+    def strip(node: object, prefix: str) -> object:
         if isinstance(node, Mapping):
             return {
                 k: strip(v, f"{prefix}{k}.")

@@ -17,6 +17,7 @@ from jeanzay_kit.config.sections import (
     MetricsSettings,
     OptimSettings,
     PreemptionSettings,
+    TrainLoop,
     WatchdogSettings,
 )
 from jeanzay_kit.values import strings
@@ -237,30 +238,48 @@ def _arguments(c: Collector, key: str, value: object, example: str) -> tuple[str
     return tuple(str(a) for a in given)
 
 
-def check_train_loop(c: Collector, train: Mapping[str, object]) -> dict[str, object] | None:
+def check_train_loop(c: Collector, train: Mapping[str, object]) -> TrainLoop | None:
     """train.* beyond the batch sizes and precision (config/layout_rules.py has those)."""
-    values: dict[str, object] = {
-        # 0 is allowed: the initial model, saved as model_final.pt (tests compare it).
-        "steps": c.positive_int("train.steps", train.get("steps"), minimum=0),
-        "seed": c.positive_int("train.seed", train.get("seed"), minimum=0),
-        "log_every": c.positive_int("train.log_every", train.get("log_every")),
-        "eval_every": c.positive_int("train.eval_every", train.get("eval_every"), minimum=0),
-        "eval_batches": None
-        if train.get("eval_batches") is None
-        else c.positive_int("train.eval_batches", train.get("eval_batches"), 0),
-        "eval_fraction": c.number(
-            "train.eval_fraction", train.get("eval_fraction"), 0, 1, high_open=True, example=0.05
-        ),
-        "activation_checkpointing": c.flag(
-            "train.activation_checkpointing", train.get("activation_checkpointing")
-        ),
-        "compile": c.auto_flag("train.compile", train.get("compile")),
-        "tf32": c.flag("train.tf32", train.get("tf32", default("train.tf32"))),
-        "nonfinite": c.choice("train.nonfinite", train.get("nonfinite"), NONFINITE_CHOICES),
-    }
-    if any(v is None for k, v in values.items() if k not in ("eval_batches", "compile")):
+    # 0 is allowed: the initial model, saved as model_final.pt (tests compare it).
+    steps = c.positive_int("train.steps", train.get("steps"), minimum=0)
+    seed = c.positive_int("train.seed", train.get("seed"), minimum=0)
+    log_every = c.positive_int("train.log_every", train.get("log_every"))
+    eval_every = c.positive_int("train.eval_every", train.get("eval_every"), minimum=0)
+    given_batches = train.get("eval_batches")
+    eval_batches = (
+        None if given_batches is None else c.positive_int("train.eval_batches", given_batches, 0)
+    )
+    eval_fraction = c.number(
+        "train.eval_fraction", train.get("eval_fraction"), 0, 1, high_open=True, example=0.05
+    )
+    checkpointing = c.flag("train.activation_checkpointing", train.get("activation_checkpointing"))
+    compile_ = c.auto_flag("train.compile", train.get("compile"))  # None: auto
+    tf32 = c.flag("train.tf32", train.get("tf32", default("train.tf32")))
+    nonfinite = c.choice("train.nonfinite", train.get("nonfinite"), NONFINITE_CHOICES)
+    if (
+        steps is None
+        or seed is None
+        or log_every is None
+        or eval_every is None
+        or (given_batches is not None and eval_batches is None)
+        or eval_fraction is None
+        or checkpointing is None
+        or tf32 is None
+        or nonfinite is None
+    ):
         return None
-    return values
+    return TrainLoop(
+        steps=steps,
+        seed=seed,
+        log_every=log_every,
+        eval_every=eval_every,
+        eval_batches=eval_batches,
+        eval_fraction=eval_fraction,
+        activation_checkpointing=checkpointing,
+        compile=compile_,
+        tf32=tf32,
+        nonfinite=nonfinite,
+    )
 
 
 def check_optim(c: Collector, optim: Mapping[str, object]) -> OptimSettings | None:

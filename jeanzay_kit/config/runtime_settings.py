@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jeanzay_kit.config import schema
 from jeanzay_kit.config.collector import Collector
@@ -20,6 +20,9 @@ from jeanzay_kit.config.data_rules import DIRECTIONS
 from jeanzay_kit.config.run_rules import BACKENDS, SIGNALS
 from jeanzay_kit.distributed.script_env import SETTINGS_ENV
 from jeanzay_kit.errors import JzkError
+
+if TYPE_CHECKING:  # config/spec.py is the heavier module; only its type is needed here
+    from jeanzay_kit.config.spec import JobSpec
 
 # What a session accepts for device (a job's comes from its cluster profile).
 DEVICES = ("auto", "cpu", "cuda")
@@ -67,7 +70,7 @@ KEYS: dict[str, str] = {
 }
 
 
-def from_spec(spec: Any) -> RuntimeSettings:
+def from_spec(spec: JobSpec) -> RuntimeSettings:
     """The settings of a validated JobSpec (config/spec.py)."""
     return RuntimeSettings(
         device=spec.cluster.device,
@@ -112,7 +115,8 @@ def from_env(env: Mapping[str, str]) -> RuntimeSettings:
 
 def resolve(job: RuntimeSettings, given: Mapping[str, Any]) -> RuntimeSettings:
     """The job's settings with what the script gave session(...) (its non-None keyword
-    arguments) on top."""
+    arguments) on top. `Any`: a user's script's values, of any type until check() has
+    refused a wrong one by its keyword (a user-code boundary)."""
     return replace(job, **{k: v for k, v in given.items() if v is not None})
 
 

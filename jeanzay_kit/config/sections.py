@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from jeanzay_kit.config import schema
 from jeanzay_kit.config.clusters import Partition
@@ -95,6 +95,22 @@ class Communication:
     backend: str  # auto | nccl | gloo
     timeout_minutes: float
     bucket_cap_mb: float  # DDP gradient bucket
+
+
+class TrainLoop(TypedDict):
+    """train.* checked on its own (config/run_rules.check_train_loop): TrainSettings less
+    the batch arithmetic and the precision, which need the layout."""
+
+    steps: int
+    seed: int
+    log_every: int
+    eval_every: int
+    eval_batches: int | None
+    eval_fraction: float
+    activation_checkpointing: bool
+    compile: bool | None
+    tf32: bool
+    nonfinite: str
 
 
 @dataclass(frozen=True)

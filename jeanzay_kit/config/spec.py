@@ -55,6 +55,7 @@ from jeanzay_kit.config.sections import (
     OptimSettings,
     PreemptionSettings,
     Resources,
+    TrainLoop,
     TrainSettings,
     TuneSettings,
     WatchdogSettings,
@@ -84,7 +85,7 @@ class JobSpec:
     tune: TuneSettings
     model: Mapping[str, Any]  # the `model` node, for hydra.utils.instantiate
     data: Mapping[str, Any]  # the `data` node, likewise
-    config: Mapping[str, Any]  # the whole resolved config, frozen into the job
+    config: Mapping[str, object]  # the whole resolved config, frozen into the job
     # Keys whose value was chosen automatically ("resources.qos", ...), for display only.
     auto_keys: tuple[str, ...] = field(default=(), compare=False)
     # Accepted, but worth a line in `jzk validate` (e.g. more loader workers than CPUs).
@@ -154,17 +155,18 @@ def build_job_spec(
     loader, notes = check_loader_cpus(c, one.loader, cpus, where)
     c.raise_if_any()
 
-    parts = {
-        "resources": resources,
-        "layout": layout,
-        "train": _train_settings(request, grad_accum, precision, one.loop),
-        "checkpoint": replace(one.ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
-        "loader": loader,
-        "eval": evaluation,
-        "tune": tune,
-        "notes": (*notes, loop_note) if loop_note else notes,
-    }
-    return _assemble(cfg, cluster, one, parts, interpreter)
+    assert tune is not None
+    settled = _Settled(
+        resources=resources,
+        layout=layout,
+        train=_train_settings(request, grad_accum, precision, one.loop),
+        checkpoint=replace(one.ckpt, keep_best=keep_best, keep_best_mode=keep_best_mode),
+        loader=loader,
+        eval=evaluation,
+        tune=tune,
+        notes=(*notes, loop_note) if loop_note else notes,
+    )
+    return _assemble(cfg, cluster, one, settled, interpreter)
 
 
 def on_cpu_partition(cluster: ClusterProfile, res: Mapping[str, object]) -> ClusterProfile:
@@ -175,7 +177,7 @@ def on_cpu_partition(cluster: ClusterProfile, res: Mapping[str, object]) -> Clus
 
 
 def _train_settings(
-    request: layout_rules.ParallelRequest, accumulation: int, precision: str, loop: dict[str, Any]
+    request: layout_rules.ParallelRequest, accumulation: int, precision: str, loop: TrainLoop
 ) -> TrainSettings:
     return TrainSettings(
         global_batch_size=request.global_batch,
@@ -192,10 +194,10 @@ def _assemble(
     cfg: Mapping[str, object],
     cluster: ClusterProfile,
     one: _EachValue,
-    parts: dict[str, Any],
+    settled: _Settled,
     interpreter: str | None,
 ) -> JobSpec:
-    """The frozen JobSpec from stage 1's values and stage 2's parts."""
+    """The frozen JobSpec from stage 1's values and stage 2's."""
     res = section(cfg, "resources")
     return JobSpec(
         cluster=cluster,
@@ -216,13 +218,20 @@ def _assemble(
         loss=one.loss,
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
-        config=_resolved_config(cfg, parts["resources"]),
+        config=_resolved_config(cfg, settled.resources),
         auto_keys=tuple(
             f"resources.{k}"
             for k in ("gpus_per_node", "cpus_per_task", "qos")
             if res.get(k, "auto") in (None, "auto")
         ),
-        **parts,
+        resources=settled.resources,
+        layout=settled.layout,
+        train=settled.train,
+        checkpoint=settled.checkpoint,
+        loader=settled.loader,
+        eval=settled.eval,
+        tune=settled.tune,
+        notes=settled.notes,
     )
 
 
@@ -233,7 +242,7 @@ class _EachValue:
     job: JobSettings
     counts: tuple[int, int, int, str | None]  # nodes, GPUs per node, minutes, --mem
     request: layout_rules.ParallelRequest
-    loop: dict[str, Any]
+    loop: TrainLoop
     optim: OptimSettings
     ckpt: CheckpointSettings
     preemption: PreemptionSettings
@@ -242,6 +251,20 @@ class _EachValue:
     metrics: MetricsSettings
     loader: LoaderSettings
     loss: LossSettings
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """Stage 2: what needs the profile and the other sections (the layout, the batch)."""
+
+    resources: Resources
+    layout: ParallelLayout
+    train: TrainSettings
+    checkpoint: CheckpointSettings
+    loader: LoaderSettings
+    eval: EvalSettings
+    tune: TuneSettings
+    notes: tuple[str, ...]
 
 
 def _each_value(
@@ -254,26 +277,40 @@ def _each_value(
     for key, near, schema in unknown_keys(dict(cfg)):
         hint = f"did you mean {near}? " if near else ""
         c.add(key, _dig(cfg, key), f"is not a key of {schema}", hint + _SCHEMA_HINT)
-    values: dict[str, Any] = {
-        "job": _job(c, job_cfg, cluster),
-        "counts": resource_rules.check_counts(c, cluster, res, local_gpus),
-        "request": layout_rules.read_parallel(c, par, train),
-        "loop": check_train_loop(c, train),
-        "optim": check_optim(c, section(cfg, "optim")),
-        "ckpt": check_checkpoint(
-            c, section(cfg, "checkpoint"), job_cfg.get("run_dir"), cfg.get("resume")
-        ),
-        "preemption": check_preemption(c, section(cfg, "preemption")),
-        "comm": check_communication(c, par, cluster.device),
-        "watchdog": check_watchdog(c, section(cfg, "watchdog")),
-        "metrics": check_metrics(c, section(cfg, "metrics")),
-        "loader": check_loader(c, c.node("loader", cfg.get("loader"))),
-        "loss": check_loss(c, c.node("loss", cfg.get("loss")), par.get("mode")),
-    }
+    job = _job(c, job_cfg, cluster)
+    counts = resource_rules.check_counts(c, cluster, res, local_gpus)
+    request = layout_rules.read_parallel(c, par, train)
+    loop = check_train_loop(c, train)
+    optim = check_optim(c, section(cfg, "optim"))
+    ckpt = check_checkpoint(
+        c, section(cfg, "checkpoint"), job_cfg.get("run_dir"), cfg.get("resume")
+    )
+    preemption = check_preemption(c, section(cfg, "preemption"))
+    comm = check_communication(c, par, cluster.device)
+    watchdog = check_watchdog(c, section(cfg, "watchdog"))
+    metrics = check_metrics(c, section(cfg, "metrics"))
+    loader = check_loader(c, c.node("loader", cfg.get("loader")))
+    loss = check_loss(c, c.node("loss", cfg.get("loss")), par.get("mode"))
     c.raise_if_any()
-    counts = values["counts"]
-    assert all(values.values()) and all(v is not None for v in counts[:3])
-    return _EachValue(**values)
+    # No problem collected: every check gave its value.
+    assert job and counts and request and loop and optim and ckpt and preemption and comm
+    assert watchdog and metrics and loader and loss
+    nodes, gpn, minutes, mem = counts
+    assert nodes is not None and gpn is not None and minutes is not None
+    return _EachValue(
+        job,
+        (nodes, gpn, minutes, mem),
+        request,
+        loop,
+        optim,
+        ckpt,
+        preemption,
+        comm,
+        watchdog,
+        metrics,
+        loader,
+        loss,
+    )
 
 
 def _job(
@@ -310,7 +347,7 @@ def _runs_script(job: Mapping[str, object]) -> bool:
     return isinstance(entry, str) and isinstance(kind, str) and runs_script(entry, kind)
 
 
-def _without_loop_keys(cfg: Mapping[str, object]) -> tuple[dict[str, Any], str | None]:
+def _without_loop_keys(cfg: Mapping[str, object]) -> tuple[dict[str, object], str | None]:
     """cfg with the loop's sections at their defaults, and one note naming the keys that
     were set otherwise (None when none was)."""
     out = dict(cfg)
@@ -362,7 +399,7 @@ def _dig(cfg: Mapping[str, object], dotted: str) -> object:
     return node
 
 
-def _resolved_config(cfg: Mapping[str, object], res: Resources) -> dict[str, Any]:
+def _resolved_config(cfg: Mapping[str, object], res: Resources) -> dict[str, object]:
     """The config with the automatic choices written in, so the job re-validates to the
     same request on the nodes whatever machine it lands on."""
     out = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in cfg.items()}

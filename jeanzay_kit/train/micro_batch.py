@@ -35,6 +35,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.train.batch import to_device
+from jeanzay_kit.values import as_node
 
 # The recorded choice, in the run directory.
 RECORD_FILE = "micro_batch.json"
@@ -149,7 +150,7 @@ def with_micro_batch(spec: JobSpec, size: int) -> JobSpec:
     micro-batch follows where eval.micro_batch_size is null)."""
     per_replica = spec.train.global_batch_size // spec.layout.dp_size
     train = replace(spec.train, micro_batch_size=size, grad_accum_steps=per_replica // size)
-    eval_node = spec.config.get("eval") or {}
+    eval_node = as_node(spec.config.get("eval"))
     evaluation = spec.eval
     if eval_node.get("micro_batch_size") is None:
         evaluation = replace(spec.eval, micro_batch_size=size)
