@@ -173,7 +173,7 @@ class JeanzayLauncher(Launcher):
         from jeanzay_kit.config.spec import build_job_spec
         from jeanzay_kit.errors import JzkError, LaunchError, SpecError
         from jeanzay_kit.launch.arrays import SweepPoint
-        from jeanzay_kit.launch.point_configs import PointConfigs, resolved_task_config
+        from jeanzay_kit.launch.point_configs import PointConfigs, resolved_point
 
         assert self.config is not None and self.hydra_context is not None
         composer = PointConfigs(self.hydra_context.config_loader, self.config)
@@ -183,8 +183,7 @@ class JeanzayLauncher(Launcher):
             label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
             try:
                 with composer.point(overrides, num) as sweep_config:
-                    run_dir = str(sweep_dir / str(sweep_config.hydra.sweep.subdir))
-                    plain = resolved_task_config(sweep_config, run_dir)
+                    run_dir, plain = resolved_point(sweep_config, str(sweep_dir))
                 spec = build_job_spec(plain)
             except (HydraException, OmegaConfBaseException) as err:
                 # A value Hydra refuses (train.steps=many): listed with the other points'

@@ -10,6 +10,7 @@ A script task's folder is named by its command instead: job.entry and job.args.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 from jeanzay_kit.config.identity import point_suffix, run_hash
@@ -25,30 +26,52 @@ def short_config_hash(config: dict[str, Any], job: dict[str, Any] | None = None)
 
 
 def _config_hash_resolver(*, _root_: Any) -> str:
+    return short_config_hash(*_hashed_parts(_root_))
+
+
+def _hashed_parts(root: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What the config hash covers: every section resolved but `hydra` and `job`, and
+    `job` as written."""
     from omegaconf import OmegaConf
 
     # Resolved section by section, leaving `job` out: job.run_dir refers to this hash.
     plain = {
-        key: OmegaConf.to_container(_root_[key], resolve=True)
-        if OmegaConf.is_config(_root_[key])
-        else _root_[key]
-        for key in _root_
+        key: OmegaConf.to_container(root[key], resolve=True)
+        if OmegaConf.is_config(root[key])
+        else root[key]
+        for key in root
         if key not in _NOT_HASHED
     }
     # A script task is named by its command (config/identity.py run_hash). Its arguments
     # are hashed as written, unresolved: `--out_dir=${job.run_dir}` names this very hash.
-    job = _root_.get("job")
+    job = root.get("job")
     raw_job = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
     assert isinstance(raw_job, dict)
-    return short_config_hash(plain, cast(dict[str, Any], raw_job))
+    return plain, cast(dict[str, Any], raw_job)
 
 
-def _point_name_resolver(*, _root_: Any) -> str:
+POINT_NAME = "${jzk.point_name:}"  # hydra.sweep.subdir's default (conf/jeanzay_kit.yaml)
+
+
+def point_name(
+    sections: dict[str, Any], raw_job: dict[str, Any], job_name: str, task: Sequence[str]
+) -> str:
     """A sweep point's folder (hydra.sweep.subdir): named by its config like a single
     run, `<job.name>-<config hash>`, so a second sweep with one value changed runs the
     new value in a new folder and finds the unchanged ones; points that differ only in
     what a resume ignores (train.steps, resources.nodes...) get a suffix of those
-    overrides, so a scaling sweep's points never share a folder (point_suffix)."""
+    overrides, so a scaling sweep's points never share a folder (point_suffix).
+
+    sections: the resolved config but `hydra` and `job`; raw_job: `job` unresolved;
+    task: the point's overrides (hydra.overrides.task)."""
+    name = f"{job_name}-{short_config_hash(sections, raw_job)}"
+    suffix = point_suffix(list(task))
+    return f"{name}-{suffix}" if suffix else name
+
+
+def _point_name_resolver(*, _root_: Any) -> str:
+    """`${jzk.point_name:}` (the sweep launcher computes the same from the point's config
+    it has resolved already: launch/point_configs.resolved_point)."""
     from omegaconf import OmegaConf
 
     overrides: list[str] = []
@@ -56,9 +79,7 @@ def _point_name_resolver(*, _root_: Any) -> str:
     if OmegaConf.is_config(hydra):
         task = OmegaConf.select(hydra, "overrides.task", default=None)
         overrides = [str(o) for o in task] if task is not None else []
-    name = f"{_root_.job.name}-{_config_hash_resolver(_root_=_root_)}"
-    suffix = point_suffix(overrides)
-    return f"{name}-{suffix}" if suffix else name
+    return point_name(*_hashed_parts(_root_), str(_root_.job.name), overrides)
 
 
 def register_resolvers() -> None:

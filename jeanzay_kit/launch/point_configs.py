@@ -25,6 +25,7 @@ import copy
 import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from hydra._internal.config_loader_impl import ConfigLoaderImpl, get_overrides_dirname
@@ -171,6 +172,33 @@ def _set_point_fields(hydra: Any, fields: dict[str, Any]) -> None:
         job.override_dirname = fields["override_dirname"]
         job.id = fields["id"]
         job.num = fields["num"]
+
+
+def resolved_point(cfg: DictConfig, sweep_dir: str) -> tuple[str, dict[str, Any]]:
+    """The point's run directory (hydra.sweep.dir / hydra.sweep.subdir) and its resolved
+    task config (resolved_task_config), each section resolved once.
+
+    The subdir's default, `${jzk.point_name:}`, is computed here from the sections
+    already resolved: Hydra resolving it would run the resolver, which resolves every
+    section again (a third of a 1000-point sweep's submission). Any other subdir is
+    Hydra's to resolve."""
+    from jeanzay_kit.config.resolvers import POINT_NAME, point_name
+
+    plain = resolved_task_config(cfg, "")  # its run_dir is set below, from the subdir
+    sweep = cfg.hydra.sweep
+    if sweep._get_node("subdir")._value() == POINT_NAME and "name" in plain["job"]:
+        job = cfg.get("job")
+        raw = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
+        assert isinstance(raw, dict)
+        sections = {k: v for k, v in plain.items() if k != "job"}
+        task = [str(o) for o in cfg.hydra.overrides.task]
+        job_name = str(plain["job"]["name"])
+        subdir = point_name(sections, {str(k): v for k, v in raw.items()}, job_name, task)
+    else:
+        subdir = str(sweep.subdir)
+    run_dir = str(Path(sweep_dir) / subdir)
+    plain["job"]["run_dir"] = run_dir
+    return run_dir, plain
 
 
 def resolved_task_config(cfg: DictConfig, run_dir: str) -> dict[str, Any]:

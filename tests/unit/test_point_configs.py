@@ -15,7 +15,7 @@ from omegaconf import OmegaConf, open_dict
 
 from jeanzay_kit.config.compose import DEFAULT_CONFIG_DIR, register_schemas
 from jeanzay_kit.config.resolvers import register_resolvers
-from jeanzay_kit.launch.point_configs import PointConfigs, resolved_task_config
+from jeanzay_kit.launch.point_configs import PointConfigs, resolved_point, resolved_task_config
 
 SWEEP_OVERRIDES = ["cluster=slurm_local", "hydra.sweep.dir=/tmp/jzk-point-configs"]
 
@@ -96,6 +96,31 @@ def test_each_point_equals_hydras_composition(hydra_loader, case: str) -> None:
     expected = {"values only": 1, "groups and values, groups alternating": 2}
     if case in expected:
         assert composer.compositions == expected[case]
+
+
+@pytest.mark.parametrize("case", [*CASES, "a subdir of the user's own"])
+def test_the_run_directory_is_the_one_hydra_resolves(hydra_loader, case: str) -> None:
+    """resolved_point names the point's folder from the sections it resolved (the default
+    subdir, ${jzk.point_name:}) without the resolver: the same name as Hydra resolving
+    hydra.sweep.subdir, suffix of a resume-ignored override included; a subdir the user
+    set is Hydra's to resolve."""
+    loader, master = hydra_loader
+    composer = PointConfigs(loader, master)
+    points = CASES.get(case) or [
+        ["hydra.sweep.subdir=p${hydra:job.num}", "optim.lr=0.1"],
+        ["hydra.sweep.subdir=p${hydra:job.num}", "train.steps=3"],
+    ]
+    names = set()
+    for num, overrides in enumerate(points):
+        with composer.point(overrides, num) as cfg:
+            run_dir, plain = resolved_point(cfg, "/sweep")
+            assert run_dir == f"/sweep/{cfg.hydra.sweep.subdir}", overrides
+            assert plain == resolved_task_config(cfg, run_dir)
+        names.add(run_dir)
+    if case == "values only":  # the last two differ only in train.steps: the suffix
+        assert len(names) == len(points)
+    if case == "a subdir of the user's own":
+        assert names == {"/sweep/p0", "/sweep/p1"}
 
 
 def test_resolved_values_follow_each_point(hydra_loader) -> None:
