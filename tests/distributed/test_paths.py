@@ -107,10 +107,12 @@ def test_every_command_works_over_such_paths(kind: str, places) -> None:
 )
 def test_a_path_that_cannot_work_is_refused_in_one_line(override: str, key: str, places) -> None:
     project, _, _ = places
+    script_run = ("train", override, "job.entry=train.py", "resources.gpus_per_node=1")
     for args in (
         ("render", *H100, override, "job.entry=train.py"),
         ("submit", *H100, override, "job.entry=train.py"),
-        ("train", override, "job.entry=train.py", "resources.gpus_per_node=1"),
+        # A local run ignores job.log_dir: the toolkit loop's run below shows it once.
+        *([] if "log_dir" in override else [script_run]),
         ("train", override, *SMALL),
     ):
         done = jzk(project, *args)
