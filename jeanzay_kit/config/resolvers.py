@@ -11,7 +11,7 @@ A script task's folder is named by its command instead: job.entry and job.args.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 from jeanzay_kit.config.identity import point_suffix, run_hash
 
@@ -42,12 +42,19 @@ def _hashed_parts(root: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         for key in root
         if key not in _NOT_HASHED
     }
-    # A script task is named by its command (config/identity.py run_hash). Its arguments
-    # are hashed as written, unresolved: `--out_dir=${job.run_dir}` names this very hash.
+    return plain, job_as_written(root)
+
+
+def job_as_written(root: Any) -> dict[str, Any]:
+    """The `job` section unresolved. A script task is named by its command
+    (config/identity.py run_hash), its arguments hashed as written:
+    `--out_dir=${job.run_dir}` names this very hash."""
+    from omegaconf import OmegaConf
+
     job = root.get("job")
-    raw_job = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
-    assert isinstance(raw_job, dict)
-    return plain, cast(dict[str, Any], raw_job)
+    raw = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
+    assert isinstance(raw, dict)
+    return {str(k): v for k, v in raw.items()}
 
 
 POINT_NAME = "${jzk.point_name:}"  # hydra.sweep.subdir's default (conf/jeanzay_kit.yaml)

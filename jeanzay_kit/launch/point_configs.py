@@ -182,20 +182,16 @@ def resolved_point(cfg: DictConfig, sweep_dir: str) -> tuple[str, dict[str, Any]
     already resolved: Hydra resolving it would run the resolver, which resolves every
     section again (a third of a 1000-point sweep's submission). Any other subdir is
     Hydra's to resolve."""
-    from jeanzay_kit.config.resolvers import POINT_NAME, point_name
+    from jeanzay_kit.config.resolvers import POINT_NAME, job_as_written, point_name
 
     plain = resolved_task_config(cfg, "")  # its run_dir is set below, from the subdir
-    sweep = cfg.hydra.sweep
-    if sweep._get_node("subdir")._value() == POINT_NAME and "name" in plain["job"]:
-        job = cfg.get("job")
-        raw = OmegaConf.to_container(job, resolve=False) if OmegaConf.is_config(job) else {}
-        assert isinstance(raw, dict)
+    written = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
+    if isinstance(written, dict) and written.get("subdir") == POINT_NAME and "name" in plain["job"]:
         sections = {k: v for k, v in plain.items() if k != "job"}
         task = [str(o) for o in cfg.hydra.overrides.task]
-        job_name = str(plain["job"]["name"])
-        subdir = point_name(sections, {str(k): v for k, v in raw.items()}, job_name, task)
+        subdir = point_name(sections, job_as_written(cfg), str(plain["job"]["name"]), task)
     else:
-        subdir = str(sweep.subdir)
+        subdir = str(cfg.hydra.sweep.subdir)
     run_dir = str(Path(sweep_dir) / subdir)
     plain["job"]["run_dir"] = run_dir
     return run_dir, plain
