@@ -155,7 +155,9 @@ def test_gpt_matches_single_process(train_run, reference, overrides) -> None:
         pytest.param(
             ("resources.gpus_per_node=1", "train.global_batch_size=24"), id="micro-batch-lost"
         ),
-        # Another seed: other initial weights and data order (a rank seeded wrongly).
+        # Another seed: other initial weights and data order (a rank seeded wrongly). It
+        # is also the test that another seed trains another model (a 2-rank pair of runs
+        # that compared digests said no more: suite time).
         pytest.param(("resources.gpus_per_node=1", "train.seed=1"), id="other-seed"),
     ],
 )
@@ -177,13 +179,6 @@ def test_same_seed_is_bitwise_identical_run_to_run(train_run) -> None:
     assert a.digest == b.digest
     for name, tensor in a.state.items():
         assert torch.equal(tensor, b.state[name]), name
-
-
-@pytest.mark.timeout(300)
-def test_another_seed_gives_another_model(train_run) -> None:
-    a = train_run("a", *COMMON, "resources.gpus_per_node=2", "train.seed=0")
-    b = train_run("b", *COMMON, "resources.gpus_per_node=2", "train.seed=1")
-    assert a.digest != b.digest
 
 
 @pytest.mark.timeout(300)

@@ -54,8 +54,11 @@ def test_a_changed_config_in_a_used_run_dir_is_refused_before_any_worker(tmp_pat
     assert "optim.lr: 0.003 -> 0.1" in err
     # The way out is named: another run dir, start over, or resume anyway.
     assert "job.run_dir" in err and "resume=never" in err and "allow_config_change" in err
+    # resume=never starts over in the same directory (test_resume.py had a run of its own
+    # for it: suite time).
     again = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.1", "resume=never")
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from" not in again.stdout
 
 
 def _digest(proc: subprocess.CompletedProcess) -> str:

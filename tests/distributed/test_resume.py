@@ -278,15 +278,6 @@ def test_a_changed_config_refuses_to_resume_unless_allowed(tmp_path: Path) -> No
     assert longer.returncode == 0 and "resumed from" in longer.stdout
 
 
-@pytest.mark.timeout(300)
-def test_resume_never_starts_over(tmp_path: Path) -> None:
-    overrides = ("resources.gpus_per_node=2", "train.steps=20", "checkpoint.every_steps=10")
-    first = run(tmp_path / "r", *overrides)
-    again = run(tmp_path / "r", *overrides, "resume=never")
-    assert first.returncode == again.returncode == 0
-    assert "resumed from" not in again.stdout
-
-
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])
 def test_async_saves_commit_and_change_nothing(tmp_path: Path, mode: str) -> None:
