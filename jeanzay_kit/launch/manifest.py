@@ -43,7 +43,11 @@ def read_manifest(path: Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise JzkError(f"{path}:{number}: not JSON ({err})") from err
-        if not isinstance(record, dict) or "job_id" not in record:
-            raise JzkError(f"{path}:{number}: a manifest line needs a job_id")
+        # A null or empty id would be asked of sacct as "None" (jzk status, jzk report).
+        if not isinstance(record, dict) or record.get("job_id") in (None, ""):
+            raise JzkError(
+                f"{path}:{number}: a manifest line needs a job_id (the id sbatch printed). "
+                "HINT: jzk submit writes these lines; fix or remove the line"
+            )
         records.append(record)
     return records

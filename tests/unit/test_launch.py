@@ -116,9 +116,10 @@ def test_manifest_round_trip_and_append(tmp_path: Path) -> None:
     append_manifest(tmp_path, {"job_id": "13", "overrides": [], "run_dir": "/r/0"})
     assert [r["job_id"] for r in read_manifest(tmp_path / "manifest.jsonl")] == ["12_0", "13"]
     assert not list(tmp_path.glob(".*tmp"))
-    (tmp_path / "manifest.jsonl").write_text(json.dumps({"overrides": []}) + "\n")
-    with pytest.raises(JzkError, match="needs a job_id"):
-        read_manifest(tmp_path / "manifest.jsonl")
+    for damaged in ({"overrides": []}, {"job_id": None}, {"job_id": ""}):
+        (tmp_path / "manifest.jsonl").write_text(json.dumps(damaged) + "\n")
+        with pytest.raises(JzkError, match="manifest.jsonl:1: a manifest line needs a job_id"):
+            read_manifest(tmp_path / "manifest.jsonl")
 
 
 SQUEUE = """\
