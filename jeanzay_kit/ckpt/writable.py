@@ -85,7 +85,9 @@ def check_writable(path: Path, key: str = "job.run_dir") -> None:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / PROBE
         write_synced(probe, b"jeanzay_kit write test\n")  # a full disk shows at the fsync
-        probe.unlink()
+        # Gone already: another process checking this folder at once (two tasks of a
+        # study or an array) removed it. The write went through: no refusal.
+        probe.unlink(missing_ok=True)
     except OSError as err:
         free = _free_bytes(path)
         raise RunDirError(

@@ -35,3 +35,25 @@ def test_a_file_in_the_way_is_refused_and_a_good_dir_is_left_clean(tmp_path: Pat
         check_writable(tmp_path / "file" / "run")
     check_writable(tmp_path / "a" / "b")
     assert list((tmp_path / "a" / "b").iterdir()) == []  # the probe file is gone
+
+
+def test_processes_checking_one_folder_at_once_are_all_let_through(tmp_path: Path) -> None:
+    """Two tasks of one study (or of one array) check the same folder at the same moment:
+    one's probe removed by the other is no reason to refuse (seen: `jzk tune` with two
+    tasks, one refused "tune.dir ... cannot be written: No such file or directory")."""
+    import multiprocessing
+
+    folder = tmp_path / "shared"
+    # fork: the children are copies of this one, nothing to import again (Linux).
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        refused = pool.map(_refusal, [folder] * 400)
+    assert [r for r in refused if r] == []
+    assert list(folder.iterdir()) == []
+
+
+def _refusal(folder: Path) -> str:
+    try:
+        check_writable(folder, "tune.dir")
+    except RunDirError as err:
+        return str(err)
+    return ""
