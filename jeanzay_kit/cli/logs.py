@@ -114,7 +114,7 @@ def run_logs(args: argparse.Namespace) -> int:
 
 
 def _is_study(path: Path) -> bool:
-    from jeanzay_kit.tune.view import is_study_dir
+    from jeanzay_kit.tune.files import is_study_dir
 
     return path.is_dir() and is_study_dir(path)
 
@@ -122,7 +122,7 @@ def _is_study(path: Path) -> bool:
 def _trial_logs(study_dir: Path, args: argparse.Namespace) -> int:
     """A study's trials: each trial's output (<tune.dir>/logs/trial-N.log), or with
     --rank one rank's lines of the trial's own run directory (<tune.dir>/trial-N)."""
-    from jeanzay_kit.tune.study import trial_dir
+    from jeanzay_kit.tune.files import trial_dir
 
     logs = sorted((study_dir / "logs").glob("trial-*.log"), key=lambda p: int(p.stem.split("-")[1]))
     if args.trial is not None:

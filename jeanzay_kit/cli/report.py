@@ -44,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     if not directory.is_dir():
         raise JzkError(f"{args.dir} is not a directory. HINT: give a run or sweep directory")
     from jeanzay_kit.ckpt.writable import check_writable
-    from jeanzay_kit.tune.view import is_study_dir
+    from jeanzay_kit.tune.files import is_study_dir
 
     out = Path(args.out) if args.out else directory / "report"
     # A read-only run or study folder: one line naming --out, before anything is read.
@@ -93,6 +93,9 @@ def gpu_hour_lines(directory: Path) -> list[str]:
 
 def _study_report(directory: Path, out: Path) -> int:
     """A study's folder (`jzk tune`): Optuna's plots of it, and its trials."""
+    from jeanzay_kit.extras import require
+
+    require("optuna", f"jzk report of a study ({directory})")
     from jeanzay_kit.tune.study import summary_lines
     from jeanzay_kit.tune.view import format_rows, load_study_dir, trial_rows, write_study_plots
 

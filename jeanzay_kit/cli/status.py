@@ -135,13 +135,16 @@ def slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
 
 
 def _is_study(path: Path) -> bool:
-    from jeanzay_kit.tune.view import is_study_dir
+    from jeanzay_kit.tune.files import is_study_dir
 
     return is_study_dir(path)
 
 
 def _study_status(path: Path) -> int:
     """A study's folder (`jzk tune`): its trials, then its job array's tasks."""
+    from jeanzay_kit.extras import require
+
+    require("optuna", f"jzk status of a study ({path})")
     from jeanzay_kit.tune.study import summary_lines
     from jeanzay_kit.tune.view import format_rows, load_study_dir, trial_rows
 

@@ -43,6 +43,9 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jeanzay_kit.extras import require
+
+    require("optuna", "jzk tune")
     stop = StopRequest()  # Ctrl-C or a signal: each task saves its trial and stops
     from jeanzay_kit.tune.setup import prepare_study
     from jeanzay_kit.tune.study import summary_lines

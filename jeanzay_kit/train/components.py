@@ -67,11 +67,20 @@ def build_target(key: str, node: Mapping[str, Any], what: str) -> Any:
         hint = (
             _LEAK_HINT.format(key=key)
             if "unexpected keyword argument" in text
-            else (f"check {key}._target_ and its arguments")
+            else _missing_extra_hint(target) or f"check {key}._target_ and its arguments"
         )
         raise ContractError(
             f"{key}._target_={target}: could not build the {what}: {text}. HINT: {hint}"
         ) from None
+
+
+def _missing_extra_hint(target: str) -> str | None:
+    """The extra to install when the target is in a package of one that is missing
+    (`torchvision.datasets.ImageFolder` without the `vision` extra)."""
+    from jeanzay_kit.extras import EXTRAS, install_hint, installed
+
+    top = target.partition(".")[0]
+    return install_hint(top) if top in EXTRAS and not installed(top) else None
 
 
 def _is_contract_break(err: Exception) -> bool:

@@ -32,14 +32,10 @@ from optuna.trial import TrialState
 
 from jeanzay_kit.config.sections import TuneSettings
 from jeanzay_kit.errors import Problem, SpecError
+from jeanzay_kit.tune.files import JOURNAL_FILE, STORAGE_FILE, TASK_ATTR, trial_dir
 from jeanzay_kit.tune.space import SearchParam
 
-JOURNAL_FILE = "study.journal"
-# With tune.storage (an RDB URL) the study's folder keeps where the study is, for `jzk
-# status`, `jzk report` and `jzk logs` (the folder still holds the trials and the lock).
-STORAGE_FILE = "storage.json"  # {"url": ..., "study_name": ...}
 ASK_LOCK_FILE = "ask.lock"
-TASK_ATTR = "jzk_task"
 OWNER_ATTR = "jzk_owner"  # where the task runs: slurm:<array job>_<task>, or pid:<host>:<pid>
 RUN_DIR_ATTR = "jzk_run_dir"
 REASON_ATTR = "jzk_reason"
@@ -59,12 +55,6 @@ class TrialTicket:
     @property
     def number(self) -> int:
         return self.trial.number
-
-
-def trial_dir(study_dir: Path, number: int) -> Path:
-    """A trial's run directory: its own, whatever its values (two trials drawing the
-    same values never share one)."""
-    return study_dir / f"trial-{number}"
 
 
 def distribution(param: SearchParam) -> BaseDistribution:

@@ -11,11 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.tune.study import JOURNAL_FILE, STORAGE_FILE, TASK_ATTR
-
-
-def is_study_dir(path: Path) -> bool:
-    return (path / JOURNAL_FILE).is_file() or (path / STORAGE_FILE).is_file()
+from jeanzay_kit.tune.files import JOURNAL_FILE, STORAGE_FILE, TASK_ATTR
 
 
 def load_study_dir(path: Path) -> Any:
