@@ -47,7 +47,7 @@ def args_override(args: Sequence[str]) -> str:
 
 # Lists of command-line arguments: `job.args=[--lr=0.1,--device=cpu]` is what users type,
 # and Hydra's grammar refuses an unquoted `--x=y` item; each item is quoted for it.
-ARGUMENT_LISTS = ("job.args", "job.resume_args", "job.args_may_change")
+ARGUMENT_LISTS = ("job.args", "job.resume_args", "job.args_may_change", "job.script_outputs")
 
 
 def _split_items(inner: str) -> list[str] | None:

@@ -60,12 +60,13 @@ def check_job(c: Collector, job: Mapping[str, object]) -> JobSettings | None:
         )
         return None
     snapshot, include = _snapshot(c, job)
-    args, resume_args, may_change = (
-        _arguments(c, f"job.{key}", job.get(key), example)
+    args, resume_args, may_change, outputs = (
+        _arguments(c, f"job.{key}", job.get(key, default(f"job.{key}")), example)
         for key, example in (
             ("args", '["--epochs=10","--lr=0.1"]'),
             ("resume_args", '["--init_from=resume"]'),
             ("args_may_change", '["--log_level"]'),
+            ("script_outputs", '["out","*.pt"]'),
         )
     )
     kind = c.choice(
@@ -95,6 +96,7 @@ def check_job(c: Collector, job: Mapping[str, object]) -> JobSettings | None:
         entry_kind=kind,
         resume_args=resume_args,
         args_may_change=may_change,
+        script_outputs=outputs,
     )
 
 

@@ -348,6 +348,27 @@ class ContainerConfig:
     options: list[str] = field(default_factory=list)  # more options of `<runtime> exec`
 
 
+# Where training code conventionally saves (nanoGPT's out/, Lightning's lightning_logs/,
+# TensorBoard's runs/, a snapshot.pt or checkpoint.pth at the root as PyTorch's and
+# IDRIS's examples write): job.script_outputs' default.
+SCRIPT_OUTPUTS = (
+    "out",
+    "output",
+    "checkpoint",
+    "checkpoints",
+    "ckpt",
+    "ckpts",
+    "snapshots",
+    "runs",
+    "lightning_logs",
+    "wandb",
+    "mlruns",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+)
+
+
 @dataclass
 class JobConfig:
     """The job itself: names, paths, interpreter (docs/configuration.md)."""
@@ -367,6 +388,10 @@ class JobConfig:
     # level, an eval interval): left out of the run's identity, e.g. [--log_level].
     args_may_change: list[str] = field(default_factory=list)
     entry_kind: str = "auto"  # auto | toolkit | script
+    # A script task's output places: project paths (globs from its root) where the script
+    # writes, which start empty in its run instead of showing the project's copy (an
+    # earlier run's checkpoint); every other project file is shown (docs/run-directories.md).
+    script_outputs: list[str] = field(default_factory=lambda: list(SCRIPT_OUTPUTS))
     # metrics.jsonl, checkpoints/, model_final.pt: named from the job's identity so a
     # requeued or rerun job finds its checkpoints.
     run_dir: str = "outputs/${job.name}-${jzk.config_hash:}"

@@ -47,6 +47,7 @@ class JobSettings:
     entry_kind: str = _JOB.entry_kind  # auto | toolkit | script (distributed/script_env.py)
     resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)
     args_may_change: tuple[str, ...] = ()  # options left out of the run's identity
+    script_outputs: tuple[str, ...] = tuple(_JOB.script_outputs)  # node/script_cwd_rules.py
     dependency: str | None = _JOB.dependency  # sbatch --dependency (slurm/flags.py)
     sbatch_args: tuple[str, ...] = ()  # more #SBATCH options, "--name=value"
     srun_args: tuple[str, ...] = ()  # more options of the training step's srun

@@ -1,85 +1,90 @@
-"""A script's own working directory inside its run directory. Edge (makes folders and
-symbolic links); which entries are linked is `shadow_entries`, pure.
+"""A script's own working directory inside its run directory. Edge (lists the project's
+folders, makes folders and symbolic links); what is shown is node/script_cwd_rules.py.
 
 A script that saves to a relative path (`torch.save(..., "snapshot.pt")`, `out/ckpt.pt`)
 writes into its working directory. Run in the project folder, two experiments of the
 same script would share that file and resume each other. So each script task runs in
-`<run_dir>/cwd/` (SCRIPT_CWD), where every top-level entry of the project is a symbolic
-link (the idea of Snakemake's "shadow" rules): relative reads (`data/`, a config file,
-the script itself) find the project's files, relative writes of new files land in the
-run's own folder. The project's own checkpoint-looking files (a `snapshot.pt` left by a
-run outside the toolkit, a folder of them) are not linked, so no run resumes from them.
-The project's root is also given as JZK_PROJECT_DIR. docs/run-directories.md.
+`<run_dir>/cwd/` (SCRIPT_CWD), which shows the project through symbolic links (the idea
+of Snakemake's "shadow" rules) but for its output places, which are the run's own. The
+project's root is also given as JZK_PROJECT_DIR. docs/run-directories.md.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from jeanzay_kit import run_layout as layout
-from jeanzay_kit.node.script_watch_rules import CHECKPOINT_SUFFIXES
+from jeanzay_kit.node.script_cwd_rules import Shadow, command_paths, shadow_plan
 
 SCRIPT_CWD = layout.SCRIPT_CWD
-# A folder is scanned this deep for checkpoints before it is linked (cheap on $WORK).
-_SCAN_DEPTH = 2
-_SCAN_LIMIT = 2000
 
 
-def is_checkpoint_file(name: str) -> bool:
-    """A file a script would resume from (weights, pickles), never code or configs."""
-    return name.lower().endswith(CHECKPOINT_SUFFIXES)
+def _lister(project: Path) -> Callable[[str], dict[str, bool]]:
+    """The project's folders, listed on demand: only the way to an output place is."""
+
+    def children(rel: str) -> dict[str, bool]:
+        folder = project / rel if rel else project
+        try:
+            return {p.name: p.is_dir() for p in folder.iterdir()}
+        except OSError:  # not a folder, gone, unreadable: nothing to show below
+            return {}
+
+    return children
 
 
-def shadow_entries(
-    names: Iterable[str], holds_checkpoints: Sequence[str], always: Sequence[str]
-) -> list[str]:
-    """Which top-level names of the project the script's folder links to: all but the
-    checkpoint files and the folders that hold checkpoints (`holds_checkpoints`), except
-    the toolkit's own folders (`always`: the log folder, the run directories' parent),
-    which a script's arguments may name relatively."""
-    keep = []
-    for name in sorted(names):
-        if name in always or not is_checkpoint_file(name) and name not in holds_checkpoints:
-            keep.append(name)
-    return keep
-
-
-def _holds_checkpoints(folder: Path) -> bool:
-    seen = 0
-    for root, dirs, files in os.walk(folder):
-        depth = len(Path(root).relative_to(folder).parts)
-        if any(is_checkpoint_file(f) for f in files):
-            return True
-        seen += len(files) + len(dirs)
-        if depth >= _SCAN_DEPTH or seen > _SCAN_LIMIT:
-            dirs.clear()
-    return False
+def output_places(project: Path, patterns: Sequence[str], args: Sequence[str]) -> list[str]:
+    """The project-relative output places: job.script_outputs' globs as they match in the
+    project now, and the paths the command's output options name."""
+    found: list[str] = []
+    for pattern in patterns:
+        with contextlib.suppress(ValueError, OSError):  # a pattern glob cannot take
+            found += [p.relative_to(project).as_posix() for p in project.glob(pattern)]
+    return found + command_paths(args)[0]
 
 
 def prepare_script_cwd(
-    run_dir: Path, project: Path, code_dir: str | None, always: Sequence[str] = ()
-) -> Path:
-    """<run_dir>/cwd with the project's entries linked (the code snapshot's copy where
-    there is one, `code_dir`); the script's own files there are left as they are."""
+    run_dir: Path,
+    project: Path,
+    code_dir: str | None,
+    always: Sequence[str] = (),
+    outputs: Sequence[str] = (),
+    args: Sequence[str] = (),
+) -> tuple[Path, Shadow]:
+    """<run_dir>/cwd showing the project (the code snapshot's copy where there is one,
+    `code_dir`) but for its output places (`outputs`: job.script_outputs; `args`: the
+    command's arguments); the script's own files there are left as they are. Returns the
+    folder and its plan (what it hides, for the start line)."""
     cwd = run_dir / SCRIPT_CWD
     cwd.mkdir(parents=True, exist_ok=True)
     project = project.resolve()
-    try:
-        entries = {p.name: p for p in project.iterdir()}
-    except OSError:
-        return cwd
     # The run directory lives under the project (outputs/...): its top folder is linked
-    # like the others (a symbolic link to a parent is harmless: nothing here walks it).
-    folders = [n for n, p in entries.items() if p.is_dir() and not p.is_symlink()]
-    holding = [n for n in folders if n not in always and _holds_checkpoints(entries[n])]
+    # like the toolkit's others (a link to a parent is harmless: nothing here walks it).
+    plan = shadow_plan(
+        _lister(project),
+        output_places(project, outputs, args),
+        command_paths(args)[1],
+        always,
+    )
     code = Path(code_dir).resolve() if code_dir else None
-    for name in shadow_entries(entries, holding, always):
-        target = code / name if code is not None and (code / name).exists() else entries[name]
-        _link(cwd / name, target)
-    return cwd
+    for rel in plan.mirrored + plan.own:
+        _folder(cwd / rel)
+    for rel in plan.links:
+        target = code / rel if code is not None and (code / rel).exists() else project / rel
+        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+        _link(cwd / rel, target)
+    return cwd, plan
+
+
+def _folder(path: Path) -> None:
+    """A real folder at `path`: a link left there by an earlier rule (the whole folder
+    was linked) is replaced; the script's own folder is kept as it is."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(FileExistsError):  # another task of the job made it
+        path.mkdir(parents=True, exist_ok=True)
 
 
 def _link(path: Path, target: Path) -> None:
@@ -96,6 +101,18 @@ def _link(path: Path, target: Path) -> None:
         # Another task of the job may make it at the same moment.
         with contextlib.suppress(FileExistsError):
             path.symlink_to(target)
+
+
+def start_line(cwd: Path, plan: Shadow) -> str | None:
+    """What the script does not see of the project, in one line (None: it sees all)."""
+    if not plan.hidden:
+        return None
+    return (
+        f"jzk: the script runs in {cwd}, which shows the project but for its output "
+        f"places, the run's own: {plan.summary()} (job.script_outputs and the command's "
+        "output options). HINT: to read one of them, name it in job.args or read "
+        "$JZK_PROJECT_DIR/<path>; job.script_outputs='[]' shows every file"
+    )
 
 
 def toolkit_tops(project: Path, *paths: str) -> list[str]:
