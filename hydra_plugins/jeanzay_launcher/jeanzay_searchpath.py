@@ -20,7 +20,11 @@ from jeanzay_kit.config.compose import config_roots
 
 class JeanzayConfigRoots(SearchPathPlugin):
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        project, user, _package = config_roots(os.environ, Path.cwd())
+        # The project's root is left out when its conf/ is a Hydra app's own
+        # (config/compose.py is_app_conf).
+        roots = {root.origin: root for root in config_roots(os.environ, Path.cwd())}
         # prepend puts each first: the project ends up before the user's folder.
-        search_path.prepend(provider="jeanzay_kit-user", path=f"file://{user.path}")
-        search_path.prepend(provider="jeanzay_kit-project", path=f"file://{project.path}")
+        for origin in ("user", "project"):
+            if origin in roots:
+                path = roots[origin].path
+                search_path.prepend(provider=f"jeanzay_kit-{origin}", path=f"file://{path}")

@@ -62,11 +62,38 @@ def config_roots(
         if config_dir
         else ConfigRoot("jeanzay_kit", PACKAGE_CONFIG_DIR)
     )
-    return [
-        ConfigRoot("project", (cwd / PROJECT_CONFIG_FOLDER).resolve()),
-        ConfigRoot("user", user_config_dir(env)),
-        primary,
-    ]
+    project = (cwd / PROJECT_CONFIG_FOLDER).resolve()
+    roots = [ConfigRoot("user", user_config_dir(env)), primary]
+    if is_app_conf(project):
+        return roots
+    return [ConfigRoot("project", project), *roots]
+
+
+# What a project's conf/config.yaml names in its defaults when it is the toolkit's root
+# (`jzk init` writes `defaults: [jeanzay_kit, ...]`; jeanzay_kit.yaml starts from
+# base_config).
+_TOOLKIT_ROOTS = ("jeanzay_kit", "base_config")
+
+
+def is_app_conf(folder: Path) -> bool:
+    """A `conf/` that belongs to a Hydra app of the project (run as a script task,
+    job.entry=my_app.py), not to the toolkit: its config.yaml exists and its defaults
+    name neither jeanzay_kit nor base_config. The toolkit then leaves the folder to the
+    app (it would otherwise compose the app's config as its own root) and composes the
+    shipped root (docs/slurm.md "Coming from hydra-submitit-launcher")."""
+    import yaml
+
+    try:
+        loaded = yaml.safe_load((folder / "config.yaml").read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, yaml.YAMLError):
+        return False  # unreadable: Hydra's own error names it
+    defaults = loaded.get("defaults") if isinstance(loaded, dict) else None
+    names: list[object] = []
+    for item in defaults if isinstance(defaults, list) else []:
+        names.extend(item if isinstance(item, dict) else [item])
+    return not any(str(n).split("@")[0].strip() in _TOOLKIT_ROOTS for n in names)
 
 
 @dataclass(frozen=True)

@@ -27,16 +27,20 @@ from jeanzay_kit.node.script_watch_rules import (
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR
 
 
-def script_writes(run_dir: Path, since: float) -> tuple[bool, bool]:
+def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> tuple[bool, bool]:
     """(files of the script's older than `since` are in run_dir, it wrote one since):
     what the script left to resume from, and whether this attempt saved anything. The
-    toolkit's own files (node/script_rules.py TOOLKIT_NAMES) are not the script's."""
-    mtimes = [mtime for _, mtime in _script_files(run_dir)]
+    toolkit's own files (node/script_rules.py TOOLKIT_NAMES) are not the script's, nor,
+    for a Hydra app (`hydra_job`: its job name), what Hydra writes at every start
+    (node/hydra_app_rules.py is_hydra_record)."""
+    mtimes = [mtime for _, mtime in _script_files(run_dir, hydra_job)]
     return any(t < since for t in mtimes), any(t >= since for t in mtimes)
 
 
-def _script_files(run_dir: Path) -> list[tuple[Path, float]]:
-    """Every file of the script's under run_dir, with its mtime."""
+def _script_files(run_dir: Path, hydra_job: str | None = None) -> list[tuple[Path, float]]:
+    """Every file of the script's under run_dir, with its mtime (hydra_job: script_writes)."""
+    from jeanzay_kit.node.hydra_app_rules import is_hydra_record
+
     try:
         tops = [p for p in run_dir.iterdir() if written_by_script(p.name)]
     except OSError:
@@ -47,6 +51,10 @@ def _script_files(run_dir: Path) -> list[tuple[Path, float]]:
             try:
                 # A link of the script's working directory (node/script_cwd.py) is the
                 # project's file, not one the script wrote.
+                if hydra_job is not None and is_hydra_record(
+                    path.relative_to(run_dir).parts, hydra_job
+                ):
+                    continue
                 if path.is_file() and not path.is_symlink():
                     found.append((path, path.stat().st_mtime))
             except OSError:  # removed while we looked (the script rotates its files)
@@ -54,11 +62,13 @@ def _script_files(run_dir: Path) -> list[tuple[Path, float]]:
     return found
 
 
-def wrote_since(run_dir: Path, since: float, args: Sequence[str], base: Path) -> bool:
+def wrote_since(
+    run_dir: Path, since: float, args: Sequence[str], base: Path, hydra_job: str | None = None
+) -> bool:
     """Whether the attempt that started at `since` wrote a file: under its run
     directory (its working directory included), or under a path its arguments name
-    (`--out_dir=/scratch/x`, `ckpt/`). Observed, never assumed."""
-    if script_writes(run_dir, since)[1]:
+    (`--out_dir=/scratch/x`, `ckpt/`). Observed, never assumed (hydra_job: script_writes)."""
+    if script_writes(run_dir, since, hydra_job)[1]:
         return True
     for value in argument_paths(args, base):
         path = Path(value)

@@ -137,11 +137,17 @@ def refusal(run_dir: str, differences: Sequence[str]) -> str:
 
 
 def requeue_note(
-    wrote: bool, resume_args: Sequence[str], run_dir: str, requeued: bool = True
+    wrote: bool,
+    resume_args: Sequence[str],
+    run_dir: str,
+    requeued: bool = True,
+    hydra_hint: str | None = None,
 ) -> str:
     """What a stop means for the next attempt, in one sentence a user acts on. `wrote`
     is observed (files the attempt wrote: node/script_files.py wrote_since); `requeued`:
-    a Slurm job goes on by itself, a local run when its command is run again."""
+    a Slurm job goes on by itself, a local run when its command is run again.
+    hydra_hint: a Hydra app's fix (node/hydra_app_rules.py stop_hint), said instead of
+    the script's `--out_dir`."""
     nxt = "the next attempt" if requeued else "the next run of this command"
     if wrote and resume_args:
         return (
@@ -163,6 +169,12 @@ def requeue_note(
 def resume_warning(
     args: Sequence[str], resume_args: Sequence[str], script_text: str | None, run_dir: str
 ) -> str | None:
+    if hydra_hint is not None:
+        return (
+            f"the Hydra app wrote nothing under its run directory {run_dir} (Hydra's own "
+            f"records aside) nor where its arguments point during this attempt: {start} "
+            f"will start it from the beginning. {hydra_hint}"
+        )
     """Before the queue: a script that can be requeued but shows no way to resume (no
     resume arguments, no run directory in its arguments, no JZK_RUN_DIR in its source)."""
     if resume_args:
@@ -183,6 +195,18 @@ def resume_warning(
 
 def frozen_argument(arg: str, code_dir: str, in_snapshot: Callable[[str], bool]) -> str | None:
     """`arg` pointing at the snapshot's copy when it names a file of the frozen project
+    from jeanzay_kit.node.hydra_app_rules import is_hydra_app, stop_hint
+
+    if script_text is not None and is_hydra_app(script_text):
+        # Its output directory is <run_dir>/cwd at every start: saving there resumes.
+        if any(word in script_text for word in ("HydraConfig", "output_dir", "getcwd")):
+            return None
+        return (
+            "job.entry is a Hydra app that shows no use of its output directory, and "
+            "job.resume_args is empty: after a time limit or a preemption the requeued job "
+            "will start it from the beginning unless it saves where it stands. "
+            + stop_hint("<run_dir>/cwd", args)
+        )
     by a relative path (`config/train.py`, `--config=conf/exp.yaml`), else None. Folders
     and files outside the snapshot (data, outputs) keep resolving from job.workdir."""
     if arg.startswith("-"):

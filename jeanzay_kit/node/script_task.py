@@ -82,16 +82,56 @@ def check_entry(entry: str, base: Path) -> None:
 
 def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int = 0) -> list[str]:
     """The arguments of this attempt: job.args, plus job.resume_args when an earlier
-    attempt (files older than `start`, the attempt's start) left the script's files."""
+    attempt (files older than `start`, the attempt's start) left the script's files,
+    plus, for a Hydra app, its output directory in the run directory
+    (node/hydra_app_rules.py)."""
+    from jeanzay_kit.node import hydra_app_rules as hydra
+
     claim_run_dir(run_dir, command)
-    resuming = script_writes(run_dir, start)[0]
+    app = hydra_job(command, Path.cwd())
+    resuming = script_writes(run_dir, start, app)[0]
     if resuming and command.resume_args and rank == 0:
         print(
             f"jzk: {run_dir} holds the script's files of an earlier attempt: running it "
             f"with job.resume_args {' '.join(command.resume_args)}",
             flush=True,
         )
-    return command.argv_tail(resuming)
+    tail = command.argv_tail(resuming)
+    if app is None:
+        return tail
+    output_dir = str(Path.cwd() / run_dir / SCRIPT_CWD)  # an absolute run_dir stays itself
+    if rank == 0:
+        print(hydra.start_line(command.entry, command.args, output_dir), flush=True)
+
+    def is_run_dir(value: str) -> bool:
+        # A relative hydra.run.dir is relative to the script's working directory, whose
+        # entries show the project's (it may not be made yet: read it from the project).
+        bases = (output_dir, os.getcwd())
+        return any(
+            os.path.realpath(os.path.join(b, value)) == os.path.realpath(run_dir) for b in bases
+        )
+
+    return [*tail, *hydra.app_args(command.args, output_dir, is_run_dir)]
+
+
+def hydra_job(command: ScriptCommand, project: Path) -> str | None:
+    """Hydra's job name of the entry when it is a Hydra app (node/hydra_app_rules.py),
+    else None: the script (or `-m` module) of the project, read once."""
+    from jeanzay_kit.node.hydra_app_rules import is_hydra_app, job_name
+
+    words = command.entry.split()
+    if len(words) == 2 and words[0] == "-m":
+        base = project.joinpath(*words[1].split("."))
+        paths = [base.with_name(base.name + ".py"), base / "__main__.py"]
+    else:
+        paths = [project / command.entry]
+    for path in paths:
+        try:
+            source = path.read_text(errors="replace")
+        except OSError:
+            continue
+        return job_name(command.entry) if is_hydra_app(source) else None
+    return None
 
 
 def stop_note(
@@ -105,6 +145,9 @@ def stop_note(
     # Relative arguments name paths in the script's own working directory.
     wrote = wrote_since(run_dir, start, command.args, cwd or run_dir / SCRIPT_CWD)
     return requeue_note(wrote, command.resume_args, str(run_dir), requeued)
+    from jeanzay_kit.node.hydra_app_rules import stop_hint
+
+    app = hydra_job(command, Path.cwd())
 
 
 def attempt_start(env: Mapping[str, str]) -> float:
