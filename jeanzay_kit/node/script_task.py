@@ -36,6 +36,7 @@ from jeanzay_kit.distributed.ranks import RankInfo, array_id, rank_info_from_env
 from jeanzay_kit.distributed.script_env import (
     REQUEUE_MARK,
     entry_problem,
+    launcher_env,
     script_argv,
     script_env,
 )
@@ -158,11 +159,14 @@ def attempt_start(env: Mapping[str, str]) -> float:
 
 
 def task_env(env: Mapping[str, str], run_dir: str, settings: str = "") -> dict[str, str]:
-    """The task's environment plus torchrun's variables derived from the launcher's, and
-    the job's runtime settings (JSON, config/runtime_settings.py) for a session."""
+    """The task's environment as its launcher's process (a Slurm task, a torchrun
+    worker: distributed/script_env.py launcher_env) plus torchrun's variables derived
+    from the launcher's, and the job's runtime settings (JSON,
+    config/runtime_settings.py) for a session."""
     info = rank_info_from_env(env)
     Path(run_dir).mkdir(parents=True, exist_ok=True)
-    return {**env, **script_env(info, str(Path(run_dir).resolve()), settings)}
+    seen = launcher_env(env, info, info.job_id or str(os.getpid()))
+    return {**seen, **script_env(info, str(Path(run_dir).resolve()), settings)}
 
 
 def own_cwd(run_dir: Path, env: Mapping[str, str], *tops: str) -> tuple[Path, dict[str, str]]:
@@ -422,7 +426,9 @@ def _start_processes(
     run_dir: Path,
     spec: JobSpec,
 ) -> list[subprocess.Popen]:
-    """One process of the command per rank."""
+    """One process of the command per rank, each as torchrun would start it (its
+    variables, TORCHELASTIC_* included: distributed/script_env.py launcher_env)."""
+    run_id = str(os.getpid())  # this launcher's: TORCHELASTIC_RUN_ID of its processes
     # A process group of their own: a Ctrl-C in the terminal reaches this launcher
     # alone, which passes it on once (in the terminal's group they would get it twice).
     # Their output comes through pipes, whole lines at a time (runtime/rank_log.py).
@@ -433,7 +439,7 @@ def _start_processes(
             # they did when it wrote to it directly (a pipe would buffer 8 KB).
             env={
                 "PYTHONUNBUFFERED": "1",
-                **env,
+                **launcher_env(env, info, run_id),
                 **script_env(info, str(run_dir.resolve()), job_settings(spec)),
             },
             cwd=cwd,
