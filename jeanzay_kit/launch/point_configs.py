@@ -185,14 +185,19 @@ def resolved_point(cfg: DictConfig, sweep_dir: str) -> tuple[str, dict[str, Any]
     from jeanzay_kit.config.resolvers import POINT_NAME, job_as_written, point_name
 
     plain = resolved_task_config(cfg, "")  # its run_dir is set below, from the subdir
+    job = job_as_written(cfg)
     written = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
     if isinstance(written, dict) and written.get("subdir") == POINT_NAME and "name" in plain["job"]:
         sections = {k: v for k, v in plain.items() if k != "job"}
         task = [str(o) for o in cfg.hydra.overrides.task]
-        subdir = point_name(sections, job_as_written(cfg), str(plain["job"]["name"]), task)
+        subdir = point_name(sections, job, str(plain["job"]["name"]), task)
     else:
         subdir = str(cfg.hydra.sweep.subdir)
     run_dir = str(Path(sweep_dir) / subdir)
+    if any("run_dir" in str(v) for k, v in job.items() if k != "run_dir"):
+        # `--out_dir=${job.run_dir}`, `hydra.run.dir=${job.run_dir}` in job.args: the
+        # point's own run directory, resolved again now that it is known.
+        return run_dir, resolved_task_config(cfg, run_dir)
     plain["job"]["run_dir"] = run_dir
     return run_dir, plain
 
@@ -204,7 +209,23 @@ def resolved_task_config(cfg: DictConfig, run_dir: str) -> dict[str, Any]:
     Section by section (interpolations still resolve against the whole config): cheaper
     than copying the config to delete the hydra node. job.run_dir itself is not resolved:
     its default, outputs/<name>-${jzk.config_hash:}, hashes the whole config again (half
-    the time of this function) for a value the sweep replaces."""
+    the time of this function) for a value the sweep replaces. A value that interpolates
+    it (`${job.run_dir}` in job.args) reads `run_dir` (when given), the point's own."""
+    job_node = cfg.get("job")
+    if not run_dir or not isinstance(job_node, DictConfig) or "run_dir" not in job_node:
+        return _resolved_task_config(cfg, run_dir)
+    from jeanzay_kit.config.resolvers import job_as_written
+
+    as_written = job_as_written(cfg)["run_dir"]
+    with read_write(job_node), open_dict(job_node):
+        job_node.run_dir = run_dir
+        try:
+            return _resolved_task_config(cfg, run_dir)
+        finally:
+            job_node.run_dir = as_written
+
+
+def _resolved_task_config(cfg: DictConfig, run_dir: str) -> dict[str, Any]:
     plain: dict[str, Any] = {}
     for key in cfg:
         if key == "hydra":

@@ -151,3 +151,19 @@ def test_a_refused_value_is_hydras_error_and_the_next_point_is_intact(hydra_load
         plain = resolved_task_config(cfg, "/runs/2")
     whole, task = hydra_composed(loader, master, ["train.steps=6"], 2)
     assert plain == task
+
+
+def test_job_run_dir_in_a_points_args_is_that_points_run_directory(hydra_loader) -> None:
+    """`--out_dir=${job.run_dir}` or `hydra.run.dir=${job.run_dir}/cwd` in a sweep point's
+    job.args (a script task) names the point's own folder, and the config as written keeps
+    its default afterwards."""
+    loader, master = hydra_loader
+    composer = PointConfigs(loader, master)
+    args = "job.args=['--out_dir=${job.run_dir}','hydra.run.dir=${job.run_dir}/cwd']"
+    for num, lr in enumerate(["1", "2"]):
+        overrides = ["job.entry=app.py", args, f"+lr={lr}"]
+        with composer.point(overrides, num) as cfg:
+            run_dir, plain = resolved_point(cfg, "/sweep")
+            assert plain["job"]["args"] == [f"--out_dir={run_dir}", f"hydra.run.dir={run_dir}/cwd"]
+            assert plain["job"]["run_dir"] == run_dir and run_dir.startswith("/sweep/")
+            assert str(cfg.job.run_dir) != run_dir  # the written default is back
