@@ -93,12 +93,31 @@ def to_env(settings: RuntimeSettings) -> str:
     return json.dumps(asdict(settings), sort_keys=True)
 
 
+# A submitit job (hydra-submitit-launcher, submitit's own executor) is warned of its time
+# limit by SUBMITIT_PREEMPT_SIGNAL, USR2 by default (submitit/core/job_environment.py),
+# and is marked by SUBMITIT_EXECUTOR in its environment (submitit's sbatch script).
+SUBMITIT_EXECUTOR_ENV = "SUBMITIT_EXECUTOR"
+SUBMITIT_SIGNAL_ENV = "SUBMITIT_PREEMPT_SIGNAL"
+
+
+def job_signal(env: Mapping[str, str]) -> str | None:
+    """The time-limit signal of the job that runs a session started outside the toolkit:
+    submitit's on a submitit Slurm job, so that its warning is a stop-and-requeue, not a
+    stop that ends FAILED; None elsewhere (the schema's preemption.signal)."""
+    if env.get(SUBMITIT_EXECUTOR_ENV) != "slurm":
+        return None
+    name = env.get(SUBMITIT_SIGNAL_ENV, "USR2").upper().removeprefix("SIG")
+    return name if name in SIGNALS else None
+
+
 def from_env(env: Mapping[str, str]) -> RuntimeSettings:
-    """The job's settings a script task passed on; the defaults without one. A value the
-    toolkit did not write (an older toolkit, a hand-made variable) is refused by name."""
+    """The job's settings a script task passed on; the defaults without one (with the
+    time-limit signal of a submitit job: job_signal). A value the toolkit did not write
+    (an older toolkit, a hand-made variable) is refused by name."""
     text = env.get(SETTINGS_ENV)
     if not text:
-        return RuntimeSettings()
+        signal = job_signal(env)
+        return RuntimeSettings() if signal is None else RuntimeSettings(requeue_signal=signal)
     try:
         given = json.loads(text)
     except json.JSONDecodeError as err:

@@ -8,9 +8,11 @@ from dataclasses import dataclass, replace
 import pytest
 
 from jeanzay_kit.config.compose import compose_config
+from jeanzay_kit.config.runtime_settings import from_env, to_env
 from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.distributed.script_env import SETTINGS_ENV
 from jeanzay_kit.runtime.requeue import after_stop_as_set
 
 
@@ -150,3 +152,36 @@ def test_a_signal_during_interpreter_exit_kills_unless_ignored(ending: str, surv
         assert codes == [0, 0, 0]
     else:
         assert -10 in codes  # killed by SIGUSR1 at least once in three exits
+
+
+# A session run by hydra-submitit-launcher (or submitit's own executor): its environment,
+# as submitit's sbatch script sets it.
+SUBMITIT = {"SUBMITIT_EXECUTOR": "slurm", "SUBMITIT_FOLDER": "/x/.submitit/77"}
+
+
+@pytest.mark.parametrize(
+    ("env", "signal"),
+    [
+        (SUBMITIT, "USR2"),  # submitit's signal_delay_s warning, USR2 by default
+        ({**SUBMITIT, "SUBMITIT_PREEMPT_SIGNAL": "USR1"}, "USR1"),
+        ({"SUBMITIT_EXECUTOR": "local"}, "USR1"),  # not a Slurm job: the schema's
+        ({}, "USR1"),
+    ],
+)
+def test_a_session_follows_the_time_limit_signal_of_the_submitit_job_running_it(
+    env: dict[str, str], signal: str
+) -> None:
+    assert from_env(env).requeue_signal == signal
+
+
+def test_a_session_under_submitit_saves_at_usr2_and_requeues_the_job(capsys) -> None:
+    """It ended FAILED before: USR2 was a stop without requeue, exit 3 under submitit."""
+    runner = FakeRunner()
+    with pytest.raises(SystemExit) as exc:
+        after_stop_as_set(from_env(SUBMITIT), RANK0, SUBMITIT, "SIGUSR2", 40, runner=runner)
+    assert exc.value.code == 3
+    assert runner.calls == [["scontrol", "requeue", "70_7"]]
+    assert "requeued job 70_7; it resumes from step-40" in capsys.readouterr().out
+    # A job of the toolkit's own passes its settings: preemption.signal wins.
+    settings = {SETTINGS_ENV: to_env(runtime_settings(SPEC)), **SUBMITIT}
+    assert from_env(settings).requeue_signal == "USR1"
