@@ -348,21 +348,19 @@ class ContainerConfig:
     options: list[str] = field(default_factory=list)  # more options of `<runtime> exec`
 
 
-# Where training code conventionally saves (nanoGPT's out/, Lightning's lightning_logs/,
-# TensorBoard's runs/, a snapshot.pt or checkpoint.pth at the root as PyTorch's and
-# IDRIS's examples write): job.script_outputs' default.
+# Where training code conventionally saves: folders (a trailing "/") named out* (nanoGPT's
+# out-shakespeare-char/, out/), checkpoint*/ckpt*/snapshot*, TensorBoard's runs/,
+# Lightning's lightning_logs/, wandb/, mlruns/; and *.pt, *.pth, *.ckpt files at the root,
+# as PyTorch's and IDRIS's examples write them. job.script_outputs' default.
 SCRIPT_OUTPUTS = (
-    "out",
-    "output",
-    "checkpoint",
-    "checkpoints",
-    "ckpt",
-    "ckpts",
-    "snapshots",
-    "runs",
-    "lightning_logs",
-    "wandb",
-    "mlruns",
+    "out*/",
+    "checkpoint*/",
+    "ckpt*/",
+    "snapshot*/",
+    "runs/",
+    "lightning_logs/",
+    "wandb/",
+    "mlruns/",
     "*.pt",
     "*.pth",
     "*.ckpt",

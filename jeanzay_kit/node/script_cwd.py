@@ -37,11 +37,17 @@ def _lister(project: Path) -> Callable[[str], dict[str, bool]]:
 
 def output_places(project: Path, patterns: Sequence[str], args: Sequence[str]) -> list[str]:
     """The project-relative output places: job.script_outputs' globs as they match in the
-    project now, and the paths the command's output options name."""
+    project now (a trailing "/" matches folders only), and the paths the command's
+    output options name."""
     found: list[str] = []
     for pattern in patterns:
+        folders_only = pattern.endswith("/")  # `out*/`: folders, not an outline.txt
         with contextlib.suppress(ValueError, OSError):  # a pattern glob cannot take
-            found += [p.relative_to(project).as_posix() for p in project.glob(pattern)]
+            found += [
+                p.relative_to(project).as_posix()
+                for p in project.glob(pattern.rstrip("/"))
+                if p.is_dir() or not folders_only
+            ]
     return found + command_paths(args)[0]
 
 

@@ -114,11 +114,17 @@ def test_a_nanogpt_layout_finds_its_token_files_and_writes_in_its_run(tmp_path: 
     data.mkdir(parents=True)
     (project / "train.py").write_text(NANOGPT)
     (project / "config").mkdir()
-    (project / "config" / "train_shakespeare_char.py").write_text("batch_size = 4\n")
+    config = "batch_size = 4\nout_dir = 'out-shakespeare-char'\n"  # as nanoGPT's configs do
+    (project / "config" / "train_shakespeare_char.py").write_text(config)
+    # An earlier run's checkpoint, left in the project by plain torchrun.
+    (project / "out-shakespeare-char").mkdir()
+    stale = project / "out-shakespeare-char" / "ckpt.pt"
+    torch.save({"model": torch.nn.Embedding(65, 4).state_dict(), "iter_num": 99}, stale)
+    left = stale.read_bytes()
     np.arange(1000, dtype=np.uint16).__mod__(65).tofile(data / "train.bin")
     with open(data / "meta.pkl", "wb") as f:
         pickle.dump({"vocab_size": 65, "itos": {}, "stoi": {}}, f)
-    args = ("config/train_shakespeare_char.py", "--out_dir=out-shakespeare-char")
+    args = ("config/train_shakespeare_char.py",)
     resume = "job.resume_args=[--init_from=resume]"
     run = jzk_train(project, "job.entry=train.py", resume, "--", *args)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -126,7 +132,8 @@ def test_a_nanogpt_layout_finds_its_token_files_and_writes_in_its_run(tmp_path: 
         assert f"rank {rank}: 1000 tokens, vocab 65, batch 4" in run.stdout
     cwd = project / run_dir_of(run.stdout) / "cwd"
     assert torch.load(cwd / "out-shakespeare-char" / "ckpt.pt", weights_only=True)["iter_num"] == 3
-    assert not (project / "out-shakespeare-char").exists()  # the project is left as it was
+    assert "resuming" not in run.stdout
+    assert stale.read_bytes() == left  # the project's file is left as it was
     # The run again: it resumes its own checkpoint (nanoGPT's --init_from=resume).
     again = jzk_train(project, "job.entry=train.py", resume, "--", *args)
     assert again.returncode == 0, again.stdout + again.stderr

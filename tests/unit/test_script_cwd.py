@@ -163,22 +163,28 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
         "data/vocab.pkl": "v",
         "pretrained/model.safetensors": "w",
         "out/ckpt.pt": "stale",
+        "out-shakespeare-char/ckpt.pt": "stale",
         "snapshot.pt": "stale",
+        "outline.txt": "a file, not an output folder",
+        "checkpoints/llama/model.safetensors": "w",
+        "checkpoints/llama/lit_model.pth": "w",
         "config/train_shakespeare_char.py": "batch_size = 4",
     }
     for rel, text in files.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_text(text)
     run_dir = project / "outputs" / "jzk-1"
-    cwd, shadow = prepare_script_cwd(
-        run_dir, project, None, ["outputs"], SCRIPT_OUTPUTS, ["config/train_shakespeare_char.py"]
-    )
+    named = ["config/train_shakespeare_char.py", "checkpoints/llama/model.safetensors"]
+    cwd, shadow = prepare_script_cwd(run_dir, project, None, ["outputs"], SCRIPT_OUTPUTS, named)
+    hidden = ("out/ckpt.pt", "out-shakespeare-char/ckpt.pt", "snapshot.pt")
+    hidden += ("checkpoints/llama/lit_model.pth",)  # the folder is an output; one file named
     for rel in files:
         shown = (cwd / rel).exists()
-        assert shown is (rel not in ("out/ckpt.pt", "snapshot.pt")), rel
+        assert shown is (rel not in hidden), rel
     assert (cwd / "out").is_dir() and not (cwd / "out").is_symlink()
     line = start_line(cwd, shadow)
-    assert line is not None and "out/, snapshot.pt" in line and "job.script_outputs" in line
+    assert line is not None and "job.script_outputs" in line
+    assert "checkpoints/, out/, out-shakespeare-char/, snapshot.pt" in line
     # A relative write of a new file lands in the run, never in the project.
     (cwd / "out" / "ckpt.pt").write_text("mine")
     assert (project / "out" / "ckpt.pt").read_text() == "stale"
