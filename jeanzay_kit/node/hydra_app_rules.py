@@ -31,7 +31,7 @@ from jeanzay_kit.slurm.sbatch import hydra_override
 RUN_DIR_KEY = "hydra.run.dir"
 OUTPUT_SUBDIR_KEY = "hydra.output_subdir"
 # Where the app's own Hydra record goes when its output directory is the run directory.
-APP_RECORD = f"{layout.SCRIPT_CWD}/.hydra"
+APP_RECORD = f"{layout.SCRIPT_CWD}/{layout.HYDRA}"
 
 
 def is_hydra_app(source: str) -> bool:
@@ -118,7 +118,7 @@ def is_hydra_record(parts: Sequence[str], job_name: str) -> bool:
     makes an attempt resume nor counts as the app having saved (node/script_files.py)."""
     if len(parts) < 2 or parts[0] != layout.SCRIPT_CWD:
         return False
-    return parts[1] == ".hydra" or (len(parts) == 2 and parts[1] == f"{job_name}.log")
+    return parts[1] == layout.HYDRA or (len(parts) == 2 and parts[1] == f"{job_name}.log")
 
 
 def job_name(entry: str) -> str:
