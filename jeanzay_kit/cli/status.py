@@ -79,22 +79,29 @@ def _show(directory: str | None, as_json: bool) -> bool:
 
     from jeanzay_kit.launch import status
     from jeanzay_kit.launch.run_files import run_progress
+    from jeanzay_kit.node.outcome import read_signal
 
     views = [
         replace(
             view,
             checkpoint=_newest_complete_step(view.run_dir or ""),
             progress=run_progress(
-                Path(view.run_dir or ""), job_id=None if view.job_id == "local" else view.job_id
+                Path(view.run_dir or ""),
+                job_id=None if view.job_id == "local" else view.job_id,
+                log=Path(str(record["log"])) if record.get("log") else None,
             ),
         )
-        for view in map(status.run_view, status_records(directory))
+        for record in status_records(directory)
+        for view in [status.run_view(record)]
     ]
     ids = list(dict.fromkeys(v.job_id for v in views if v.job_id != "local"))
     states, hours, notes = slurm_states(ids)
     for view in views:
         if view.job_id == "local":
-            states[view.key] = status.JobState("local", _local_state(view), "-", "this machine")
+            signum = read_signal(Path(view.run_dir or ""))
+            states[view.key] = status.JobState(
+                "local", _local_state(view), "-", "this machine", f"0:{signum}" if signum else ""
+            )
     shown = list(dict.fromkeys(v.key for v in views))
     now = [states[i].state if i in states else "UNKNOWN" for i in shown]
     if as_json:
@@ -189,11 +196,15 @@ def _records_in(root: Path, depth: int) -> list[dict]:
     """The runs of `root`, newest first; folders are searched `depth` levels down."""
     from jeanzay_kit.analysis.collect import hydra_overrides
     from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+    from jeanzay_kit.launch.run_files import slurm_job_of
 
     if (root / MANIFEST).is_file():
         return [dict(r) for r in read_manifest(root / MANIFEST)]
     if _is_run_dir(root):
-        return [{"job_id": "local", "run_dir": str(root), "overrides": hydra_overrides(root)}]
+        # No manifest: a run of this machine, or one another launcher (hydra's submitit
+        # launcher, the user's own sbatch) ran on Slurm, as its newest start recorded.
+        job = slurm_job_of(root) or "local"
+        return [{"job_id": job, "run_dir": str(root), "overrides": hydra_overrides(root)}]
     if depth == 0 or not root.is_dir():
         return []
     found = []

@@ -45,16 +45,20 @@ def last_evaluation(run_dir: Path) -> dict[str, float] | None:
     return None
 
 
-def run_progress(run_dir: Path, now: float | None = None, job_id: str | None = None) -> RunProgress:
-    """job_id: count the restarts and starts of that Slurm job only (a run directory
-    resubmitted as several jobs shows each its own); None: all of them."""
+def run_progress(
+    run_dir: Path, now: float | None = None, job_id: str | None = None, log: Path | None = None
+) -> RunProgress:
+    """job_id: count the restarts and starts of that Slurm job only, and show the last
+    line that job printed (a run directory resubmitted as several jobs shows each its
+    own); None: all of them, the last line a run on this machine printed (train.log).
+    log: the job's Slurm log (its manifest record), read when no beat of the job is left."""
     now = time.time() if now is None else now
     record = last_metrics(run_dir) or {}
     beats = read_beats(run_dir / HEARTBEAT_DIR)
     running = [b for b in beats if b.phase not in FINISHED_PHASES]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
-    script, script_beat_age = _script_progress(run_dir, now, job_id)
+    script, script_beat_age = _script_progress(run_dir, now, job_id, log)
     ages = [now - b.wall_time for b in running]
     if script_beat_age is not None:  # a script task's wrappers beat too
         ages.append(script_beat_age)
@@ -76,30 +80,89 @@ def run_progress(run_dir: Path, now: float | None = None, job_id: str | None = N
 
 
 def _script_progress(
-    run_dir: Path, now: float, job_id: str | None = None
+    run_dir: Path, now: float, job_id: str | None = None, log: Path | None = None
 ) -> tuple[RunProgress, float | None]:
     """A script task's attempts, newest output line and newest checkpoint-looking file
     (node/script_watch.py writes the lines in its beats), and the age of the stalest
-    beat of a running task's wrapper; nothing of these for the toolkit's loop."""
+    beat of a running task's wrapper; nothing of these for the toolkit's loop.
+
+    The beats are one file per task, which the next job of the run directory replaces:
+    a job's line comes from its own beats (their token starts with its SLURM_JOB_ID,
+    node/script_task.py), else from its own log; a run on this machine writes no beat,
+    its lines are in train.log."""
     from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts, read_script_beats
     from jeanzay_kit.node.script_rules import COMMAND_FILE
 
     if not (run_dir / COMMAND_FILE).is_file():
         return RunProgress(), None
+    attempts = [a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]
     beats = read_script_beats(run_dir)
+    if job_id is not None:
+        tokens = tuple(f"{a['job_id']}-" for a in attempts if a.get("job_id"))
+        beats = [b for b in beats if b.token.startswith(tokens)] if tokens else []
     newest = max((b for b in beats if b.last_line), key=lambda b: b.output_time, default=None)
+    if newest is not None:
+        last: tuple[str, float] | None = (newest.last_line, newest.output_time)
+    elif job_id is None:
+        last = last_line_of(run_dir / layout.TRAIN_LOG)
+    else:
+        last = _last_line_of_job_log(log)
     found = newest_checkpoint(run_dir)
     running = [b for b in beats if not b.finished]
     return RunProgress(
-        attempts=len([a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]),
-        last_line=newest.last_line if newest else None,
-        last_line_age_s=now - newest.output_time if newest else None,
+        attempts=len(attempts),
+        last_line=last[0] if last else None,
+        last_line_age_s=now - last[1] if last else None,
         checkpoint_file=str(found[0].relative_to(run_dir)) if found else None,
         checkpoint_age_s=now - found[1] if found else None,
     ), max((now - b.wall_time for b in running), default=None)
+
+
+def last_line_of(path: Path, tail: int = 65536) -> tuple[str, float] | None:
+    """The last non-empty line of a log file (read from its last `tail` bytes) and the
+    file's mtime; None when it has none or cannot be read."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - tail))
+            text = f.read().decode("utf-8", "replace")
+            mtime = path.stat().st_mtime
+    except OSError:
+        return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return (lines[-1][-500:], mtime) if lines else None
+
+
+def _last_line_of_job_log(log: Path | None) -> tuple[str, float] | None:
+    """The newer of the job's stdout and stderr logs' last lines."""
+    if log is None:
+        return None
+    found = [last_line_of(path) for path in (log, log.with_suffix(".err"))]
+    return max((f for f in found if f), key=lambda f: f[1], default=None)
 
 
 def _same_job(attempt: dict, job_id: str) -> bool:
     """An attempt's record (SLURM_JOB_ID, and the array form where there is one) is of
     the manifest's job `job_id`."""
     return job_id in (attempt.get("job_id"), attempt.get("array_id"))
+
+
+def slurm_job_of(run_dir: Path) -> str | None:
+    """The Slurm job of the run directory's newest start (provenance/history.jsonl,
+    written by every start on Slurm or here, whoever launched it): its array form where
+    it is an array task; None for a start on this machine or no record."""
+    try:
+        lines = (run_dir / layout.PROVENANCE / "history.jsonl").read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            start = json.loads(line)
+        except ValueError:
+            continue  # a line being written
+        if not isinstance(start, dict):
+            continue
+        job = start.get("array_id") or start.get("job_id")
+        return str(job) if job else None
+    return None
+

@@ -7,6 +7,7 @@ first and sacct for the jobs squeue no longer shows.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -90,6 +91,27 @@ def tres_gpus(tres: str) -> int:
     return plain if plain is not None else typed
 
 
+def ending(exit_code: str) -> str | None:
+    """Slurm's ExitCode `code:signal` in words: `killed by SIGUSR1` (the signal field, or
+    a task's 128 + N, which script tasks end with when their command died of signal N:
+    node/script_task.py), `exit 2`; None for `0:0` or nothing."""
+    code, _, sig = exit_code.partition(":")
+    if sig.isdigit() and int(sig) > 0:
+        return f"killed by {_signal_word(int(sig))}"
+    if not code.isdigit() or int(code) == 0:
+        return None
+    if int(code) > 128 and int(code) - 128 in _SIGNALS:
+        return f"exit {code}: killed by {_signal_word(int(code) - 128)}"
+    return f"exit {code}"
+
+
+_SIGNALS = {int(s) for s in signal.Signals}
+
+
+def _signal_word(signum: int) -> str:
+    return signal.Signals(signum).name if signum in _SIGNALS else f"signal {signum}"
+
+
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 
 
@@ -154,6 +176,7 @@ def run_objects(
                 "job_id": view.job_id,
                 "state": st.state if st else "UNKNOWN",
                 "exit_code": (st.exit_code or None) if st else None,
+                "ending": ending(st.exit_code) if st else None,
                 "elapsed": st.elapsed if st else None,
                 "where": (st.where or None) if st else None,
                 "step": p.step,
@@ -204,8 +227,9 @@ def status_table(views: Sequence[RunView], states: Mapping[str, JobState]) -> st
 def _row(view: RunView, st: JobState | None) -> tuple[str, ...]:
     p = view.progress
     state = st.state if st else "UNKNOWN"
-    if st and st.exit_code and st.exit_code != "0:0":
-        state += f" (exit {st.exit_code})"
+    how = ending(st.exit_code) if st else None
+    if how:
+        state += f" ({how})"
     return (
         view.job_id,
         state,

@@ -111,7 +111,9 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     # Another command's run directory is refused before anything is written in it.
     script_task.claim_run_dir(run_dir, script_task.script_command(spec))
     with recorded_outcome(run_dir) as outcome:
-        outcome.code = script_task.launch_local(spec, run_dir, env, sys.executable, stop)
+        outcome.code = script_task.launch_local(
+            spec, run_dir, env, sys.executable, stop, ending=outcome
+        )
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
     return outcome.code
 
@@ -136,6 +138,7 @@ def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterat
 
 class _Outcome:
     code = 1  # until the launcher returns: an exception is a failure
+    signal = 0  # the signal a process of the run died of (a script's launcher sets it)
 
 
 @contextmanager
@@ -152,7 +155,7 @@ def recorded_outcome(run_dir: Path) -> Iterator[_Outcome]:
         outcome.code = done.code if isinstance(done.code, int) else 1
         raise
     finally:
-        record_outcome(run_dir, outcome.code)
+        record_outcome(run_dir, outcome.code, outcome.signal)
 
 
 def _train_as_task(spec: JobSpec, env: Mapping[str, str], run_dir: Path, stop: StopRequest) -> None:

@@ -30,9 +30,26 @@ def clear_outcome(run_dir: Path) -> None:
     (run_dir / OUTCOME_FILE).unlink(missing_ok=True)
 
 
-def record_outcome(run_dir: Path, exit_code: int) -> None:
-    record = {"state": state_of(exit_code), "exit_code": exit_code, "ended_at": time.time()}
+def record_outcome(run_dir: Path, exit_code: int, signum: int = 0) -> None:
+    """signum: the signal a process of the run died of (0: none), e.g. a script's
+    SIGUSR1 it does not handle, which stops the run (exit 3) but is what happened."""
+    record = {
+        "state": state_of(exit_code),
+        "exit_code": exit_code,
+        "signal": signum or None,
+        "ended_at": time.time(),
+    }
     write_durably(run_dir / OUTCOME_FILE, (json.dumps(record) + "\n").encode())
+
+
+def read_signal(run_dir: Path) -> int:
+    """The signal a process of the last local run died of (0: none, or not recorded)."""
+    try:
+        record = json.loads((run_dir / OUTCOME_FILE).read_text())
+    except (OSError, ValueError):
+        return 0
+    signum = record.get("signal") if isinstance(record, dict) else None
+    return signum if isinstance(signum, int) and signum > 0 else 0
 
 
 def read_outcome(run_dir: Path) -> str | None:

@@ -64,7 +64,11 @@ def restart_after_failure(
     job = array_id(env) or env.get("SLURM_JOB_ID")
     request_file = env.get("JZK_REQUEUE_FILE") or None  # in a container: slurm/container.py
     mark = run_dir / REQUEUE_MARK
+    how = f"exit {status}"
     if script and mark.exists():  # a task's command exited 3 (node/script_task.py)
+        # "<pid> [SIGNAL]": the signal it died of when it did not handle the warning
+        words = mark.read_text(errors="replace").split()
+        how = f"killed by {words[1]}, which it does not handle" if len(words) > 1 else "exit 3"
         mark.unlink(missing_ok=True)
         status = EXIT_PREEMPTED
     if script and status in SCRIPT_REQUEUE:
@@ -74,7 +78,7 @@ def restart_after_failure(
             request_requeue(job, request_file, runner)
         except SlurmCommandError as err:
             return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
-        return f"jzk: the script stopped (exit {status}); requeued job {job}: no restart spent"
+        return f"jzk: the script stopped ({how}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         return ""
     return _restart(

@@ -295,7 +295,9 @@ def _run_slurm_script(
     )
     code = supervise(command, full, watch, cwd=cwd)
     if code in STOPPED:
-        (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}\n")
+        # The signal it died of, for the requeue's message (node/restart_job.py).
+        died = f" {signal_name(-code)}" if code < 0 else ""
+        (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}{died}\n")
         if rank == 0:
             print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
         return 0
@@ -330,6 +332,8 @@ def run_task(
     full_env = task_env(env, run_dir, settings)
     cwd, extra = own_cwd(Path(run_dir), env)
     argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
+    if info.rank == 0:  # `jzk status` counts the starts of a sweep point's script too
+        record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"), array_id(env))
     command, full = frozen(argv, {**full_env, **extra})
     command = anchored(command, Path.cwd())
     code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
@@ -370,11 +374,16 @@ def requeue_stopped(
 
 
 def launch_local(
-    spec: JobSpec, run_dir: Path, env: Mapping[str, str], python: str, stop: StopRequest
+    spec: JobSpec,
+    run_dir: Path,
+    env: Mapping[str, str],
+    python: str,
+    stop: StopRequest,
+    ending: Any = None,
 ) -> int:
     """`resources.gpus_per_node` processes of the command on this machine; the exit code
     the run ends with (0, EXIT_PREEMPTED when stopped by a signal or asking to be run
-    again, else 1)."""
+    again, else 1). ending: its `signal` is set to the signal a process died of (0: none)."""
     from jeanzay_kit.node.local import local_start_mark
     from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
 
@@ -397,10 +406,16 @@ def launch_local(
     codes = [p.returncode for p in procs]
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
         failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
+    # The signal a process died of (the run's outcome.json says it: `jzk status`).
+    died = next((-c for c in codes if c is not None and c < 0), 0)
+    if ending is not None:
+        ending.signal = died
     if failed is not None:
         rank, code = failed
         code = code if code is not None else 0  # failed holds an ended process's code
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+        if ending is not None:  # the failed process's end, not the others' stop
+            ending.signal = -code if code < 0 else 0
         print(
             f"jzk train: process {rank} of {shlex.join(command)} ended ({how}); the others "
             "were stopped",
@@ -409,8 +424,13 @@ def launch_local(
         )
         return 1
     if any(c in STOPPED for c in codes) or sent:
+        how = (
+            signal_name(sent)
+            or (died and f"killed by {signal_name(died)}, which it does not handle")
+            or f"exit {EXIT_PREEMPTED}"
+        )
         print(
-            f"jzk train: stopped ({signal_name(sent) or 'exit 3'}); run the same command to "
+            f"jzk train: stopped ({how}); run the same command to "
             f"go on: {stop_note(script, run_dir, start, requeued=False, cwd=cwd)}",
             flush=True,
         )

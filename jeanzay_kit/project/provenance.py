@@ -28,6 +28,7 @@ from importlib import metadata
 from pathlib import Path
 
 from jeanzay_kit import run_layout as layout
+from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
 from jeanzay_kit.version import __version__
@@ -108,6 +109,9 @@ def record_run_provenance(run_dir: Path, env: Mapping[str, str], cwd: Path) -> P
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": socket.gethostname(),
         "job_id": env.get("SLURM_JOB_ID"),
+        # An array task's id as sacct and the manifests name it (jzk status of a run
+        # directory that no manifest lists: another launcher's, plain sbatch).
+        "array_id": array_id(env),
         "code_dir": str(code),
         "git_commit": source.get("git_commit"),
         "uncommitted_changes": source.get("uncommitted_changes"),

@@ -65,6 +65,7 @@ def test_one_object_per_run_with_the_contracts_keys() -> None:
         "job_id",
         "state",
         "exit_code",
+        "ending",
         "elapsed",
         "where",
         "step",
