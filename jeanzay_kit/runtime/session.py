@@ -79,8 +79,9 @@ class Session:
     the job under plain srun; a script task of the toolkit is requeued by its wrapper
     [preemption.requeue]. requeue_signal: which signal is the time-limit warning
     [preemption.signal; in a job of hydra-submitit-launcher or submitit, submitit's own,
-    $SUBMITIT_PREEMPT_SIGNAL, USR2 by default: config/runtime_settings.py job_signal]. term_wait_seconds: after a SIGTERM save, how long to wait for
-    Slurm to end the job [preemption.term_wait_seconds]. objective: the name of the
+    $SUBMITIT_PREEMPT_SIGNAL, USR2 by default: config/runtime_settings.py job_signal].
+    term_wait_seconds: after a SIGTERM save, how long to wait for Slurm to end the job
+    [preemption.term_wait_seconds]. objective: the name of the
     run's value in result.json, what a search optimizes (s.report) [tune.objective];
     direction: minimize | maximize | auto [tune.direction]. env: the environment to read
     (default os.environ, read once here).
