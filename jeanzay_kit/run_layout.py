@@ -30,6 +30,7 @@ WANDB = "wandb"
 MLFLOW = "mlruns"
 STOP_NOTE = ".jzk-signal"
 REQUEUE_MARK = ".jzk-requeue"
+SCRIPT_PORT = ".jzk-port"  # a script task: the port its ranks meet on, chosen by task 0
 WRITE_PROBE = ".jzk-write-test"
 SCRIPT_CWD = "cwd"
 HANG_PREFIX = "hang-"  # hang-<step>/: the ranks' stacks when the watchdog fired
@@ -89,6 +90,8 @@ ENTRIES: tuple[Entry, ...] = (
           "a signal Slurm sent the batch shell only"),
     Entry(REQUEUE_MARK, "file", "node/script_task.py", "node/script_task.py",
           "a script task asked to be run again"),
+    Entry(SCRIPT_PORT, "file", "node/script_port.py (task 0)", "node/script_port.py",
+          "the port a script task's ranks meet on (the job's, or a free one when taken)"),
     Entry(WRITE_PROBE, "file", "the batch script, ckpt/writable.py", "-",
           "a probe that the run directory is writable (removed at once)"),
     Entry(SCRIPT_CWD, "folder", "node/script_cwd.py", "a script task",

@@ -51,6 +51,22 @@ def master_port(job_id: str | int | None) -> int:
     return PORT_BASE + int(digits) % PORT_SPAN
 
 
+# How many ports rank 0 tries (the job's, then fallbacks) when the job's is taken.
+CANDIDATES = 8
+# A step between candidates that is prime to PORT_SPAN: the list stays in the range and
+# two neighbouring job ids do not walk into each other's ports.
+_STRIDE = 7919
+
+
+def candidate_ports(port: int, count: int = CANDIDATES) -> list[int]:
+    """`port`, then the ports rank 0 falls back to, in order; all in the job port range
+    (distributed/rendezvous.py for the toolkit's loop, node/script_port.py for scripts)."""
+    if not PORT_BASE <= port < PORT_BASE + PORT_SPAN:
+        return [port]  # a MASTER_PORT chosen by hand: only that one
+    offset = port - PORT_BASE
+    return [PORT_BASE + (offset + i * _STRIDE) % PORT_SPAN for i in range(count)]
+
+
 @dataclass(frozen=True)
 class RankInfo:
     """Where one process sits in the job; everything `init_process_group` needs."""

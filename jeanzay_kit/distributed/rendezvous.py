@@ -16,23 +16,13 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN, RankInfo
+# candidate_ports lives with master_port (pure): a script task's ranks agree on the same
+# list without torch (node/script_port.py).
+from jeanzay_kit.distributed.ranks import RankInfo, candidate_ports
 from jeanzay_kit.errors import DistSetupError
 
 TOKEN_KEY = "jzk/rendezvous"
-CANDIDATES = 8
-# A step between candidates that is prime to PORT_SPAN: the list stays in the range and
-# two neighbouring job ids do not walk into each other's ports.
-_STRIDE = 7919
 _CONNECT_S = 2.0  # a client's try at one port (a refused one fails at once)
-
-
-def candidate_ports(port: int, count: int = CANDIDATES) -> list[int]:
-    """`port`, then the ports rank 0 falls back to, in order; all in the job port range."""
-    if not PORT_BASE <= port < PORT_BASE + PORT_SPAN:
-        return [port]  # a MASTER_PORT chosen by hand: only that one
-    offset = port - PORT_BASE
-    return [PORT_BASE + (offset + i * _STRIDE) % PORT_SPAN for i in range(count)]
 
 
 def job_token(info: RankInfo) -> str:

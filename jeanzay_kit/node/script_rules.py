@@ -37,6 +37,7 @@ TOOLKIT_NAMES = frozenset(
         layout.MANIFEST,
         layout.RESTARTS,
         layout.REQUEUE_MARK,
+        layout.SCRIPT_PORT,
         layout.STOP_NOTE,
         layout.HEARTBEAT,
         layout.WRITE_PROBE,
@@ -157,6 +158,12 @@ def requeue_note(
     if wrote:
         return f"{nxt} runs the script again in {run_dir}, where it wrote its files"
     start = "the requeued job" if requeued else "the next run of this command"
+    if hydra_hint is not None:
+        return (
+            f"the Hydra app wrote nothing under its run directory {run_dir} (Hydra's own "
+            f"records aside) nor where its arguments point during this attempt: {start} "
+            f"will start it from the beginning. {hydra_hint}"
+        )
     return (
         f"the script wrote nothing under its run directory {run_dir} nor where its "
         f"arguments point during this attempt: {start} will start the script from the "
@@ -169,12 +176,6 @@ def requeue_note(
 def resume_warning(
     args: Sequence[str], resume_args: Sequence[str], script_text: str | None, run_dir: str
 ) -> str | None:
-    if hydra_hint is not None:
-        return (
-            f"the Hydra app wrote nothing under its run directory {run_dir} (Hydra's own "
-            f"records aside) nor where its arguments point during this attempt: {start} "
-            f"will start it from the beginning. {hydra_hint}"
-        )
     """Before the queue: a script that can be requeued but shows no way to resume (no
     resume arguments, no run directory in its arguments, no JZK_RUN_DIR in its source)."""
     if resume_args:
@@ -183,18 +184,6 @@ def resume_warning(
         return None
     if script_text is not None and "JZK_RUN_DIR" in script_text:
         return None
-    return (
-        "job.entry is a script that neither gets the run directory in its arguments nor "
-        "reads $JZK_RUN_DIR, and job.resume_args is empty: after a time limit or a "
-        "preemption the requeued job will start it from the beginning, unless it saves to "
-        "a relative path and resumes from it by itself (it runs in <run_dir>/cwd). HINT: add "
-        "'--out_dir=${job.run_dir}' (your script's option) to job.args and its resume flag "
-        "to job.resume_args, e.g. job.resume_args='[--init_from=resume]'"
-    )
-
-
-def frozen_argument(arg: str, code_dir: str, in_snapshot: Callable[[str], bool]) -> str | None:
-    """`arg` pointing at the snapshot's copy when it names a file of the frozen project
     from jeanzay_kit.node.hydra_app_rules import is_hydra_app, stop_hint
 
     if script_text is not None and is_hydra_app(script_text):
@@ -207,6 +196,18 @@ def frozen_argument(arg: str, code_dir: str, in_snapshot: Callable[[str], bool])
             "will start it from the beginning unless it saves where it stands. "
             + stop_hint("<run_dir>/cwd", args)
         )
+    return (
+        "job.entry is a script that neither gets the run directory in its arguments nor "
+        "reads $JZK_RUN_DIR, and job.resume_args is empty: after a time limit or a "
+        "preemption the requeued job will start it from the beginning, unless it saves to "
+        "a relative path and resumes from it by itself (it runs in <run_dir>/cwd). HINT: add "
+        "'--out_dir=${job.run_dir}' (your script's option) to job.args and its resume flag "
+        "to job.resume_args, e.g. job.resume_args='[--init_from=resume]'"
+    )
+
+
+def frozen_argument(arg: str, code_dir: str, in_snapshot: Callable[[str], bool]) -> str | None:
+    """`arg` pointing at the snapshot's copy when it names a file of the frozen project
     by a relative path (`config/train.py`, `--config=conf/exp.yaml`), else None. Folders
     and files outside the snapshot (data, outputs) keep resolving from job.workdir."""
     if arg.startswith("-"):

@@ -48,6 +48,7 @@ from jeanzay_kit.node.script_files import (
     script_writes,
     wrote_since,
 )
+from jeanzay_kit.node.script_port import agreed_port
 from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
@@ -143,12 +144,13 @@ def stop_note(
     cwd: Path | None = None,
 ) -> str:
     """What the next attempt will do, after this one stopped to be run again."""
-    # Relative arguments name paths in the script's own working directory.
-    wrote = wrote_since(run_dir, start, command.args, cwd or run_dir / SCRIPT_CWD)
-    return requeue_note(wrote, command.resume_args, str(run_dir), requeued)
     from jeanzay_kit.node.hydra_app_rules import stop_hint
 
     app = hydra_job(command, Path.cwd())
+    # Relative arguments name paths in the script's own working directory.
+    wrote = wrote_since(run_dir, start, command.args, cwd or run_dir / SCRIPT_CWD, app)
+    hint = None if app is None else stop_hint(str(run_dir / SCRIPT_CWD), command.args)
+    return requeue_note(wrote, command.resume_args, str(run_dir), requeued, hint)
 
 
 def attempt_start(env: Mapping[str, str]) -> float:
@@ -280,6 +282,7 @@ def _run_slurm_script(
     from jeanzay_kit.node.script_watch import Watch, supervise
 
     full_env = task_env(env, run_dir, settings)
+    full_env["MASTER_PORT"] = str(agreed_port(env, rank_info_from_env(env), Path(run_dir)))
     cwd, extra = own_cwd(Path(run_dir), env)
     full_env.update(extra)
     head = command[: len(command) - len(script.args)]  # python and the entry
@@ -330,6 +333,7 @@ def run_task(
     runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
     info, start = rank_info_from_env(env), attempt_start(env)
     full_env = task_env(env, run_dir, settings)
+    full_env["MASTER_PORT"] = str(agreed_port(env, info, Path(run_dir)))
     cwd, extra = own_cwd(Path(run_dir), env)
     argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
     if info.rank == 0:  # `jzk status` counts the starts of a sweep point's script too

@@ -206,6 +206,7 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     import os
     import sys
 
+    from jeanzay_kit.node.local_ranks import free_port
     from jeanzay_kit.node.script_rules import ScriptCommand
     from jeanzay_kit.node.script_task import run_task
 
@@ -224,6 +225,9 @@ def test_a_sweep_task_requeues_when_its_command_asks(
         "SLURM_ARRAY_TASK_ID": "7",
         "SLURM_JOB_NODELIST": "n1",
         "SLURM_STEP_NODELIST": "n1",
+        # A port of the user's: task 1 alone does not wait for task 0's port note
+        # (node/script_port.py).
+        "MASTER_PORT": str(free_port()),
     }
     command = ScriptCommand("-c", (exit_with,))
     waits: list[float] = []
