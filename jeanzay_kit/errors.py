@@ -60,6 +60,10 @@ class SpecError(JzkError):
         return "\n".join(lines)
 
 
+class MissingExtra(JzkError):
+    """A command needs a package of an optional extra that this Python lacks (extras.py)."""
+
+
 class HostlistError(JzkError, ValueError):
     """A Slurm hostlist expression that cannot be parsed."""
 

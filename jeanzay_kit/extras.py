@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from jeanzay_kit.errors import JzkError
+from jeanzay_kit.errors import MissingExtra
 
 # The module a feature imports -> the extra that installs it (tests/unit/test_extras.py
 # holds this table to pyproject.toml).
@@ -26,10 +26,6 @@ EXTRAS = {
     "accelerate": "frameworks",
     "torchvision": "vision",
 }
-
-
-class MissingExtra(JzkError):
-    """A command needs a package of an optional extra that this Python lacks."""
 
 
 def install_hint(module: str) -> str:

@@ -140,10 +140,52 @@ def _prepared_args(args: list[str], env: dict[str, str], cwd: Path) -> list[str]
         try:
             overrides = [a for a in args if not a.startswith("-")]
             check_group_choices(overrides, config_roots(env, cwd))
+            check_composes(args)
         except JzkError as err:
             report.error(report.TRAIN, err)
             sys.exit(err.exit_code)
     return args
+
+
+# Hydra's flags after which the command line is still one run, or a sweep, to compose.
+_RUN_FLAGS = ("-m", "--multirun")
+
+
+def check_composes(args: Sequence[str]) -> None:
+    """The overrides compose and resolve as `jzk validate` composes them: a value of the
+    wrong type, a key the schema lacks, an override Hydra cannot parse, an interpolation
+    naming a missing key are its one line (JzkError, exit 2), not Hydra's message or
+    traceback. A sweep's points differ (`a=1,2`): only its syntax is checked here, each
+    point where it is composed. Other flags (--cfg, --info, ...) are Hydra's own."""
+    from jeanzay_kit.config.compose import compose_config, compose_error
+
+    if any(a.startswith("-") and a not in _RUN_FLAGS for a in args):
+        return
+    overrides = [a for a in args if not a.startswith("-")]
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    from jeanzay_kit.errors import JzkError
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as err:
+        raise compose_error(err, overrides) from None
+    if any(o.is_sweep_override() for o in parsed):
+        return
+    # Hydra's own keys (hydra.sweeper.params..., hydra/launcher=...) configure Hydra, not
+    # the run: Hydra's entry point takes them, the compose API may not.
+    job = [o for o, p in zip(overrides, parsed, strict=True) if not _is_hydra_key(p.key_or_group)]
+    try:
+        compose_config(job)  # the composition is cached: a rerun pays ~0.02 s
+    except JzkError:
+        raise
+    except Exception:  # noqa: BLE001 - not a mistake of the request: Hydra's to judge
+        return
+
+
+def _is_hydra_key(key: str) -> bool:
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
 
 
 # Sweepers that only enumerate points: they read no value from a run.

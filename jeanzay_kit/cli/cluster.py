@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 def _discover(args: argparse.Namespace) -> int:
     import getpass
 
-    from jeanzay_kit.config.compose import user_config_dir
+    from jeanzay_kit.config.compose import PACKAGE_CONFIG_DIR, user_config_dir
     from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.slurm import discover as d
     from jeanzay_kit.slurm.commands import show_text
@@ -84,8 +84,17 @@ def _discover(args: argparse.Namespace) -> int:
         accounting = d.Accounting(qos, assoc)
     except SlurmCommandError as err:
         accounting = d.Accounting(None, None, missing=str(err).split(": ", 1)[-1][:200])
+    shipped = {p.stem for p in (PACKAGE_CONFIG_DIR / "cluster").glob("*.yaml")}
+    if args.output not in (None, "-") and Path(args.output).stem in shipped:
+        raise JzkError(
+            f"-o {args.output}: {Path(args.output).stem} is a shipped profile (jzk clusters); "
+            "a file of that name in a conf/cluster/ folder would hide it. HINT: name the "
+            f"file otherwise, e.g. {Path(args.output).stem}_slurm.yaml"
+        )
     try:
-        found = d.discover_profile(config, partitions, nodes, accounting, name=args.name)
+        found = d.discover_profile(
+            config, partitions, nodes, accounting, name=args.name, shipped=shipped
+        )
     except ValueError as err:
         raise JzkError(f"cannot write a profile: {err}") from err
     for note in found.notes:

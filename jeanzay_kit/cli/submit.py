@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import sys
 from pathlib import Path
 
 from jeanzay_kit import run_layout as layout
@@ -68,6 +69,13 @@ def run(args: argparse.Namespace) -> int:
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
     refuse_before_writing(spec, run_dir)
+    if spec.job.runs_script:  # another run of the script, with other arguments: said
+        from jeanzay_kit.node.script_siblings import earlier_run_line
+        from jeanzay_kit.node.script_task import script_command
+
+        earlier = earlier_run_line(run_dir, spec.job.name, script_command(spec))
+        if earlier:
+            print(earlier, file=sys.stderr, flush=True)
     script = render(spec, args.overrides)
     path = run_dir / layout.JOB_SCRIPT
     path.write_text(script)

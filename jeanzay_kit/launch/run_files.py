@@ -165,4 +165,3 @@ def slurm_job_of(run_dir: Path) -> str | None:
         job = start.get("array_id") or start.get("job_id")
         return str(job) if job else None
     return None
-

@@ -108,6 +108,12 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
         return script_task.run_task(
             sys.executable, script, env, str(run_dir), settings=script_task.job_settings(spec)
         )
+    from jeanzay_kit.node.script_siblings import earlier_run_line
+
+    # A new run of a script whose other arguments left a run with files beside it: said.
+    earlier = earlier_run_line(run_dir, spec.job.name, script_task.script_command(spec))
+    if earlier:
+        print(earlier, file=sys.stderr, flush=True)
     # Another command's run directory is refused before anything is written in it.
     script_task.claim_run_dir(run_dir, script_task.script_command(spec))
     with recorded_outcome(run_dir) as outcome:

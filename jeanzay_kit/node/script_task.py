@@ -410,16 +410,11 @@ def launch_local(
     codes = [p.returncode for p in procs]
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
         failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
-    # The signal a process died of (the run's outcome.json says it: `jzk status`).
-    died = next((-c for c in codes if c is not None and c < 0), 0)
-    if ending is not None:
-        ending.signal = died
+    died = _note_signal(codes, failed, ending)
     if failed is not None:
         rank, code = failed
         code = code if code is not None else 0  # failed holds an ended process's code
         how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
-        if ending is not None:  # the failed process's end, not the others' stop
-            ending.signal = -code if code < 0 else 0
         print(
             f"jzk train: process {rank} of {shlex.join(command)} ended ({how}); the others "
             "were stopped",
@@ -440,6 +435,20 @@ def launch_local(
         )
         return EXIT_PREEMPTED
     return 0
+
+
+def _note_signal(
+    codes: list[int | None], failed: tuple[int, int | None] | None, ending: Any
+) -> int:
+    """The signal a process died of, noted on `ending` for the run's outcome.json (`jzk
+    status`): the failed process's (not the others' stop), else the first one's; 0: none."""
+    died = next((-c for c in codes if c is not None and c < 0), 0)
+    if failed is not None:
+        code = failed[1] or 0
+        died = -code if code < 0 else 0
+    if ending is not None:
+        ending.signal = died
+    return died
 
 
 def _start_processes(

@@ -15,7 +15,7 @@ value naming the command it came from, so a user can check it and edit it.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from jeanzay_kit.slurm_syntax.hostlist import compress_hostlist, expand_hostlist
@@ -198,19 +198,48 @@ def _q(value: object) -> str:
     return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def profile_name(
+    given: str | None, cluster_name: str | None, shipped: Collection[str]
+) -> tuple[str, str | None]:
+    """The profile's name (and a note when it is not the ClusterName). A profile of the
+    user's is found before the package's (conf/cluster/<name>.yaml): one named like a
+    shipped profile would hide it (a cluster named `local` hid cluster=local, the default
+    of a plain `jzk train`). --name of a shipped profile is refused; a ClusterName that is
+    one gets a name of its own, said in a note."""
+    if given:
+        if given in shipped:
+            raise ValueError(
+                f"--name {given} is a shipped profile (jzk clusters): a profile of yours "
+                f"named so would hide it. Use another name, e.g. --name {given}_slurm"
+            )
+        return given, None
+    name = cluster_name or "my_cluster"
+    if name not in shipped:
+        return name, None
+    new, n = f"{name}_slurm", 2
+    while new in shipped:
+        new, n = f"{name}_slurm{n}", n + 1
+    return new, (
+        f"ClusterName {name} is the name of a shipped profile (cluster={name}): this one "
+        f"is named {new} so as not to hide it; --name chooses another"
+    )
+
+
 def discover_profile(
     config_text: str,
     partition_text: str,
     node_text: str,
     accounting: Accounting,
     name: str | None = None,
+    shipped: Collection[str] = (),
 ) -> Discovered:
-    """The profile YAML of the cluster these texts describe, and notes for the user."""
+    """The profile YAML of the cluster these texts describe, and notes for the user.
+    shipped: the package's profile names, which the profile's name never takes."""
     conf = parse_config(config_text)
-    name = name or conf.get("ClusterName") or "my_cluster"
+    name, renamed = profile_name(name, conf.get("ClusterName"), shipped)
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise ValueError(f"--name {name!r}: use letters, digits, '_', '-' or '.'")
-    notes: list[str] = []
+    notes: list[str] = [renamed] if renamed else []
     parts = [p for p in _partitions(partition_text, node_text) if p.nodes]
     if not parts:
         raise ValueError(f"{SCONTROL_PARTITIONS} lists no partition with nodes")

@@ -129,6 +129,7 @@ HELPERS = {
     "contracts",
     "run_layout",
     "values",
+    "extras",  # which optional extra a command needs (imports errors only)
 }
 
 
