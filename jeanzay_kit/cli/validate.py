@@ -254,9 +254,28 @@ def _script_rows(spec: JobSpec) -> list[tuple[str, str]]:
             ),
         ),
         ("resumes with", resume),
+        *_hydra_app_rows(spec),
         ("job name", job.name),
         ("run dir", spec.checkpoint.run_dir),
     ]
+
+
+def _hydra_app_rows(spec: JobSpec) -> list[tuple[str, str]]:
+    """A script that is a Hydra app: where its output directory is (node/hydra_app_rules.py)."""
+    from pathlib import Path
+
+    from jeanzay_kit.node.hydra_app_rules import RUN_DIR_KEY, given_value
+    from jeanzay_kit.node.script_task import hydra_job, script_command
+
+    if hydra_job(script_command(spec), Path(spec.job.workdir or Path.cwd())) is None:
+        return []
+    theirs = given_value(spec.job.args, RUN_DIR_KEY)
+    where = (
+        f"{theirs} ({RUN_DIR_KEY} in job.args)"
+        if theirs is not None
+        else f"<run dir>/cwd at every start ({RUN_DIR_KEY} added after job.args)"
+    )
+    return [("hydra app", f"its output directory is {where}")]
 
 
 def _describe_loader(spec: JobSpec) -> str:

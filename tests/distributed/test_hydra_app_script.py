@@ -123,3 +123,13 @@ def test_hydra_run_dir_set_to_the_run_directory_keeps_the_toolkit_record(app: Pa
     assert toolkit_entry(run_dir) == "my_app.py"
     app_record = yaml.safe_load((run_dir / "cwd" / ".hydra" / "config.yaml").read_text())
     assert app_record["epochs"] == 1
+
+
+def test_jzk_validate_says_where_a_hydra_apps_output_directory_is(app: Path) -> None:
+    from tests.distributed.test_your_model import JZK, user_env
+
+    command = [JZK, "validate", "cluster=slurm_local", "job.entry=my_app.py", "--", "epochs=3"]
+    done = subprocess.run(command, cwd=app, env=user_env(), capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    line = "hydra app       its output directory is <run dir>/cwd at every start"
+    assert line in done.stdout, done.stdout
