@@ -32,12 +32,16 @@ def test_idris_pattern_trains_one_world_in_both_launch_modes(slurm, tmp_path: Pa
     project = tmp_path / "my idris project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__"))
     args = "job.args=[--epochs,3]"
+    # The workers of one torchrun share their task's stdout: under PYTHONUNBUFFERED (which
+    # sbatch would carry over from this session) print() writes its text and its newline
+    # apart, and two workers' lines interleave ("...TorchElasticidr_torch: rank 0").
+    env = {k: v for k, v in slurm.items() if k != "PYTHONUNBUFFERED"}
     # Two run directories (two job names); Slurm runs the jobs one after the other on
     # this cluster's 2 CPUs per node.
     jobs = {
-        "Slurm": submit_script(project, slurm, "idrsrun", *SHAPE, args),
+        "Slurm": submit_script(project, env, "idrsrun", *SHAPE, args),
         "TorchElastic": submit_script(
-            project, slurm, "idrtorchrun", *SHAPE, args, "parallel.launcher=torchrun"
+            project, env, "idrtorchrun", *SHAPE, args, "parallel.launcher=torchrun"
         ),
     }
     for job_id, _, _ in jobs.values():
