@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -73,7 +74,17 @@ def task(project: Path, job_id: str, rank: int, world: int, **extra: str) -> sub
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,  # a failed test ends the task and its script together
     )
+
+
+def outputs(procs: list[subprocess.Popen]) -> list[tuple[str, str]]:
+    try:
+        return [p.communicate(timeout=150) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
 
 
 @pytest.fixture
@@ -87,7 +98,7 @@ def test_a_taken_job_port_moves_every_rank_to_the_same_free_one(project: Path) -
     job_id, holder = taken_job_port()
     with holder:
         procs = [task(project, job_id, rank, 2) for rank in (1, 0)]  # rank 1 first
-        outs = [p.communicate(timeout=150) for p in procs]
+        outs = outputs(procs)
     codes = [p.returncode for p in procs]
     assert codes == [0, 0], outs
     taken, fallback = master_port(job_id), candidate_ports(master_port(job_id))[1]
@@ -106,7 +117,7 @@ def test_a_taken_master_port_of_the_users_is_named_before_the_script_starts(
     with holder:
         port = str(holder.getsockname()[1])
         proc = task(project, job_id, 0, 1, MASTER_PORT=port)
-        out, err = proc.communicate(timeout=100)
+        ((out, err),) = outputs([proc])
     assert proc.returncode == 2, (out, err)
     assert f"port {port} (MASTER_PORT in the job's environment) is taken" in err, err
     assert "HINT: set MASTER_PORT to a free port" in err and "sum" not in out
