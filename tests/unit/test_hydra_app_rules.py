@@ -93,3 +93,29 @@ def test_before_the_queue_a_hydra_app_gets_the_hydra_hint() -> None:
     assert warning is not None and "hydra.run.dir" in warning and "--out_dir" not in warning
     saves = DECORATED + "    out = HydraConfig.get().runtime.output_dir\n"
     assert resume_warning([], [], saves, "outputs/a") is None
+
+
+@pytest.mark.parametrize(
+    ("config_yaml", "is_the_apps"),
+    [
+        ("epochs: 3\nlr: 0.1\n", True),  # a Hydra app's own root config
+        ("defaults:\n  - model: resnet\n  - _self_\nepochs: 3\n", True),
+        ("defaults:\n  - jeanzay_kit\n  - override model: net\n  - _self_\n", False),  # jzk init
+        ("defaults:\n  - base_config\n  - _self_\n", False),
+        (None, False),  # no config.yaml: groups of the project's own (conf/model/net.yaml)
+    ],
+)
+def test_a_projects_conf_is_left_to_its_hydra_app_when_not_the_toolkits(
+    tmp_path, config_yaml: str | None, is_the_apps: bool
+) -> None:
+    from jeanzay_kit.config.compose import config_roots, is_app_conf
+
+    conf = tmp_path / "conf"
+    (conf / "model").mkdir(parents=True)
+    if config_yaml is not None:
+        (conf / "config.yaml").write_text(config_yaml)
+    assert is_app_conf(conf) == is_the_apps
+    origins = [r.origin for r in config_roots({"JZK_CONFIG_HOME": str(tmp_path / "me")}, tmp_path)]
+    assert origins == (
+        ["user", "jeanzay_kit"] if is_the_apps else ["project", "user", "jeanzay_kit"]
+    )
