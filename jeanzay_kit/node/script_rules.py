@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.identity import script_identity
+from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.values import items
 
 # Written by a script task's first start: the command that owns the run directory.
@@ -60,6 +61,9 @@ class ScriptCommand:
     args: tuple[str, ...]
     resume_args: tuple[str, ...] = ()
     may_change: tuple[str, ...] = ()  # option names whose value is not the run's identity
+    # job.script_outputs: where it writes in the project (node/script_cwd_rules.py); how
+    # it runs, not which run it is.
+    outputs: tuple[str, ...] = SCRIPT_OUTPUTS
 
     def identity(self) -> dict[str, object]:
         """What names the run: the entry and the arguments that are not may_change
@@ -82,13 +86,21 @@ class ScriptCommand:
 
     @classmethod
     def from_argv(
-        cls, argv: Sequence[str], resume_args: Sequence[str] = (), may_change: Sequence[str] = ()
+        cls,
+        argv: Sequence[str],
+        resume_args: Sequence[str] = (),
+        may_change: Sequence[str] = (),
+        outputs: Sequence[str] = SCRIPT_OUTPUTS,
     ) -> ScriptCommand:
         """From `python ENTRY ARGS...`, as the rendered script runs it (ENTRY: a script
         path or `-m module`)."""
         words = 3 if argv[1:2] == ["-m"] else 2
         return cls(
-            " ".join(argv[1:words]), tuple(argv[words:]), tuple(resume_args), tuple(may_change)
+            " ".join(argv[1:words]),
+            tuple(argv[words:]),
+            tuple(resume_args),
+            tuple(may_change),
+            tuple(outputs),
         )
 
     def argv_tail(self, resuming: bool) -> list[str]:

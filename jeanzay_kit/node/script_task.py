@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shlex
 import signal
@@ -31,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo, array_id, rank_info_from_env
 from jeanzay_kit.distributed.script_env import (
@@ -171,14 +173,22 @@ def task_env(env: Mapping[str, str], run_dir: str, settings: str = "") -> dict[s
     return {**seen, **script_env(info, str(Path(run_dir).resolve()), settings)}
 
 
-def own_cwd(run_dir: Path, env: Mapping[str, str], *tops: str) -> tuple[Path, dict[str, str]]:
-    """The script's working directory, <run_dir>/cwd with the project linked in
-    (node/script_cwd.py), and what its environment adds: JZK_PROJECT_DIR."""
-    from jeanzay_kit.node.script_cwd import prepare_script_cwd, toolkit_tops
+def own_cwd(
+    run_dir: Path, env: Mapping[str, str], script: ScriptCommand, *tops: str, say: bool = True
+) -> tuple[Path, dict[str, str]]:
+    """The script's working directory, <run_dir>/cwd showing the project but for its
+    output places (node/script_cwd.py), and what its environment adds: JZK_PROJECT_DIR.
+    What it does not show is said in one line (`say`: on one task of the job)."""
+    from jeanzay_kit.node.script_cwd import prepare_script_cwd, start_line, toolkit_tops
 
     project = Path.cwd()
     always = toolkit_tops(project, str(run_dir), *tops)
-    cwd = prepare_script_cwd(run_dir, project, env.get("JZK_CODE_DIR"), always)
+    cwd, plan = prepare_script_cwd(
+        run_dir, project, env.get("JZK_CODE_DIR"), always, script.outputs, script.args
+    )
+    line = start_line(cwd, plan)
+    if say and line:
+        print(line, file=sys.stderr, flush=True)
     return cwd, {"JZK_PROJECT_DIR": str(project.resolve())}
 
 
@@ -230,6 +240,7 @@ def slurm_task(
     *,
     resume_args: Sequence[str] = (),
     may_change: Sequence[str] = (),
+    outputs: Sequence[str] = SCRIPT_OUTPUTS,
     stall_seconds: float = 0.0,
     heartbeat_seconds: float = 2.0,
     after_signal_seconds: float = 0.0,
@@ -243,7 +254,7 @@ def slurm_task(
     a hung script (stall_seconds, 0: not watched) ends the task with EXIT_HUNG."""
     from jeanzay_kit.runtime.lease import acquire_for
 
-    script = ScriptCommand.from_argv(command, resume_args, may_change)
+    script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
     # Task 0 holds the run directory for the job (runtime/lease.py): a second job in it
     # is refused before the script starts.
@@ -283,7 +294,7 @@ def _run_slurm_script(
 
     full_env = task_env(env, run_dir, settings)
     full_env["MASTER_PORT"] = str(agreed_port(env, rank_info_from_env(env), Path(run_dir)))
-    cwd, extra = own_cwd(Path(run_dir), env)
+    cwd, extra = own_cwd(Path(run_dir), env, script, say=rank == 0)
     full_env.update(extra)
     head = command[: len(command) - len(script.args)]  # python and the entry
     argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
@@ -334,7 +345,7 @@ def run_task(
     info, start = rank_info_from_env(env), attempt_start(env)
     full_env = task_env(env, run_dir, settings)
     full_env["MASTER_PORT"] = str(agreed_port(env, info, Path(run_dir)))
-    cwd, extra = own_cwd(Path(run_dir), env)
+    cwd, extra = own_cwd(Path(run_dir), env, script, say=info.rank == 0)
     argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
     if info.rank == 0:  # `jzk status` counts the starts of a sweep point's script too
         record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"), array_id(env))
@@ -399,7 +410,7 @@ def launch_local(
     )
     record_attempt(run_dir, start, None)
     infos = local_rank_infos(world, free_port())
-    cwd, extra = own_cwd(run_dir, env, spec.job.log_dir)
+    cwd, extra = own_cwd(run_dir, env, script, spec.job.log_dir)
     local_start_mark(run_dir)
     procs = _start_processes(command, infos, {**env, **extra}, cwd, run_dir, spec)
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
@@ -532,7 +543,9 @@ def _stopped_or_done(code: int | None, sent: int) -> bool:
 def script_command(spec: JobSpec) -> ScriptCommand:
     """The job's script task as the run directory sees it."""
     job = spec.job
-    return ScriptCommand(job.entry, job.args, job.resume_args, job.args_may_change)
+    return ScriptCommand(
+        job.entry, job.args, job.resume_args, job.args_may_change, job.script_outputs
+    )
 
 
 def _stop_others(procs: list[subprocess.Popen]) -> None:
@@ -555,6 +568,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", required=True)
     parser.add_argument("--resume-arg", action="append", default=[], help="job.resume_args")
     parser.add_argument("--may-change", action="append", default=[], help="job.args_may_change")
+    parser.add_argument(
+        "--outputs",
+        type=json.loads,
+        default=None,
+        help="job.script_outputs as a JSON list (absent: the default)",
+    )
     parser.add_argument("--stall-seconds", type=float, default=0.0, help="watchdog.stall_seconds")
     parser.add_argument("--heartbeat-seconds", type=float, default=2.0)
     parser.add_argument(
@@ -578,6 +597,7 @@ def main(argv: list[str] | None = None) -> int:
             args.run_dir,
             resume_args=args.resume_arg,
             may_change=args.may_change,
+            outputs=SCRIPT_OUTPUTS if args.outputs is None else args.outputs,
             stall_seconds=args.stall_seconds,
             heartbeat_seconds=args.heartbeat_seconds,
             after_signal_seconds=args.after_signal_seconds,

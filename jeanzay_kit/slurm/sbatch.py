@@ -18,6 +18,7 @@ was validated, whatever happens to conf/ afterwards.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.collector import CONTROL as _CONTROL
 from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.runtime_settings import to_env as settings_text
+from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK, STOP_NOTE_FILE, script_argv
@@ -391,6 +393,8 @@ def script_task_words(spec: JobSpec) -> list[str]:
         shell_word(f"--run-dir={spec.checkpoint.run_dir}"),
         *(shell_word(f"--resume-arg={a}") for a in spec.job.resume_args),
         *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
+        # job.script_outputs, when not the default the task knows.
+        *script_outputs_words(spec.job.script_outputs),
         f"--stall-seconds={spec.watchdog.stall_seconds:g}",
         f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
         # A script asked to save must end before the limit: half the lead to do it.
@@ -400,6 +404,13 @@ def script_task_words(spec: JobSpec) -> list[str]:
         "--",
         *(shell_word(a) for a in script_argv(spec.job.python, spec.job.entry, spec.job.args)),
     ]
+
+
+def script_outputs_words(outputs: Sequence[str]) -> list[str]:
+    """`--outputs=JSON` for a job.script_outputs other than the default, else nothing."""
+    if tuple(outputs) == SCRIPT_OUTPUTS:
+        return []
+    return [shell_word("--outputs=" + json.dumps(list(outputs)))]
 
 
 def in_container(spec: JobSpec, words: list[str]) -> list[str]:
