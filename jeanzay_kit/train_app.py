@@ -157,7 +157,8 @@ def check_composes(args: Sequence[str]) -> None:
     naming a missing key are its one line (JzkError, exit 2), not Hydra's message or
     traceback. A sweep's points differ (`a=1,2`): only its syntax is checked here, each
     point where it is composed. Other flags (--cfg, --info, ...) are Hydra's own."""
-    from jeanzay_kit.config.compose import compose_config, compose_error
+    from jeanzay_kit.config.compose import compose_config
+    from jeanzay_kit.config.compose_errors import compose_error
 
     if any(a.startswith("-") and a not in _RUN_FLAGS for a in args):
         return

@@ -11,7 +11,7 @@ A script task's folder is named by its command instead: job.entry and job.args.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from jeanzay_kit.config.identity import point_suffix, run_hash
 
@@ -80,13 +80,33 @@ def _point_name_resolver(*, _root_: Any) -> str:
     """`${jzk.point_name:}` (the sweep launcher computes the same from the point's config
     it has resolved already: launch/point_configs.resolved_point)."""
     from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
 
     overrides: list[str] = []
     hydra = _root_.get("hydra")
     if OmegaConf.is_config(hydra):
         task = OmegaConf.select(hydra, "overrides.task", default=None)
-        overrides = [str(o) for o in task] if task is not None else []
-    return point_name(*_hashed_parts(_root_), str(_root_.job.name), overrides)
+        written = OmegaConf.to_container(task, resolve=False) if task is not None else []
+        overrides = [str(o) for o in written] if isinstance(written, list) else []
+    try:
+        parts = _hashed_parts(_root_)
+    except OmegaConfBaseException as err:
+        _refuse_point(err, overrides)
+    return point_name(*parts, str(_root_.job.name), overrides)
+
+
+def _refuse_point(err: Exception, overrides: list[str]) -> NoReturn:
+    """A sweep point of Hydra's own launchers (a local sweep) whose config does not
+    resolve: the one line `jzk validate` gives, exit 2, not Hydra's traceback (this
+    resolver names the point's folder: the first to resolve the point's config)."""
+    import sys
+
+    from jeanzay_kit import report
+    from jeanzay_kit.config.compose_errors import compose_error
+
+    problem = compose_error(err, overrides)
+    report.error(report.TRAIN, f"sweep point ({' '.join(overrides)}): {problem}")
+    sys.exit(problem.exit_code)
 
 
 def register_resolvers() -> None:

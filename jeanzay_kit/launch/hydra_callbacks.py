@@ -57,12 +57,12 @@ def _check_resolves(config: DictConfig, run_dir: bool = True) -> None:
     """Every interpolation of the composed config resolves, the run directory's too (its
     ${jzk.config_hash:} resolves every section): a key one names that the config lacks
     (`data=custom` under the default model: model.in_dim=${data.in_dim}) is the one line
-    `jzk validate` gives (config/compose.py compose_error) and exit 2, before Hydra would
+    `jzk validate` gives (config/compose_errors.py) and exit 2, before Hydra would
     print its traceback while making the run directory."""
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    from jeanzay_kit.config.compose import compose_error
+    from jeanzay_kit.config.compose_errors import compose_error
 
     try:
         for key in config:

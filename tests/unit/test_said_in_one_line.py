@@ -246,3 +246,33 @@ def test_jzk_train_of_a_changed_script_command_names_the_earlier_run(tmp_path: P
     assert line.startswith(f"jzk: {old} holds a run of the same script")
     assert "job.args_may_change='[--epochs]'" in line
     assert len(list((tmp_path / "outputs").iterdir())) == 2  # the new run still started
+
+
+def test_a_local_sweep_point_that_does_not_resolve_is_one_line(tmp_path: Path) -> None:
+    """Swept values: each point is composed by Hydra's launcher; the first that does not
+    resolve is named in one line (config/resolvers.py, which names its folder)."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jeanzay_kit.cli",
+            "train",
+            "-m",
+            "data=custom",
+            "data._target_=my.Dataset",
+            "+data.in_dim=8,16",
+            f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [
+        "jzk train: error: sweep point (data=custom data._target_=my.Dataset +data.in_dim=8): "
+        "model.out_dim=null Interpolation key 'data.out_dim' not found. HINT: an interpolation "
+        "${a.b} names a key of the config"
+    ]
+    assert "Traceback" not in done.stderr
