@@ -144,3 +144,65 @@ def test_a_script_hung_in_a_collective_is_dumped_and_restarted(slurm, tmp_path: 
     resumed = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("starting")]
     assert resumed[0] == 0 and resumed[1] >= 10, out[-2000:]
     assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
+
+
+# A Hydra app as users write one (hydra-submitit-launcher's habit: the checkpoint in Hydra's
+# output directory), on 2 tasks that meet through init_process_group; rank 0 saves.
+HYDRA_APP = textwrap.dedent(
+    """
+    import os, time
+
+    import hydra
+    import torch
+    import torch.distributed as dist
+    from hydra.core.hydra_config import HydraConfig
+
+
+    @hydra.main(version_base=None, config_path="conf", config_name="config")
+    def main(cfg):
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        ckpt = os.path.join(HydraConfig.get().runtime.output_dir, "ckpt.pt")
+        first = torch.load(ckpt)["epoch"] + 1 if os.path.exists(ckpt) else 0
+        if rank == 0:
+            print(f"starting at epoch {first}", flush=True)
+        for epoch in range(first, cfg.epochs):
+            time.sleep(cfg.epoch_seconds)
+            dist.barrier()
+            if rank == 0:
+                torch.save({"epoch": epoch}, ckpt + ".tmp")
+                os.replace(ckpt + ".tmp", ckpt)
+                print(f"epoch {epoch} saved", flush=True)
+        dist.destroy_process_group()
+        if rank == 0:
+            print("done", flush=True)
+
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_a_hydra_app_requeued_resumes_from_its_output_directory(slurm, tmp_path: Path) -> None:
+    """It handles no signal: the time-limit warning kills it, the job is requeued and the
+    app starts again with the same Hydra output directory (<run_dir>/cwd), where its
+    checkpoint is (node/hydra_app_rules.py); its 2 tasks meet on the port task 0 chose
+    (node/script_port.py)."""
+    project = tmp_path / "hydra-app"
+    (project / "conf").mkdir(parents=True)
+    (project / "conf" / "config.yaml").write_text("epochs: 30\nepoch_seconds: 0.3\n")
+    (project / "my_app.py").write_text(HYDRA_APP)
+    job_id, run_dir, log = submit_script(
+        project, slurm, "app", "resources.gpus_per_node=2", "job.entry=my_app.py"
+    )
+    wait_for_line(log, "epoch 3 saved", job_id, slurm)
+    assert run(["scancel", "--signal=USR1", job_id], slurm).returncode == 0
+    wait_for(job_id, slurm, timeout=300)
+    out, err = log.read_text(), log.with_suffix(".err").read_text()
+    starts = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("starting")]
+    assert len(starts) == 2 and starts[0] == 0 and starts[1] >= 4, (out[-2000:], err[-2000:])
+    assert "done" in out and "requeued job" in err, err[-3000:]
+    assert f"its output directory is {run_dir.resolve() / 'cwd'}" in out, out[-2000:]
+    assert (run_dir / "cwd" / "ckpt.pt").is_file() and (run_dir / ".jzk-port").is_file()
+    assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
