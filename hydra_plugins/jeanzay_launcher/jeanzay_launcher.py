@@ -11,6 +11,13 @@ runs' values, e.g. hydra/sweeper=optuna: each run returns its result.json value)
 
 Each run's config is resolved and frozen here, at submission, and its run directory is
 <sweep_dir>/<subdir>: the same on every requeue, so a requeued task resumes.
+
+Your own `@hydra.main` app with `hydra/launcher=jeanzay` (any task function that is not
+the toolkit's trainer, jeanzay_kit/train_app.py): every task calls YOUR function, as
+hydra-submitit-launcher does, and the launcher takes hydra-submitit-launcher's keys
+(timeout_min, nodes, tasks_per_node, gpus_per_node, ...; launch/app_rules.py) plus
+`cluster`, the profile every point is validated against before anything is queued
+(launch/app_task.py runs each task; docs/slurm.md "Coming from hydra-submitit-launcher").
 """
 
 # No `from __future__ import annotations`: Hydra loads plugin modules outside
@@ -18,7 +25,7 @@ Each run's config is resolved and frozen here, at submission, and its run direct
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +51,41 @@ class JeanzayLauncherConf:
     # submitit's job files (pickled task, its stdout/stderr); %j is the job id.
     submitit_folder: str = "${hydra.sweep.dir}/.submitit/%j"
 
+    # ---- a Hydra app of yours only (launch/app_rules.py): hydra-submitit-launcher's keys,
+    # with its meaning; unset (null): its default (HSL_DEFAULTS: timeout_min 60, nodes 1,
+    # tasks_per_node 1, signal_delay_s 120, max_num_timeout 0). The toolkit's own trainer
+    # refuses them, naming its key (resources.time, resources.nodes, ...).
+    # The cluster profile every point is validated against (cluster=<name> of the
+    # toolkit: jeanzay_h100, jeanzay_v100, ..., or a profile of yours). No default: a
+    # sweep without it is refused before anything is queued, naming the profiles.
+    cluster: str | None = None
+    timeout_min: int | None = None
+    nodes: int | None = None
+    tasks_per_node: int | None = None
+    gpus_per_node: int | None = None
+    cpus_per_task: int | None = None
+    mem_gb: int | None = None
+    partition: str | None = None
+    qos: str | None = None
+    account: str | None = None
+    constraint: str | None = None
+    comment: str | None = None
+    exclude: str | None = None
+    gres: str | None = None
+    cpus_per_gpu: int | None = None
+    gpus_per_task: int | None = None
+    mem_per_gpu: str | None = None
+    mem_per_cpu: str | None = None
+    max_num_timeout: int | None = None
+    # {} (unset): a mapping, so that hydra.launcher.additional_parameters={mail-type:END}
+    # and +hydra.launcher.additional_parameters.mail-type=END both work.
+    additional_parameters: dict[str, Any] = field(default_factory=dict)
+    setup: list[str] | None = None
+    srun_args: list[str] | None = None
+    signal_delay_s: int | None = None
+    name: str | None = None
+    stderr_to_stdout: bool | None = None
+
 
 ConfigStore.instance().store(
     group="hydra/launcher", name="jeanzay", node=JeanzayLauncherConf, provider="jeanzay_kit"
@@ -53,22 +95,40 @@ ConfigStore.instance().store(
 class JeanzayLauncher(Launcher):
     # Hydra passes every field of JeanzayLauncherConf, where the defaults are declared.
     def __init__(
-        self, *, wait: bool, poll_seconds: float, array_parallelism: int, submitit_folder: str
+        self,
+        *,
+        wait: bool,
+        poll_seconds: float,
+        array_parallelism: int,
+        submitit_folder: str,
+        **app_keys: Any,
     ) -> None:
         self.wait = wait
         self.poll_seconds = poll_seconds
         self.array_parallelism = array_parallelism
         self.submitit_folder = submitit_folder
+        # hydra-submitit-launcher's keys as given on the launcher (each point's own
+        # hydra.launcher node is read again at launch: a sweep may vary them).
+        self.app_keys = app_keys
         self.config: DictConfig | None = None
         self.hydra_context: HydraContext | None = None
+        self.task_function: TaskFunction | None = None
 
     def setup(
         self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig
     ) -> None:
-        # The task function is not pickled: every task runs jeanzay_kit's trainer
-        # (jeanzay_kit.node.task) on the frozen config, as train.py would.
+        # The toolkit's trainer is not pickled: its tasks run jeanzay_kit.node.task on
+        # the frozen config, as train.py would. Any other task function is a Hydra app
+        # of yours: it is pickled and called on every task (launch/app_task.py).
         self.config = config
         self.hydra_context = hydra_context
+        self.task_function = task_function
+
+    def is_app(self) -> bool:
+        """Your own task function, not the toolkit's trainer (jeanzay_kit/train_app.py):
+        never replaced by the trainer, whatever its config holds."""
+        module = getattr(self.task_function, "__module__", None)
+        return module != "jeanzay_kit.train_app"
 
     def launch(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int
@@ -81,7 +141,7 @@ class JeanzayLauncher(Launcher):
         except JzkError as err:
             # A bad sweep point, sbatch's refusal or failed runs: one message and an exit
             # code, as `jzk` gives, not a Hydra traceback.
-            report.error(report.TRAIN, err)
+            report.error(report.TRAIN if not self.is_app() else "jeanzay launcher", err)
             raise SystemExit(err.exit_code) from err
 
     def _launch(
@@ -97,7 +157,17 @@ class JeanzayLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
 
-        points = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
+        app_task = None
+        if self.is_app():
+            from jeanzay_kit.launch.app_task import AppTask
+
+            # Hydra's state as the app left it, before the profile's checks compose the
+            # toolkit's config beside it.
+            app_task = AppTask.pack(self.hydra_context, self.config, self.task_function)
+            points = self._app_points(job_overrides, initial_job_idx, sweep_dir)
+        else:
+            _refuse_app_keys(self.app_keys)
+            points = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
         max_size = min(p.spec.cluster.max_array_size for p in points)
         code_dir = _snapshot(points[0].spec)
         plans = plan_arrays(points, max_size, self.array_parallelism, code_dir)
@@ -105,12 +175,13 @@ class JeanzayLauncher(Launcher):
         log.info(
             f"jeanzay launcher: submitting {len(points)} run(s) as {len(plans)} job "
             f"array(s) to cluster {points[0].spec.cluster.name}"
+            + (f", each task calling {_name(self.task_function)}" if app_task else "")
         )
         # Hydra calls launch once per batch (hydra.sweeper.max_batch_size): a later batch
         # adds to the manifest of the earlier ones.
         manifest = sweep_dir / MANIFEST
         earlier = read_manifest(manifest) if initial_job_idx > 0 and manifest.exists() else []
-        submitted = submit_arrays(plans, folder, sweep_dir, earlier)
+        submitted = submit_arrays(plans, folder, sweep_dir, earlier, app_task)
         for r, _ in submitted:
             log.info(
                 f"  #{r['num']} job {r['job_id']}: {' '.join(r['overrides'])} -> {r['run_dir']}"
@@ -123,32 +194,88 @@ class JeanzayLauncher(Launcher):
             results = wait_for([job for _, job in submitted], self.poll_seconds)
             for (r, _), outcome in zip(submitted, results, strict=True):
                 outcomes[r["num"]] = outcome
-        returns = []
-        for point in points:
-            ret = JobReturn(
-                overrides=list(point.overrides),
-                # Points share one composed config, changed point by point, so none is
-                # kept (Hydra reads only the return values); the run's config is the
-                # resolved one each job gets (point.spec.config).
-                cfg=None,
-                hydra_cfg=self.config,
-                working_dir=point.run_dir,
-                task_name=str(self.config.hydra.job.name),
-            )
-            if point.num in outcomes:
-                state, value = outcomes[point.num]
-                ret.status = JobStatus.COMPLETED if state == "COMPLETED" else JobStatus.FAILED
-                ret.return_value = value if state == "COMPLETED" else RuntimeError(value)
-            else:
-                # Hydra's sweeper reads every return value: without wait, the launcher's
-                # job is done once the run is queued, and its value is the manifest line.
-                ret.status = JobStatus.COMPLETED
-                ret.return_value = by_num[point.num][0]
-            returns.append(ret)
+        returns = [self._returned(p, by_num[p.num][0], outcomes, app_task) for p in points]
         failed = [by_num[n][0]["job_id"] for n, (s, _) in outcomes.items() if s != "COMPLETED"]
         if failed:
             raise RunsFailed(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
         return returns
+
+    def _returned(
+        self, point: Any, record: dict[str, Any], outcomes: dict[int, Any], app_task: Any
+    ) -> JobReturn:
+        """What Hydra's sweeper gets for one point."""
+        assert self.config is not None
+        ret = JobReturn(
+            overrides=list(point.overrides),
+            # Points share one composed config, changed point by point, so none is
+            # kept (Hydra reads only the return values); the run's config is the
+            # resolved one each job gets (point.spec.config).
+            cfg=None,
+            hydra_cfg=self.config,
+            working_dir=point.run_dir,
+            task_name=str(self.config.hydra.job.name),
+        )
+        if point.num not in outcomes:
+            # Hydra's sweeper reads every return value: without wait, the launcher's
+            # job is done once the run is queued, and its value is the manifest line.
+            ret.status = JobStatus.COMPLETED
+            ret.return_value = record
+            return ret
+        state, value = outcomes[point.num]
+        if state == "COMPLETED" and app_task is not None:
+            return value  # the task's own JobReturn, as hydra-submitit-launcher gives
+        ret.status = JobStatus.COMPLETED if state == "COMPLETED" else JobStatus.FAILED
+        ret.return_value = value if state == "COMPLETED" else RuntimeError(value)
+        return ret
+
+    def _app_points(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path
+    ) -> list[Any]:
+        """Every point of your app: its own launcher keys (a sweep may vary them, e.g.
+        hydra.launcher.gpus_per_node=1,2) translated (launch/app_rules.py) and validated
+        against the cluster profile, once per distinct request; raise once, listing every
+        problem, before anything is submitted."""
+        from hydra.errors import HydraException
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        from jeanzay_kit.errors import JzkError, LaunchError
+        from jeanzay_kit.launch.app_rules import APP_KEYS, in_launcher_words, translate
+        from jeanzay_kit.launch.arrays import SweepPoint
+        from jeanzay_kit.launch.point_configs import PointConfigs
+
+        assert self.config is not None and self.hydra_context is not None
+        composer = PointConfigs(self.hydra_context.config_loader, self.config)
+        specs: dict[tuple[str, ...], Any] = {}
+        points, problems = [], []
+        for idx, overrides in enumerate(job_overrides):
+            num = initial_job_idx + idx
+            label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
+            try:
+                with composer.point(overrides, num) as cfg:
+                    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+                    assert isinstance(launcher, dict)
+                    request = translate({k: launcher.get(k) for k in APP_KEYS}, cfg.hydra.job.name)
+                    run_dir = str(sweep_dir / str(cfg.hydra.sweep.subdir))
+                if request.overrides not in specs:
+                    specs[request.overrides] = _toolkit_spec(request.overrides)
+                spec = specs[request.overrides]
+                if isinstance(spec, JzkError):
+                    raise spec
+            except (HydraException, OmegaConfBaseException) as err:
+                problems.append(f"{label}: {err}")
+                continue
+            except JzkError as err:
+                problems.append(f"{label}: {in_launcher_words(str(err))}")
+                continue
+            points.append(SweepPoint(num, tuple(overrides), run_dir, spec, app=request))
+        if problems:
+            raise LaunchError(
+                "nothing was submitted; fix these sweep points:\n" + "\n".join(problems)
+            )
+        if not points:
+            raise LaunchError("the sweep has no points")
+        return points
 
     def _must_wait(self) -> bool:
         """hydra.launcher.wait, or a sweeper that learns from the runs' values (Optuna's):
@@ -218,6 +345,71 @@ class JeanzayLauncher(Launcher):
         if not points:
             raise LaunchError("the sweep has no points")
         return points
+
+
+def _name(function: Any) -> str:
+    return f"{getattr(function, '__module__', '?')}.{getattr(function, '__qualname__', '?')}"
+
+
+def _refuse_app_keys(keys: dict[str, Any]) -> None:
+    """hydra-submitit-launcher's keys are read for a Hydra app of yours; the toolkit's
+    trainer has keys of its own for each, named here."""
+    from jeanzay_kit.errors import LaunchError
+    from jeanzay_kit.launch.app_rules import TOOLKIT_KEYS
+
+    given = sorted(k for k, v in keys.items() if v is not None and v != {})
+    if given:
+        raise LaunchError(
+            "nothing was submitted: "
+            + "; ".join(f"hydra.launcher.{k} is for a Hydra app of yours" for k in given[:1])
+            + " (hydra/launcher=jeanzay in your own @hydra.main), and this sweep runs the "
+            "toolkit's trainer. HINT: "
+            + ", ".join(f"{k} -> {TOOLKIT_KEYS.get(k, 'docs/slurm.md')}" for k in given)
+        )
+
+
+def _toolkit_spec(overrides: Sequence[str]) -> Any:
+    """The JobSpec of one translated request: the toolkit's config composed with it (as
+    `jzk validate` would) and validated against the cluster profile. The request runs
+    a command of yours (job.entry): the trainer's own sections play no part. Composed
+    beside the running Hydra app, whose global state is put back afterwards. A refusal
+    is returned (not raised): points of the same request share it."""
+    import sys
+
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.utils import JobRuntime
+
+    from jeanzay_kit.config.compose import compose_config
+    from jeanzay_kit.config.spec import build_job_spec
+    from jeanzay_kit.errors import JzkError
+
+    hydra_now, view = GlobalHydra.instance().hydra, HydraConfig.instance().cfg
+    job_name = JobRuntime.instance().conf.get("name")  # the app's: its log, --job-name
+    GlobalHydra.instance().clear()
+    try:
+        cfg = compose_config([*overrides, "job.entry=your-hydra-app", "job.entry_kind=script"])
+        spec = build_job_spec(cfg, interpreter=sys.executable)
+    except JzkError as err:
+        return err
+    finally:
+        GlobalHydra.instance().clear()
+        if hydra_now is not None:
+            GlobalHydra.instance().initialize(hydra_now)
+        HydraConfig.instance().cfg = view
+        JobRuntime.instance().set("name", job_name)
+    if not spec.cluster.is_slurm:
+        return _not_slurm(spec.cluster.name)
+    return spec
+
+
+def _not_slurm(name: str) -> Any:
+    from jeanzay_kit.errors import LaunchError
+
+    return LaunchError(
+        f"hydra.launcher.cluster={name} is not a Slurm cluster. HINT: name a Slurm profile "
+        "(jeanzay_h100, ...), or use hydra/launcher=basic to run the points here"
+    )
 
 
 def _snapshot(spec: Any) -> Any:

@@ -12,11 +12,12 @@ need quoting are refused here with a hint, instead of reaching Slurm misread.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LaunchError, RenderError
+from jeanzay_kit.launch.app_rules import AppRequest
 from jeanzay_kit.slurm.flags import sbatch_flags
 from jeanzay_kit.slurm.sbatch import is_plain, setup_lines
 
@@ -29,6 +30,9 @@ class SweepPoint:
     overrides: tuple[str, ...]
     run_dir: str
     spec: JobSpec
+    # A Hydra app of yours (hydra/launcher=jeanzay in your @hydra.main): its launcher
+    # keys, translated (launch/app_rules.py); None: the toolkit's trainer.
+    app: AppRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,9 @@ class ArrayPlan:
     parameters: dict[str, object]
     python: str
     points: tuple[SweepPoint, ...]
+    # submitit's requeues after a time limit (an app's max_num_timeout; preemptions are
+    # always requeued). The toolkit's trainer requeues itself: 0.
+    max_num_timeout: int = 0
 
 
 def _plain(key: str, value: object) -> str:
@@ -90,11 +97,23 @@ def submitit_parameters(
         # One failed task ends the step instead of leaving the others in a collective.
         "srun_args": ["--kill-on-bad-exit=1", *spec.job.srun_args],
     }
+    named, extra = _flag_parameters(spec, skip=())
+    params.update(named)
+    params["additional_parameters"] = extra
+    return params
+
+
+def _flag_parameters(
+    spec: JobSpec, skip: Sequence[str]
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The same options as the rendered script (slurm/flags.py): submitit's named
+    parameters where it has one (it writes its own default otherwise), the rest as
+    additional parameters (signal, requeue, hint). skip: options left to submitit."""
+    params: dict[str, object] = {}
     extra: dict[str, object] = {}
-    # The same options as the rendered script (slurm/flags.py): submitit's named
-    # parameters where it has one (it writes its own default otherwise), the rest as
-    # additional parameters (signal, requeue, hint).
     for flag in sbatch_flags(spec):
+        if flag.name in skip:
+            continue
         if flag.name == "time":
             params["time"] = spec.resources.time_minutes  # submitit takes minutes
         elif flag.name in _NUMBERS:
@@ -105,8 +124,42 @@ def submitit_parameters(
             params[flag.name.replace("-", "_")] = _plain(flag.key, flag.value)
         else:
             extra[flag.name] = _plain(flag.key, flag.value)
-    params["additional_parameters"] = extra
+    return params, extra
+
+
+def app_parameters(
+    spec: JobSpec,
+    extra: Mapping[str, object],
+    array_parallelism: int = 256,
+    code_dir: str | None = None,
+) -> dict[str, object]:
+    """submitit's parameters for a Hydra app of yours (launch/app_rules.py): the
+    validated spec's request, submitit's own time-limit signal (SUBMITIT_PREEMPT_SIGNAL
+    at signal_delay_s, the one signal each task gets: submitit's handler checkpoints and
+    requeues), and the keys only the submission needs (`extra`: comment, exclude,
+    setup, srun_args, additional_parameters, stderr_to_stdout)."""
+    params: dict[str, object] = {
+        "signal_delay_s": spec.preemption.lead_seconds,
+        "array_parallelism": array_parallelism,
+        "setup": [*_setup(spec, code_dir), *_strings(extra.get("setup"))],
+        "srun_args": ["--kill-on-bad-exit=1", *_strings(extra.get("srun_args"))],
+        "stderr_to_stdout": bool(extra.get("stderr_to_stdout", False)),
+    }
+    named, additional = _flag_parameters(spec, skip=("signal",))
+    params.update(named)
+    for key in ("comment", "exclude"):
+        if key in extra:
+            params[key] = _plain(f"hydra.launcher.{key}", extra[key])
+    pairs = extra.get("additional_parameters", ())
+    for name, value in pairs if isinstance(pairs, tuple) else ():
+        where = f"hydra.launcher.additional_parameters.{name}"
+        additional[name] = value if isinstance(value, bool) else _plain(where, value)
+    params["additional_parameters"] = additional
     return params
+
+
+def _strings(value: object) -> list[str]:
+    return [str(v) for v in value] if isinstance(value, (list, tuple)) else []
 
 
 def plan_arrays(
@@ -119,14 +172,19 @@ def plan_arrays(
     group to `max_array_size` tasks (Slurm's MaxArraySize: indices 0..size-1)."""
     if max_array_size < 1:
         raise LaunchError(f"cluster.max_array_size={max_array_size} must be at least 1")
-    groups: dict[str, tuple[dict[str, object], str, list[SweepPoint]]] = {}
+    groups: dict[str, tuple[dict[str, object], str, int, list[SweepPoint]]] = {}
     for point in points:
-        params = submitit_parameters(point.spec, array_parallelism, code_dir)
-        key = repr(sorted(params.items())) + "\0" + point.spec.job.python
-        groups.setdefault(key, (params, point.spec.job.python, []))[2].append(point)
+        if point.app is None:
+            params = submitit_parameters(point.spec, array_parallelism, code_dir)
+            timeouts = 0
+        else:
+            params = app_parameters(point.spec, point.app.extra_dict, array_parallelism, code_dir)
+            timeouts = point.app.max_num_timeout
+        key = f"{sorted(params.items())!r}\0{point.spec.job.python}\0{timeouts}"
+        groups.setdefault(key, (params, point.spec.job.python, timeouts, []))[3].append(point)
     plans = []
-    for params, python, members in groups.values():
+    for params, python, timeouts, members in groups.values():
         for start in range(0, len(members), max_array_size):
             chunk = tuple(members[start : start + max_array_size])
-            plans.append(ArrayPlan(parameters=params, python=python, points=chunk))
+            plans.append(ArrayPlan(params, python, chunk, max_num_timeout=timeouts))
     return plans

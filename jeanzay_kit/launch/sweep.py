@@ -25,23 +25,21 @@ def submit_arrays(
     submitit_folder: str,
     sweep_dir: Path,
     earlier: Sequence[dict[str, Any]] = (),
+    app_task: Any = None,
 ) -> list[tuple[dict[str, Any], Any]]:
     """One sbatch call per plan. Returns (manifest record, submitit job) per run, in sweep
-    order. earlier: records of the sweep's previous batches, kept in the manifest."""
+    order. earlier: records of the sweep's previous batches, kept in the manifest.
+    app_task: your Hydra app's AppTask (launch/app_task.py), called on every task with
+    the point's overrides, number and run directory; None: the toolkit's trainer."""
     import submitit  # lazy: validating and planning a sweep does not need it
 
     records: list[dict[str, Any]] = []
     submitted_jobs: list[tuple[dict[str, Any], Any]] = []
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     for plan in plans:
-        executor = submitit.SlurmExecutor(folder=submitit_folder, python=plan.python)
-        executor.update_parameters(**plan.parameters)
+        executor = _executor(submitit, plan, submitit_folder, app_task is not None)
         try:
-            submitted = executor.map_array(
-                run_training,
-                [dict(p.spec.config) for p in plan.points],
-                [p.run_dir for p in plan.points],
-            )
+            submitted = executor.map_array(*_calls(plan, app_task))
         except Exception as err:  # submitit raises plain exceptions with sbatch's stderr
             # Record what is already queued before reporting the failure.
             if records:
@@ -68,6 +66,31 @@ def submit_arrays(
     submitted_jobs.sort(key=lambda pair: pair[0]["num"])
     write_manifest(sweep_dir, [*earlier, *(record for record, _ in submitted_jobs)])
     return submitted_jobs
+
+
+def _executor(submitit: Any, plan: ArrayPlan, folder: str, app: bool) -> Any:
+    # An app's time-limit requeues are counted by submitit (max_num_timeout); the
+    # toolkit's trainer requeues itself on its own signal, submitit's count unused.
+    timeouts = {"max_num_timeout": plan.max_num_timeout} if app else {}
+    executor = submitit.SlurmExecutor(folder=folder, python=plan.python, **timeouts)
+    executor.update_parameters(**plan.parameters)
+    return executor
+
+
+def _calls(plan: ArrayPlan, app_task: Any) -> tuple[Any, ...]:
+    """map_array's function and its argument lists, one entry per point."""
+    if app_task is not None:
+        return (
+            app_task,
+            [list(p.overrides) for p in plan.points],
+            [p.num for p in plan.points],
+            [p.run_dir for p in plan.points],
+        )
+    return (
+        run_training,
+        [dict(p.spec.config) for p in plan.points],
+        [p.run_dir for p in plan.points],
+    )
 
 
 def wait_for(jobs: Sequence[Any], poll_seconds: float) -> list[tuple[str, Any]]:

@@ -1,0 +1,126 @@
+"""Your Hydra app's task function on every Slurm task of a jeanzay-launched sweep. Edge.
+
+`hydra/launcher=jeanzay` in your own `@hydra.main` app: submitit pickles an AppTask per
+point and calls it on every task, as hydra-submitit-launcher pickles itself. The task:
+
+* puts the project's frozen code first on sys.path (JZK_CODE_DIR, project/snapshot.py)
+  and only then unpickles your function, Hydra's context and config (cloudpickle, at
+  submission), so your modules are imported from the snapshot;
+* composes the point's config as Hydra would (`load_sweep_config`), with its output
+  directory fixed to the point's run directory (the same on every requeue: an app that
+  saves there resumes);
+* on global rank 0, holds the run directory's lease (runtime/lease.py) while your
+  function runs, records the code's provenance, and writes what it returned as the
+  point's result (result.json, launch/app_rules.py returned_record);
+* returns Hydra's JobReturn (what hydra-submitit-launcher returns), or raises your
+  function's error so the Slurm job ends FAILED and `jzk status` says so.
+
+`checkpoint()` is submitit's requeue protocol: on its signal (SUBMITIT_PREEMPT_SIGNAL,
+USR2, `signal_delay_s` before the time limit) submitit asks rank 0 for the call to make
+again, then requeues the job: your function is called again from the start, in the
+same run directory. A preempted job is requeued by Slurm and called again alike.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+
+class AppTask:
+    """One sweep's Hydra app: what each task calls with (overrides, num, run_dir)."""
+
+    def __init__(self, payload: bytes) -> None:
+        # cloudpickle of (hydra_context, config, task_function, singleton_state), taken
+        # once at submission (pack): every point's pickle shares these bytes.
+        self.payload = payload
+
+    @staticmethod
+    def pack(hydra_context: Any, config: Any, task_function: Any) -> AppTask:
+        import cloudpickle
+        from hydra.core.singleton import Singleton
+
+        state = (hydra_context, config, task_function, Singleton.get_state())
+        return AppTask(cloudpickle.dumps(state))
+
+    def __call__(self, overrides: list[str], num: int, run_dir: str) -> Any:
+        import submitit
+
+        from jeanzay_kit.project.import_path import put_project_on_path
+
+        env = dict(os.environ)  # read once, here
+        put_project_on_path(env, Path.cwd())
+        job_env = submitit.JobEnvironment()
+        rank0 = job_env.global_rank == 0
+        lease = _take_run_dir(Path(run_dir), env) if rank0 else None
+        try:
+            ret = self._run(overrides, num, run_dir, str(job_env.job_id))
+            if rank0:
+                _write_result(Path(run_dir), ret)
+        finally:
+            if lease is not None:
+                lease.release()
+        return _returned(ret)
+
+    def _run(self, overrides: list[str], num: int, run_dir: str, job_id: str) -> Any:
+        import pickle
+
+        from hydra.core.singleton import Singleton
+        from hydra.core.utils import run_job, setup_globals
+        from omegaconf import open_dict, read_write
+
+        hydra_context, config, task_function, state = pickle.loads(self.payload)
+        Singleton.set_state(state)
+        setup_globals()
+        sweep_config = hydra_context.config_loader.load_sweep_config(config, list(overrides))
+        with read_write(sweep_config.hydra), open_dict(sweep_config.hydra):
+            sweep_config.hydra.job.id = job_id
+            sweep_config.hydra.job.num = num
+            # The output directory is the point's run directory, fixed at submission
+            # (a subdir of ${now:...} would name another folder at every requeue).
+            sweep_config.hydra.sweep.dir = str(Path(run_dir).parent)
+            sweep_config.hydra.sweep.subdir = Path(run_dir).name
+        return run_job(
+            hydra_context=hydra_context,
+            task_function=task_function,
+            config=sweep_config,
+            job_dir_key="hydra.sweep.dir",
+            job_subdir_key="hydra.sweep.subdir",
+        )
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        """submitit's requeue protocol: the same call, made again after the requeue."""
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
+    from jeanzay_kit.node.entry import record_provenance
+    from jeanzay_kit.runtime.lease import acquire_for
+    from jeanzay_kit.runtime.run_result import clear_result
+
+    lease = acquire_for(run_dir, env, "hydra app (hydra/launcher=jeanzay)")
+    clear_result(run_dir)  # a result of an earlier end no longer holds
+    record_provenance(run_dir, env)
+    return lease
+
+
+def _write_result(run_dir: Path, ret: Any) -> None:
+    from hydra.core.utils import JobStatus
+
+    from jeanzay_kit.launch.app_rules import returned_record
+    from jeanzay_kit.runtime.run_result import write_result
+
+    if ret.status == JobStatus.COMPLETED:
+        write_result(run_dir, returned_record(ret._return_value))
+
+
+def _returned(ret: Any) -> Any:
+    """Hydra's JobReturn; your function's error raised as it is (the job fails)."""
+    from hydra.core.utils import JobStatus
+
+    if ret.status == JobStatus.FAILED:
+        raise ret._return_value
+    return ret
