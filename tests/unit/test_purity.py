@@ -53,6 +53,7 @@ PURE = [
     "ckpt/checksum.py",
     "launch/arrays.py",
     "launch/status.py",
+    "launch/app_rules.py",
     "slurm/discover.py",
     "slurm/flags.py",
     "slurm/test_only.py",
