@@ -23,6 +23,7 @@ OUTCOME = "outcome.json"
 PROVENANCE = "provenance"
 LEASE = "lease.json"
 RESTARTS = "restarts.json"
+ENDINGS = "endings.jsonl"  # how each attempt ended: class, evidence, step, nodes
 TRAIN_LOG = "train.log"
 TRACKERS = "trackers.json"
 TENSORBOARD = "tensorboard"
@@ -78,6 +79,9 @@ ENTRIES: tuple[Entry, ...] = (
           "who writes the run directory now (one writer)"),
     Entry(RESTARTS, "file", "node/restarts.py", "node/restarts.py",
           "restarts spent after hangs and crashes"),
+    Entry(ENDINGS, "file", "node/endings.py (the launcher, the batch script's step)",
+          "jzk status, jzk report, node/restart_job.py, node/local.py",
+          "one line per end of an attempt: its class, evidence, step, nodes, checkpoint"),
     Entry(TRAIN_LOG, "file", "runtime/rank_log.py (every rank), node/local.py", "jzk logs",
           "every rank's output, whole lines labelled [rank N], each start marked"),
     Entry(TRACKERS, "file", "runtime/trackers.py (rank 0)", "runtime/trackers.py",

@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
     verdicts = verdict_lines(rows)
     if verdicts:
         print("\ninput:\n" + "\n".join(f"  {line}" for line in verdicts))
+    endings = ending_lines([r.name for r in runs])
+    if endings:
+        print("\nhow the newest attempt ended:\n" + "\n".join(f"  {line}" for line in endings))
     for line in gpu_hour_lines(directory):
         print(line)
     empty = [r.name for r in runs if not r.loss]
@@ -67,6 +70,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"\nno metrics yet: {', '.join(empty)}")
     print("\nwrote " + ", ".join(str(p) for p in [*written, out / "summary.csv"]))
     return 0
+
+
+def ending_lines(run_dirs: list[str]) -> list[str]:
+    """`<run>: data error at step 4: ValueError: ...` for each run whose newest attempt
+    did not complete (node/endings.py), with the fix."""
+    from jeanzay_kit.node.endings import newest_ending
+
+    lines = []
+    for run_dir in run_dirs:
+        verdict = newest_ending(Path(run_dir))
+        if verdict is not None and verdict.kind != "completed":
+            lines.append(f"{run_dir}: {verdict.line()}. HINT: {verdict.fix}")
+    return lines
 
 
 def gpu_hour_lines(directory: Path) -> list[str]:

@@ -34,7 +34,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="one JSON object per run and line: run_dir, job_id, state, exit_code, elapsed, "
         "where, step, steps, loss, eta_s, restarts, checkpoint, gpu_hours, last_line, "
-        "overrides (docs/slurm.md)",
+        "verdict, evidence, restart_storm, overrides (docs/slurm.md)",
     )
     status.add_argument(
         "--watch",

@@ -12,6 +12,7 @@ from pathlib import Path
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.launch.status import RunProgress
 from jeanzay_kit.node.restarts import restart_history
+from jeanzay_kit.runtime.ending_rules import Verdict
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.stall import FINISHED_PHASES
 
@@ -66,8 +67,13 @@ def run_progress(
     restarts = len([r for r in history if job_id is None or r.get("job_id") == job_id])
     if script.attempts:
         restarts = max(restarts, script.attempts - 1)
+    verdict, storm = _ending(run_dir, job_id, restarts)
     return replace(
         script,
+        verdict=verdict.kind if verdict else None,
+        evidence=verdict.line() if verdict else None,
+        fix=verdict.fix if verdict else None,
+        storm=storm,
         step=step,
         total=total,
         loss=record.get("loss"),
@@ -77,6 +83,17 @@ def run_progress(
         data_wait_share=record.get("data_wait_share"),
         evaluation=last_evaluation(run_dir),
     )
+
+
+def _ending(run_dir: Path, job_id: str | None, restarts: int) -> tuple[Verdict | None, bool]:
+    """The newest end of an attempt (of that Slurm job when job_id is given) and whether
+    the run's restarts are a storm (node/endings.py)."""
+    from jeanzay_kit.node.endings import read_endings
+    from jeanzay_kit.runtime.ending_rules import storm, verdict_of
+
+    endings = [e for e in read_endings(run_dir) if job_id is None or e.get("job_id") == job_id]
+    newest = verdict_of(endings[-1]) if endings else None
+    return newest, storm(endings, restarts)
 
 
 def _script_progress(

@@ -133,6 +133,11 @@ class RunProgress:
     last_line_age_s: float | None = None
     checkpoint_file: str | None = None  # the script's newest checkpoint-looking file
     checkpoint_age_s: float | None = None
+    # How the newest attempt ended (node/endings.py): its class and its one line.
+    verdict: str | None = None
+    evidence: str | None = None  # `data error at step 4: ValueError: ...`
+    fix: str | None = None
+    storm: bool = False  # restarts that completed no new checkpoint (a restart storm)
 
 
 @dataclass(frozen=True)
@@ -187,6 +192,9 @@ def run_objects(
                 "checkpoint": _checkpoint(view) if _checkpoint(view) != "-" else None,
                 "gpu_hours": hours.get(view.key),
                 "last_line": p.last_line,
+                "verdict": p.verdict,
+                "evidence": p.evidence,
+                "restart_storm": p.storm,
                 "overrides": list(view.overrides),
             }
         )
@@ -221,7 +229,24 @@ def status_table(views: Sequence[RunView], states: Mapping[str, JobState]) -> st
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in rows
     )
-    return "\n".join([table, *_script_lines(views)])
+    return "\n".join([table, *_script_lines(views), *ending_lines(views)])
+
+
+def ending_lines(views: Sequence[RunView]) -> list[str]:
+    """Under the table, for each run whose newest attempt did not complete: how it ended
+    and the fix; a restart storm is flagged."""
+    lines = []
+    for view in views:
+        p = view.progress
+        if p.storm:
+            lines.append(
+                f"{view.job_id}: RESTART STORM: {p.restarts} restart(s), the last ones without "
+                "a new checkpoint. HINT: read the endings below and the log (jzk logs); "
+                "cancel the job if the cause is not passing"
+            )
+        if p.verdict and p.verdict != "completed" and p.evidence:
+            lines.append(f"{view.job_id}: {p.evidence}" + (f". HINT: {p.fix}" if p.fix else ""))
+    return ["", *lines] if lines else []
 
 
 def _row(view: RunView, st: JobState | None) -> tuple[str, ...]:

@@ -27,6 +27,13 @@ from pathlib import Path
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.node.endings import (
+    ENDINGS_FILE,
+    classify_attempt,
+    judge,
+    record_ending,
+    verdict_line,
+)
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.runtime.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
@@ -182,7 +189,9 @@ def launch_local(
     cpu_only: bool = False,
 ) -> int:
     """Run the workers; after a hang or a crash, run them again from the newest complete
-    checkpoint while preemption.max_restarts allows (node/restarts.py)."""
+    checkpoint while preemption.max_restarts allows (node/restarts.py) and a restart can
+    help (node/endings.py: a failure that repeats ends the run at once). Every end of an
+    attempt is classified into <run_dir>/endings.jsonl."""
     while True:
         since = time.time()
         local_start_mark(run_dir)
@@ -190,39 +199,55 @@ def launch_local(
             spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only=cpu_only
         )
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
+            with contextlib.suppress(OSError):
+                record_ending(run_dir, classify_attempt(run_dir, code, since), since=since)
             return code
-        reason = "hang" if code == EXIT_HUNG else "crash"
-        if not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
-            print(
-                f"{report.TRAIN}: the run failed ({reason}) before completing any step of this "
-                "attempt: not restarted, since it would fail the same way (no restart of "
-                f"preemption.max_restarts={spec.preemption.max_restarts} spent). HINT: read "
-                "the error above, fix its cause, then run the same command again: it "
-                "resumes from the newest complete checkpoint",
-                file=sys.stderr,
-                flush=True,
-            )
+        if not _restart_after(spec, run_dir, code, since):
             return code
-        done = len(read_restarts(run_dir))
-        limit = spec.preemption.max_restarts
-        if done >= limit:
-            print(
-                f"{report.TRAIN}: the run failed ({reason}) and has used its {limit} restart(s) "
-                f"(preemption.max_restarts={limit}, history in {run_dir / RESTARTS_FILE}); "
-                "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
-                "the cause, then run the same command again: it resumes from the newest "
-                f"complete checkpoint (delete {RESTARTS_FILE} to reset the budget)",
-                file=sys.stderr,
-                flush=True,
-            )
-            return code
-        count = record_restart(run_dir, reason)
-        print(
-            f"{report.TRAIN}: restarting after a {reason} ({count}/{limit}), from the newest "
-            "complete checkpoint",
-            file=sys.stderr,
-            flush=True,
+
+
+def _say(line: str) -> None:
+    print(f"{report.TRAIN}: {line}", file=sys.stderr, flush=True)
+
+
+def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> bool:
+    """After a failed attempt: classify and record its end, then restart it (True) or
+    say why not (False)."""
+    reason = "hang" if code == EXIT_HUNG else "crash"
+    limit = spec.preemption.max_restarts
+    verdict = classify_attempt(run_dir, code, since)
+    if not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
+        record_ending(run_dir, verdict, since=since, retried=False)
+        _say(
+            f"the run failed ({verdict.line()}) before completing any step of this attempt: "
+            "not restarted, since it would fail the same way (no restart of "
+            f"preemption.max_restarts={limit} spent). HINT: read the error above, fix "
+            "its cause, then run the same command again: it resumes from the newest "
+            "complete checkpoint"
         )
+        return False
+    decision = judge(run_dir, verdict)
+    if not decision.retry:
+        record_ending(run_dir, verdict, since=since, retried=False)
+        _say(f"the run failed: {verdict_line(verdict, decision)} (history in {ENDINGS_FILE})")
+        return False
+    if len(read_restarts(run_dir)) >= limit:
+        record_ending(run_dir, verdict, since=since, retried=False)
+        _say(
+            f"the run failed ({verdict.line()}) and has used its {limit} restart(s) "
+            f"(preemption.max_restarts={limit}, history in {run_dir / RESTARTS_FILE}); "
+            "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
+            "the cause, then run the same command again: it resumes from the newest "
+            f"complete checkpoint (delete {RESTARTS_FILE} to reset the budget)"
+        )
+        return False
+    record_ending(run_dir, verdict, since=since, retried=True)
+    count = record_restart(run_dir, reason)
+    _say(
+        f"restarting after a {reason} ({count}/{limit}), from the newest complete "
+        f"checkpoint ({verdict.line()})"
+    )
+    return True
 
 
 def local_start_mark(run_dir: Path) -> None:

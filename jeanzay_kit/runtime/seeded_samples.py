@@ -31,6 +31,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
+from jeanzay_kit.runtime.ending_rules import INDEX_NOTE
+
 MASK64 = (1 << 64) - 1
 
 
@@ -85,7 +87,13 @@ class SeededSamples(Dataset):
             samples = []
             for index, position in keys:
                 seed_generators(sample_seed(self.seed, position))
-                samples.append(self.dataset[index])
+                try:
+                    samples.append(self.dataset[index])
+                except Exception as err:
+                    # Named in the traceback (a worker's too), so the run's record says which
+                    # sample failed (runtime/ending_rules.py INDEX_NOTE).
+                    err.add_note(f"{INDEX_NOTE}{index}")
+                    raise
             return samples
 
 

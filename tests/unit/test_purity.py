@@ -43,6 +43,7 @@ PURE = [
     "node/script_watch_rules.py",
     "node/script_cwd_rules.py",
     "runtime/stall.py",
+    "runtime/ending_rules.py",
     "runtime/progress.py",
     "runtime/peaks.py",
     "config/micro_batch_rules.py",

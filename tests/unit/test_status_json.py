@@ -76,6 +76,9 @@ def test_one_object_per_run_with_the_contracts_keys() -> None:
         "checkpoint",
         "gpu_hours",
         "last_line",
+        "verdict",
+        "evidence",
+        "restart_storm",
         "overrides",
     }
     assert (first["state"], first["steps"], first["gpu_hours"]) == ("COMPLETED", 10, 12.0)

@@ -1,0 +1,161 @@
+"""The run's record of how each attempt ended: `<run_dir>/endings.jsonl`. Edge (files).
+
+One line per end of an attempt, written by whoever saw it end (the local launcher,
+node/local.py; the batch script's step after srun, node/restart_job.py): the class and
+its one line of evidence (runtime/ending_rules.py), the step reached, the nodes, the newest
+complete checkpoint then. `jzk status` and `jzk report` read the newest; the next
+failure is compared with it (a repeat ends the run instead of a restart).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit import run_layout as layout
+from jeanzay_kit.runtime.ending_rules import (
+    Decision,
+    Verdict,
+    attempt_part,
+    classify,
+    decide,
+    verdict_of,
+)
+
+ENDINGS_FILE = layout.ENDINGS
+LOG_TAIL_BYTES = 256 * 1024  # an attempt's end is near the end of the log
+
+
+def log_tail(path: Path) -> str:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - LOG_TAIL_BYTES))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def attempt_log(run_dir: Path) -> str:
+    """The newest attempt's lines of train.log, labels removed."""
+    from jeanzay_kit.slurm.sbatch import START_MARK
+
+    return attempt_part(log_tail(run_dir / layout.TRAIN_LOG), START_MARK)
+
+
+def attempt_beats(run_dir: Path, since: float | None) -> tuple[int | None, list[str]]:
+    """The step the attempt started at `since` reached (its ranks' newest beats), and
+    the hosts of its ranks."""
+    from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+
+    beats = [
+        b for b in read_beats(run_dir / HEARTBEAT_DIR) if since is None or b.wall_time >= since
+    ]
+    step = max((b.step for b in beats), default=None)
+    return step, sorted({b.host for b in beats})
+
+
+def newest_checkpoint(run_dir: Path) -> int | None:
+    from jeanzay_kit.ckpt.store import CheckpointStore
+
+    root = run_dir / layout.CHECKPOINTS
+    if not root.is_dir():
+        return None
+    steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
+    return max(steps, default=None)
+
+
+def classify_attempt(
+    run_dir: Path,
+    exit_code: int | None,
+    since: float | None,
+    *,
+    signal_name: str | None = None,
+    slurm_state: str = "",
+    extra_log: str = "",
+) -> Verdict:
+    """The end of the attempt started at `since`, from train.log (and `extra_log`: the
+    job's own Slurm log, where slurmstepd writes) and its heartbeats."""
+    step, _ = attempt_beats(run_dir, since)
+    log = attempt_log(run_dir) + ("\n" + extra_log if extra_log else "")
+    return classify(
+        exit_code=exit_code,
+        log=log,
+        signal_name=signal_name,
+        slurm_state=slurm_state,
+        step=step,
+    )
+
+
+def read_endings(run_dir: Path) -> list[dict[str, Any]]:
+    try:
+        text = (run_dir / ENDINGS_FILE).read_text(errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def newest_ending(run_dir: Path) -> Verdict | None:
+    endings = read_endings(run_dir)
+    return verdict_of(endings[-1]) if endings else None
+
+
+def record_ending(
+    run_dir: Path,
+    verdict: Verdict,
+    *,
+    job_id: str | None = None,
+    since: float | None = None,
+    retried: bool | None = None,
+) -> None:
+    """Append one end of an attempt (one write on a file opened for appending)."""
+    _, hosts = attempt_beats(run_dir, since)
+    record = {
+        **verdict.record(),
+        "job_id": job_id,
+        "nodes": hosts,
+        "checkpoint": newest_checkpoint(run_dir),
+        "retried": retried,
+        "time": time.time(),
+    }
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / ENDINGS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(record) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def judge(run_dir: Path, verdict: Verdict) -> Decision:
+    """Whether restarting after `verdict` can help, against the run's record: the end
+    before it (when this attempt was a restart) and the checkpoints since."""
+    from jeanzay_kit.node.restarts import read_restarts
+
+    restarted = bool(read_restarts(run_dir))
+    endings = read_endings(run_dir) if restarted else []
+    previous = verdict_of(endings[-1]) if endings else None
+    before = endings[-1].get("checkpoint") if endings else None
+    return decide(
+        verdict,
+        previous,
+        new_checkpoint=newest_checkpoint(run_dir) != before,
+        restarted_before=restarted,
+    )
+
+
+def verdict_line(verdict: Verdict, decision: Decision) -> str:
+    """`data error at step 4: ValueError: ...; not restarted: the attempt before failed
+    the same way at the same step. HINT: ...`"""
+    return f"{verdict.line()}; not restarted: {decision.why}. HINT: {verdict.fix}"

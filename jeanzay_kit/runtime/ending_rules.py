@@ -1,0 +1,313 @@
+"""Why an attempt of a run ended, and whether another attempt can help. Pure.
+
+Every end of an attempt gets one class from the evidence the toolkit has: the exit code
+and signal of the step, sacct's State (PREEMPTED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY),
+the attempt's part of the log (train.log: each rank's traceback, NCCL's and slurmstepd's
+words) and the step its heartbeats reached. The class and its one line of evidence go
+to the run's record (`endings.jsonl`, node/endings.py), `jzk status` and `jzk report`.
+
+A retry only where it can help (NVIDIA's resiliency extension counts restarts against
+progress and has a "do not requeue" answer): a preemption, a time limit, a node failure,
+a GPU hardware error and a hang are requeued; a failure that repeats (the same class and
+message at the same step as the attempt before, or no new checkpoint since the last
+restart) ends the run at once with its verdict and fix, as do an out of memory, a NaN
+and a full disk, which no restart from the same checkpoint can pass.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+PREEMPTED = "preempted"
+TIME_LIMIT = "time_limit"
+STOPPED = "stopped"
+COMPLETED = "completed"
+GPU_OOM = "gpu_oom"
+HOST_OOM = "host_oom"
+NONFINITE = "nan"
+HANG = "hang"
+NODE_FAILURE = "node_failure"
+GPU_HARDWARE = "gpu_hardware"
+DATA_ERROR = "data_error"
+DISK_FULL = "disk_full"
+USER_ERROR = "user_error"
+UNKNOWN = "unknown"
+
+# Classes another attempt (on other nodes, after the queue) may pass.
+WORTH_A_RETRY = frozenset({PREEMPTED, TIME_LIMIT, STOPPED, NODE_FAILURE, GPU_HARDWARE, HANG})
+# Classes no restart from the same checkpoint passes: the run ends at the first.
+ENDS_AT_ONCE = frozenset({GPU_OOM, HOST_OOM, NONFINITE, DISK_FULL})
+# Classes that name a node to leave out of the next attempt.
+NODE_FAULTS = frozenset({NODE_FAILURE, GPU_HARDWARE})
+
+WORDS = {
+    PREEMPTED: "preempted",
+    TIME_LIMIT: "time limit",
+    STOPPED: "stopped",
+    COMPLETED: "completed",
+    GPU_OOM: "out of GPU memory",
+    HOST_OOM: "out of host memory",
+    NONFINITE: "NaN/Inf loss",
+    HANG: "hang/collective timeout",
+    NODE_FAILURE: "node failure",
+    GPU_HARDWARE: "GPU hardware error",
+    DATA_ERROR: "data error",
+    DISK_FULL: "disk full/quota",
+    USER_ERROR: "error in the training code",
+    UNKNOWN: "unknown",
+}
+
+FIXES = {
+    PREEMPTED: "nothing to do: the job is requeued and resumes from its newest checkpoint",
+    TIME_LIMIT: "nothing to do: the job is requeued; a longer resources.time means fewer requeues",
+    STOPPED: "run the same command again: it resumes from the newest checkpoint",
+    COMPLETED: "-",
+    GPU_OOM: "lower the micro-batch (train.micro_batch_size) or shard the model "
+    "(parallel.strategy=fsdp); jzk check estimates the memory before a run",
+    HOST_OOM: "ask for more host memory (resources.mem or more CPUs per task) or fewer "
+    "loader workers (loader.num_workers)",
+    NONFINITE: "lower optim.lr, clip gradients, or skip such steps (train.nonfinite=skip)",
+    HANG: "read the hang-<step>/ stacks: a rank that never reached the collective is named "
+    "first; retried on other nodes",
+    NODE_FAILURE: "nothing to do: the job is requeued without that node",
+    GPU_HARDWARE: "nothing to do: the job is requeued without that node; tell the site's "
+    "support if it repeats",
+    DATA_ERROR: "fix or skip the named sample in the dataset (its __getitem__), then submit "
+    "again: it resumes from its newest checkpoint",
+    DISK_FULL: "free space or quota (idrquota on Jean Zay) where the run writes, or keep "
+    "fewer checkpoints (checkpoint.keep)",
+    USER_ERROR: "fix the error in the traceback, then submit again: it resumes from its "
+    "newest checkpoint",
+    UNKNOWN: "read the job's log",
+}
+
+# sacct's State of an allocation, as a class.
+SLURM_STATES = {
+    "PREEMPTED": PREEMPTED,
+    "TIMEOUT": TIME_LIMIT,
+    "DEADLINE": TIME_LIMIT,
+    "NODE_FAIL": NODE_FAILURE,
+    "OUT_OF_MEMORY": HOST_OOM,
+}
+
+# A line of the attempt's log as a class, first match wins: a GPU's hardware error
+# before the peers' NCCL timeouts it causes, an out of memory before the collective
+# its rank never reached, the toolkit's words before the scheduler's.
+PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (kind, re.compile(pattern, re.I))
+    for kind, pattern in (
+        (GPU_HARDWARE, r"uncorrectable ECC error|ECC_UNCORRECTABLE|\bXid\b|GPU is lost|"
+         r"fallen off the bus|CUDA error: uncorrectable|NVML_ERROR_GPU_IS_LOST|"
+         r"CUDA error: unspecified launch failure"),
+        (GPU_OOM, r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
+        (HOST_OOM, r"oom[-_]kill|task \d+: Out Of Memory|Killed process \d+ .*out of memory"),
+        (DISK_FULL, r"No space left on device|Disk quota exceeded|\[Errno 28\]|\[Errno 122\]|"
+         r"ENOSPC|EDQUOT"),
+        (NONFINITE, r"loss is NaN or infinite|NonFiniteLoss|loss is nan\b"),
+        (NODE_FAILURE, r"Node failure on|DUE TO NODE FAIL|NODE_FAIL"),
+        (PREEMPTED, r"DUE TO PREEMPTION"),
+        (TIME_LIMIT, r"DUE TO TIME LIMIT"),
+        (HANG, r"Watchdog caught collective operation timeout|collective operation timeout|"
+         r"NCCL communicator was aborted|NCCL error|DistBackendError|watchdog: rank \d+ .*stuck|"
+         r"no heartbeat"),
+    )
+)  # fmt: skip
+
+LABEL = re.compile(r"^\[rank (\d+)\] ")
+EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed|Interrupt)\b:?")
+WRAPPER = re.compile(r"Caught \w+ in DataLoader worker process")
+DATA_FRAMES = re.compile(r"__getitems?__|torch/utils/data/|DataLoader worker process")
+# The note the toolkit adds to an exception from a dataset (runtime/seeded_samples.py).
+INDEX_NOTE = "jzk: dataset index "
+INDEX = re.compile(re.escape(INDEX_NOTE) + r"(\d+)")
+MEMORY = re.compile(r"Tried to allocate [\d.]+ [KMGT]iB.*?(capacit?y of [\d.]+ [KMGT]iB|"
+                    r"[\d.]+ [KMGT]iB total capacity)")  # fmt: skip
+EVIDENCE_CHARS = 240
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One end of an attempt: its class, the one line that shows it, the step its
+    heartbeats reached, and for a data error the dataset index."""
+
+    kind: str
+    evidence: str
+    step: int | None = None
+    index: int | None = None
+
+    @property
+    def words(self) -> str:
+        return WORDS.get(self.kind, self.kind)
+
+    @property
+    def fix(self) -> str:
+        return FIXES.get(self.kind, FIXES[UNKNOWN])
+
+    def line(self) -> str:
+        """`data error at step 4: ValueError: corrupt record 1500`"""
+        at = f" at step {self.step}" if self.step is not None else ""
+        return f"{self.words}{at}: {self.evidence}"
+
+    def same_failure(self, other: Verdict) -> bool:
+        """The same class and message at the same step: it would fail so again."""
+        return (self.kind, self.evidence, self.step) == (other.kind, other.evidence, other.step)
+
+    def record(self) -> dict[str, object]:
+        return {"kind": self.kind, "evidence": self.evidence, "step": self.step,
+                "index": self.index}  # fmt: skip
+
+
+def verdict_of(record: Mapping[str, object]) -> Verdict | None:
+    """A record of endings.jsonl back as a Verdict (None: not one)."""
+    kind, evidence = record.get("kind"), record.get("evidence")
+    if not isinstance(kind, str) or not isinstance(evidence, str):
+        return None
+    step, index = record.get("step"), record.get("index")
+    return Verdict(kind, evidence, step if isinstance(step, int) else None,
+                   index if isinstance(index, int) else None)  # fmt: skip
+
+
+def attempt_part(log: str, start_mark: str) -> str:
+    """The lines of the newest attempt: after the last line starting with `start_mark`,
+    their `[rank N] ` labels removed."""
+    lines = log.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(start_mark)]
+    kept = lines[starts[-1] + 1 :] if starts else lines
+    return "\n".join(LABEL.sub("", line) for line in kept)
+
+
+def _short(line: str) -> str:
+    line = " ".join(line.split())
+    return line if len(line) <= EVIDENCE_CHARS else line[: EVIDENCE_CHARS - 3] + "..."
+
+
+@dataclass(frozen=True)
+class Traceback:
+    frames: str  # the indented lines and the wrappers' lines of the block
+    exception: str  # its innermost exception line
+    notes: str  # the lines after it (an exception's notes)
+
+
+def tracebacks(text: str) -> list[Traceback]:
+    """The Python tracebacks of the text, in order; a chained one (a DataLoader worker's
+    `Caught X in DataLoader worker process N` and its original) counts once, by the
+    innermost exception."""
+    found: list[Traceback] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        if "Traceback (most recent call last):" not in lines[i]:
+            i += 1
+            continue
+        frames: list[str] = []
+        exception = ""
+        i += 1
+        while i < len(lines):
+            line = lines[i]
+            if "Traceback (most recent call last):" in line or not line.strip():
+                i += 1
+                continue
+            if line[0].isspace() or WRAPPER.search(line) or line.startswith("The above"):
+                frames.append(line)
+                i += 1
+                continue
+            if EXCEPTION.match(line) and not WRAPPER.search(line):
+                exception = line
+                i += 1
+            break
+        notes = []
+        while i < len(lines) and lines[i].startswith("jzk: "):
+            notes.append(lines[i])
+            i += 1
+        if exception:
+            found.append(Traceback("\n".join(frames), exception, "\n".join(notes)))
+    return found
+
+
+def from_log(text: str) -> Verdict | None:
+    """The class the attempt's log shows, or None when it shows none."""
+    for kind, pattern in PATTERNS:
+        for line in text.splitlines():
+            if pattern.search(line):
+                return Verdict(kind, _short(_with_figure(kind, line)))
+    for tb in tracebacks(text):
+        if DATA_FRAMES.search(tb.frames) or INDEX.search(tb.notes):
+            match = INDEX.search(tb.notes)
+            index = int(match.group(1)) if match else None
+            said = f" (dataset index {index})" if index is not None else ""
+            return Verdict(DATA_ERROR, _short(tb.exception + said), index=index)
+    for tb in tracebacks(text):
+        return Verdict(USER_ERROR, _short(tb.exception))
+    return None
+
+
+def _with_figure(kind: str, line: str) -> str:
+    """A CUDA out of memory keeps its figure (what it tried, what the GPU has)."""
+    if kind == GPU_OOM and (match := MEMORY.search(line)):
+        return f"CUDA out of memory: {match.group(0)}"
+    return line
+
+
+def classify(
+    *,
+    exit_code: int | None,
+    log: str = "",
+    signal_name: str | None = None,
+    slurm_state: str = "",
+    step: int | None = None,
+) -> Verdict:
+    """One end of an attempt. exit_code: the step's (the toolkit's 3: stopped after a
+    save, 4: the watchdog found a hang; None: unknown); log: the attempt's part of the
+    log (attempt_part); signal_name: the signal its process died of; slurm_state:
+    sacct's State of the job or step ("" when not asked)."""
+    state = slurm_state.split()[0] if slurm_state else ""
+    seen = from_log(log) if log else None
+    if state in SLURM_STATES:
+        kind = SLURM_STATES[state]
+        said = seen.evidence if seen is not None and seen.kind == kind else f"sacct State={state}"
+        return Verdict(kind, said, step)
+    if exit_code == 0:
+        return Verdict(COMPLETED, "exit 0", step)
+    if seen is not None and (exit_code != 3 or seen.kind in NODE_FAULTS):
+        return Verdict(seen.kind, seen.evidence, step, seen.index)
+    if exit_code == 3:
+        return Verdict(STOPPED, "exit 3: stopped after a save (a signal or a request)", step)
+    if exit_code == 4:
+        return Verdict(HANG, "exit 4: the watchdog found a rank stuck", step)
+    if signal_name:
+        return Verdict(UNKNOWN, f"killed by {signal_name}", step)
+    return Verdict(UNKNOWN, f"exit {exit_code}" if exit_code is not None else "no evidence", step)
+
+
+@dataclass(frozen=True)
+class Decision:
+    retry: bool
+    why: str  # why not, in words ("" when retried)
+
+
+def decide(
+    now: Verdict, previous: Verdict | None, *, new_checkpoint: bool, restarted_before: bool
+) -> Decision:
+    """Whether a restart can help after `now`. previous: the end of the attempt before
+    (None: this is the first since the run last finished); new_checkpoint: a checkpoint
+    was completed since the last restart; restarted_before: this attempt was a restart."""
+    if now.kind in ENDS_AT_ONCE:
+        return Decision(False, f"{now.words} repeats from the same checkpoint")
+    if previous is not None and now.same_failure(previous):
+        return Decision(False, "the attempt before failed the same way at the same step")
+    if now.kind in WORTH_A_RETRY:
+        return Decision(True, "")
+    if restarted_before and not new_checkpoint:
+        return Decision(False, "no new checkpoint since the last restart")
+    return Decision(True, "")
+
+
+def storm(endings: Sequence[Mapping[str, object]], restarts: int, threshold: int = 3) -> bool:
+    """A restart storm: `threshold` restarts or more whose attempts completed no new
+    checkpoint (each ending records the newest complete checkpoint it left)."""
+    if restarts < threshold:
+        return False
+    marks = [e.get("checkpoint") for e in endings[-(threshold + 1) :]]
+    return len(marks) > threshold and len(set(map(str, marks))) == 1

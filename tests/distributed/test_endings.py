@@ -1,0 +1,82 @@
+"""Every end of an attempt classified, and no restart that cannot help (issue 58).
+
+The user's project is docs/examples/your_model with a dataset that raises on one corrupt
+record, read by real loader worker processes under 2 gloo ranks, as the issue met it: the
+run restarted 3 times from step 0 (preemption.max_restarts=3), failing at the same record
+each time. Now it ends after the first repeat, naming the record, and the run's record,
+`jzk status --json` and `jzk report` say why.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.test_your_model import EXAMPLE, JZK, jzk, run_dir_of
+
+CORRUPT = """
+from userpkg.images import RandomImages
+
+
+class CorruptImages(RandomImages):
+    def __getitem__(self, index):
+        if index == 1500:
+            raise ValueError(f"corrupt record {index}")
+        return super().__getitem__(index)
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    folder = tmp_path / "images-project"
+    shutil.copytree(EXAMPLE, folder, ignore=shutil.ignore_patterns("outputs", "__pycache__"))
+    (folder / "userpkg" / "corrupt.py").write_text(CORRUPT)
+    return folder
+
+
+@pytest.mark.timeout(400)
+def test_a_corrupt_record_ends_the_run_after_the_first_repeat(project: Path) -> None:
+    run = jzk(
+        project,
+        "train",
+        "resources.gpus_per_node=2",
+        "data._target_=userpkg.corrupt.CorruptImages",
+        "train.steps=60",
+        "train.eval_every=0",
+        "checkpoint.every_steps=50",  # no checkpoint before the record
+        "preemption.max_restarts=3",
+        timeout=380,
+    )
+    err = run.stderr
+    assert run.returncode != 0, err[-3000:]
+    run_dir = run_dir_of(project, "images")
+    # One restart (the first failure may be a passing one), then the repeat ends it.
+    assert err.count("restarting after a crash") == 1, err[-4000:]
+    assert "(2/3)" not in err, err[-4000:]
+    endings = [json.loads(line) for line in (run_dir / "endings.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in endings] == ["data_error", "data_error"], endings
+    assert [e["retried"] for e in endings] == [True, False], endings
+    assert endings[0]["step"] == endings[1]["step"] and endings[0]["step"] > 0, endings
+    assert endings[1]["index"] == 1500, endings
+    assert "ValueError: corrupt record 1500 (dataset index 1500)" in endings[1]["evidence"]
+    said = [line for line in err.splitlines() if "not restarted" in line]
+    assert said and "corrupt record 1500" in said[-1], err[-4000:]
+    assert "the attempt before failed the same way at the same step" in said[-1], said
+    assert "HINT: fix or skip the named sample" in said[-1], said
+
+    # jzk status --json and jzk report say the same.
+    status = subprocess.run(
+        [JZK, "status", str(run_dir), "--json"], cwd=project, capture_output=True, text=True
+    )
+    obj = json.loads(status.stdout.splitlines()[0])
+    assert obj["verdict"] == "data_error", obj
+    assert "corrupt record 1500" in obj["evidence"], obj
+    report = jzk(project, "report", str(run_dir), timeout=120)
+    assert "data error at step" in report.stdout and "corrupt record 1500" in report.stdout, (
+        report.stdout[-2000:],
+        report.stderr[-2000:],
+    )

@@ -1,0 +1,199 @@
+"""The classes of an attempt's end (runtime/ending_rules.py), from real log excerpts.
+
+Each excerpt is what PyTorch, NCCL or Slurm printed in a user's report (the issue or
+thread is named), as train.log or a Slurm log holds it; the classifier must find the
+class and keep the line that shows it."""
+
+from __future__ import annotations
+
+import pytest
+
+from jeanzay_kit.runtime.ending_rules import (
+    DATA_ERROR,
+    DISK_FULL,
+    GPU_HARDWARE,
+    GPU_OOM,
+    HANG,
+    HOST_OOM,
+    NODE_FAILURE,
+    NONFINITE,
+    PREEMPTED,
+    STOPPED,
+    TIME_LIMIT,
+    USER_ERROR,
+    Verdict,
+    attempt_part,
+    classify,
+    decide,
+    storm,
+)
+
+# pytorch/pytorch#16417 (torch 2.2's wording, 'capacity of')
+CUDA_OOM = """[rank 1] Traceback (most recent call last):
+[rank 1]   File "/w/train.py", line 88, in step
+[rank 1]     loss = model(x).sum()
+[rank 1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 22.00 MiB. GPU 0 has a \
+total capacity of 23.65 GiB of which 11.06 MiB is free. Including non-PyTorch memory, this \
+process has 23.60 GiB memory in use.
+[rank 0] rank 0 stopped: a peer left the job (Connection closed by peer)
+"""
+# pytorch/pytorch#59778 (torch 1.x's wording)
+CUDA_OOM_OLD = (
+    "RuntimeError: CUDA out of memory. Tried to allocate 2.26 GiB (GPU 0; 6.00 GiB total "
+    "capacity; 781.59 MiB already allocated; 3.03 GiB free; 1.24 GiB reserved in total by PyTorch)"
+)
+# huggingface/accelerate#1192: one rank's GPU, its peers then terminated by the launcher
+ECC = """Traceback (most recent call last):
+  File "/w/train.py", line 12, in <module>
+    model.to(device)
+RuntimeError: CUDA error: uncorrectable ECC error encountered
+CUDA kernel errors might be asynchronously reported at some other API call,so the \
+stacktrace below might be incorrect.
+For debugging consider passing CUDA_LAUNCH_BLOCKING=1.
+[rank1]:[E321 02:07:08.414640780 ProcessGroupNCCL.cpp:607] [Rank 1] Watchdog caught \
+collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, \
+NumelOut=466119168, Timeout(ms)=600000) ran for 600067 milliseconds before timing out.
+"""
+# hiyouga/LlamaFactory#7396
+NCCL_TIMEOUT = (
+    "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught "
+    "collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, "
+    "NumelOut=466119168, Timeout(ms)=600000) ran for 600060 milliseconds before timing out.\n"
+)
+NCCL_ERROR = (
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
+)
+# nextflow-io/nextflow#5932
+SLURM_OOM = (
+    "slurmstepd: error: Detected 1 oom_kill event in StepId=11300781.0. Some of the step "
+    "tasks have been OOM Killed.\nsrun: error: sdumont6156: task 0: Out Of Memory\n"
+)
+# ZettaAI/zetta_utils#671, SystemsGenetics/GEMmaker#242
+TIMEOUT = (
+    "srun: Job step aborted: Waiting up to 47 seconds for job step to finish.\n"
+    "slurmstepd: error: *** JOB 494583 ON n12 CANCELLED AT 2024-04-20T09:09:37 DUE TO TIME "
+    "LIMIT ***\n"
+)
+PREEMPTION = (
+    "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO "
+    "PREEMPTION ***\n"
+)
+NODE_FAIL = (
+    "srun: error: Node failure on jzxh042\nsrun: error: Nodes jzxh042 are still not responding\n"
+)
+# A dataset raising in a DataLoader worker: torch's wrapper, the original, the toolkit's note
+DATASET = """[rank 0] rank 0 failed:
+[rank 0] Traceback (most recent call last):
+[rank 0]   File "/k/jeanzay_kit/train/loop.py", line 120, in train
+[rank 0]     batch = next(batches)
+[rank 0] ValueError: Caught ValueError in DataLoader worker process 0.
+[rank 0] Original Traceback (most recent call last):
+[rank 0]   File "/v/torch/utils/data/_utils/worker.py", line 349, in _worker_loop
+[rank 0]     data = fetcher.fetch(index)
+[rank 0]   File "/p/userpkg/corrupt.py", line 8, in __getitem__
+[rank 0]     raise ValueError(f"corrupt record {index}")
+[rank 0] ValueError: corrupt record 1500
+[rank 0] jzk: dataset index 1500
+[rank 0]
+[rank 1] rank 1 stopped: a peer left the job (Connection closed by peer)
+"""
+ENOSPC = """Traceback (most recent call last):
+  File "/w/save.py", line 3, in save
+    handle.write(blob)
+OSError: [Errno 28] No space left on device
+"""
+EDQUOT = "OSError: [Errno 122] Disk quota exceeded: '/lustre/fswork/projects/x/ckpt/step-9'\n"
+NAN = (
+    "jzk train: the loss is NaN or infinite at step 57 on some rank; nothing was saved "
+    "at that step. HINT: lower optim.lr\n"
+)
+BUG = """Traceback (most recent call last):
+  File "/p/model.py", line 30, in forward
+    return self.head(h.view(h.size(0), -1))
+RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x64 and 128x4)
+"""
+
+
+@pytest.mark.parametrize(
+    ("log", "exit_code", "state", "kind", "shown"),
+    [
+        (CUDA_OOM, 1, "", GPU_OOM, "Tried to allocate 22.00 MiB. GPU 0 has a total capacity of"),
+        (CUDA_OOM_OLD, 1, "", GPU_OOM, "6.00 GiB total capacity"),
+        (ECC, 1, "", GPU_HARDWARE, "CUDA error: uncorrectable ECC error encountered"),
+        (NCCL_TIMEOUT, 1, "", HANG, "Watchdog caught collective operation timeout"),
+        (NCCL_ERROR, 1, "", HANG, "NCCL error in"),
+        (SLURM_OOM, 137, "", HOST_OOM, "oom_kill event"),
+        (SLURM_OOM, 1, "OUT_OF_MEMORY", HOST_OOM, "oom_kill event"),
+        (TIMEOUT, 0, "TIMEOUT", TIME_LIMIT, "DUE TO TIME LIMIT"),
+        (TIMEOUT, 15, "", TIME_LIMIT, "DUE TO TIME LIMIT"),
+        (PREEMPTION, 0, "PREEMPTED", PREEMPTED, "DUE TO PREEMPTION"),
+        (NODE_FAIL, 1, "", NODE_FAILURE, "Node failure on jzxh042"),
+        ("", 1, "NODE_FAIL", NODE_FAILURE, "sacct State=NODE_FAIL"),
+        (DATASET, 1, "", DATA_ERROR, "ValueError: corrupt record 1500 (dataset index 1500)"),
+        (ENOSPC, 1, "", DISK_FULL, "No space left on device"),
+        (EDQUOT, 1, "", DISK_FULL, "Disk quota exceeded"),
+        (NAN, 2, "", NONFINITE, "loss is NaN or infinite at step 57"),
+        (BUG, 1, "", USER_ERROR, "RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+        ("", 3, "", STOPPED, "exit 3"),
+        ("", 4, "", HANG, "watchdog"),
+    ],
+)
+def test_each_end_gets_its_class_and_evidence(
+    log: str, exit_code: int, state: str, kind: str, shown: str
+) -> None:
+    verdict = classify(exit_code=exit_code, log=attempt_part(log, "jzk: start "), slurm_state=state)
+    assert verdict.kind == kind, verdict
+    assert shown in verdict.evidence, verdict
+    assert "\n" not in verdict.evidence and len(verdict.evidence) <= 240
+
+
+def test_only_the_newest_attempt_of_the_log_is_read() -> None:
+    log = BUG + "jzk: start 2 of the run on n1 at 2026-11-27T10:00:00\n" + ENOSPC
+    assert classify(exit_code=1, log=attempt_part(log, "jzk: start ")).kind == DISK_FULL
+    log = ENOSPC + "jzk: start 2 of job 7 on n1\n" + BUG
+    assert classify(exit_code=1, log=attempt_part(log, "jzk: start ")).kind == USER_ERROR
+
+
+def test_the_dataset_index_is_kept() -> None:
+    verdict = classify(exit_code=1, log=attempt_part(DATASET, "jzk: start "), step=4)
+    assert verdict.index == 1500 and verdict.step == 4
+    assert verdict.line() == (
+        "data error at step 4: ValueError: corrupt record 1500 (dataset index 1500)"
+    )
+
+
+DATA = Verdict(DATA_ERROR, "ValueError: corrupt record 1500 (dataset index 1500)", 4, 1500)
+
+
+@pytest.mark.parametrize(
+    ("now", "previous", "new_checkpoint", "restarted", "retry"),
+    [
+        (DATA, None, False, False, True),  # the first failure: one retry
+        (DATA, DATA, False, True, False),  # the same at the same step: ends
+        (DATA, Verdict(DATA_ERROR, DATA.evidence, 9), True, True, True),  # moved on
+        (Verdict(USER_ERROR, "KeyError: 'x'", 30), DATA, False, True, False),  # no checkpoint
+        (Verdict(USER_ERROR, "KeyError: 'x'", 30), DATA, True, True, True),
+        (Verdict(GPU_OOM, "CUDA out of memory", 7), None, True, False, False),  # at once
+        (Verdict(DISK_FULL, "No space left on device", 7), None, True, False, False),
+        (Verdict(GPU_HARDWARE, "ECC", 7), None, False, True, True),  # on other nodes
+        (Verdict(NODE_FAILURE, "Node failure", 7), None, False, True, True),
+        (Verdict(HANG, "exit 4", 7), Verdict(HANG, "exit 4", 7), False, True, False),
+        (Verdict(HANG, "exit 4", 7), Verdict(HANG, "exit 4", 3), False, True, True),
+    ],
+)
+def test_a_retry_only_where_it_can_help(
+    now: Verdict, previous: Verdict | None, new_checkpoint: bool, restarted: bool, retry: bool
+) -> None:
+    decision = decide(now, previous, new_checkpoint=new_checkpoint, restarted_before=restarted)
+    assert decision.retry is retry, decision
+    assert decision.retry or decision.why
+
+
+def test_a_restart_storm_is_restarts_without_a_new_checkpoint() -> None:
+    same = [{"checkpoint": 20}] * 4
+    assert storm(same, restarts=3)
+    assert not storm(same, restarts=2)
+    assert not storm(
+        [{"checkpoint": 20}, {"checkpoint": 20}, {"checkpoint": 25}, {"checkpoint": 25}], 3
+    )
