@@ -1,0 +1,187 @@
+"""Your own Hydra app on the toolkit's launcher (issue 55): Hydra's submitit example
+(plugins/hydra_submitit_launcher/example: `submitit.JobEnvironment()` logged by a
+`@hydra.main` task function) grown into a small DDP training that saves and resumes its
+checkpoint in Hydra's output directory, its config.yaml unchanged but for the launcher
+line (`override hydra/launcher: submitit_slurm` -> `jeanzay`), on the local cluster:
+
+- a point that cannot fit (8 GPUs a node on 4-GPU nodes) is refused before anything is
+  queued, in the launcher's keys;
+- a 2-point sweep on the preemptible partition runs the app's own function on every
+  task (its lines in each task's log), one point is preempted by a `high` job, requeued
+  by Slurm, and its function called again resumes from its own checkpoint; both end
+  COMPLETED with the returned loss as result.json, and `jzk status` reads the sweep.
+
+The app is written against Hydra, submitit and torch only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import JZK, PYTHON, manifest_records, run, sacct_states, sbatch, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(420)]
+
+CONFIG = textwrap.dedent(
+    """
+    defaults:
+      - override hydra/launcher: submitit_slurm
+    task: 1
+    lr: 0.1
+    epochs: 24
+    epoch_seconds: 1.0
+    """
+)
+
+APP = textwrap.dedent(
+    """
+    import logging
+    import os
+    import time
+    from pathlib import Path
+
+    import hydra
+    import submitit
+    import torch
+    import torch.distributed as dist
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import DictConfig
+
+    log = logging.getLogger(__name__)
+
+
+    @hydra.main(version_base=None, config_path=".", config_name="config")
+    def my_app(cfg: DictConfig) -> float:
+        env = submitit.JobEnvironment()
+        log.info(f"Process ID {os.getpid()} executing task {cfg.task}, with {env}")
+        submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        dist.init_process_group("gloo")
+        out = Path(HydraConfig.get().runtime.output_dir)
+        ckpt = out / "checkpoint.pt"
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+        start = 0
+        if ckpt.exists():
+            state = torch.load(ckpt)
+            model.module.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            start = state["epoch"] + 1
+            log.info(f"rank {env.global_rank}: resumed from {ckpt} at epoch {start}")
+        x = torch.randn(64, 4, generator=torch.Generator().manual_seed(env.global_rank))
+        y = x.sum(1, keepdim=True)
+        loss = torch.tensor(float("nan"))
+        for epoch in range(start, cfg.epochs):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            time.sleep(cfg.epoch_seconds)
+            if env.global_rank == 0:
+                state = {"model": model.module.state_dict(), "opt": opt.state_dict()}
+                torch.save({**state, "epoch": epoch}, out / "checkpoint.tmp")
+                os.replace(out / "checkpoint.tmp", ckpt)
+                log.info(f"epoch {epoch} loss {loss.item():.4f} world {dist.get_world_size()}")
+            dist.barrier()
+        dist.destroy_process_group()
+        return float(loss)
+
+
+    if __name__ == "__main__":
+        my_app()
+    """
+)
+
+
+def _app(tmp_path: Path) -> Path:
+    project = tmp_path / "my_app"
+    project.mkdir()
+    (project / "my_app.py").write_text(APP)
+    # The one line that changes from hydra-submitit-launcher's example.
+    (project / "config.yaml").write_text(CONFIG.replace("submitit_slurm", "jeanzay"))
+    return project
+
+
+def _sweep(project: Path, env: dict[str, str], sweep_dir: Path, *keys: str):
+    argv = [PYTHON, "my_app.py", "-m", "hydra.launcher.cluster=slurm_local", *keys]
+    return run([*argv, f"hydra.sweep.dir={sweep_dir}"], env, project, timeout=180)
+
+
+def _wait_for_text(path: Path, text: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"{text!r} not in {path} after {timeout} s")
+
+
+def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
+    slurm, tmp_path: Path
+) -> None:
+    project = _app(tmp_path)
+    too_big = tmp_path / "too_big"
+    eight = ["hydra.launcher.tasks_per_node=8", "hydra.launcher.gpus_per_node=8"]
+    refused = _sweep(project, slurm, too_big, *eight, "lr=1,2")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "nothing was submitted" in refused.stderr
+    assert "hydra.launcher.gpus_per_node=8 but slurm_local nodes have 4 GPUs" in refused.stderr
+    assert not (too_big / "manifest.jsonl").exists()
+    assert run(["squeue", "-h", "-n", "my_app"], slurm).stdout.strip() == ""
+
+    sweep_dir = tmp_path / "multirun"
+    launched = _sweep(
+        project,
+        slurm,
+        sweep_dir,
+        "hydra.launcher.tasks_per_node=2",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.gpus_per_node=2",
+        "hydra.launcher.partition=low",
+        "hydra.launcher.timeout_min=10",
+        "lr=0.1,0.01",
+    )
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    assert "each task calling __main__.my_app" in launched.stdout
+    records = manifest_records(sweep_dir)
+    assert [r["overrides"] for r in records] == [["lr=0.1"], ["lr=0.01"]]
+    for rec in records:
+        _wait_for_text(Path(rec["log"]), "epoch 2 loss", timeout=120)
+
+    # A job of the high partition on one node: Slurm preempts (requeues) the point there.
+    high = tmp_path / "high.sbatch"
+    high.write_text("#!/bin/bash\n#SBATCH -p high -N 1 -n 2 -o /dev/null\nsleep 3\n")
+    wait_for(sbatch(high, slurm, tmp_path), slurm, timeout=120)
+    wait_for(records[0]["array_job_id"], slurm, timeout=240)
+
+    preempted = []
+    for rec in records:
+        run_dir, log = Path(rec["run_dir"]), Path(rec["log"])
+        out = log.read_text()
+        states = sacct_states(rec["job_id"], slurm, duplicates=True)
+        assert states[-1] == "COMPLETED", (states, out[-3000:])
+        # The app's own lines, from its own function, on each of its two tasks.
+        assert "executing task 1, with JobEnvironment(" in out
+        rank1 = Path(rec["log"].replace("_0_log.out", "_1_log.out")).read_text()
+        assert "global_rank=1(2)" in rank1
+        assert "epoch 23 loss" in out and "world 2" in out
+        # Hydra's output directory is the point's run directory, the same at each start.
+        assert (run_dir / "checkpoint.pt").is_file() and (run_dir / ".hydra").is_dir()
+        result = json.loads((run_dir / "result.json").read_text())
+        last = re.findall(r"epoch 23 loss (\S+)", out)[-1]
+        assert result["value"] == pytest.approx(float(last), abs=1e-4), result
+        if "PREEMPTED" in states:
+            resumed = re.findall(r"rank 0: resumed from .*checkpoint.pt at epoch (\d+)", out)
+            assert resumed and int(resumed[-1]) > 0, out[-3000:]
+            preempted.append(rec["num"])
+    assert len(preempted) == 1, preempted
+
+    status = run([JZK, "status", str(sweep_dir)], slurm, project)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count("COMPLETED") >= 2, status.stdout
