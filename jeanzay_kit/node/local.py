@@ -219,9 +219,10 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
     if not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
-            f"the run failed ({verdict.line()}) before completing any step of this attempt: "
-            "not restarted, since it would fail the same way (no restart of "
-            f"preemption.max_restarts={limit} spent). HINT: read the error above, fix "
+            f"the run failed ({reason}) before completing any step of this attempt: not "
+            "restarted, since it would fail the same way (no restart of "
+            f"preemption.max_restarts={limit} spent; {verdict.line()}). HINT: read the error "
+            "above, fix "
             "its cause, then run the same command again: it resumes from the newest "
             "complete checkpoint"
         )
@@ -234,7 +235,7 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
     if len(read_restarts(run_dir)) >= limit:
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
-            f"the run failed ({verdict.line()}) and has used its {limit} restart(s) "
+            f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
             f"(preemption.max_restarts={limit}, history in {run_dir / RESTARTS_FILE}); "
             "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
             "the cause, then run the same command again: it resumes from the newest "

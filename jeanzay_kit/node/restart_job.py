@@ -11,6 +11,7 @@ requeued by rank 0) is left alone, and a run out of budget stops with a message 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -21,8 +22,16 @@ from typing import Any
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK
 from jeanzay_kit.errors import SlurmCommandError
+from jeanzay_kit.node.endings import (
+    ENDINGS_FILE,
+    classify_attempt,
+    judge,
+    record_ending,
+    verdict_line,
+)
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.node.script_watch_rules import hang_folder_name
+from jeanzay_kit.runtime.ending_rules import Verdict
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 from jeanzay_kit.runtime.stall import made_progress
@@ -72,6 +81,7 @@ def restart_after_failure(
         mark.unlink(missing_ok=True)
         status = EXIT_PREEMPTED
     if script and status in SCRIPT_REQUEUE:
+        _record(run_dir, status, since, job, retried=job is not None)
         if job is None:
             return ""
         try:
@@ -80,6 +90,8 @@ def restart_after_failure(
             return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
         return f"jzk: the script stopped ({how}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
+        if status != 0:
+            _record(run_dir, status, since, job, retried=status == EXIT_PREEMPTED)
         return ""
     return _restart(
         run_dir,
@@ -120,15 +132,22 @@ def _restart(
         if script
         else made_progress(read_beats(run_dir / HEARTBEAT_DIR), since or 0)
     )
+    verdict = classify_attempt(run_dir, 4 if hung else status, since)
     if since is not None and not progressed:
+        record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
         return (
             f"jzk: {reason} before any step of this attempt completed: not requeued, since "
-            "it would fail the same way (no restart spent). HINT: read the errors above, fix "
-            "the cause and submit the job again: it resumes from its newest checkpoint"
+            f"it would fail the same way (no restart spent): {verdict.line()}. HINT: read the "
+            "errors above, fix the cause and submit the job again: it resumes from its "
+            "newest checkpoint"
         )
+    refused = _no_retry(run_dir, verdict, job, since)
+    if refused:
+        return refused
     done = len(read_restarts(run_dir))
     if job is None:
         return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
+    record_ending(run_dir, verdict, job_id=job, since=since, retried=done < max_restarts)
     if done >= max_restarts:
         return (
             f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
@@ -144,6 +163,31 @@ def _restart(
     return (
         f"jzk: {reason}; requeued job {job} ({count}/{max_restarts}): it resumes from the "
         "newest complete checkpoint"
+    )
+
+
+def _record(
+    run_dir: Path, status: int, since: float | None, job: str | None, retried: bool
+) -> None:
+    """The end of a step the restart logic leaves alone (a refusal, a stop), recorded."""
+    with contextlib.suppress(OSError):
+        record_ending(
+            run_dir, classify_attempt(run_dir, status, since), job_id=job, since=since,
+            retried=retried,
+        )  # fmt: skip
+
+
+def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | None) -> str:
+    """The line that ends the run when a restart cannot help (node/endings.py judge):
+    the same failure at the same step as the attempt before, no new checkpoint since the
+    last restart, an out of memory, a NaN, a full disk; "" when it can."""
+    decision = judge(run_dir, verdict)
+    if decision.retry:
+        return ""
+    record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
+    return (
+        f"jzk: {verdict_line(verdict, decision)} (not requeued, no restart spent; history "
+        f"in {run_dir / ENDINGS_FILE})"
     )
 
 

@@ -295,6 +295,10 @@ def decide(
     was completed since the last restart; restarted_before: this attempt was a restart."""
     if now.kind in ENDS_AT_ONCE:
         return Decision(False, f"{now.words} repeats from the same checkpoint")
+    if now.kind == UNKNOWN:
+        # No evidence that it would repeat (a step killed without a word):
+        # preemption.max_restarts alone bounds it, as before.
+        return Decision(True, "")
     if previous is not None and now.same_failure(previous):
         return Decision(False, "the attempt before failed the same way at the same step")
     if now.kind in WORTH_A_RETRY:

@@ -197,3 +197,29 @@ def test_a_restart_storm_is_restarts_without_a_new_checkpoint() -> None:
     assert not storm(
         [{"checkpoint": 20}, {"checkpoint": 20}, {"checkpoint": 25}, {"checkpoint": 25}], 3
     )
+
+
+def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> None:
+    """Point 5: three restarts whose attempts left the same newest checkpoint are a storm,
+    shown under the table and in --json; the newest end and its fix are shown too."""
+    import json
+
+    from jeanzay_kit.launch.run_files import run_progress
+    from jeanzay_kit.launch.status import RunView, run_objects, status_table
+    from jeanzay_kit.node.restarts import record_restart
+
+    ending = {**DATA.record(), "checkpoint": 20, "job_id": None}
+    (tmp_path / "endings.jsonl").write_text("".join(json.dumps(ending) + "\n" for _ in range(4)))
+    for _ in range(3):
+        record_restart(tmp_path, "crash")
+    view = RunView("local", str(tmp_path), progress=run_progress(tmp_path))
+    table = status_table([view], {})
+    assert "local: RESTART STORM: 3 restart(s)" in table, table
+    assert "data error at step 4: ValueError: corrupt record 1500" in table, table
+    assert "HINT: fix or skip the named sample" in table
+    obj = run_objects([view], {}, {})[0]
+    assert obj["restart_storm"] is True and obj["verdict"] == DATA_ERROR, obj
+
+    (tmp_path / "endings.jsonl").write_text(json.dumps({**ending, "checkpoint": 25}) + "\n")
+    calm = RunView("local", str(tmp_path), progress=run_progress(tmp_path))
+    assert "RESTART STORM" not in status_table([calm], {})

@@ -111,3 +111,52 @@ def test_a_step_that_failed_before_any_progress_is_not_requeued(
     if not requeued:
         assert "before any step of this attempt completed: not requeued" in line
         assert "(no restart spent)" in line
+
+
+# A Slurm task's train.log when a Dataset raised on one record in a loader worker.
+DATA_ERROR_LOG = """jzk: start 1 of job 42 on n1 at 2026-11-27T10:00:00
+[rank 0] Traceback (most recent call last):
+[rank 0]   File "/k/jeanzay_kit/train/loop.py", line 120, in train
+[rank 0] ValueError: Caught ValueError in DataLoader worker process 0.
+[rank 0] Original Traceback (most recent call last):
+[rank 0]   File "/p/userpkg/corrupt.py", line 8, in __getitem__
+[rank 0] ValueError: corrupt record 1500
+[rank 0] jzk: dataset index 1500
+"""
+
+
+def test_a_data_error_repeated_at_the_same_step_is_not_requeued_again(tmp_path: Path) -> None:
+    """Issue 58: the first failure is requeued, its repeat at the same step ends the run
+    with the verdict and the fix (before: requeued until preemption.max_restarts)."""
+    import json
+
+    runner = Scontrol()
+    lines = []
+    for attempt in range(2):
+        (tmp_path / "train.log").write_text(
+            DATA_ERROR_LOG.replace("start 1", f"start {attempt + 1}")
+        )
+        _beat(tmp_path, 0, 4, 0, 1000.0 + attempt)
+        lines.append(restart_after_failure(tmp_path, 1, 3, env=JOB, runner=runner, since=900.0))
+    assert runner.calls == [["scontrol", "requeue", "42"]], lines
+    assert lines[1].startswith(
+        "jzk: data error at step 4: ValueError: corrupt record 1500 (dataset index 1500); "
+        "not restarted: the attempt before failed the same way at the same step. HINT: fix "
+        "or skip the named sample"
+    ), lines[1]
+    endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["job_id"], e["retried"]) for e in endings] == [
+        ("data_error", "42", True),
+        ("data_error", "42", False),
+    ]
+
+
+def test_a_refusal_and_a_stop_are_recorded_too(tmp_path: Path) -> None:
+    import json
+
+    (tmp_path / "train.log").write_text("jzk train: the loss is NaN or infinite at step 7\n")
+    restart_after_failure(tmp_path, 2, 3, env=JOB, runner=Scontrol())
+    (tmp_path / "train.log").write_text("jzk: start 2 of job 42\n")
+    restart_after_failure(tmp_path, 3, 3, env=JOB, runner=Scontrol())
+    endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in endings] == ["nan", "stopped"], endings
