@@ -351,7 +351,8 @@ class ContainerConfig:
 # Where training code conventionally saves: folders (a trailing "/") named out* (nanoGPT's
 # out-shakespeare-char/, out/), checkpoint*/ckpt*/snapshot*, TensorBoard's runs/,
 # Lightning's lightning_logs/, wandb/, mlruns/; and *.pt, *.pth, *.ckpt files at the root,
-# as PyTorch's and IDRIS's examples write them. job.script_outputs' default.
+# as PyTorch's and IDRIS's examples write them; .hydra/, where a Hydra app records each
+# start (node/hydra_app_rules.py). job.script_outputs' default.
 SCRIPT_OUTPUTS = (
     "out*/",
     "checkpoint*/",
@@ -361,6 +362,7 @@ SCRIPT_OUTPUTS = (
     "lightning_logs/",
     "wandb/",
     "mlruns/",
+    ".hydra/",
     "*.pt",
     "*.pth",
     "*.ckpt",

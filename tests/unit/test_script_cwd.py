@@ -166,6 +166,7 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
         "out-shakespeare-char/ckpt.pt": "stale",
         "snapshot.pt": "stale",
         "outline.txt": "a file, not an output folder",
+        ".hydra/config.yaml": "an earlier start's record of a Hydra app run in the project",
         "checkpoints/llama/model.safetensors": "w",
         "checkpoints/llama/lit_model.pth": "w",
         "config/train_shakespeare_char.py": "batch_size = 4",
@@ -176,7 +177,7 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
     run_dir = project / "outputs" / "jzk-1"
     named = ["config/train_shakespeare_char.py", "checkpoints/llama/model.safetensors"]
     cwd, shadow = prepare_script_cwd(run_dir, project, None, ["outputs"], SCRIPT_OUTPUTS, named)
-    hidden = ("out/ckpt.pt", "out-shakespeare-char/ckpt.pt", "snapshot.pt")
+    hidden = ("out/ckpt.pt", "out-shakespeare-char/ckpt.pt", "snapshot.pt", ".hydra/config.yaml")
     hidden += ("checkpoints/llama/lit_model.pth",)  # the folder is an output; one file named
     for rel in files:
         shown = (cwd / rel).exists()
@@ -184,7 +185,7 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
     assert (cwd / "out").is_dir() and not (cwd / "out").is_symlink()
     line = start_line(cwd, shadow)
     assert line is not None and "job.script_outputs" in line
-    assert "checkpoints/, out/, out-shakespeare-char/, snapshot.pt" in line
+    assert ".hydra/, checkpoints/, out/, out-shakespeare-char/, snapshot.pt" in line
     # A relative write of a new file lands in the run, never in the project.
     (cwd / "out" / "ckpt.pt").write_text("mine")
     assert (project / "out" / "ckpt.pt").read_text() == "stale"
