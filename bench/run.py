@@ -413,6 +413,32 @@ def gpu_vs_hand_figures(r: dict) -> list[Figure]:
 # --- what a machine can run ------------------------------------------------------------
 
 
+def app_sweep_figures(r: dict) -> list[Figure]:
+    rounds, s = r["rounds"], r["summary"]
+    ratios = [x["ratio"] for x in rounds]
+    return [
+        Figure(
+            "app_sweep_submit_vs_hsl",
+            f"your Hydra app's {r['points']}-point sweep submission (start to the last "
+            "sbatch returned, a stand-in sbatch): `hydra/launcher=jeanzay` / "
+            "hydra-submitit-launcher",
+            median(ratios),
+            ratios,
+            f"{s['ours_s']:.2f} s",
+            f"{s['hydra_submitit_s']:.2f} s (hydra-submitit-launcher)",
+            "<= 1.0",
+        )
+    ]
+
+
+def hsl_needs() -> str | None:
+    try:
+        import hydra_plugins.hydra_submitit_launcher  # noqa: F401
+    except ImportError:
+        return "the baseline is missing: .venv/bin/pip install -e '.[bench]'"
+    return None
+
+
 def slurm_needs() -> str | None:
     if os.geteuid() != 0:
         return "needs root (it starts the local Slurm cluster): sudo .venv/bin/python bench/run.py"
@@ -516,6 +542,15 @@ BENCHES = [
         ["--rounds", "3", "--points", "100", "--big-points", "1000"],
         slurm_figures,
         needs=slurm_needs,
+    ),
+    Bench(
+        "app_sweep",
+        "bench_app_sweep.py",
+        ["app_sweep_submit_vs_hsl"],
+        ["--rounds", "2", "--points", "100"],
+        ["--rounds", "3", "--points", "100"],
+        app_sweep_figures,
+        needs=hsl_needs,
     ),
     Bench(
         "gpu",

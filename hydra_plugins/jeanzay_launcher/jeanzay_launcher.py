@@ -236,27 +236,25 @@ class JeanzayLauncher(Launcher):
         against the cluster profile, once per distinct request; raise once, listing every
         problem, before anything is submitted."""
         from hydra.errors import HydraException
-        from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
         from jeanzay_kit.errors import JzkError, LaunchError
-        from jeanzay_kit.launch.app_rules import APP_KEYS, in_launcher_words, translate
+        from jeanzay_kit.launch.app_rules import in_launcher_words, translate
         from jeanzay_kit.launch.arrays import SweepPoint
         from jeanzay_kit.launch.point_configs import PointConfigs
 
         assert self.config is not None and self.hydra_context is not None
         composer = PointConfigs(self.hydra_context.config_loader, self.config)
+        master = _hydra_view(self.config)
         specs: dict[tuple[str, ...], Any] = {}
         points, problems = [], []
         for idx, overrides in enumerate(job_overrides):
             num = initial_job_idx + idx
             label = f"#{num} ({' '.join(overrides) or 'no overrides'})"
             try:
-                with composer.point(overrides, num) as cfg:
-                    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
-                    assert isinstance(launcher, dict)
-                    request = translate({k: launcher.get(k) for k in APP_KEYS}, cfg.hydra.job.name)
-                    run_dir = str(sweep_dir / str(cfg.hydra.sweep.subdir))
+                keys, job_name, subdir = _point_view(composer, overrides, num, master)
+                request = translate(keys, job_name)
+                run_dir = str(sweep_dir / subdir)
                 if request.overrides not in specs:
                     specs[request.overrides] = _toolkit_spec(request.overrides)
                 spec = specs[request.overrides]
@@ -345,6 +343,36 @@ class JeanzayLauncher(Launcher):
         if not points:
             raise LaunchError("the sweep has no points")
         return points
+
+
+def _hydra_view(cfg: Any) -> tuple[dict[str, Any], str, str | None]:
+    """(launcher keys, job name, subdir) of a composed config; subdir None unless it is
+    Hydra's default `${hydra.job.num}` (then each point's is its number)."""
+    from omegaconf import OmegaConf
+
+    from jeanzay_kit.launch.app_rules import APP_KEYS
+
+    launcher = OmegaConf.to_container(cfg.hydra.launcher, resolve=True)
+    assert isinstance(launcher, dict)
+    written = OmegaConf.to_container(cfg.hydra.sweep, resolve=False)
+    numbered = isinstance(written, dict) and written.get("subdir") == "${hydra.job.num}"
+    keys = {k: launcher.get(k) for k in APP_KEYS}
+    return keys, str(cfg.hydra.job.name), "" if numbered else None
+
+
+def _point_view(
+    composer: Any, overrides: Sequence[str], num: int, master: tuple[Any, str, str | None]
+) -> tuple[dict[str, Any], str, str]:
+    """A point's launcher keys, job name and subdir. Points of value overrides only
+    (`lr=0.1`) under Hydra's default subdir read the master config's (composing each
+    point again would cost as much as the rest of the submission); any other point is
+    composed as Hydra would (launch/point_configs.py)."""
+    keys, name, subdir = master
+    if subdir is not None and composer.values_only(overrides):
+        return keys, name, str(num)
+    with composer.point(overrides, num) as cfg:
+        keys, name, _ = _hydra_view(cfg)
+        return keys, name, str(cfg.hydra.sweep.subdir)
 
 
 def _name(function: Any) -> str:

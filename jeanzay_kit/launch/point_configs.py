@@ -116,6 +116,11 @@ class PointConfigs:
             OmegaConf.clear_cache(cfg)
             OmegaConf.copy_cache(from_config=self.master, to_config=cfg)
 
+    def values_only(self, overrides: Sequence[str]) -> bool:
+        """True when every override is a value override of a config key (`lr=0.1`): the
+        point's hydra node (launcher, sweep dir) is then the master's, as composed."""
+        return all(is_value_override(self._parse(o), self.group_exists) for o in overrides)
+
     def _parse(self, line: str) -> Override:
         # Grid points repeat the same override strings: the grammar runs once for each.
         if line not in self.parsed:
