@@ -80,8 +80,12 @@ def classify_attempt(
 ) -> Verdict:
     """The end of the attempt started at `since`, from train.log (and `extra_log`: the
     job's own Slurm log, where slurmstepd writes) and its heartbeats."""
+    from jeanzay_kit.slurm.sbatch import START_MARK
+
     step, _ = attempt_beats(run_dir, since)
-    log = attempt_log(run_dir) + ("\n" + extra_log if extra_log else "")
+    log = attempt_log(run_dir)
+    if extra_log:  # the newest attempt's part of it (the batch script marks each start)
+        log += "\n" + attempt_part(extra_log, START_MARK)
     return classify(
         exit_code=exit_code,
         log=log,

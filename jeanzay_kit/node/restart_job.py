@@ -13,9 +13,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,13 @@ from jeanzay_kit.node.endings import (
     ENDINGS_FILE,
     classify_attempt,
     judge,
+    read_endings,
     record_ending,
     verdict_line,
 )
 from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
 from jeanzay_kit.node.script_watch_rules import hang_folder_name
-from jeanzay_kit.runtime.ending_rules import Verdict
+from jeanzay_kit.runtime.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 from jeanzay_kit.runtime.stall import made_progress
@@ -62,9 +65,12 @@ def restart_after_failure(
     runner=None,
     since: float | None = None,
     script: bool = False,
+    slurm_log: str = "",
 ) -> str:
     """Record and requeue (or refuse to); returns the line to print. since: when the
     failed job step started (a step failing before any progress is not requeued).
+    slurm_log: the tail of the job's own stderr log (slurmstepd's and srun's words, a
+    script's traceback), read with train.log for the verdict.
     script: the step ran the user's own command (job.entry a script), which asks for a
     requeue with exit 3 (or was ended by the time-limit signal it did not handle) and
     shows progress by writing in its run directory (a checkpoint)."""
@@ -94,15 +100,9 @@ def restart_after_failure(
             _record(run_dir, status, since, job, retried=status == EXIT_PREEMPTED)
         return ""
     return _restart(
-        run_dir,
-        status,
-        max_restarts,
-        job=job,
-        runner=runner,
-        since=since,
-        script=script,
-        request_file=request_file,
-    )
+        run_dir, status, max_restarts, job=job, runner=runner, since=since, script=script,
+        request_file=request_file, env=env, slurm_log=slurm_log,
+    )  # fmt: skip
 
 
 def _restart(
@@ -115,12 +115,13 @@ def _restart(
     since: float | None,
     script: bool,
     request_file: str | None = None,
+    env: Mapping[str, str] | None = None,
+    slurm_log: str = "",
 ) -> str:
     """After a hang or a crash: requeue from the newest checkpoint while the budget
-    allows and the attempt made progress (a restart would fail the same way otherwise).
+    allows and a restart can help (node/endings.py judge; no progress in the attempt:
+    it would fail the same way), leaving a node at fault out of the next start.
     request_file: in a container, where the batch shell is asked to requeue."""
-    from jeanzay_kit.slurm.commands import request_requeue
-
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
     hung = status == 4 or (
@@ -132,8 +133,10 @@ def _restart(
         if script
         else made_progress(read_beats(run_dir / HEARTBEAT_DIR), since or 0)
     )
-    verdict = classify_attempt(run_dir, 4 if hung else status, since)
-    if since is not None and not progressed:
+    ended = classify_attempt(run_dir, 4 if hung else status, since, extra_log=slurm_log)
+    verdict = at_fault(ended, env or {})
+    # A broken node fails before any step as well: worth a start on other nodes.
+    if since is not None and not progressed and verdict.kind not in NODE_FAULTS:
         record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
         return (
             f"jzk: {reason} before any step of this attempt completed: not requeued, since "
@@ -144,9 +147,30 @@ def _restart(
     refused = _no_retry(run_dir, verdict, job, since)
     if refused:
         return refused
-    done = len(read_restarts(run_dir))
     if job is None:
         return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
+    return _requeue(
+        run_dir, verdict, reason, max_restarts, job=job, since=since, runner=runner,
+        request_file=request_file,
+    )  # fmt: skip
+
+
+def _requeue(
+    run_dir: Path,
+    verdict: Verdict,
+    reason: str,
+    max_restarts: int,
+    *,
+    job: str,
+    since: float | None,
+    runner: Any,
+    request_file: str | None,
+) -> str:
+    """Spend a restart and requeue the job, its nodes at fault left out; or say the
+    budget is spent."""
+    from jeanzay_kit.slurm.commands import request_requeue
+
+    done = len(read_restarts(run_dir))
     record_ending(run_dir, verdict, job_id=job, since=since, retried=done < max_restarts)
     if done >= max_restarts:
         return (
@@ -160,10 +184,44 @@ def _restart(
         request_requeue(job, request_file, runner)
     except SlurmCommandError as err:
         return f"jzk: {reason}; could not requeue job {job}: {err}"
+    left_out = _leave_out(run_dir, job, runner) if verdict.kind in NODE_FAULTS else ""
     return (
         f"jzk: {reason}; requeued job {job} ({count}/{max_restarts}): it resumes from the "
-        "newest complete checkpoint"
+        f"newest complete checkpoint{left_out}"
     )
+
+
+def at_fault(verdict: Verdict, env: Mapping[str, str]) -> Verdict:
+    """A node failure or GPU hardware error with the node it names: the node of the rank
+    whose line showed it, or the job's only node."""
+    if verdict.kind not in NODE_FAULTS or verdict.node is not None:
+        return verdict
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    per_node = env.get("SLURM_TASKS_PER_NODE", "")
+    node = None
+    if verdict.rank is not None and nodelist and per_node:
+        node = node_of_rank(verdict.rank, nodelist, per_node)
+    elif nodelist and "," not in nodelist and "[" not in nodelist:
+        node = nodelist  # one node: it is the one
+    return replace(verdict, node=node)
+
+
+def _leave_out(run_dir: Path, job: str, runner: Any) -> str:
+    """Leave every node this job's attempts put at fault out of its next start
+    (accumulated in endings.jsonl); the words that say so."""
+    from jeanzay_kit.slurm.commands import exclude_nodes
+
+    nodes = excluded_nodes([e for e in read_endings(run_dir) if e.get("job_id") == job])
+    if not nodes:
+        return " (the node at fault is unknown: nothing left out)"
+    try:
+        exclude_nodes(job, nodes, runner)
+    except SlurmCommandError as err:
+        return (
+            f"; could not leave out {','.join(nodes)}: {err}. HINT: if no node is left for "
+            f"the job, cancel it (scancel {job}) and submit with other nodes"
+        )
+    return f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {ENDINGS_FILE})"
 
 
 def _record(
@@ -191,6 +249,22 @@ def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | N
     )
 
 
+def job_err_log(job_id: str | None, runner: Any = None) -> str:
+    """The tail of the job's stderr log (scontrol's StdErr=): where slurmstepd and srun
+    write, and a script's traceback; "" when unknown."""
+    from jeanzay_kit.node.endings import log_tail
+    from jeanzay_kit.slurm.commands import show_text
+
+    if not job_id:
+        return ""
+    try:
+        text = show_text(["scontrol", "show", "job", "-o", job_id], runner)
+    except SlurmCommandError:
+        return ""
+    found = re.search(r"\bStdErr=(\S+)", text)
+    return log_tail(Path(found.group(1))) if found else ""
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.node.restart_job")
     parser.add_argument("--run-dir", required=True)
@@ -203,13 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     # included: it must not cut the line that says what was done.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     # The environment is read here, once.
+    env = dict(os.environ)
     line = restart_after_failure(
         Path(args.run_dir),
         args.status,
         args.max_restarts,
-        env=dict(os.environ),
+        env=env,
         since=args.since,
         script=args.script,
+        slurm_log=job_err_log(env.get("SLURM_JOB_ID")) if args.status not in (0, 3) else "",
     )
     if line:
         print(line, file=sys.stderr, flush=True)

@@ -20,6 +20,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from jeanzay_kit.distributed.ranks import parse_tasks_per_node
+from jeanzay_kit.errors import HostlistError, RankEnvError
+from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
+
 PREEMPTED = "preempted"
 TIME_LIMIT = "time_limit"
 STOPPED = "stopped"
@@ -124,18 +128,22 @@ INDEX_NOTE = "jzk: dataset index "
 INDEX = re.compile(re.escape(INDEX_NOTE) + r"(\d+)")
 MEMORY = re.compile(r"Tried to allocate [\d.]+ [KMGT]iB.*?(capacit?y of [\d.]+ [KMGT]iB|"
                     r"[\d.]+ [KMGT]iB total capacity)")  # fmt: skip
+NODE_NAME = re.compile(r"Node failure on (\S+)")
 EVIDENCE_CHARS = 240
 
 
 @dataclass(frozen=True)
 class Verdict:
     """One end of an attempt: its class, the one line that shows it, the step its
-    heartbeats reached, and for a data error the dataset index."""
+    heartbeats reached, for a data error the dataset index, and the rank whose line it
+    is and the node at fault (a node failure, a GPU hardware error)."""
 
     kind: str
     evidence: str
     step: int | None = None
     index: int | None = None
+    rank: int | None = None
+    node: str | None = None
 
     @property
     def words(self) -> str:
@@ -156,7 +164,7 @@ class Verdict:
 
     def record(self) -> dict[str, object]:
         return {"kind": self.kind, "evidence": self.evidence, "step": self.step,
-                "index": self.index}  # fmt: skip
+                "index": self.index, "rank": self.rank, "node": self.node}  # fmt: skip
 
 
 def verdict_of(record: Mapping[str, object]) -> Verdict | None:
@@ -164,18 +172,23 @@ def verdict_of(record: Mapping[str, object]) -> Verdict | None:
     kind, evidence = record.get("kind"), record.get("evidence")
     if not isinstance(kind, str) or not isinstance(evidence, str):
         return None
-    step, index = record.get("step"), record.get("index")
+    step, index, rank, node = (record.get(k) for k in ("step", "index", "rank", "node"))
     return Verdict(kind, evidence, step if isinstance(step, int) else None,
-                   index if isinstance(index, int) else None)  # fmt: skip
+                   index if isinstance(index, int) else None,
+                   rank if isinstance(rank, int) else None,
+                   node if isinstance(node, str) else None)  # fmt: skip
 
 
 def attempt_part(log: str, start_mark: str) -> str:
-    """The lines of the newest attempt: after the last line starting with `start_mark`,
-    their `[rank N] ` labels removed."""
+    """The lines of the newest attempt: after the last line starting with `start_mark`
+    (their `[rank N] ` labels kept: the rank of an evidence line is told)."""
     lines = log.splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith(start_mark)]
-    kept = lines[starts[-1] + 1 :] if starts else lines
-    return "\n".join(LABEL.sub("", line) for line in kept)
+    return "\n".join(lines[starts[-1] + 1 :] if starts else lines)
+
+
+def _unlabelled(text: str) -> str:
+    return "\n".join(LABEL.sub("", line) for line in text.splitlines())
 
 
 def _short(line: str) -> str:
@@ -231,7 +244,15 @@ def from_log(text: str) -> Verdict | None:
     for kind, pattern in PATTERNS:
         for line in text.splitlines():
             if pattern.search(line):
-                return Verdict(kind, _short(_with_figure(kind, line)))
+                label = LABEL.match(line)
+                body = LABEL.sub("", line)
+                named = NODE_NAME.search(body)
+                return Verdict(
+                    kind, _short(_with_figure(kind, body)),
+                    rank=int(label.group(1)) if label else None,
+                    node=named.group(1) if named else None,
+                )  # fmt: skip
+    text = _unlabelled(text)
     for tb in tracebacks(text):
         if DATA_FRAMES.search(tb.frames) or INDEX.search(tb.notes):
             match = INDEX.search(tb.notes)
@@ -271,7 +292,7 @@ def classify(
     if exit_code == 0:
         return Verdict(COMPLETED, "exit 0", step)
     if seen is not None and (exit_code != 3 or seen.kind in NODE_FAULTS):
-        return Verdict(seen.kind, seen.evidence, step, seen.index)
+        return Verdict(seen.kind, seen.evidence, step, seen.index, seen.rank, seen.node)
     if exit_code == 3:
         return Verdict(STOPPED, "exit 3: stopped after a save (a signal or a request)", step)
     if exit_code == 4:
@@ -315,3 +336,25 @@ def storm(endings: Sequence[Mapping[str, object]], restarts: int, threshold: int
         return False
     marks = [e.get("checkpoint") for e in endings[-(threshold + 1) :]]
     return len(marks) > threshold and len(set(map(str, marks))) == 1
+
+
+def node_of_rank(rank: int, nodelist: str, tasks_per_node: str) -> str | None:
+    """The node Slurm placed task `rank` on (block distribution, srun's default):
+    SLURM_JOB_NODELIST and SLURM_TASKS_PER_NODE (`2(x2)`); None when unknown."""
+    try:
+        nodes, counts = expand_hostlist(nodelist), parse_tasks_per_node(tasks_per_node)
+    except (HostlistError, RankEnvError):
+        return None
+    first = 0
+    for node, count in zip(nodes, counts, strict=False):
+        if first <= rank < first + count:
+            return node
+        first += count
+    return None
+
+
+def excluded_nodes(endings: Sequence[Mapping[str, object]]) -> list[str]:
+    """Every node an ending put at fault (a node failure, a GPU hardware error): the
+    nodes the next attempts leave out, accumulated over the run's attempts."""
+    nodes = {str(e["node"]) for e in endings if e.get("kind") in NODE_FAULTS and e.get("node")}
+    return sorted(nodes)

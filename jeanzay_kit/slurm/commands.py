@@ -46,6 +46,25 @@ def requeue(job_id: str, runner: CommandRunner | None = None) -> None:
     _checked(["scontrol", "requeue", job_id], runner)
 
 
+def exclude_nodes(
+    job_id: str, nodes: Sequence[str], runner: CommandRunner | None = None, tries: int = 3
+) -> None:
+    """Leave `nodes` out of the job's next start: `scontrol update JobId=.. ExcNodeList=..`
+    on the job just requeued (pending: on the local cluster the first call is taken; a
+    refusal is tried again, half a second apart, `tries` times)."""
+    import time
+
+    argv = ["scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}"]
+    for attempt in range(tries):
+        try:
+            _checked(argv, runner)
+            return
+        except SlurmCommandError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.5)
+
+
 def request_requeue(
     job_id: str, request_file: str | None, runner: CommandRunner | None = None
 ) -> None:

@@ -160,3 +160,54 @@ def test_a_refusal_and_a_stop_are_recorded_too(tmp_path: Path) -> None:
     restart_after_failure(tmp_path, 3, 3, env=JOB, runner=Scontrol())
     endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in endings] == ["nan", "stopped"], endings
+
+
+ECC_LOG = """jzk: start 1 of job 42 on n1 at 2026-11-27T10:00:00
+[rank 2] Traceback (most recent call last):
+[rank 2]   File "/w/train.py", line 12, in step
+[rank 2] RuntimeError: CUDA error: uncorrectable ECC error encountered
+[rank 0] rank 0 stopped: a peer left the job (Connection closed by peer)
+"""
+TWO_NODES = {**JOB, "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_TASKS_PER_NODE": "2(x2)"}
+
+
+def test_a_gpu_hardware_error_leaves_its_node_out_and_the_nodes_accumulate(
+    tmp_path: Path,
+) -> None:
+    """Point 3: the node of the rank that met the ECC error (rank 2: n2) is left out of
+    the requeued job, even before any step (another node can pass); a node failure on
+    n1 next adds n1 (before: requeued onto any node, the broken one included)."""
+    import json
+
+    runner = Scontrol()
+    (tmp_path / "train.log").write_text(ECC_LOG)
+    line = restart_after_failure(tmp_path, 1, 3, env=TWO_NODES, runner=runner, since=900.0)
+    assert runner.calls == [
+        ["scontrol", "requeue", "42"],
+        ["scontrol", "update", "JobId=42", "ExcNodeList=n2"],
+    ], line
+    assert line.endswith(", without node(s) n2 (ExcNodeList, kept in endings.jsonl)"), line
+    (tmp_path / "train.log").write_text("jzk: start 2 of job 42\nsrun: error: Node failure on n1\n")
+    _beat(tmp_path, 0, 9, 0, 1000.0)
+    line = restart_after_failure(tmp_path, 1, 3, env=TWO_NODES, runner=runner, since=900.0)
+    assert runner.calls[-1] == ["scontrol", "update", "JobId=42", "ExcNodeList=n1,n2"], line
+    endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
+    assert [(e["kind"], e["node"]) for e in endings] == [
+        ("gpu_hardware", "n2"),
+        ("node_failure", "n1"),
+    ]
+
+
+def test_a_refused_exclusion_is_said_with_the_way_out(tmp_path: Path) -> None:
+    class Refusing(Scontrol):
+        def run(self, argv, timeout=60.0, cwd=None):
+            self.calls.append(list(argv))
+            code = 1 if argv[1] == "update" else 0
+            said = "Invalid node name specified"
+            return subprocess.CompletedProcess(argv, code, "", said)
+
+    (tmp_path / "train.log").write_text(ECC_LOG)
+    env = {**JOB, "SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "4"}
+    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=Refusing(), since=900.0)
+    assert "could not leave out n1:" in line and "Invalid node name specified" in line, line
+    assert "HINT: if no node is left for the job, cancel it (scancel 42)" in line
