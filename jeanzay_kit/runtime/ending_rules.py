@@ -68,8 +68,8 @@ FIXES = {
     TIME_LIMIT: "nothing to do: the job is requeued; a longer resources.time means fewer requeues",
     STOPPED: "run the same command again: it resumes from the newest checkpoint",
     COMPLETED: "-",
-    GPU_OOM: "lower the micro-batch (train.micro_batch_size) or shard the model "
-    "(parallel.strategy=fsdp); jzk check estimates the memory before a run",
+    GPU_OOM: "lower train.micro_batch_size (auto finds the largest that fits), shard the "
+    "model (fsdp) or ask for GPUs with more memory",
     HOST_OOM: "ask for more host memory (resources.mem or more CPUs per task) or fewer "
     "loader workers (loader.num_workers)",
     NONFINITE: "lower optim.lr, clip gradients, or skip such steps (train.nonfinite=skip)",
@@ -243,9 +243,10 @@ def from_log(text: str) -> Verdict | None:
     """The class the attempt's log shows, or None when it shows none."""
     for kind, pattern in PATTERNS:
         for line in text.splitlines():
-            if pattern.search(line):
+            body = LABEL.sub("", line)
+            # Not a traceback's source line (`    raise torch.OutOfMemoryError(`).
+            if pattern.search(body) and not body[:1].isspace():
                 label = LABEL.match(line)
-                body = LABEL.sub("", line)
                 named = NODE_NAME.search(body)
                 return Verdict(
                     kind, _short(_with_figure(kind, body)),

@@ -19,6 +19,9 @@ import pytest
 from tests.distributed.test_your_model import EXAMPLE, JZK, jzk, run_dir_of
 
 CORRUPT = """
+import torch
+
+from userpkg.cnn import SmallCNN
 from userpkg.images import RandomImages
 
 
@@ -27,6 +30,20 @@ class CorruptImages(RandomImages):
         if index == 1500:
             raise ValueError(f"corrupt record {index}")
         return super().__getitem__(index)
+
+
+class GreedyCNN(SmallCNN):
+    # An out-of-memory stand-in on CPU: PyTorch's own exception and words, at the 6th call.
+    calls = 0
+
+    def forward(self, x):
+        GreedyCNN.calls += 1
+        if GreedyCNN.calls > 5:
+            raise torch.OutOfMemoryError(
+                "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+                "of 79.19 GiB of which 1.25 GiB is free."
+            )
+        return super().forward(x)
 """
 
 
@@ -80,3 +97,27 @@ def test_a_corrupt_record_ends_the_run_after_the_first_repeat(project: Path) -> 
         report.stdout[-2000:],
         report.stderr[-2000:],
     )
+
+
+@pytest.mark.timeout(300)
+def test_out_of_memory_ends_at_once_with_its_figure(project: Path) -> None:
+    run = jzk(
+        project,
+        "train",
+        "resources.gpus_per_node=2",
+        "model._target_=userpkg.corrupt.GreedyCNN",
+        "job.name=greedy",
+        "train.steps=30",
+        "train.eval_every=0",
+        "preemption.max_restarts=3",
+        timeout=280,
+    )
+    err = run.stderr
+    assert run.returncode != 0 and "restarting" not in err, err[-3000:]
+    said = [line for line in err.splitlines() if "not restarted" in line]
+    assert said, err[-3000:]
+    assert "out of GPU memory at step" in said[-1], said
+    assert "Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB" in said[-1]
+    assert "HINT: lower train.micro_batch_size" in said[-1], said
+    ending = json.loads((run_dir_of(project, "greedy") / "endings.jsonl").read_text())
+    assert ending["kind"] == "gpu_oom" and ending["retried"] is False, ending

@@ -3,6 +3,7 @@ before the update with the last good checkpoint kept; skip drops that step and t
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -34,6 +35,9 @@ def test_stop_then_skip(train_run) -> None:
     )
     assert kept and max(kept) < bad_step  # nothing saved after the bad step
     assert f"step-{max(kept)} is kept" in err
+    # The run's record classifies the end (issue 58): a NaN, at that step.
+    ending = json.loads((stopped.run_dir / "endings.jsonl").read_text().splitlines()[-1])
+    assert ending["kind"] == "nan" and f"at step {bad_step}" in ending["evidence"], ending
 
     skipped = train_run("skip", *RUN, "train.nonfinite=skip")
     assert f"WARNING: non-finite loss at step {bad_step}: its update was skipped" in (
