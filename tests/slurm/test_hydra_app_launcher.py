@@ -34,7 +34,7 @@ CONFIG = textwrap.dedent(
       - override hydra/launcher: submitit_slurm
     task: 1
     lr: 0.1
-    epochs: 24
+    epochs: 40
     epoch_seconds: 1.0
     """
 )
@@ -67,16 +67,15 @@ APP = textwrap.dedent(
         torch.manual_seed(0)
         model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-        start = 0
+        start, loss = 0, torch.tensor(float("nan"))
         if ckpt.exists():
             state = torch.load(ckpt)
             model.module.load_state_dict(state["model"])
             opt.load_state_dict(state["opt"])
-            start = state["epoch"] + 1
+            start, loss = state["epoch"] + 1, torch.tensor(state["loss"])
             log.info(f"rank {env.global_rank}: resumed from {ckpt} at epoch {start}")
         x = torch.randn(64, 4, generator=torch.Generator().manual_seed(env.global_rank))
         y = x.sum(1, keepdim=True)
-        loss = torch.tensor(float("nan"))
         for epoch in range(start, cfg.epochs):
             loss = torch.nn.functional.mse_loss(model(x), y)
             opt.zero_grad()
@@ -85,7 +84,7 @@ APP = textwrap.dedent(
             time.sleep(cfg.epoch_seconds)
             if env.global_rank == 0:
                 state = {"model": model.module.state_dict(), "opt": opt.state_dict()}
-                torch.save({**state, "epoch": epoch}, out / "checkpoint.tmp")
+                torch.save({**state, "epoch": epoch, "loss": loss.item()}, out / "checkpoint.tmp")
                 os.replace(out / "checkpoint.tmp", ckpt)
                 log.info(f"epoch {epoch} loss {loss.item():.4f} world {dist.get_world_size()}")
             dist.barrier()
@@ -170,15 +169,17 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
         assert "executing task 1, with JobEnvironment(" in out
         rank1 = Path(rec["log"].replace("_0_log.out", "_1_log.out")).read_text()
         assert "global_rank=1(2)" in rank1
-        assert "epoch 23 loss" in out and "world 2" in out
+        assert "epoch 39 loss" in out and "world 2" in out
         # Hydra's output directory is the point's run directory, the same at each start.
         assert (run_dir / "checkpoint.pt").is_file() and (run_dir / ".hydra").is_dir()
         result = json.loads((run_dir / "result.json").read_text())
-        last = re.findall(r"epoch 23 loss (\S+)", out)[-1]
+        last = re.findall(r"epoch 39 loss (\S+)", out)[-1]
         assert result["value"] == pytest.approx(float(last), abs=1e-4), result
         if "PREEMPTED" in states:
             resumed = re.findall(r"rank 0: resumed from .*checkpoint.pt at epoch (\d+)", out)
-            assert resumed and int(resumed[-1]) > 0, out[-3000:]
+            # Killed mid-way (SIGTERM, then SIGKILL after the partition's GraceTime):
+            # the function called again goes on from its last epoch, not from 0.
+            assert resumed and 0 < int(resumed[-1]) < 40, out[-3000:]
             preempted.append(rec["num"])
     assert len(preempted) == 1, preempted
 
