@@ -199,8 +199,9 @@ def launch_local(
             spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only=cpu_only
         )
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
-            with contextlib.suppress(OSError):
-                record_ending(run_dir, classify_attempt(run_dir, code, since), since=since)
+            if code != 0:  # a completed run's rank 0 records its end (node/worker_start.py)
+                with contextlib.suppress(OSError):
+                    record_ending(run_dir, classify_attempt(run_dir, code, since), since=since)
             return code
         if not _restart_after(spec, run_dir, code, since):
             return code

@@ -76,4 +76,4 @@ def run_worker(
         session.requeue_and_exit(result.steps)  # the last save is sealed: exit 3
     session.finish()  # leave together; rank 0 writes result.json
     if info.rank == 0:
-        at_start.say_done(run_dir, result)
+        at_start.say_done(run_dir, result, info.array_job_id or info.job_id)

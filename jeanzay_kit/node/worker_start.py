@@ -4,6 +4,7 @@ recorder, the allocation's end, and how a failure is named."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -122,11 +123,18 @@ def _failure_explainer(spec: JobSpec) -> Callable[[BaseException], BaseException
     return explain
 
 
-def say_done(run_dir: Path, result: TrainResult) -> None:
-    """Rank 0, after a completed run: its restart budget starts afresh, and the last line."""
+def say_done(run_dir: Path, result: TrainResult, job_id: str | None = None) -> None:
+    """Rank 0, after a completed run: its restart budget starts afresh, its end is
+    recorded (node/endings.py: a Slurm job's earlier failure is not its newest end), and
+    the last line. job_id: the manifest's form ("123", an array task's "123_4")."""
+    from jeanzay_kit.node.endings import record_ending
     from jeanzay_kit.node.restarts import clear_restarts
+    from jeanzay_kit.runtime.ending_rules import COMPLETED, Verdict
 
     clear_restarts(run_dir)
+    done = Verdict(COMPLETED, f"done: {result.steps} steps", step=result.steps)
+    with contextlib.suppress(OSError):
+        record_ending(run_dir, done, job_id=job_id)
     loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
     print(
         f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "

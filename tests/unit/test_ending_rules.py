@@ -223,3 +223,21 @@ def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> Non
     (tmp_path / "endings.jsonl").write_text(json.dumps({**ending, "checkpoint": 25}) + "\n")
     calm = RunView("local", str(tmp_path), progress=run_progress(tmp_path))
     assert "RESTART STORM" not in status_table([calm], {})
+
+
+def test_a_completed_run_records_its_end_so_an_earlier_failure_is_not_shown(tmp_path) -> None:
+    """A Slurm job that failed once, was requeued and completed: its newest end is the
+    completion (rank 0 records it), and jzk status shows no failure under it."""
+    from jeanzay_kit.launch.run_files import run_progress
+    from jeanzay_kit.launch.status import RunView, status_table
+    from jeanzay_kit.node.endings import record_ending
+    from jeanzay_kit.node.worker_start import say_done
+    from jeanzay_kit.train.loop import TrainResult
+
+    record_ending(tmp_path, DATA, job_id="42")
+    say_done(tmp_path, TrainResult(steps=30, final_loss=0.5, digest="d"), "42")
+    progress = run_progress(tmp_path, job_id="42")
+    assert progress.verdict == "completed" and progress.evidence == (
+        "completed at step 30: done: 30 steps"
+    )
+    assert "data error" not in status_table([RunView("42", str(tmp_path), progress=progress)], {})
