@@ -23,7 +23,7 @@ from typing import Any
 
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.distributed.script_env import REQUEUE_MARK
-from jeanzay_kit.errors import SlurmCommandError
+from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.node.endings import (
     ENDINGS_FILE,
     classify_attempt,
@@ -151,7 +151,7 @@ def _restart(
         return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
     return _requeue(
         run_dir, verdict, reason, max_restarts, job=job, since=since, runner=runner,
-        request_file=request_file,
+        request_file=request_file, env=env or {},
     )  # fmt: skip
 
 
@@ -165,6 +165,7 @@ def _requeue(
     since: float | None,
     runner: Any,
     request_file: str | None,
+    env: Mapping[str, str],
 ) -> str:
     """Spend a restart and requeue the job, its nodes at fault left out; or say the
     budget is spent."""
@@ -184,7 +185,7 @@ def _requeue(
         request_requeue(job, request_file, runner)
     except SlurmCommandError as err:
         return f"jzk: {reason}; could not requeue job {job}: {err}"
-    left_out = _leave_out(run_dir, job, runner) if verdict.kind in NODE_FAULTS else ""
+    left_out = _leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
     return (
         f"jzk: {reason}; requeued job {job} ({count}/{max_restarts}): it resumes from the "
         f"newest complete checkpoint{left_out}"
@@ -206,7 +207,7 @@ def at_fault(verdict: Verdict, env: Mapping[str, str]) -> Verdict:
     return replace(verdict, node=node)
 
 
-def _leave_out(run_dir: Path, job: str, runner: Any) -> str:
+def _leave_out(run_dir: Path, job: str, runner: Any, env: Mapping[str, str]) -> str:
     """Leave every node this job's attempts put at fault out of its next start
     (accumulated in endings.jsonl); the words that say so."""
     from jeanzay_kit.slurm.commands import exclude_nodes
@@ -221,7 +222,35 @@ def _leave_out(run_dir: Path, job: str, runner: Any) -> str:
             f"; could not leave out {','.join(nodes)}: {err}. HINT: if no node is left for "
             f"the job, cancel it (scancel {job}) and submit with other nodes"
         )
-    return f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {ENDINGS_FILE})"
+    return f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {ENDINGS_FILE})" + (
+        _nodes_left(job, nodes, env, runner)
+    )
+
+
+def _nodes_left(job: str, excluded: list[str], env: Mapping[str, str], runner: Any) -> str:
+    """Said when the nodes left in the job's partition (sinfo) are fewer than it asks:
+    it would pend for ever."""
+    from jeanzay_kit.slurm.commands import show_text
+    from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
+
+    partition = env.get("SLURM_JOB_PARTITION")
+    if not partition:
+        return ""
+    try:
+        text = show_text(["sinfo", "-h", "-p", partition, "-o", "%N"], runner)
+        nodes = {n for line in text.split() for n in expand_hostlist(line)}
+    except (SlurmCommandError, HostlistError):
+        return ""
+    need = int(env.get("SLURM_JOB_NUM_NODES") or env.get("SLURM_NNODES") or 1)
+    left = len(nodes - set(excluded))
+    if not nodes or left >= need:
+        return ""
+    return (
+        f"; but partition {partition} is left with {left} node(s) for the job's {need}: "
+        f"it will wait for ever. HINT: scancel {job} and submit to another partition "
+        f"(resources.partition), or once the nodes are repaired: scontrol update "
+        f"JobId={job} ExcNodeList="
+    )
 
 
 def _record(

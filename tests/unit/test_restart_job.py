@@ -211,3 +211,24 @@ def test_a_refused_exclusion_is_said_with_the_way_out(tmp_path: Path) -> None:
     line = restart_after_failure(tmp_path, 1, 3, env=env, runner=Refusing(), since=900.0)
     assert "could not leave out n1:" in line and "Invalid node name specified" in line, line
     assert "HINT: if no node is left for the job, cancel it (scancel 42)" in line
+
+
+def test_a_job_left_with_no_node_is_said_so(tmp_path: Path) -> None:
+    """n1 excluded from a 1-node job of a partition of n1 alone: it would pend for ever."""
+
+    class Sinfo(Scontrol):
+        def run(self, argv, timeout=60.0, cwd=None):
+            self.calls.append(list(argv))
+            return subprocess.CompletedProcess(argv, 0, "n1\n" if argv[0] == "sinfo" else "", "")
+
+    (tmp_path / "train.log").write_text(ECC_LOG)
+    env = {**JOB, "SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "4"}
+    env |= {"SLURM_JOB_PARTITION": "gpu_p13", "SLURM_JOB_NUM_NODES": "1"}
+    runner = Sinfo()
+    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=900.0)
+    assert runner.calls[-1] == ["sinfo", "-h", "-p", "gpu_p13", "-o", "%N"]
+    assert line.endswith(
+        "but partition gpu_p13 is left with 0 node(s) for the job's 1: it will wait for ever. "
+        "HINT: scancel 42 and submit to another partition (resources.partition), or once "
+        "the nodes are repaired: scontrol update JobId=42 ExcNodeList="
+    ), line
