@@ -292,6 +292,9 @@ def classify(
         return Verdict(kind, said, step)
     if exit_code == 0:
         return Verdict(COMPLETED, "exit 0", step)
+    if exit_code == 4 and (seen is None or seen.kind not in NODE_FAULTS):
+        # The watchdog's own end: the ranks it stopped print what they were doing.
+        return Verdict(HANG, "exit 4: the watchdog found a rank stuck", step)
     if seen is not None and (exit_code != 3 or seen.kind in NODE_FAULTS):
         return Verdict(seen.kind, seen.evidence, step, seen.index, seen.rank, seen.node)
     if exit_code == 3:

@@ -137,6 +137,8 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x64 and 128x4)
         (BUG, 1, "", USER_ERROR, "RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
         ("", 3, "", STOPPED, "exit 3"),
         ("", 4, "", HANG, "watchdog"),
+        (BUG, 4, "", HANG, "watchdog"),  # the watchdog's exit wins over a stopped rank's words
+        (ECC, 4, "", GPU_HARDWARE, "uncorrectable ECC error"),
     ],
 )
 def test_each_end_gets_its_class_and_evidence(
