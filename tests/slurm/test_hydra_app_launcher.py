@@ -7,9 +7,11 @@ line (`override hydra/launcher: submitit_slurm` -> `jeanzay`), on the local clus
 - a point that cannot fit (8 GPUs a node on 4-GPU nodes) is refused before anything is
   queued, in the launcher's keys;
 - a 2-point sweep on the preemptible partition runs the app's own function on every
-  task (its lines in each task's log), one point is preempted by a `high` job, requeued
-  by Slurm, and its function called again resumes from its own checkpoint; both end
-  COMPLETED with the returned loss as result.json, and `jzk status` reads the sweep.
+  task (its lines in each task's log); one point is preempted by a `high` job and
+  requeued by Slurm, the other gets submitit's time-limit signal (USR2) and requeues
+  itself through submitit's checkpoint protocol; each function, called again, resumes
+  from its own checkpoint mid-way; both end COMPLETED with the returned loss as
+  result.json, and `jzk status` reads the sweep.
 
 The app is written against Hydra, submitit and torch only.
 """
@@ -121,6 +123,29 @@ def _wait_for_text(path: Path, text: str, timeout: float) -> None:
     pytest.fail(f"{text!r} not in {path} after {timeout} s")
 
 
+def _not_preempted(records: list[dict]) -> dict:
+    """The point the high job did not preempt: the other one's tasks are told SIGTERM
+    (submitit's handler logs that it bypasses it)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        hit = [r for r in records if "Bypassing signal SIGTERM" in Path(r["log"]).read_text()]
+        if hit:
+            (other,) = [r for r in records if r is not hit[0]]
+            return other
+        time.sleep(0.2)
+    pytest.fail("no point was preempted within 60 s")
+
+
+def _wait_running(job_id: str, env: dict[str, str]) -> None:
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        state = run(["squeue", "-h", "-j", job_id, "-o", "%T"], env).stdout.strip()
+        if state in ("RUNNING", "COMPLETING", ""):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"job {job_id} did not start within 90 s")
+
+
 def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
     slurm, tmp_path: Path
 ) -> None:
@@ -144,6 +169,7 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
         "hydra.launcher.gpus_per_node=2",
         "hydra.launcher.partition=low",
         "hydra.launcher.timeout_min=10",
+        "hydra.launcher.max_num_timeout=1",  # a time-limit requeue allowed (default 0)
         "lr=0.1,0.01",
     )
     assert launched.returncode == 0, launched.stderr[-3000:]
@@ -156,7 +182,16 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
     # A job of the high partition on one node: Slurm preempts (requeues) the point there.
     high = tmp_path / "high.sbatch"
     high.write_text("#!/bin/bash\n#SBATCH -p high -N 1 -n 2 -o /dev/null\nsleep 3\n")
-    wait_for(sbatch(high, slurm, tmp_path), slurm, timeout=120)
+    high_id = sbatch(high, slurm, tmp_path)
+    # Once the high job holds the preempted point's node, the other point gets
+    # submitit's time-limit signal (what --signal=USR2@120 sends): its rank 0 checkpoints
+    # (the same call) and requeues the job with scontrol. (Sooner, its freed node would
+    # go to the high job, and the preempted point would finish in its grace time.)
+    other = _not_preempted(records)
+    _wait_running(high_id, slurm)
+    signalled = run(["scancel", "--signal=USR2", other["job_id"]], slurm)
+    assert signalled.returncode == 0, signalled.stderr
+    wait_for(high_id, slurm, timeout=120)
     wait_for(records[0]["array_job_id"], slurm, timeout=240)
 
     preempted = []
@@ -175,12 +210,16 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
         result = json.loads((run_dir / "result.json").read_text())
         last = re.findall(r"epoch 39 loss (\S+)", out)[-1]
         assert result["value"] == pytest.approx(float(last), abs=1e-4), result
+        # Killed mid-way (preempted: SIGTERM, then SIGKILL after the partition's
+        # GraceTime; or requeued at submitit's signal): the function called again goes
+        # on from its last epoch, not from 0.
+        resumed = re.findall(r"rank 0: resumed from .*checkpoint.pt at epoch (\d+)", out)
+        assert resumed and 0 < int(resumed[-1]) < 40, (states, out[-3000:])
         if "PREEMPTED" in states:
-            resumed = re.findall(r"rank 0: resumed from .*checkpoint.pt at epoch (\d+)", out)
-            # Killed mid-way (SIGTERM, then SIGKILL after the partition's GraceTime):
-            # the function called again goes on from its last epoch, not from 0.
-            assert resumed and 0 < int(resumed[-1]) < 40, out[-3000:]
             preempted.append(rec["num"])
+        else:
+            assert rec is other and "REQUEUED" in states, states
+            assert "Caught signal SIGUSR2" in out, out[-3000:]
     assert len(preempted) == 1, preempted
 
     status = run([JZK, "status", str(sweep_dir)], slurm, project)
