@@ -225,3 +225,6 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
     status = run([JZK, "status", str(sweep_dir)], slurm, project)
     assert status.returncode == 0, status.stderr
     assert status.stdout.count("COMPLETED") >= 2, status.stdout
+    assert "GPU hours" in status.stdout, status.stdout  # sacct's, every start counted
+    logs = run([JZK, "logs", str(sweep_dir)], slurm, project)
+    assert logs.returncode == 0 and logs.stdout.count("executing task 1") >= 2, logs.stderr
