@@ -19,7 +19,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from jeanzay_kit.errors import LaunchError
+from jeanzay_kit.errors import LaunchError, TimeFormatError
+from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
 # hydra-submitit-launcher 1.2's defaults (hydra_plugins/hydra_submitit_launcher/config.py).
 HSL_DEFAULTS: dict[str, object] = {
@@ -294,7 +295,15 @@ def in_launcher_words(message: str) -> str:
     `hydra.launcher.gpus_per_node=8 ...`)."""
     for key, yours in _IN_LAUNCHER_WORDS.items():
         message = re.sub(rf"(?<![\w.]){re.escape(key)}(?![\w])", yours, message)
-    return message
+    # timeout_min is minutes: `timeout_min=116:40:00` -> `timeout_min=7000`.
+    return re.sub(r"(hydra\.launcher\.timeout_min=)([\d:-]+\d)", _in_minutes, message)
+
+
+def _in_minutes(match: re.Match[str]) -> str:
+    try:
+        return f"{match.group(1)}{parse_time(match.group(2))}"
+    except TimeFormatError:
+        return match.group(0)
 
 
 def returned_record(value: object) -> dict[str, object]:

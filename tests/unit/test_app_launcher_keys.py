@@ -118,6 +118,13 @@ def test_refusals_of_the_profile_name_the_launchers_keys() -> None:
         "hydra.launcher.gpus_per_node=8 but n nodes have 4 GPUs. HINT: use hydra.launcher.nodes=2"
     )
     assert in_launcher_words("eval.resources.nodes") == "eval.resources.nodes"
+    said = (
+        "resources.time=116:40:00 is above the 100:00:00 limit. HINT: use resources.time=100:00:00"
+    )
+    assert in_launcher_words(said) == (
+        "hydra.launcher.timeout_min=7000 is above the 100:00:00 limit. HINT: use "
+        "hydra.launcher.timeout_min=6000"
+    )
 
 
 @pytest.mark.parametrize(
