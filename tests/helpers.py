@@ -69,6 +69,23 @@ class PoisonedRegression(SyntheticRegression):
         return [self[int(i)] for i in indices]
 
 
+class CorruptRecord(SyntheticRegression):
+    """Synthetic data with one record that cannot be read (issue 58): every attempt from
+    the same checkpoint fails at the same step. Read sample by sample, as most datasets
+    are (the toolkit names the index of the failing one)."""
+
+    __getitems__ = None  # type: ignore[assignment]
+
+    def __init__(self, bad_index: int, **kwargs):
+        super().__init__(**kwargs)
+        self.bad_index = bad_index
+
+    def __getitem__(self, index):
+        if index == self.bad_index:
+            raise ValueError(f"corrupt record {index}")
+        return super().__getitem__(index)
+
+
 class FileBackedRegression(SyntheticRegression):
     """A user's dataset that reads a file named by `data.path` (the synthetic samples are
     scaled by the file's first number): an unreadable path must be refused at start."""

@@ -1,4 +1,7 @@
-"""A broken node left out of the next attempt, on the real local cluster (issue 58 point 3).
+"""Retries that can help, on the real local cluster (issue 58 points 2, 3 and 6).
+
+A corrupt record ends the job after its first repeat, naming the record; a broken node is
+left out of the next attempt.
 
 A script task on one node of the two fails with PyTorch's words for a GPU's uncorrectable
 ECC error the first time it runs; the batch script's restart step classifies it (GPU
@@ -15,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import JZK, run, sacct_states, submit_script, wait_for
+from tests.slurm.cluster import JZK, jzk_submit, run, sacct_states, submit_script, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -63,3 +66,37 @@ def test_a_node_with_a_gpu_hardware_error_is_left_out_of_the_requeued_job(
     shown = run([JZK, "status", str(run_dir), "--json"], slurm, project)
     obj = json.loads(shown.stdout.splitlines()[0])
     assert obj["state"] == "COMPLETED", obj
+
+
+def test_a_corrupt_record_ends_the_job_after_its_first_repeat(slurm, tmp_path: Path) -> None:
+    """A dataset raising on one record past step 0, before the first checkpoint: the job
+    is requeued once, the repeat at the same step ends it, FAILED, with the verdict
+    (before: requeued preemption.max_restarts=3 times, each from step 0)."""
+    project = tmp_path / "corrupt-project"
+    project.mkdir()
+    job_id, run_dir, log = jzk_submit(
+        slurm,
+        project,
+        "cluster=slurm_local",
+        "resources.nodes=1",
+        "resources.gpus_per_node=2",
+        "job.name=corrupt",
+        "data._target_=tests.helpers.CorruptRecord",
+        "+data.bad_index=700",
+        "train.steps=400",
+        "train.eval_every=0",
+        "checkpoint.every_steps=1000",
+        "preemption.max_restarts=3",
+    )
+    wait_for(job_id, slurm, timeout=300)
+    err = log.with_suffix(".err").read_text()
+    assert err.count(f"requeued job {job_id}") == 1, err[-4000:]
+    said = [line for line in err.splitlines() if "not restarted" in line]
+    assert said, err[-4000:]
+    assert "data error at step" in said[-1], said
+    assert "ValueError: corrupt record 700 (dataset index 700)" in said[-1], said
+    assert "the attempt before failed the same way at the same step" in said[-1], said
+    assert sacct_states(job_id, slurm, duplicates=True)[-1] == "FAILED"
+    shown = run([JZK, "status", str(run_dir), "--json"], slurm, project)
+    obj = json.loads(shown.stdout.splitlines()[0])
+    assert obj["verdict"] == "data_error" and "corrupt record 700" in obj["evidence"], obj

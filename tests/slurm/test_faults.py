@@ -78,6 +78,11 @@ def test_a_killed_rank_ends_the_step_and_the_job_requeues_to_the_same_model(
     restarts = json.loads((run_dir / "restarts.json").read_text())
     assert restarts["restarts"] == [] and len(restarts["history"]) == 1, restarts
     assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()
+    # Every end of an attempt is in the run's record (issue 58): the killed step, retried
+    # (no evidence of a repeat), then the completion, both of this job.
+    endings = [json.loads(x) for x in (run_dir / "endings.jsonl").read_text().splitlines()]
+    assert [(e["job_id"], e["retried"]) for e in endings] == [(job_id, True), (job_id, None)]
+    assert endings[-1]["kind"] == "completed" and endings[0]["step"] >= 300, endings
 
 
 @pytest.fixture
