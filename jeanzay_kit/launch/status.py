@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from jeanzay_kit.runtime.ending_rules import SLURM_STATES, Verdict
 from jeanzay_kit.values import strings
 
 # The format strings the commands are run with (slurm/commands.py); the parsers below
@@ -192,8 +193,8 @@ def run_objects(
                 "checkpoint": _checkpoint(view) if _checkpoint(view) != "-" else None,
                 "gpu_hours": hours.get(view.key),
                 "last_line": p.last_line,
-                "verdict": p.verdict,
-                "evidence": p.evidence,
+                "verdict": newest_end(p, st)[0],
+                "evidence": newest_end(p, st)[1],
                 "restart_storm": p.storm,
                 "overrides": list(view.overrides),
             }
@@ -229,23 +230,37 @@ def status_table(views: Sequence[RunView], states: Mapping[str, JobState]) -> st
         "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
         for row in rows
     )
-    return "\n".join([table, *_script_lines(views), *ending_lines(views)])
+    return "\n".join([table, *_script_lines(views), *ending_lines(views, states)])
 
 
-def ending_lines(views: Sequence[RunView]) -> list[str]:
+def newest_end(p: RunProgress, st: JobState | None) -> tuple[str | None, str | None, str | None]:
+    """(class, line, fix) of the newest end: the run's record (endings.jsonl), or sacct's
+    State when Slurm itself ended the job (a time limit, a node failure, the host's
+    out of memory: the batch script was killed with it, nothing was recorded)."""
+    state = st.state if st is not None and st.source == "sacct" else ""
+    if state in SLURM_STATES and p.verdict != SLURM_STATES[state]:
+        said = Verdict(SLURM_STATES[state], f"sacct State={state}")
+        return said.kind, said.line(), said.fix
+    return p.verdict, p.evidence, p.fix
+
+
+def ending_lines(
+    views: Sequence[RunView], states: Mapping[str, JobState] | None = None
+) -> list[str]:
     """Under the table, for each run whose newest attempt did not complete: how it ended
     and the fix; a restart storm is flagged."""
     lines = []
     for view in views:
         p = view.progress
+        kind, evidence, fix = newest_end(p, (states or {}).get(view.key))
         if p.storm:
             lines.append(
                 f"{view.job_id}: RESTART STORM: {p.restarts} restart(s), the last ones without "
                 "a new checkpoint. HINT: read the endings below and the log (jzk logs); "
                 "cancel the job if the cause is not passing"
             )
-        if p.verdict and p.verdict != "completed" and p.evidence:
-            lines.append(f"{view.job_id}: {p.evidence}" + (f". HINT: {p.fix}" if p.fix else ""))
+        if kind and kind != "completed" and evidence:
+            lines.append(f"{view.job_id}: {evidence}" + (f". HINT: {fix}" if fix else ""))
     return ["", *lines] if lines else []
 
 

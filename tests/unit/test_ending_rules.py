@@ -243,3 +243,21 @@ def test_a_completed_run_records_its_end_so_an_earlier_failure_is_not_shown(tmp_
         "completed at step 30: done: 30 steps"
     )
     assert "data error" not in status_table([RunView("42", str(tmp_path), progress=progress)], {})
+
+
+def test_a_job_slurm_ended_itself_shows_sacct_s_state_as_its_end() -> None:
+    """A time limit or node failure kills the batch script with the job: nothing was
+    recorded, sacct's State is the evidence (jzk status, its --json)."""
+    from jeanzay_kit.launch.status import JobState, RunProgress, RunView, run_objects, status_table
+
+    view = RunView("77", "/r/x", progress=RunProgress(verdict="completed"))
+    states = {"77": JobState("77", "NODE_FAIL", "01:00:00", "n3", "0:0", "sacct")}
+    obj = run_objects([view], states, {})[0]
+    assert obj["verdict"] == NODE_FAILURE and obj["evidence"] == (
+        "node failure: sacct State=NODE_FAIL"
+    ), obj
+    assert "77: node failure: sacct State=NODE_FAIL. HINT: nothing to do" in status_table(
+        [view], states
+    )
+    live = {"77": JobState("77", "RUNNING", "00:01:00", "n3")}  # squeue's: no end yet
+    assert run_objects([view], live, {})[0]["verdict"] == "completed"
