@@ -324,7 +324,9 @@ def decide(
         # No evidence that it would repeat (a step killed without a word):
         # preemption.max_restarts alone bounds it, as before.
         return Decision(True, "")
-    if previous is not None and now.same_failure(previous):
+    # A hang or a node's fault repeats only where the step is known (a script tells none).
+    known = now.step is not None or now.kind not in WORTH_A_RETRY
+    if previous is not None and known and now.same_failure(previous):
         return Decision(False, "the attempt before failed the same way at the same step")
     if now.kind in WORTH_A_RETRY:
         return Decision(True, "")

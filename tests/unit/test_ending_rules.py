@@ -182,6 +182,7 @@ DATA = Verdict(DATA_ERROR, "ValueError: corrupt record 1500 (dataset index 1500)
         (Verdict(NODE_FAILURE, "Node failure", 7), None, False, True, True),
         (Verdict(HANG, "exit 4", 7), Verdict(HANG, "exit 4", 7), False, True, False),
         (Verdict(HANG, "exit 4", 7), Verdict(HANG, "exit 4", 3), False, True, True),
+        (Verdict(HANG, "exit 4"), Verdict(HANG, "exit 4"), False, True, True),  # no step known
     ],
 )
 def test_a_retry_only_where_it_can_help(
