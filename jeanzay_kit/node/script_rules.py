@@ -37,6 +37,8 @@ TOOLKIT_NAMES = frozenset(
         layout.PROVENANCE,
         layout.MANIFEST,
         layout.RESTARTS,
+        layout.ENDINGS,
+        layout.NCCL_TIMEOUT,
         layout.REQUEUE_MARK,
         layout.SCRIPT_PORT,
         layout.STOP_NOTE,

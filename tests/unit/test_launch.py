@@ -186,7 +186,7 @@ def test_status_table_shows_state_progress_heartbeat_and_exit_code() -> None:
         "/s/0",
         "optim.lr=0.1",
     ]
-    assert "FAILED (exit 2:0)" in lines[2]
+    assert "FAILED (exit 2)" in lines[2]  # Slurm's ExitCode 2:0 in words
     assert lines[3].split()[:2] == ["99", "UNKNOWN"]
     assert summary(["RUNNING", "FAILED", "RUNNING"]) == "1 FAILED, 2 RUNNING"
 
