@@ -201,6 +201,9 @@ def _records_in(root: Path, depth: int) -> list[dict]:
     if (root / MANIFEST).is_file():
         return [dict(r) for r in read_manifest(root / MANIFEST)]
     if _is_run_dir(root):
+        listed = _listed_by_sweep(root)
+        if listed:  # a point of a Slurm sweep: its job and log are in the sweep's manifest
+            return listed
         # No manifest: a run of this machine, or one another launcher (hydra's submitit
         # launcher, the user's own sbatch) ran on Slurm, as its newest start recorded.
         job = slurm_job_of(root) or "local"
@@ -212,6 +215,22 @@ def _records_in(root: Path, depth: int) -> list[dict]:
         if child.is_dir() and not child.is_symlink():
             found.extend(_records_in(child, depth - 1))
     return sorted(found, key=_newest, reverse=True)
+
+
+def _listed_by_sweep(run_dir: Path) -> list[dict]:
+    """The lines of the sweep's manifest (in the folder above a point's run directory)
+    that name this run directory: `jzk status|logs <one point>` as the sweep sees it."""
+    from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+
+    manifest = run_dir.parent / MANIFEST
+    if not manifest.is_file():
+        return []
+    here = run_dir.resolve()
+    return [
+        dict(r)
+        for r in read_manifest(manifest)
+        if Path(str(r.get("run_dir", ""))).resolve() == here
+    ]
 
 
 def _is_run_dir(path: Path) -> bool:

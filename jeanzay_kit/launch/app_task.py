@@ -24,6 +24,7 @@ same run directory. A preempted job is requeued by Slurm and called again alike.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +98,18 @@ class AppTask:
 
 
 def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
+    from jeanzay_kit.distributed.ranks import array_id
     from jeanzay_kit.node.entry import record_provenance
+    from jeanzay_kit.node.script_files import record_attempt
     from jeanzay_kit.runtime.lease import acquire_for
     from jeanzay_kit.runtime.run_result import clear_result
 
     lease = acquire_for(run_dir, env, "hydra app (hydra/launcher=jeanzay)")
     clear_result(run_dir)  # a result of an earlier end no longer holds
     record_provenance(run_dir, env)
+    # One line per start (preempted, requeued at the time limit): `jzk status` counts
+    # them as a script's, whoever requeued the job.
+    record_attempt(run_dir, time.time(), env.get("SLURM_JOB_ID"), array_id(env))
     return lease
 
 

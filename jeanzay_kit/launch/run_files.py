@@ -110,7 +110,9 @@ def _script_progress(
     from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts, read_script_beats
     from jeanzay_kit.node.script_rules import COMMAND_FILE
 
-    if not (run_dir / COMMAND_FILE).is_file():
+    # A script task owns its run directory through COMMAND_FILE; a Hydra app's sweep
+    # point (launch/app_task.py) records its starts alone.
+    if not (run_dir / COMMAND_FILE).is_file() and not (run_dir / layout.ATTEMPTS).is_file():
         return RunProgress(), None
     attempts = [a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]
     beats = read_script_beats(run_dir)

@@ -83,3 +83,32 @@ def test_cancel_stops_a_local_run_through_its_lease(tmp_path: Path, capsys) -> N
     finally:
         if holder.poll() is None:
             os.killpg(holder.pid, signal.SIGKILL)
+
+
+def test_one_point_of_a_slurm_sweep_is_read_as_the_sweep_lists_it(tmp_path: Path, capsys) -> None:
+    """`jzk logs|status <one point's run dir>`: the point's job and log come from the
+    sweep's manifest, above it (a Hydra app's sweep point writes no train.log), and its
+    starts count as restarts (attempts.jsonl, written at each call of the app)."""
+    sweep = tmp_path / "multirun" / "app"
+    logs = {}
+    for num in (0, 1):
+        logs[num] = tmp_path / "logs" / f"app-7_{num}.out"
+        logs[num].parent.mkdir(exist_ok=True)
+        logs[num].write_text(f"jzk: start 1 of job 7_{num}\npoint {num}: epoch 3 of 3\n")
+        point = sweep / f"lr-{num}"
+        (point / ".hydra").mkdir(parents=True)
+        (point / "lease.json").write_text("{}")
+    records = [
+        {"job_id": f"7_{n}", "run_dir": str(sweep / f"lr-{n}"), "log": str(logs[n]), "num": n}
+        for n in (0, 1)
+    ]
+    (sweep / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert main(["logs", str(sweep / "lr-1")]) == 0
+    out = capsys.readouterr().out
+    assert "point 1: epoch 3 of 3" in out and "point 0" not in out
+    for start in (1.0, 2.0):  # preempted once: two calls of the app
+        with (sweep / "lr-1" / "attempts.jsonl").open("a") as f:
+            f.write(json.dumps({"start": start, "job_id": "7_1", "array_id": "7_1"}) + "\n")
+    from jeanzay_kit.launch.run_files import run_progress
+
+    assert run_progress(sweep / "lr-1", job_id="7_1").restarts == 1
