@@ -228,3 +228,9 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
     assert "GPU hours" in status.stdout, status.stdout  # sacct's, every start counted
     logs = run([JZK, "logs", str(sweep_dir)], slurm, project)
     assert logs.returncode == 0 and logs.stdout.count("executing task 1") >= 2, logs.stderr
+    # One point, as the sweep lists it: its own log, and its two starts as a restart.
+    point = run([JZK, "logs", records[0]["run_dir"]], slurm, project)
+    assert point.returncode == 0 and "executing task 1" in point.stdout, point.stderr
+    shown = run([JZK, "status", "--json", str(sweep_dir)], slurm, project).stdout
+    rows = [json.loads(line) for line in shown.splitlines() if line.strip()]
+    assert len(rows) == 2 and all(row["restarts"] >= 1 for row in rows), rows
