@@ -238,7 +238,7 @@ class JeanzayLauncher(Launcher):
         from hydra.errors import HydraException
         from omegaconf.errors import OmegaConfBaseException
 
-        from jeanzay_kit.errors import JzkError, LaunchError
+        from jeanzay_kit.errors import JzkError
         from jeanzay_kit.launch.app_rules import in_launcher_words, translate
         from jeanzay_kit.launch.arrays import SweepPoint
         from jeanzay_kit.launch.point_configs import PointConfigs
@@ -267,13 +267,7 @@ class JeanzayLauncher(Launcher):
                 problems.append(f"{label}: {in_launcher_words(str(err))}")
                 continue
             points.append(SweepPoint(num, tuple(overrides), run_dir, spec, app=request))
-        if problems:
-            raise LaunchError(
-                "nothing was submitted; fix these sweep points:\n" + "\n".join(problems)
-            )
-        if not points:
-            raise LaunchError("the sweep has no points")
-        return points
+        return _all_or_nothing(points, problems)
 
     def _must_wait(self) -> bool:
         """hydra.launcher.wait, or a sweeper that learns from the runs' values (Optuna's):
@@ -296,7 +290,7 @@ class JeanzayLauncher(Launcher):
 
         from jeanzay_kit.config.compose import compose_error
         from jeanzay_kit.config.spec import build_job_spec
-        from jeanzay_kit.errors import JzkError, LaunchError, SpecError
+        from jeanzay_kit.errors import JzkError, SpecError
         from jeanzay_kit.launch.arrays import SweepPoint
         from jeanzay_kit.launch.point_configs import PointConfigs, resolved_point
 
@@ -336,13 +330,18 @@ class JeanzayLauncher(Launcher):
                     problems.append(f"{label}: {err}")
                     continue
             points.append(SweepPoint(num, tuple(overrides), run_dir, spec))
-        if problems:
-            raise LaunchError(
-                "nothing was submitted; fix these sweep points:\n" + "\n".join(problems)
-            )
-        if not points:
-            raise LaunchError("the sweep has no points")
-        return points
+        return _all_or_nothing(points, problems)
+
+
+def _all_or_nothing(points: list[Any], problems: list[str]) -> list[Any]:
+    """Every point, or a LaunchError listing every problem: one bad point, nothing queued."""
+    from jeanzay_kit.errors import LaunchError
+
+    if problems:
+        raise LaunchError("nothing was submitted; fix these sweep points:\n" + "\n".join(problems))
+    if not points:
+        raise LaunchError("the sweep has no points")
+    return points
 
 
 def _hydra_view(cfg: Any) -> tuple[dict[str, Any], str, str | None]:

@@ -96,19 +96,10 @@ def classify_attempt(
 
 
 def read_endings(run_dir: Path) -> list[dict[str, Any]]:
-    try:
-        text = (run_dir / ENDINGS_FILE).read_text(errors="replace")
-    except OSError:
-        return []
-    out = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
+    """How each attempt ended, oldest first (ENDINGS_FILE, one JSON object a line)."""
+    from jeanzay_kit.durable_io import read_json_lines
+
+    return read_json_lines(run_dir / ENDINGS_FILE)
 
 
 def newest_ending(run_dir: Path) -> Verdict | None:

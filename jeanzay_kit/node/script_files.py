@@ -136,17 +136,10 @@ def record_attempt(
 
 
 def read_attempts(run_dir: Path) -> list[dict]:
-    try:
-        lines = (run_dir / ATTEMPTS_FILE).read_text().splitlines()
-    except OSError:
-        return []
-    attempts = []
-    for line in lines:
-        try:
-            attempts.append(json.loads(line))
-        except ValueError:
-            continue
-    return attempts
+    """The starts record_attempt wrote, oldest first."""
+    from jeanzay_kit.durable_io import read_json_lines
+
+    return read_json_lines(run_dir / ATTEMPTS_FILE)
 
 
 def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from jeanzay_kit import run_layout as layout
+from jeanzay_kit.durable_io import read_json_lines
 from jeanzay_kit.runtime.progress import (
     format_duration,
     input_bound,
@@ -43,19 +44,7 @@ METRICS_FILE = layout.METRICS
 def read_records(path: Path) -> list[dict[str, Any]]:
     """metrics.jsonl's records; a missing file is a run that has not logged yet, and a
     line being written (or cut by a crash) is skipped."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
-    records = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return read_json_lines(path)
 
 
 class MetricsWriter:

@@ -68,3 +68,13 @@ for _ in range(100):
     except RunDirError as err:
         print(err)
 """
+
+
+def test_json_lines_skip_a_cut_line_and_a_line_that_is_not_an_object(tmp_path: Path) -> None:
+    """metrics.jsonl, endings.jsonl, attempts.jsonl: one reader (durable_io.py)."""
+    from jeanzay_kit.durable_io import read_json_lines
+
+    path = tmp_path / "records.jsonl"
+    assert read_json_lines(path) == []  # no file yet: no records
+    path.write_text('{"step": 1}\n[1, 2]\n"text"\n{"step": 2}\n{"step": 3, "lo')
+    assert read_json_lines(path) == [{"step": 1}, {"step": 2}]
