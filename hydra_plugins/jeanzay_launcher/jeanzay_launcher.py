@@ -156,18 +156,7 @@ class JeanzayLauncher(Launcher):
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
-
-        app_task = None
-        if self.is_app():
-            from jeanzay_kit.launch.app_task import AppTask
-
-            # Hydra's state as the app left it, before the profile's checks compose the
-            # toolkit's config beside it.
-            app_task = AppTask.pack(self.hydra_context, self.config, self.task_function)
-            points = self._app_points(job_overrides, initial_job_idx, sweep_dir)
-        else:
-            _refuse_app_keys(self.app_keys)
-            points = self._validated_points(job_overrides, initial_job_idx, sweep_dir)
+        app_task, points = self._points(job_overrides, initial_job_idx, sweep_dir)
         max_size = min(p.spec.cluster.max_array_size for p in points)
         code_dir = _snapshot(points[0].spec)
         plans = plan_arrays(points, max_size, self.array_parallelism, code_dir)
@@ -199,6 +188,22 @@ class JeanzayLauncher(Launcher):
         if failed:
             raise RunsFailed(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
         return returns
+
+    def _points(
+        self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path
+    ) -> tuple[Any, list[Any]]:
+        """Every point checked against its profile, and a Hydra app's function packed
+        (None when the points run the toolkit's own training)."""
+        assert self.config is not None and self.hydra_context is not None
+        if not self.is_app():
+            _refuse_app_keys(self.app_keys)
+            return None, self._validated_points(job_overrides, initial_job_idx, sweep_dir)
+        from jeanzay_kit.launch.app_task import AppTask
+
+        # Hydra's state as the app left it, before the profile's checks compose the
+        # toolkit's config beside it.
+        app_task = AppTask.pack(self.hydra_context, self.config, self.task_function)
+        return app_task, self._app_points(job_overrides, initial_job_idx, sweep_dir)
 
     def _returned(
         self, point: Any, record: dict[str, Any], outcomes: dict[int, Any], app_task: Any

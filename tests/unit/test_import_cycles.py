@@ -173,11 +173,15 @@ def test_exceptions_are_one_family_in_errors_py() -> None:
 
 
 def _functions() -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
+    """Every function of the package and of its Hydra plugins (hydra_plugins/ ships in
+    the same wheel and is read by the same newcomers)."""
     out = []
-    for path in sorted(PACKAGE.rglob("*.py")):
+    root = PACKAGE.parent
+    paths = sorted(PACKAGE.rglob("*.py")) + sorted((root / "hydra_plugins").rglob("*.py"))
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                out.append((f"{path.relative_to(PACKAGE)}:{node.name}", node))
+                out.append((f"{path.relative_to(root)}:{node.name}", node))
     return out
 
 
