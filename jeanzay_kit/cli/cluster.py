@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+from jeanzay_kit.cli import clusters
 from jeanzay_kit.errors import JzkError
 
 
@@ -14,8 +15,8 @@ def add(sub: argparse._SubParsersAction) -> None:
     cluster = sub.add_parser(
         "cluster",
         help="cluster profiles: list them, or write one from a live Slurm cluster",
-        description="Cluster profiles: `list` them (as `jzk clusters`), or `discover` one "
-        "from the live cluster.",
+        description="Cluster profiles: `discover` one from the live cluster (`list` is an "
+        "alias of `jzk clusters`).",
     )
     cluster_sub = cluster.add_subparsers(dest="cluster_command", required=True, metavar="ACTION")
     discover = cluster_sub.add_parser(
@@ -36,22 +37,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="where to write it (default: <user config>/cluster/<name>.yaml; - for stdout)",
     )
     discover.add_argument("--force", action="store_true", help="overwrite an existing file")
-    listing = cluster_sub.add_parser(
-        "list",
-        help="list the cluster profiles (the same as `jzk clusters`)",
-        description="List the cluster profiles with where each comes from: the project's "
-        "conf/cluster/, the user's folder ($JZK_CONFIG_HOME/cluster), then the package's.",
-    )
-    listing.add_argument("--config-dir", default=None, help="the config tree to read")
-    cluster.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    if args.cluster_command == "list":
-        from jeanzay_kit.cli import clusters
-
-        return clusters.run(args)
-    return _discover(args)
+    discover.set_defaults(run=_discover)
+    listing = clusters.add_listing(cluster_sub, "list", "an alias of `jzk clusters`")
+    listing.set_defaults(alias_of="jzk clusters")
 
 
 def _discover(args: argparse.Namespace) -> int:

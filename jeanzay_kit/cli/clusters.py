@@ -17,17 +17,27 @@ from jeanzay_kit.config.compose import (
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
+DESCRIPTION = (
+    "List the cluster profiles of the config tree with where each comes from: the "
+    "project's conf/cluster/, the user's folder ($JZK_CONFIG_HOME/cluster), then the "
+    "package's own."
+)
+
 
 def add(sub: argparse._SubParsersAction) -> None:
-    clusters = sub.add_parser(
-        "clusters",
-        help="list the cluster profiles with their partitions and limits",
-        description="List the cluster profiles of the config tree with where each comes "
-        "from: the project's conf/cluster/, the user's folder ($JZK_CONFIG_HOME/cluster), "
-        "then the package's own.",
-    )
-    clusters.add_argument("--config-dir", default=None, help="the config tree to read")
-    clusters.set_defaults(run=run)
+    add_listing(sub, "clusters", "list the cluster profiles with their partitions and limits")
+
+
+def add_listing(
+    sub: argparse._SubParsersAction, name: str, summary: str
+) -> argparse.ArgumentParser:
+    """The one parser of the listing: `jzk clusters`, and `jzk cluster list`, its alias
+    (docs/operate.md taught it; users' scripts may call it), built here so the two
+    cannot drift apart."""
+    listing = sub.add_parser(name, help=summary, description=DESCRIPTION)
+    listing.add_argument("--config-dir", default=None, help="the config tree to read")
+    listing.set_defaults(run=run)
+    return listing
 
 
 def profile_options(config_dir: str | None) -> list[GroupOption]:
