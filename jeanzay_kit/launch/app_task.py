@@ -19,14 +19,28 @@ point and calls it on every task, as hydra-submitit-launcher pickles itself. The
 USR2, `signal_delay_s` before the time limit) submitit asks rank 0 for the call to make
 again, then requeues the job: your function is called again from the start, in the
 same run directory. A preempted job is requeued by Slurm and called again alike.
+
+A function that runs the toolkit's `session` (docs/your-own-loop.md) gets the point's
+run directory as JZK_RUN_DIR, as a script task does: its checkpoints, metrics and
+heartbeats go there, and the lease stays with this task. The session's handler takes
+the signals (one handler a signal and process), stops every rank at the same step
+boundary, saves, and exits EXIT_PREEMPTED; this task then hands the stop to submitit's
+handler, which requeues the job as above, and the session resumes exactly.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
+
+from jeanzay_kit.config.runtime_settings import job_signal
+
+# The run directory of a task the toolkit started (distributed/script_env.py names it for
+# script tasks): a session inside reads it (runtime/session_rules.py).
+RUN_DIR_ENV = "JZK_RUN_DIR"
 
 
 class AppTask:
@@ -49,16 +63,31 @@ class AppTask:
         import submitit
 
         from jeanzay_kit.project.import_path import put_project_on_path
+        from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
         env = dict(os.environ)  # read once, here
         put_project_on_path(env, Path.cwd())
         job_env = submitit.JobEnvironment()
         rank0 = job_env.global_rank == 0
+        # submitit's handler of its time-limit signal, installed before this call: a
+        # session inside replaces it, and hands its stop back to it (_run_again).
+        signum, submitits_handler = _time_limit_handler(env)
+        # A session inside writes in the point's run directory and leaves the lease and
+        # the requeue to this task, as under a script task's wrapper (session_rules.py).
+        os.environ[RUN_DIR_ENV] = run_dir
         lease = _take_run_dir(Path(run_dir), env) if rank0 else None
         try:
             ret = self._run(overrides, num, run_dir, str(job_env.job_id))
             if rank0:
                 _write_result(Path(run_dir), ret)
+        except SystemExit as stop:
+            if stop.code != EXIT_PREEMPTED:
+                raise
+            if lease is not None:
+                lease.release()
+                lease = None
+            _run_again(rank0, signum, submitits_handler)
+            raise
         finally:
             if lease is not None:
                 lease.release()
@@ -95,6 +124,24 @@ class AppTask:
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
+
+
+def _time_limit_handler(env: dict[str, str]) -> tuple[int, Any]:
+    """submitit's time-limit signal (SUBMITIT_PREEMPT_SIGNAL, USR2 by default) and the
+    handler submitit installed for it before calling this task."""
+    signum = int(signal.Signals[f"SIG{job_signal(env) or 'USR2'}"])
+    return signum, signal.getsignal(signum)
+
+
+def _run_again(rank0: bool, signum: int, submitits_handler: Any) -> None:
+    """A session in your function stopped at a signal, saved at a step boundary on every
+    rank and exited EXIT_PREEMPTED ("run me again"): rank 0 hands the stop to submitit's
+    own handler, which checkpoints this call (checkpoint below) and requeues the job, or
+    ends it when `max_num_timeout` is spent, as with hydra-submitit-launcher. After a
+    preemption (SIGTERM) Slurm requeues the job by itself; submitit's handler is called
+    all the same (a second `scontrol requeue` of a pending job changes nothing)."""
+    if rank0 and callable(submitits_handler):
+        submitits_handler(signum, None)
 
 
 def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:

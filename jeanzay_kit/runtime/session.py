@@ -65,7 +65,8 @@ class Session:
 
     steps: how many steps the run makes (progress lines and ETA; None: unknown).
     run_dir: where checkpoints, metrics.jsonl and heartbeats go (default: JZK_RUN_DIR
-    under `jzk train`/`jzk submit`, else outputs/session).
+    under `jzk train`/`jzk submit` and `hydra/launcher=jeanzay`, else the output
+    directory of the `@hydra.main` function calling it, else outputs/session).
 
     The other settings default to the job's config under `jzk train|submit
     job.entry=your_script.py` (the key in brackets), else to that key's shipped default
@@ -120,7 +121,7 @@ class Session:
         self.run = Run(
             settings,
             rank_info_from_env(env),
-            Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env)),
+            Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env, _hydra_dir())),
             steps,
             stop,
             env,
@@ -529,3 +530,17 @@ class Session:
 
 # `with session(steps=...) as s:`: the documented spelling, the same class.
 session = Session
+
+
+def _hydra_dir() -> str | None:
+    """The output directory of the running `@hydra.main` function, if the session is
+    started inside one (each point of a sweep its own); None elsewhere."""
+    import sys
+
+    if "hydra" not in sys.modules:  # no Hydra app imported it: do not import it here
+        return None
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    return str(HydraConfig.get().runtime.output_dir)

@@ -18,12 +18,14 @@ DEFAULT_RUN_DIR = "outputs/session"
 _PLAIN = (str, int, float, bool, type(None))
 
 
-def run_dir_for(given: str | None, env: Mapping[str, str]) -> str:
-    """session(run_dir=...) first; then JZK_RUN_DIR, the run directory a script task gets
-    (the same on every requeue); then DEFAULT_RUN_DIR."""
+def run_dir_for(given: str | None, env: Mapping[str, str], hydra_dir: str | None = None) -> str:
+    """session(run_dir=...) first; then JZK_RUN_DIR, the run directory a script task or a
+    Hydra app's point on the jeanzay launcher gets (the same on every requeue); then the
+    output directory of the Hydra app calling the session (each point of a sweep its own,
+    fixed at submission under hydra-submitit-launcher); then DEFAULT_RUN_DIR."""
     if given:
         return given
-    return env.get("JZK_RUN_DIR") or DEFAULT_RUN_DIR
+    return env.get("JZK_RUN_DIR") or hydra_dir or DEFAULT_RUN_DIR
 
 
 def under_script_task(env: Mapping[str, str]) -> bool:

@@ -234,3 +234,94 @@ def test_a_hydra_apps_sweep_runs_its_function_resumes_after_preemption(
     shown = run([JZK, "status", "--json", str(sweep_dir)], slurm, project).stdout
     rows = [json.loads(line) for line in shown.splitlines() if line.strip()]
     assert len(rows) == 2 and all(row["restarts"] >= 1 for row in rows), rows
+
+
+# The same kind of app, its loop on the toolkit's session (docs/your-own-loop.md): the
+# session's handler takes submitit's signal, stops at a step boundary, saves in the point's
+# run directory, and the launcher hands the stop to submitit, which requeues the job.
+SESSION_APP = textwrap.dedent(
+    """
+    import time
+
+    import hydra
+    import torch
+    from omegaconf import DictConfig
+
+    from jeanzay_kit import session
+
+
+    @hydra.main(version_base=None, config_path=".", config_name="config")
+    def my_app(cfg: DictConfig) -> float:
+        with session(steps=cfg.steps) as s:
+            torch.manual_seed(0)
+            model = s.wrap(torch.nn.Linear(4, 1))
+            opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
+            ckpt = s.checkpointer(model, opt)
+            step = ckpt.resume()
+            print(f"starting at step {step}", flush=True)
+            x = torch.randn(64, 4, generator=torch.Generator().manual_seed(1))
+            y = x.sum(1, keepdim=True)
+            while step < cfg.steps:
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                time.sleep(cfg.step_seconds)
+                if s.should_stop(step, loss=loss):
+                    ckpt.save(step + 1)
+                    s.requeue_and_exit()
+                step += 1
+                if step % 5 == 0 or step == cfg.steps:
+                    ckpt.save(step)
+                    s.log(step, loss=loss)
+            digest = s.save_model(model)
+            print(f"done: model digest {digest} loss {float(loss)!r}", flush=True)
+            return float(loss)
+
+
+    if __name__ == "__main__":
+        my_app()
+    """
+)
+
+
+def test_a_session_in_a_hydra_app_resumes_exactly_and_jzk_cancel_ends_a_point(
+    slurm, tmp_path: Path
+) -> None:
+    project = tmp_path / "my_app"
+    project.mkdir()
+    (project / "my_app.py").write_text(SESSION_APP)
+    config = "defaults:\n  - override hydra/launcher: jeanzay\nlr: 0.1\nsteps: 30\n"
+    (project / "config.yaml").write_text(config + "step_seconds: 0.4\n")
+    # The reference: the same app, run through on this machine (one process, the CPU).
+    ref = run(
+        [PYTHON, "my_app.py", "step_seconds=0", f"hydra.run.dir={tmp_path}/ref"], slurm, project
+    )
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    digest, loss = re.search(r"model digest (\S+) loss (\S+)", ref.stdout).groups()
+
+    sweep_dir = tmp_path / "multirun"
+    keys = ["hydra.launcher.tasks_per_node=1", "hydra.launcher.gpus_per_node=1"]
+    keys += ["hydra.launcher.partition=low", "hydra.launcher.max_num_timeout=1"]
+    launched = _sweep(project, slurm, sweep_dir, *keys, "lr=0.1,0.5")
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    first, second = manifest_records(sweep_dir)
+    # The session writes in each point's run directory (not outputs/session of the cwd).
+    for rec in (first, second):
+        _wait_for_text(Path(rec["run_dir"]) / "metrics.jsonl", '"step": 5', timeout=120)
+    signalled = run(["scancel", "--signal=USR2", first["job_id"]], slurm)
+    assert signalled.returncode == 0, signalled.stderr
+    cancelled = run([JZK, "cancel", second["run_dir"]], slurm, project)
+    assert cancelled.returncode == 0 and "cancelled 1 job(s)" in cancelled.stdout, cancelled
+    wait_for(first["array_job_id"], slurm, timeout=180)
+
+    out = Path(first["log"]).read_text()
+    states = sacct_states(first["job_id"], slurm, duplicates=True)
+    assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-3000:])
+    resumed = [int(n) for n in re.findall(r"starting at step (\d+)", out)]
+    assert resumed[0] == 0 and 5 < resumed[-1] < 30, (resumed, out[-3000:])
+    assert f"model digest {digest}" in out, out[-3000:]  # as if never stopped
+    result = json.loads((Path(first["run_dir"]) / "result.json").read_text())
+    assert result["value"] == float(loss), result  # the function's return value
+    assert sacct_states(second["job_id"], slurm)[-1] == "CANCELLED"
+    assert not list(tmp_path.rglob("outputs/session")), "a session wrote outside its point"

@@ -136,15 +136,16 @@ def test_a_global_batch_that_does_not_split_is_refused(batch, global_batch, worl
 
 
 @pytest.mark.parametrize(
-    ("given", "env", "expected"),
+    ("given", "env", "hydra_dir", "expected"),
     [
-        ("mine", {"JZK_RUN_DIR": "/runs/a"}, "mine"),
-        (None, {"JZK_RUN_DIR": "/runs/a"}, "/runs/a"),
-        (None, {}, rules.DEFAULT_RUN_DIR),
+        ("mine", {"JZK_RUN_DIR": "/runs/a"}, "/multirun/0", "mine"),
+        (None, {"JZK_RUN_DIR": "/runs/a"}, "/multirun/0", "/runs/a"),
+        (None, {}, "/multirun/0", "/multirun/0"),  # inside a @hydra.main function
+        (None, {}, None, rules.DEFAULT_RUN_DIR),
     ],
 )
-def test_where_a_session_writes(given, env, expected) -> None:
-    assert rules.run_dir_for(given, env) == expected
+def test_where_a_session_writes(given, env, hydra_dir, expected) -> None:
+    assert rules.run_dir_for(given, env, hydra_dir) == expected
     assert rules.under_script_task(env) == bool(env)
 
 
