@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-from jeanzay_kit.runtime.metrics import METRICS_FILE as METRICS
-from jeanzay_kit.runtime.metrics import read_records
+from jeanzay_kit.launch.manifest import read_manifest
+from jeanzay_kit.run_directory import RunDir
 
 
 @dataclass(frozen=True)
@@ -28,42 +26,38 @@ class RunFiles:
     records: list[dict[str, Any]]
 
 
-def hydra_overrides(run_dir: Path) -> tuple[str, ...]:
-    """The overrides Hydra recorded for a run (task overrides), or none."""
-    path = run_dir / layout.HYDRA / "overrides.yaml"
-    if not path.is_file():
-        return ()
-    from omegaconf import OmegaConf
-
-    loaded = OmegaConf.to_container(OmegaConf.load(path))
-    return tuple(str(o) for o in loaded) if isinstance(loaded, list) else ()
-
-
 def find_runs(directory: Path) -> list[RunFiles]:
-    if (directory / MANIFEST).is_file():
+    given = RunDir(directory)  # a run directory, or a sweep's folder with its manifest
+    if given.manifest.is_file():
         by_dir: dict[str, tuple[str, ...]] = {}
-        for record in read_manifest(directory / MANIFEST):
+        for record in read_manifest(given.manifest):
             # A resubmitted run appears once per job id: its run directory is the same.
             by_dir[str(record.get("run_dir", ""))] = tuple(record.get("overrides") or ())
         return [
-            RunFiles(Path(d), overrides, read_records(Path(d) / METRICS))
+            RunFiles(Path(d), overrides, RunDir(Path(d)).metric_records())
             for d, overrides in by_dir.items()
             if d
         ]
-    if (directory / METRICS).is_file():
-        return [RunFiles(directory, hydra_overrides(directory), read_records(directory / METRICS))]
+    if given.metrics.is_file():
+        return [_run_files(given)]
     subdirs = (
         sorted(
-            (p for p in directory.iterdir() if (p / METRICS).is_file()),
+            (p for p in directory.iterdir() if RunDir(p).metrics.is_file()),
             key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name),
         )
         if directory.is_dir()
         else []
     )
     if subdirs:
-        return [RunFiles(p, hydra_overrides(p), read_records(p / METRICS)) for p in subdirs]
+        return [_run_files(RunDir(p)) for p in subdirs]
     raise JzkError(
-        f"{directory} has no {MANIFEST}, no {METRICS} and no run directories with one. "
+        f"{directory} has no {given.manifest.name}, no {given.metrics.name} and no run "
+        "directories with one. "
         "HINT: give a run directory (outputs/<job.name>-<hash>) or a sweep directory "
         "(multirun/<job.name>)"
     )
+
+
+def _run_files(run: RunDir) -> RunFiles:
+    """A run directory Hydra ran: its own overrides, its metrics."""
+    return RunFiles(run.root, run.hydra_overrides(), run.metric_records())

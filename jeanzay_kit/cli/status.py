@@ -194,9 +194,8 @@ def status_records(directory: str | None) -> list[dict]:
 
 def _records_in(root: Path, depth: int) -> list[dict]:
     """The runs of `root`, newest first; folders are searched `depth` levels down."""
-    from jeanzay_kit.analysis.collect import hydra_overrides
     from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-    from jeanzay_kit.launch.run_files import slurm_job_of
+    from jeanzay_kit.run_directory import RunDir
 
     if (root / MANIFEST).is_file():
         return [dict(r) for r in read_manifest(root / MANIFEST)]
@@ -206,8 +205,9 @@ def _records_in(root: Path, depth: int) -> list[dict]:
             return listed
         # No manifest: a run of this machine, or one another launcher (hydra's submitit
         # launcher, the user's own sbatch) ran on Slurm, as its newest start recorded.
-        job = slurm_job_of(root) or "local"
-        return [{"job_id": job, "run_dir": str(root), "overrides": hydra_overrides(root)}]
+        run = RunDir(root)
+        job = run.newest_start_job() or "local"
+        return [{"job_id": job, "run_dir": str(root), "overrides": run.hydra_overrides()}]
     if depth == 0 or not root.is_dir():
         return []
     found = []

@@ -4,39 +4,25 @@ where accounting is missing."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.launch.status import RunProgress
-from jeanzay_kit.node.restarts import restart_history
+from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.run_layout import FINISHED_PHASES
 from jeanzay_kit.runtime.ending_rules import Verdict
-from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
-from jeanzay_kit.runtime.stall import FINISHED_PHASES
-
-
-def _records_newest_first(run_dir: Path):  # noqa: ANN202 - a generator of dicts
-    try:
-        lines = (run_dir / layout.METRICS).read_text().splitlines()
-    except OSError:
-        return
-    for line in reversed(lines):
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue  # a line being written
 
 
 def last_metrics(run_dir: Path) -> dict | None:
-    return next(_records_newest_first(run_dir), None)
+    records = RunDir(run_dir).metric_records()
+    return records[-1] if records else None
 
 
 def last_evaluation(run_dir: Path) -> dict[str, float] | None:
     """The eval values of the newest record that has them (evaluations are sparser than
     logged steps)."""
-    for record in _records_newest_first(run_dir):
+    for record in reversed(RunDir(run_dir).metric_records()):
         if "eval_loss" in record:
             return {
                 k: float(v)
@@ -55,7 +41,7 @@ def run_progress(
     log: the job's Slurm log (its manifest record), read when no beat of the job is left."""
     now = time.time() if now is None else now
     record = last_metrics(run_dir) or {}
-    beats = read_beats(run_dir / HEARTBEAT_DIR)
+    beats = RunDir(run_dir).beats()
     running = [b for b in beats if b.phase not in FINISHED_PHASES]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
@@ -63,7 +49,7 @@ def run_progress(
     ages = [now - b.wall_time for b in running]
     if script_beat_age is not None:  # a script task's wrappers beat too
         ages.append(script_beat_age)
-    history = restart_history(run_dir)  # a finished run's too
+    history = RunDir(run_dir).restart_history()  # a finished run's too
     restarts = len([r for r in history if job_id is None or r.get("job_id") == job_id])
     if script.attempts:
         restarts = max(restarts, script.attempts - 1)
@@ -88,10 +74,10 @@ def run_progress(
 def _ending(run_dir: Path, job_id: str | None, restarts: int) -> tuple[Verdict | None, bool]:
     """The newest end of an attempt (of that Slurm job when job_id is given) and whether
     the run's restarts are a storm (node/endings.py)."""
-    from jeanzay_kit.node.endings import read_endings
     from jeanzay_kit.runtime.ending_rules import storm, verdict_of
 
-    endings = [e for e in read_endings(run_dir) if job_id is None or e.get("job_id") == job_id]
+    endings = RunDir(run_dir).ending_records()
+    endings = [e for e in endings if job_id is None or e.get("job_id") == job_id]
     newest = verdict_of(endings[-1]) if endings else None
     return newest, storm(endings, restarts)
 
@@ -107,14 +93,12 @@ def _script_progress(
     a job's line comes from its own beats (their token starts with its SLURM_JOB_ID,
     node/script_task.py), else from its own log; a run on this machine writes no beat,
     its lines are in train.log."""
-    from jeanzay_kit.node.script_files import newest_checkpoint, read_attempts, read_script_beats
-    from jeanzay_kit.node.script_rules import COMMAND_FILE
+    from jeanzay_kit.node.script_files import newest_checkpoint, read_script_beats
 
-    # A script task owns its run directory through COMMAND_FILE; a Hydra app's sweep
-    # point (launch/app_task.py) records its starts alone.
-    if not (run_dir / COMMAND_FILE).is_file() and not (run_dir / layout.ATTEMPTS).is_file():
+    run = RunDir(run_dir)
+    if not run.is_script_run():
         return RunProgress(), None
-    attempts = [a for a in read_attempts(run_dir) if job_id is None or _same_job(a, job_id)]
+    attempts = [a for a in run.attempt_records() if job_id is None or _same_job(a, job_id)]
     beats = read_script_beats(run_dir)
     if job_id is not None:
         tokens = tuple(f"{a['job_id']}-" for a in attempts if a.get("job_id"))
@@ -123,7 +107,7 @@ def _script_progress(
     if newest is not None:
         last: tuple[str, float] | None = (newest.last_line, newest.output_time)
     elif job_id is None:
-        last = last_line_of(run_dir / layout.TRAIN_LOG)
+        last = last_line_of(run.train_log)
     else:
         last = _last_line_of_job_log(log)
     found = newest_checkpoint(run_dir)
@@ -164,23 +148,3 @@ def _same_job(attempt: dict, job_id: str) -> bool:
     """An attempt's record (SLURM_JOB_ID, and the array form where there is one) is of
     the manifest's job `job_id`."""
     return job_id in (attempt.get("job_id"), attempt.get("array_id"))
-
-
-def slurm_job_of(run_dir: Path) -> str | None:
-    """The Slurm job of the run directory's newest start (provenance/history.jsonl,
-    written by every start on Slurm or here, whoever launched it): its array form where
-    it is an array task; None for a start on this machine or no record."""
-    try:
-        lines = (run_dir / layout.PROVENANCE / "history.jsonl").read_text().splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            start = json.loads(line)
-        except ValueError:
-            continue  # a line being written
-        if not isinstance(start, dict):
-            continue
-        job = start.get("array_id") or start.get("job_id")
-        return str(job) if job else None
-    return None

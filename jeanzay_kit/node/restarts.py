@@ -16,17 +16,14 @@ from typing import Any
 
 from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.run_directory import RunDir
 
 RESTARTS_FILE = layout.RESTARTS
 
 
 def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(restarts that count against the budget now, those of earlier finished runs)."""
-    try:
-        data = json.loads((run_dir / RESTARTS_FILE).read_text())
-        return list(data.get("restarts", [])), list(data.get("history", []))
-    except (OSError, ValueError, AttributeError):
-        return [], []
+    return RunDir(run_dir).restart_records()
 
 
 def _write(run_dir: Path, restarts: list, history: list) -> None:
@@ -38,12 +35,6 @@ def _write(run_dir: Path, restarts: list, history: list) -> None:
 def read_restarts(run_dir: Path) -> list[dict[str, Any]]:
     """The restarts that count against preemption.max_restarts now."""
     return _read(run_dir)[0]
-
-
-def restart_history(run_dir: Path) -> list[dict[str, Any]]:
-    """Every restart the run directory has seen, finished runs' included, oldest first."""
-    current, history = _read(run_dir)
-    return history + current
 
 
 def record_restart(run_dir: Path, reason: str, job_id: str | None = None) -> int:

@@ -135,13 +135,6 @@ def record_attempt(
         pass  # a status aid: never a reason to fail the task
 
 
-def read_attempts(run_dir: Path) -> list[dict]:
-    """The starts record_attempt wrote, oldest first."""
-    from jeanzay_kit.durable_io import read_json_lines
-
-    return read_json_lines(run_dir / ATTEMPTS_FILE)
-
-
 def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:
     """The run directory belongs to this command: refuse it (JzkError naming the
     difference) when COMMAND_FILE records another; record this one when there is none

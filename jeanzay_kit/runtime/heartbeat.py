@@ -28,7 +28,8 @@ from pathlib import Path
 
 from jeanzay_kit import report
 from jeanzay_kit import run_layout as layout
-from jeanzay_kit.runtime.stall import Beat, Stall, find_stall, hang_dir_name
+from jeanzay_kit.run_directory import read_beats  # the watchdog's, and node/'s readers
+from jeanzay_kit.runtime.stall import Stall, find_stall, hang_dir_name
 
 EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
 HEARTBEAT_DIR = layout.HEARTBEAT
@@ -136,16 +137,6 @@ class Heartbeat:
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self.write()
-
-
-def read_beats(folder: Path) -> list[Beat]:
-    beats = []
-    for path in sorted(folder.glob("rank-*.json")):
-        try:
-            beats.append(Beat.from_json(json.loads(path.read_text())))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being replaced, or damaged: the next look sees it
-    return beats
 
 
 class Watchdog:

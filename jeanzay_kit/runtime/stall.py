@@ -18,52 +18,19 @@ finished are left out.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jeanzay_kit import run_layout as layout
-from jeanzay_kit.values import real, text, whole
 
-FINISHED_PHASES = ("done",)
+# The heartbeat file's record is the run directory's (run_layout.py); named here too for
+# the watchdog's readers.
+from jeanzay_kit.run_layout import FINISHED_PHASES, Beat
+
 # Phases of a session (runtime/session.py) in which a rank waits in a collective for its
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
 # when several ranks stall, one still in the user's own code is named before these.
 WAITING_PHASES = ("forward", "backward")
-
-
-@dataclass(frozen=True)
-class Beat:
-    rank: int
-    host: str
-    pid: int
-    job_id: str | None
-    step: int
-    total_steps: int
-    phase: str  # start | data | forward_backward | optimizer | eval | checkpoint | done
-    progress_time: float  # wall clock of the last change of step or phase
-    wall_time: float  # wall clock of the write
-    token: str  # the attempt: the same on every rank of one launch
-    interval_s: float  # how often the rank writes its beat
-    start_step: int | None = None  # the step this process started from (its first beat)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> Beat:
-        """A beat file's JSON; KeyError or TypeError where it is damaged."""
-        start, job = data.get("start_step"), data.get("job_id")
-        return cls(
-            rank=whole(data["rank"]),
-            host=text(data["host"]),
-            pid=whole(data["pid"]),
-            job_id=None if job is None else text(job),
-            step=whole(data["step"]),
-            total_steps=whole(data["total_steps"]),
-            phase=text(data["phase"]),
-            progress_time=real(data["progress_time"]),
-            wall_time=real(data["wall_time"]),
-            token=text(data.get("token", "")),
-            interval_s=real(data.get("interval_s", 2.0)),
-            start_step=None if start is None else whole(start),
-        )
 
 
 @dataclass(frozen=True)

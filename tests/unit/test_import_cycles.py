@@ -128,6 +128,7 @@ HELPERS = {
     "torch_version",
     "contracts",
     "run_layout",
+    "run_directory",  # the run directory as one object: both sides read it (run_layout's names)
     "values",
     "extras",  # which optional extra a command needs (imports errors only)
 }

@@ -24,12 +24,13 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.cli import main
-from jeanzay_kit.launch.run_files import last_line_of, run_progress, slurm_job_of
+from jeanzay_kit.launch.run_files import last_line_of, run_progress
 from jeanzay_kit.launch.status import JobState, RunView, ending, run_objects, status_table
 from jeanzay_kit.node.script_files import record_attempt, write_script_beat
 from jeanzay_kit.node.script_rules import COMMAND_FILE
 from jeanzay_kit.node.script_watch_rules import ScriptBeat
 from jeanzay_kit.project.provenance import record_run_provenance
+from jeanzay_kit.run_directory import RunDir
 
 NOW = 2_000_000_000.0
 
@@ -134,10 +135,10 @@ def test_a_run_directory_knows_its_newest_slurm_job(
 ) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    assert slurm_job_of(run_dir) is None
+    assert RunDir(run_dir).newest_start_job() is None
     for env in starts:
         record_run_provenance(run_dir, env, tmp_path)
-    assert slurm_job_of(run_dir) == job
+    assert RunDir(run_dir).newest_start_job() == job
 
 
 def test_another_launcher_s_run_is_its_slurm_job_not_a_stopped_local_run(

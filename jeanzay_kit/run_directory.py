@@ -1,0 +1,160 @@
+"""A run directory as one object: its properties are its files and folders, its methods
+read its small records. The two sides of a job agree on it alone (as submitit's
+`JobPaths` is the one contract between its submitting and its running side): the
+login-node side (`jzk status`, `jzk report`, `jzk logs`) reads a run through a `RunDir`,
+never through the task side's modules.
+
+The names come from run_layout.py (declared once, with who writes and who reads each);
+this module joins them to a folder and parses what is there. Reads only: the writers stay
+with the code that owns each record's moment (the lease holder, the launcher, rank 0),
+and call the paths here. Every reader tolerates a file being written or missing (a run
+that has not got that far): an absent record is an empty answer, never an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit import run_layout as layout
+from jeanzay_kit.durable_io import read_json_lines
+from jeanzay_kit.run_layout import Beat
+
+
+@dataclass(frozen=True)
+class RunDir:
+    root: Path
+
+    @classmethod
+    def of(cls, path: str | Path) -> RunDir:
+        return cls(Path(path))
+
+    # ---- its files and folders (run_layout.ENTRIES says who writes and reads each) -----
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / layout.CHECKPOINTS
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / layout.METRICS
+
+    @property
+    def heartbeats(self) -> Path:
+        return self.root / layout.HEARTBEAT
+
+    @property
+    def result(self) -> Path:
+        return self.root / layout.RESULT
+
+    @property
+    def outcome(self) -> Path:
+        return self.root / layout.OUTCOME
+
+    @property
+    def provenance(self) -> Path:
+        return self.root / layout.PROVENANCE
+
+    @property
+    def lease(self) -> Path:
+        return self.root / layout.LEASE
+
+    @property
+    def restarts(self) -> Path:
+        return self.root / layout.RESTARTS
+
+    @property
+    def endings(self) -> Path:
+        return self.root / layout.ENDINGS
+
+    @property
+    def train_log(self) -> Path:
+        return self.root / layout.TRAIN_LOG
+
+    @property
+    def trackers(self) -> Path:
+        return self.root / layout.TRACKERS
+
+    @property
+    def hydra(self) -> Path:
+        return self.root / layout.HYDRA
+
+    @property
+    def command(self) -> Path:
+        return self.root / layout.COMMAND
+
+    @property
+    def attempts(self) -> Path:
+        return self.root / layout.ATTEMPTS
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / layout.MANIFEST
+
+    # ---- its records, read -----------------------------------------------------------
+    def metric_records(self) -> list[dict[str, Any]]:
+        """metrics.jsonl, oldest first; a line being written is skipped."""
+        return read_json_lines(self.metrics)
+
+    def ending_records(self) -> list[dict[str, Any]]:
+        """How each attempt ended, oldest first (endings.jsonl)."""
+        return read_json_lines(self.endings)
+
+    def attempt_records(self) -> list[dict[str, Any]]:
+        """A script task's or a Hydra app point's starts, oldest first (attempts.jsonl)."""
+        return read_json_lines(self.attempts)
+
+    def restart_records(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(restarts that count against the budget now, those of earlier finished runs)."""
+        try:
+            data = json.loads(self.restarts.read_text())
+            return list(data.get("restarts", [])), list(data.get("history", []))
+        except (OSError, ValueError, AttributeError):
+            return [], []
+
+    def restart_history(self) -> list[dict[str, Any]]:
+        """Every restart the run directory has seen, finished runs' included, oldest first."""
+        current, history = self.restart_records()
+        return history + current
+
+    def beats(self) -> list[Beat]:
+        """Every rank's newest heartbeat."""
+        return read_beats(self.heartbeats)
+
+    def is_script_run(self) -> bool:
+        """A script task owns it (command.json), or a Hydra app's point records its
+        starts (attempts.jsonl): its progress is read from those, not from beats."""
+        return self.command.is_file() or self.attempts.is_file()
+
+    def hydra_overrides(self) -> tuple[str, ...]:
+        """The overrides Hydra recorded for the run (task overrides), or none."""
+        path = self.hydra / "overrides.yaml"
+        if not path.is_file():
+            return ()
+        from omegaconf import OmegaConf
+
+        loaded = OmegaConf.to_container(OmegaConf.load(path))
+        return tuple(str(o) for o in loaded) if isinstance(loaded, list) else ()
+
+    def newest_start_job(self) -> str | None:
+        """The Slurm job of the newest start (provenance/history.jsonl, written by every
+        start on Slurm or here, whoever launched it): its array form where it is an
+        array task; None for a start on this machine or no record."""
+        starts = read_json_lines(self.provenance / "history.jsonl")
+        if not starts:
+            return None
+        job = starts[-1].get("array_id") or starts[-1].get("job_id")
+        return str(job) if job else None
+
+
+def read_beats(folder: Path) -> list[Beat]:
+    """The beats of a heartbeat folder (the watchdog reads its own run's); one being
+    replaced or damaged is left out: the next look sees it."""
+    beats = []
+    for path in sorted(folder.glob("rank-*.json")):
+        try:
+            beats.append(Beat.from_json(json.loads(path.read_text())))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return beats

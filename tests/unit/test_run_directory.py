@@ -1,0 +1,100 @@
+"""The run directory as one object (jeanzay_kit/run_directory.py, issue 56): its paths are
+run_layout's names, its readers take a run that has not got that far, and the login-node
+side reaches the task side's files through it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jeanzay_kit import run_layout as layout
+from jeanzay_kit.run_directory import RunDir
+from tests.unit.test_import_cycles import import_graph
+
+
+def test_its_paths_are_the_layouts_names(tmp_path: Path) -> None:
+    run = RunDir.of(str(tmp_path))
+    assert run.root == tmp_path
+    named = {
+        "checkpoints": layout.CHECKPOINTS,
+        "metrics": layout.METRICS,
+        "heartbeats": layout.HEARTBEAT,
+        "result": layout.RESULT,
+        "outcome": layout.OUTCOME,
+        "provenance": layout.PROVENANCE,
+        "lease": layout.LEASE,
+        "restarts": layout.RESTARTS,
+        "endings": layout.ENDINGS,
+        "train_log": layout.TRAIN_LOG,
+        "trackers": layout.TRACKERS,
+        "hydra": layout.HYDRA,
+        "command": layout.COMMAND,
+        "attempts": layout.ATTEMPTS,
+        "manifest": layout.MANIFEST,
+    }
+    assert {k: getattr(run, k) for k in named} == {k: tmp_path / v for k, v in named.items()}
+
+
+def test_a_run_that_has_written_nothing_reads_as_empty(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "not-yet")
+    assert run.metric_records() == run.ending_records() == run.attempt_records() == []
+    assert run.restart_history() == [] and run.beats() == []
+    assert run.newest_start_job() is None and run.hydra_overrides() == ()
+    assert not run.is_script_run()
+
+
+def test_records_being_written_or_damaged_are_skipped(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.metrics.write_text('{"step": 1, "loss": 2.0}\n[1, 2]\n{"step": 2, "lo')
+    assert run.metric_records() == [{"step": 1, "loss": 2.0}]
+    run.restarts.write_text(json.dumps({"restarts": [{"n": 2}], "history": [{"n": 1}]}))
+    assert run.restart_history() == [{"n": 1}, {"n": 2}]
+    run.heartbeats.mkdir()
+    beat = {
+        "rank": 0, "host": "n1", "pid": 7, "job_id": None, "step": 3, "total_steps": 9,
+        "phase": "data", "progress_time": 1.0, "wall_time": 2.0,
+    }  # fmt: skip
+    (run.heartbeats / "rank-0.json").write_text(json.dumps(beat))
+    (run.heartbeats / "rank-1.json").write_text('{"rank": 1')  # being replaced
+    assert [(b.rank, b.step, b.phase) for b in run.beats()] == [(0, 3, "data")]
+    run.attempts.write_text('{"job_id": "5"}\n')
+    assert run.is_script_run() and run.attempt_records() == [{"job_id": "5"}]
+
+
+# What the login-node side still takes from the task side's rooms: it only shrinks (issue
+# 56: launch/ and analysis/ read a run through RunDir, and import nothing from node/ or
+# runtime/). A new line here is a step back; remove one when its import goes.
+SUBMIT_SIDE_STILL_IMPORTS = {
+    ("jeanzay_kit.analysis.summary", "jeanzay_kit.runtime.progress"),
+    ("jeanzay_kit.launch.app_task", "jeanzay_kit.node.entry"),
+    ("jeanzay_kit.launch.app_task", "jeanzay_kit.node.script_files"),
+    ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.lease"),
+    ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.preemption"),
+    ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.run_result"),
+    ("jeanzay_kit.launch.request", "jeanzay_kit.node.entry"),
+    ("jeanzay_kit.launch.run_files", "jeanzay_kit.node.script_files"),
+    ("jeanzay_kit.launch.run_files", "jeanzay_kit.runtime.ending_rules"),
+    ("jeanzay_kit.launch.run_owner", "jeanzay_kit.runtime.lease"),
+    ("jeanzay_kit.launch.run_owner", "jeanzay_kit.runtime.lease_rules"),
+    ("jeanzay_kit.launch.status", "jeanzay_kit.runtime.ending_rules"),
+    ("jeanzay_kit.launch.status", "jeanzay_kit.runtime.progress"),
+    ("jeanzay_kit.launch.sweep", "jeanzay_kit.node.task"),
+}
+
+
+def test_the_login_side_takes_no_new_import_from_the_task_side() -> None:
+    graph = import_graph()
+    now = {
+        (source, target)
+        for source, targets in graph.items()
+        if source.startswith(("jeanzay_kit.launch.", "jeanzay_kit.analysis."))
+        for target in targets
+        if target.startswith(("jeanzay_kit.node", "jeanzay_kit.runtime"))
+    }
+    assert now <= SUBMIT_SIDE_STILL_IMPORTS, (
+        f"new imports of node/ or runtime/ from the login side: "
+        f"{sorted(now - SUBMIT_SIDE_STILL_IMPORTS)}. HINT: read the run through "
+        "jeanzay_kit.run_directory.RunDir"
+    )
+    gone = SUBMIT_SIDE_STILL_IMPORTS - now
+    assert not gone, f"remove from SUBMIT_SIDE_STILL_IMPORTS (they are gone): {sorted(gone)}"
