@@ -9,6 +9,7 @@ failure is compared with it (a repeat ends the run instead of a restart).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -114,9 +115,11 @@ def record_ending(
     job_id: str | None = None,
     since: float | None = None,
     retried: bool | None = None,
+    nodes: list[str] | None = None,
 ) -> None:
-    """Append one end of an attempt (one write on a file opened for appending)."""
-    _, hosts = attempt_beats(run_dir, since)
+    """Append one end of an attempt (one write on a file opened for appending). nodes:
+    the attempt's nodes when known without heartbeats (the health gate's, before any)."""
+    hosts = nodes if nodes is not None else attempt_beats(run_dir, since)[1]
     record = {
         **verdict.record(),
         "job_id": job_id,
@@ -131,6 +134,18 @@ def record_ending(
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
         os.close(fd)
+
+
+def record_local_end(run_dir: Path, code: int, signum: int, since: float) -> None:
+    """A local run of the user's own script (`jzk train job.entry=script.py`): its end,
+    classified from its code, the signal a process died of and its train.log, as a Slurm
+    job's are (a failed attempt is not restarted here: retried false)."""
+    import signal
+
+    name = signal.Signals(signum).name if signum > 0 else None
+    with contextlib.suppress(OSError):  # the record never fails the run
+        verdict = classify_attempt(run_dir, code, since, signal_name=name)
+        record_ending(run_dir, verdict, since=since, retried=False)
 
 
 def judge(run_dir: Path, verdict: Verdict) -> Decision:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,11 +117,15 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
         print(earlier, file=sys.stderr, flush=True)
     # Another command's run directory is refused before anything is written in it.
     script_task.claim_run_dir(run_dir, script_task.script_command(spec))
+    since = time.time()
     with recorded_outcome(run_dir) as outcome:
         outcome.code = script_task.launch_local(
             spec, run_dir, env, sys.executable, stop, ending=outcome
         )
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
+    from jeanzay_kit.node.endings import record_local_end
+
+    record_local_end(run_dir, outcome.code, outcome.signal, since)
     return outcome.code
 
 

@@ -121,3 +121,34 @@ def test_out_of_memory_ends_at_once_with_its_figure(project: Path) -> None:
     assert "HINT: lower train.micro_batch_size" in said[-1], said
     ending = json.loads((run_dir_of(project, "greedy") / "endings.jsonl").read_text())
     assert ending["kind"] == "gpu_oom" and ending["retried"] is False, ending
+
+
+OOM_SCRIPT = """
+import torch
+
+print("step 1", flush=True)
+raise torch.OutOfMemoryError(
+    "CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity "
+    "of 79.19 GiB of which 1.25 GiB is free."
+)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_local_script_run_records_its_end(tmp_path: Path) -> None:
+    """`jzk train job.entry=script.py` on this machine: the script's end is classified
+    from its log and recorded as a Slurm job's is (before: outcome.json only, no class)."""
+    (tmp_path / "greedy.py").write_text(OOM_SCRIPT)
+    run = jzk(tmp_path, "train", "job.entry=greedy.py", "job.name=script", timeout=100)
+    assert run.returncode != 0, run.stderr[-3000:]
+    run_dir = run_dir_of(tmp_path, "script")
+    (ending,) = [json.loads(x) for x in (run_dir / "endings.jsonl").read_text().splitlines()]
+    assert (ending["kind"], ending["retried"]) == ("gpu_oom", False), ending
+    assert (
+        "Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79.19 GiB"
+        in (ending["evidence"])
+    ), ending
+    status = subprocess.run(
+        [JZK, "status", str(run_dir), "--json"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert json.loads(status.stdout.splitlines()[0])["verdict"] == "gpu_oom", status.stdout

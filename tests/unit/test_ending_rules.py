@@ -64,6 +64,23 @@ NCCL_ERROR = (
     "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
     "ProcessGroupNCCL.cpp:1275, unhandled system error (run with NCCL_DEBUG=INFO for details)\n"
 )
+# vllm-project/vllm#10523 (NCCL 2.18: the version and NCCL's class on the line)
+NCCL_SYSTEM = (
+    "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+    "ProcessGroupNCCL.cpp:1333, unhandled system error (run with NCCL_DEBUG=INFO for "
+    "details), NCCL version 2.18.1\n"
+)
+# NVIDIA/nccl#2076: a peer's node with a broken InfiniBand link
+NCCL_REMOTE = (
+    "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+    "NCCLUtils.hpp:268, remote process exited or there was a network error, NCCL version "
+    "2.21.5\nncclRemoteError: A call failed possibly due to a network error or a remote "
+    "process exiting prematurely.\n"
+)
+# NVIDIA/NVSentinel#155 (the kernel's Xid line, as a site's epilog copies it to the job's
+# log) and Bumblebee-Project/Bumblebee#554 (the driver's words without an Xid)
+XID = "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus.\n"
+OFF_THE_BUS = "[   49.261458] NVRM: GPU at 0000:01:00.0 has fallen off the bus.\n"
 # nextflow-io/nextflow#5932
 SLURM_OOM = (
     "slurmstepd: error: Detected 1 oom_kill event in StepId=11300781.0. Some of the step "
@@ -123,6 +140,10 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x64 and 128x4)
         (ECC, 1, "", GPU_HARDWARE, "CUDA error: uncorrectable ECC error encountered"),
         (NCCL_TIMEOUT, 1, "", HANG, "Watchdog caught collective operation timeout"),
         (NCCL_ERROR, 1, "", HANG, "NCCL error in"),
+        (NCCL_SYSTEM, 1, "", HANG, "unhandled system error"),
+        (NCCL_REMOTE, 1, "", HANG, "remote process exited or there was a network error"),
+        (XID, 1, "", GPU_HARDWARE, "Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"),
+        (OFF_THE_BUS + NCCL_TIMEOUT, 1, "", GPU_HARDWARE, "has fallen off the bus"),
         (SLURM_OOM, 137, "", HOST_OOM, "oom_kill event"),
         (SLURM_OOM, 1, "OUT_OF_MEMORY", HOST_OOM, "oom_kill event"),
         (TIMEOUT, 0, "TIMEOUT", TIME_LIMIT, "DUE TO TIME LIMIT"),
