@@ -13,16 +13,21 @@ line (`override hydra/launcher: submitit_slurm` -> `jeanzay`), on the local clus
   from its own checkpoint mid-way; both end COMPLETED with the returned loss as
   result.json, and `jzk status` reads the sweep.
 
-The app is written against Hydra, submitit and torch only.
+The app is written against Hydra, submitit and torch only. A second app runs its loop on
+the toolkit's session (public `from jeanzay_kit import session`), on this launcher and on
+hydra-submitit-launcher side by side: stopped by submitit's signal, each resumes to the
+model of an uninterrupted run; `jzk cancel` ends one point of the sweep.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import textwrap
 import time
 from pathlib import Path
+from subprocess import PIPE, STDOUT
 
 import pytest
 
@@ -291,7 +296,7 @@ def test_a_session_in_a_hydra_app_resumes_exactly_and_jzk_cancel_ends_a_point(
     project = tmp_path / "my_app"
     project.mkdir()
     (project / "my_app.py").write_text(SESSION_APP)
-    config = "defaults:\n  - override hydra/launcher: jeanzay\nlr: 0.1\nsteps: 30\n"
+    config = "defaults:\n  - override hydra/launcher: jeanzay\nlr: 0.1\nsteps: 40\n"
     (project / "config.yaml").write_text(config + "step_seconds: 0.4\n")
     # The reference: the same app, run through on this machine (one process, the CPU).
     ref = run(
@@ -300,12 +305,20 @@ def test_a_session_in_a_hydra_app_resumes_exactly_and_jzk_cancel_ends_a_point(
     assert ref.returncode == 0, ref.stderr[-3000:]
     digest, loss = re.search(r"model digest (\S+) loss (\S+)", ref.stdout).groups()
 
+    # Alongside, the same app kept on hydra-submitit-launcher (which waits for its jobs).
+    hsl_dir = tmp_path / "hsl"
+    hsl_argv = [PYTHON, "my_app.py", "-m", "hydra/launcher=submitit_slurm", "lr=0.1"]
+    hsl_argv += ["hydra.launcher.partition=low", f"hydra.sweep.dir={hsl_dir}"]
+    hsl = subprocess.Popen(hsl_argv, env=slurm, cwd=project, stdout=PIPE, stderr=STDOUT, text=True)
     sweep_dir = tmp_path / "multirun"
     keys = ["hydra.launcher.tasks_per_node=1", "hydra.launcher.gpus_per_node=1"]
     keys += ["hydra.launcher.partition=low", "hydra.launcher.max_num_timeout=1"]
     launched = _sweep(project, slurm, sweep_dir, *keys, "lr=0.1,0.5")
     assert launched.returncode == 0, launched.stderr[-3000:]
     first, second = manifest_records(sweep_dir)
+    _wait_for_text(hsl_dir / "0" / "metrics.jsonl", '"step": 5', timeout=60)
+    (hsl_job,) = [d.name for d in (hsl_dir / ".submitit").iterdir() if d.name.isdigit()]
+    assert run(["scancel", "--signal=USR2", hsl_job], slurm).returncode == 0
     # The session writes in each point's run directory (not outputs/session of the cwd).
     for rec in (first, second):
         _wait_for_text(Path(rec["run_dir"]) / "metrics.jsonl", '"step": 5', timeout=120)
@@ -319,9 +332,18 @@ def test_a_session_in_a_hydra_app_resumes_exactly_and_jzk_cancel_ends_a_point(
     states = sacct_states(first["job_id"], slurm, duplicates=True)
     assert states[-1] == "COMPLETED" and "REQUEUED" in states, (states, out[-3000:])
     resumed = [int(n) for n in re.findall(r"starting at step (\d+)", out)]
-    assert resumed[0] == 0 and 5 < resumed[-1] < 30, (resumed, out[-3000:])
+    assert resumed[0] == 0 and 5 < resumed[-1] < 40, (resumed, out[-3000:])
     assert f"model digest {digest}" in out, out[-3000:]  # as if never stopped
     result = json.loads((Path(first["run_dir"]) / "result.json").read_text())
     assert result["value"] == float(loss), result  # the function's return value
     assert sacct_states(second["job_id"], slurm)[-1] == "CANCELLED"
+
+    # Under hydra-submitit-launcher: the session writes in the point's output directory
+    # and requeues the job itself at submitit's signal.
+    hsl_out, _ = hsl.communicate(timeout=180)
+    assert hsl.returncode == 0, hsl_out[-3000:]
+    log = (hsl_dir / ".submitit" / hsl_job / f"{hsl_job}_0_log.out").read_text()
+    assert "REQUEUED" in sacct_states(hsl_job, slurm, duplicates=True), log[-3000:]
+    assert len(re.findall(r"starting at step (\d+)", log)) == 2, log[-3000:]
+    assert f"model digest {digest}" in log, log[-3000:]
     assert not list(tmp_path.rglob("outputs/session")), "a session wrote outside its point"
