@@ -365,7 +365,8 @@ def check_watchdog(c: Collector, dog: Mapping[str, object]) -> WatchdogSettings 
     beat = c.number(
         "watchdog.heartbeat_seconds", dog.get("heartbeat_seconds"), 0, low_open=True, example=2
     )
-    if stall is None or beat is None:
+    gate = c.flag("watchdog.health_gate", dog.get("health_gate", True))
+    if stall is None or beat is None or gate is None:
         return None
     if stall and beat * 3 > stall:
         c.add(
@@ -376,7 +377,7 @@ def check_watchdog(c: Collector, dog: Mapping[str, object]) -> WatchdogSettings 
             f"use watchdog.heartbeat_seconds={stall / 10:g} or a larger stall_seconds",
         )
         return None
-    return WatchdogSettings(stall, beat)
+    return WatchdogSettings(stall, beat, gate)
 
 
 WANDB_MODES = ("offline", "online")

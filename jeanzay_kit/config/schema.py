@@ -273,6 +273,11 @@ class WatchdogConfig:
     # restarts. 0 turns the watchdog off (heartbeats are still written).
     stall_seconds: float = 300.0
     heartbeat_seconds: float = 2.0  # how often each rank writes its heartbeat file
+    # A Slurm job's health gate, before step 0 of each start: on every node, the GPUs
+    # Slurm gave are visible and run a kernel with their memory free, the run directory
+    # and the scratch folders take writes; a node that fails is left out and the job
+    # requeued before any training (docs/stuck-jobs.md). false: no gate.
+    health_gate: bool = True
 
 
 @dataclass

@@ -284,3 +284,4 @@ class WatchdogSettings:
 
     stall_seconds: float  # 0: no watchdog
     heartbeat_seconds: float
+    health_gate: bool = True  # a Slurm job checks every node before step 0

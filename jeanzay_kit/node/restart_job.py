@@ -185,7 +185,7 @@ def _requeue(
         request_requeue(job, request_file, runner)
     except SlurmCommandError as err:
         return f"jzk: {reason}; could not requeue job {job}: {err}"
-    left_out = _leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
+    left_out = leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
     return (
         f"jzk: {reason}; requeued job {job} ({count}/{max_restarts}): it resumes from the "
         f"newest complete checkpoint{left_out}"
@@ -207,7 +207,7 @@ def at_fault(verdict: Verdict, env: Mapping[str, str]) -> Verdict:
     return replace(verdict, node=node)
 
 
-def _leave_out(run_dir: Path, job: str, runner: Any, env: Mapping[str, str]) -> str:
+def leave_out(run_dir: Path, job: str, runner: Any, env: Mapping[str, str]) -> str:
     """Leave every node this job's attempts put at fault out of its next start
     (accumulated in endings.jsonl); the words that say so."""
     from jeanzay_kit.slurm.commands import exclude_nodes

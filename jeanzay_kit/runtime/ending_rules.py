@@ -37,14 +37,18 @@ GPU_HARDWARE = "gpu_hardware"
 DATA_ERROR = "data_error"
 DISK_FULL = "disk_full"
 USER_ERROR = "user_error"
+# A node the health gate found broken before step 0 (node/health_rules.py).
+UNHEALTHY = "unhealthy_node"
 UNKNOWN = "unknown"
 
 # Classes another attempt (on other nodes, after the queue) may pass.
-WORTH_A_RETRY = frozenset({PREEMPTED, TIME_LIMIT, STOPPED, NODE_FAILURE, GPU_HARDWARE, HANG})
+WORTH_A_RETRY = frozenset(
+    {PREEMPTED, TIME_LIMIT, STOPPED, NODE_FAILURE, GPU_HARDWARE, HANG, UNHEALTHY}
+)
 # Classes no restart from the same checkpoint passes: the run ends at the first.
 ENDS_AT_ONCE = frozenset({GPU_OOM, HOST_OOM, NONFINITE, DISK_FULL})
 # Classes that name a node to leave out of the next attempt.
-NODE_FAULTS = frozenset({NODE_FAILURE, GPU_HARDWARE})
+NODE_FAULTS = frozenset({NODE_FAILURE, GPU_HARDWARE, UNHEALTHY})
 
 WORDS = {
     PREEMPTED: "preempted",
@@ -60,6 +64,7 @@ WORDS = {
     DATA_ERROR: "data error",
     DISK_FULL: "disk full/quota",
     USER_ERROR: "error in the training code",
+    UNHEALTHY: "a node failed the health gate",
     UNKNOWN: "unknown",
 }
 
@@ -84,6 +89,8 @@ FIXES = {
     "fewer checkpoints (checkpoint.keep)",
     USER_ERROR: "fix the error in the traceback, then submit again: it resumes from its "
     "newest checkpoint",
+    UNHEALTHY: "nothing to do: the job was requeued without that node before any training "
+    "(watchdog.health_gate); tell the site's support if it repeats",
     UNKNOWN: "read the job's log",
 }
 

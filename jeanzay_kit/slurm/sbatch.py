@@ -238,6 +238,8 @@ def render_sbatch(
         lines += [*container_lines(spec, workdir, code_dir), ""]
     if spec.layout.launcher == "torchrun":
         lines += torchrun_rendezvous_lines()
+    if spec.watchdog.health_gate:
+        lines += health_gate_lines(spec)
     program = in_container(spec, task_command(spec, command, runs_script))
     if not spec.preemption.requeue:
         lines += [*KILL_NOTE, srun_prefix(spec) + " ".join(program)]
@@ -421,6 +423,41 @@ def in_container(spec: JobSpec, words: list[str]) -> list[str]:
 def srun_prefix(spec: JobSpec) -> str:
     """`srun --kill-on-bad-exit=1 [job.srun_args] ` (each option one quoted word)."""
     return " ".join(["srun", "--kill-on-bad-exit=1", *map(shell_word, spec.job.srun_args)]) + " "
+
+
+def health_gate_lines(spec: JobSpec) -> list[str]:
+    """Before any training, one task per node checks its GPUs and folders
+    (node/health.py); the batch shell's `gate` leaves a failed node out and requeues the
+    job, or lets it train. A probe that dies is a node without an answer, so the step's
+    own status is not the gate's."""
+    run_dir = shell_word(f"--run-dir={spec.checkpoint.run_dir}")
+    python = shell_word(spec.job.python)
+    probe = in_container(spec, [python, "-m", "jeanzay_kit.node.health", "probe", run_dir,
+                                f"--gpus={spec.resources.gpus_per_node}",
+                                f"--device={shell_word(spec.cluster.device)}"])  # fmt: skip
+    decide = in_container(spec, [python, "-m", "jeanzay_kit.node.health", "gate", run_dir])
+    step = [
+        "srun",
+        '--nodes="$SLURM_JOB_NUM_NODES"',
+        '--ntasks="$SLURM_JOB_NUM_NODES"',
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+    ]
+    # In a container the gate asks the batch shell for the requeue (no scontrol inside).
+    ending = requeue_request_lines() if spec.job.container is not None else []
+    return [
+        "# The health gate (watchdog.health_gate): on every node, before any training,",
+        "# the GPUs Slurm gave run a kernel with their memory free and the run directory",
+        "# and scratch folders take writes; a node that fails is left out and the job",
+        "# requeued (exit 3), no restart spent",
+        "jzk_health=0",
+        f"{{ {' '.join(step + probe)} || true; }} | {' '.join(decide)} || jzk_health=$?",
+        'if [ "$jzk_health" -ne 0 ]; then',
+        *("  " + line for line in ending),
+        '  exit "$jzk_health"',
+        "fi",
+        "",
+    ]
 
 
 KILL_NOTE = [

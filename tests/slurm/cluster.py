@@ -174,18 +174,18 @@ def manifest_records(directory: Path) -> list[dict]:
 
 
 def submit_script(
-    project: Path, env: dict[str, str], name: str, *overrides: str
+    project: Path, env: dict[str, str], name: str, *overrides: str, python: str = PYTHON
 ) -> tuple[str, Path, Path]:
     """`jzk submit` of a script task onto the local cluster from `project` (job.name
-    `name`, this test's interpreter); returns (job id, run directory, log) as the run's
-    manifest records them."""
+    `name`, this test's interpreter or `python`); returns (job id, run directory, log) as
+    the run's manifest records them."""
     sub = run(
         [
             JZK,
             "submit",
             "cluster=slurm_local",
             f"job.name={name}",
-            f"job.python={PYTHON}",
+            f"job.python={python}",
             *overrides,
         ],
         env,

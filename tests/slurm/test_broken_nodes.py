@@ -100,3 +100,66 @@ def test_a_corrupt_record_ends_the_job_after_its_first_repeat(slurm, tmp_path: P
     shown = run([JZK, "status", str(run_dir), "--json"], slurm, project)
     obj = json.loads(shown.stdout.splitlines()[0])
     assert obj["verdict"] == "data_error" and "corrupt record 700" in obj["evidence"], obj
+
+
+# The job's interpreter on its nodes: the first node it starts on has a TMPDIR that takes
+# no write (a folder under a regular file: refused even to root), as a node whose local
+# disk is full or unmounted would.
+BROKEN_TMPDIR_PYTHON = """#!/bin/bash
+if [ -n "$SLURMD_NODENAME" ]; then
+    [ -s {marker} ] || echo "$SLURMD_NODENAME" > {marker}
+    if [ "$(cat {marker})" = "$SLURMD_NODENAME" ]; then export TMPDIR={blocker}/tmp; fi
+fi
+exec {python} "$@"
+"""
+RAN_ON = """
+import os
+import sys
+
+with open(sys.argv[1], "a") as seen:
+    seen.write(os.environ["SLURMD_NODENAME"] + "\\n")
+print(f"trained on {os.environ['SLURMD_NODENAME']}", flush=True)
+"""
+
+
+def test_a_node_failing_the_health_gate_is_left_out_before_any_training(
+    slurm, tmp_path: Path
+) -> None:
+    """Issue 58 point 4: the gate (watchdog.health_gate, on by default) checks every node
+    before step 0; the node whose scratch folder takes no write is recorded, left out
+    (ExcNodeList) and the job requeued without a restart spent; the script never runs
+    there and completes on the other node."""
+    import shlex
+
+    from tests.slurm.cluster import PYTHON
+
+    project = tmp_path / "gate-project"
+    project.mkdir()
+    (project / "ran.py").write_text(RAN_ON)
+    marker, blocker, ran = tmp_path / "gate-node.txt", tmp_path / "a-file", tmp_path / "ran.txt"
+    blocker.write_text("not a folder")
+    wrapper = tmp_path / "python-on-nodes"
+    wrapper.write_text(
+        BROKEN_TMPDIR_PYTHON.format(
+            marker=shlex.quote(str(marker)), blocker=shlex.quote(str(blocker)), python=PYTHON
+        )
+    )
+    wrapper.chmod(0o755)
+    job_id, run_dir, log = submit_script(
+        project, slurm, "gate", "resources.nodes=1", "resources.gpus_per_node=1",
+        "job.entry=ran.py", f"job.args=[{ran}]", python=str(wrapper),
+    )  # fmt: skip
+    wait_for(job_id, slurm, timeout=300)
+    err = log.with_suffix(".err").read_text()
+    broken = marker.read_text().strip()
+    said = f"jzk: health gate: 1 of 1 node(s) failed: {broken}: TMPDIR: {blocker}/tmp cannot"
+    assert said in err and "Not a directory; requeued job" in err, err[-3000:]
+    assert f"before any training (no restart spent), without node(s) {broken}" in err, err
+    assert "jzk: health gate: 1 node(s) fine in" in err, err[-3000:]
+    (trained,) = ran.read_text().split()  # once, on the other node
+    assert trained != broken, trained
+    states = sacct_states(job_id, slurm, duplicates=True)
+    assert states[-1] == "COMPLETED" and "REQUEUED" in states, states
+    first = json.loads((run_dir / "endings.jsonl").read_text().splitlines()[0])
+    assert (first["kind"], first["node"], first["retried"]) == ("unhealthy_node", broken, True)
+    assert not (run_dir / "restarts.json").exists()

@@ -208,6 +208,11 @@ def _stub_bin(tmp: Path) -> Path:
         '#!/bin/bash\nfor a in "$@"; do printf "%s\\0" "$a"; done > "$JZK_TEST_RECORD"\n'
     )
     (bin_dir / "module").write_text('#!/bin/bash\nprintf "%s\\n" "$*" >> "$JZK_TEST_MODULES"\n')
+    # The batch shell's own Python (the health gate's decision): its words, a line a call.
+    (bin_dir / "python").write_text(
+        '#!/bin/bash\ncat > /dev/null\nfor a in "$@"; do printf "%s\\0" "$a"; done'
+        ' >> "$JZK_TEST_RECORD.python"\necho >> "$JZK_TEST_RECORD.python"\n'
+    )
     # A big job's host list (20000 names, more than a pipe holds): a reader that stops at
     # the first line would kill scontrol with SIGPIPE, and `set -o pipefail` the script.
     (bin_dir / "scontrol").write_text('#!/bin/bash\nfor i in $(seq 1 20000); do echo "n$i"; done\n')
@@ -271,6 +276,11 @@ def test_hostile_values_stay_data_when_the_script_runs(hostile: str, tmp_path: P
         "--config-name=jzk-config-42",
         hydra_override("hydra.run.dir", f"outputs/{hostile}"),
     ]
+    # The health gate's decision, outside srun, gets the run directory as one word too.
+    (gate,) = (tmp_path / "srun.argv.python").read_text().splitlines()
+    assert gate.split("\0")[:-1] == [
+        "-m", "jeanzay_kit.node.health", "gate", f"--run-dir=outputs/{hostile}"
+    ]  # fmt: skip
     assert not spec.cluster.module_purge  # generic_slurm: no `module purge` line
     assert modules.splitlines() == [f"load {hostile}"]
     # The frozen config reads back to exactly the validated values, "${" left alone.

@@ -1,0 +1,215 @@
+"""The health gate of a Slurm job (watchdog.health_gate). Edge: probes and Slurm commands.
+
+The rendered script (slurm/sbatch.py health_gate_lines), before the training step:
+
+    srun --ntasks-per-node=1 ... python -m jeanzay_kit.node.health probe ... \\
+        | python -m jeanzay_kit.node.health gate ...
+
+`probe` runs once on every node and prints one JSON line: the node's problems (its GPUs
+visible, a small kernel on each, their memory free; the run directory and the scratch
+folders writable). `gate` reads those lines in the batch shell, decides
+(node/health_rules.py) and acts: exit 0 to train; a node that failed is recorded in
+endings.jsonl (class unhealthy_node), left out of the job (ExcNodeList) and the job is
+requeued, before any training and without spending a restart (exit 3); every node of a
+multi-node job failing the same check ends the job with its fix (exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.node.health_rules import (
+    END,
+    GPU_CHECK_SECONDS,
+    TRAIN,
+    GateDecision,
+    GpuCheck,
+    NodeHealth,
+    decide_gate,
+    gpu_problems,
+    node_health_of,
+    scratch_folders,
+)
+
+EXIT_REQUEUED = 3  # the batch script ends; Slurm starts the job again elsewhere
+EXIT_ENDED = 2  # a refusal: the restart logic leaves it alone
+GATE = "jzk: health gate"
+
+
+def write_error(folder: Path, node: str, create: bool) -> str:
+    """Why a file cannot be written (and fsynced) in `folder`; "" when it can."""
+    probe = folder / f".jzk-health-{node}-{os.getpid()}"
+    try:
+        if create:
+            folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"ok\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as err:
+        return err.strerror or str(err)
+    return ""
+
+
+def folder_problems(run_dir: Path, env: Mapping[str, str], node: str) -> list[str]:
+    """The run directory (made if missing, as the training would) and the scratch
+    folders (which must exist) take a write on this node."""
+    problems = []
+    error = write_error(run_dir, node, create=True)
+    if error:
+        problems.append(f"run_dir: {run_dir} cannot be written on {node}: {error}")
+    for name, path in scratch_folders(env):
+        error = write_error(Path(path), node, create=False)
+        if error:
+            problems.append(f"{name}: {path} cannot be written on {node}: {error}")
+    return problems
+
+
+def gpu_checks() -> list[GpuCheck]:
+    """Every visible GPU: a matmul whose sum is known, then its free memory."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return []
+    checks = []
+    side = 128  # ones @ ones: each entry `side`, the sum side**3, exact in float32
+    for index in range(torch.cuda.device_count()):
+        try:
+            ones = torch.ones(side, side, device=f"cuda:{index}")
+            total = float((ones @ ones).sum().item())
+            free, whole = torch.cuda.mem_get_info(index)
+            wrong = "" if total == side**3 else f"a matmul summed to {total:g}, not {side**3}"
+            checks.append(GpuCheck(index, free, whole, wrong))
+        except RuntimeError as err:  # torch's CUDA errors (AcceleratorError, OOM) are these
+            checks.append(GpuCheck(index, 0, 0, (str(err).splitlines() or [repr(err)])[0]))
+    return checks
+
+
+def timed_gpu_problems(expected: int) -> list[str]:
+    """gpu_problems within GPU_CHECK_SECONDS: a check still running then is a problem
+    (a GPU that hangs the driver), not a wait for ever."""
+    found: list[str] = []
+
+    def run() -> None:
+        try:
+            found.extend(gpu_problems(expected, gpu_checks()))
+        except Exception as err:  # any failure of the check is the node's answer
+            found.append(f"gpus: the check failed: {type(err).__name__}: {err}")
+            return
+        found.append("")  # done
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(GPU_CHECK_SECONDS)
+    if worker.is_alive():
+        return [
+            f"gpus: the check did not end in {GPU_CHECK_SECONDS:g} s (a GPU or its driver hangs)"
+        ]
+    return [p for p in found if p]
+
+
+def probe(run_dir: Path, gpus: int, device: str, env: Mapping[str, str]) -> NodeHealth:
+    started = time.monotonic()
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    problems = folder_problems(run_dir, env, node)
+    notes = []
+    if device == "cpu" or gpus == 0:
+        notes.append(f"GPU checks skipped: cluster.device={device}")
+    else:
+        problems += timed_gpu_problems(gpus)
+    return NodeHealth(node, tuple(problems), tuple(notes), time.monotonic() - started)
+
+
+def read_answers(text: str) -> list[NodeHealth]:
+    answers = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            found = node_health_of(json.loads(line))
+            if found is not None:
+                answers.append(found)
+    return answers
+
+
+def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: Any = None) -> int:
+    """Record each failed node's end, then requeue without them (or end the job); the
+    batch script's exit code."""
+    from jeanzay_kit.distributed.ranks import array_id
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.node.endings import ENDINGS_FILE, record_ending
+    from jeanzay_kit.node.restart_job import leave_out
+    from jeanzay_kit.runtime.ending_rules import UNHEALTHY, Verdict
+    from jeanzay_kit.slurm.commands import request_requeue
+
+    job = array_id(env) or env.get("SLURM_JOB_ID")
+    retried = decision.action != END and job is not None
+    for node, problems in sorted(decision.bad.items()):
+        verdict = Verdict(UNHEALTHY, "; ".join(problems)[:240], step=None, node=node)
+        with contextlib.suppress(OSError):  # the run directory may be what failed
+            record_ending(run_dir, verdict, job_id=job, nodes=[node], retried=retried)
+    if decision.action == END:
+        say(f"{decision.line} (no training started; history in {run_dir / ENDINGS_FILE})")
+        return EXIT_ENDED
+    if job is None:
+        say(f"{decision.line}; not a Slurm job: nothing to requeue")
+        return 1
+    try:
+        request_requeue(job, env.get("JZK_REQUEUE_FILE") or None, runner)
+    except SlurmCommandError as err:
+        say(f"{decision.line}; could not requeue job {job}: {err}")
+        return 1
+    left_out = leave_out(run_dir, job, runner, env)
+    say(f"{decision.line}; requeued job {job} before any training (no restart spent){left_out}")
+    return EXIT_REQUEUED
+
+
+def say(line: str) -> None:
+    print(f"{GATE}: {line}", file=sys.stderr, flush=True)
+
+
+def gate(run_dir: Path, answers_text: str, env: Mapping[str, str]) -> int:
+    from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
+
+    nodelist = env.get("SLURM_JOB_NODELIST", "")
+    nodes = expand_hostlist(nodelist) if nodelist else []
+    answers = read_answers(answers_text)
+    decision = decide_gate(answers, nodes or [a.node for a in answers])
+    if decision.action == TRAIN:
+        say(decision.line)
+        return 0
+    return act(run_dir, decision, env)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.node.health")
+    parser.add_argument("action", choices=("probe", "gate"))
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--gpus", type=int, default=0, help="GPUs per node Slurm gave")
+    parser.add_argument("--device", default="cuda", help="cluster.device")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)  # the environment is read here, once
+    if args.action == "probe":
+        answer = probe(Path(args.run_dir), args.gpus, args.device, env)
+        print(json.dumps(answer.record()), flush=True)
+        os._exit(0)  # not waiting for a GPU check's thread that hangs
+    # Our own `scontrol requeue` sends SIGTERM to the batch step, this process included:
+    # it must not cut the line that says what was done.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return gate(Path(args.run_dir), sys.stdin.read(), env)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
