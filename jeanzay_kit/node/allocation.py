@@ -48,6 +48,9 @@ def step_config(cfg: Mapping[str, Any], spec: JobSpec, nodes: int, job: str) -> 
     if asked == 1 and nodes > 1:  # the default: the allocation's nodes, all of them
         step["resources"] = {**step["resources"], "nodes": nodes}
     step["preemption"] = {**step.get("preemption", {}), "requeue": False, "max_restarts": 0}
+    # No health gate: it requeues a job without a broken node, and an allocation the user
+    # holds is neither requeued nor shrunk by a step (its nodes are the user's choice).
+    step["watchdog"] = {**step.get("watchdog", {}), "health_gate": False}
     return step
 
 

@@ -46,6 +46,7 @@ def test_inside_an_allocation_the_step_takes_its_nodes(allocated, asked, step) -
     inside = build_job_spec(step_config(cfg, spec, allocated, "7"))
     assert inside.resources.nodes == step
     assert not inside.preemption.requeue  # an allocation is not Slurm's to requeue
+    assert not inside.watchdog.health_gate  # nor shrunk by a step's gate
     shape = step_environment(env, inside)
     assert (shape["SLURM_NNODES"], shape["SLURM_NTASKS"]) == (str(step), str(2 * step))
 
