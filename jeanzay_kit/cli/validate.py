@@ -403,6 +403,15 @@ def _count_params(spec: JobSpec) -> int | None:
         return None
 
 
+def _fit_line(spec: JobSpec, overrides: list[str], config_dir: str | None) -> str | None:
+    """The plan's per-GPU estimate (spec_of checked it already: from the cache here)."""
+    from jeanzay_kit.launch.fit_check import check
+    from jeanzay_kit.launch.request import spec_of
+
+    fit = check(spec, overrides, lambda more: spec_of(more, config_dir, fit=False), os.environ)
+    return fit.line() if fit else None
+
+
 def run_sweep(args: argparse.Namespace) -> int:
     """Each point checked (the first shown in full), then the ceiling: points x GPUs x time."""
     from jeanzay_kit.launch.request import spec_of
@@ -418,6 +427,10 @@ def run_sweep(args: argparse.Namespace) -> int:
             print(f"point {number} of {len(points)}: {' '.join(point)}", file=sys.stderr)
             raise
     print(describe_spec(specs[0]))
+    for number, (point, spec) in enumerate(zip(points, specs, strict=True)):
+        fit = _fit_line(spec, point, args.config_dir)
+        if fit:
+            print(f"point {number}: {fit.split(maxsplit=2)[2]}")
     shapes = [(s.resources.total_gpus, s.resources.time_minutes) for s in specs]
     ceiling = ceiling_gpu_hours(shapes)
     print(f"\nsweep           {len(points)} point(s), each checked; the first is shown above")
@@ -446,6 +459,9 @@ def run(args: argparse.Namespace) -> int:
     snapshot_files = _print_snapshot(spec, workdir)
     if not spec.job.runs_script:
         _print_footprint(spec, workdir, snapshot_files, args.sizes)
+    fit = _fit_line(spec, args.overrides, args.config_dir)
+    if fit:
+        print(fit)
     print("\nOK: the request fits the profile.")
     if args.slurm:
         return ask_slurm(spec, args.overrides)

@@ -26,6 +26,21 @@ class Partition:
     default_constraint: str | None = None
     preemptible: bool = False
     mem_per_node_mb: int | None = None  # what a job may ask with --mem (RealMemory)
+    # Each GPU's memory in MB, per constraint ("" : every GPU of the partition); empty:
+    # not known to the profile, so plans are not checked against it (launch/fit_check.py).
+    gpu_memory_mb: Mapping[str, int] = field(default_factory=dict)
+
+    def gpu_memory_for(self, constraint: str | None) -> tuple[int, str] | None:
+        """The memory of the GPU a job with this constraint may land on, and which GPU
+        that is: with no constraint naming one, the smallest (the job may get it)."""
+        if not self.gpu_memory_mb:
+            return None
+        if constraint is not None and constraint in self.gpu_memory_mb:
+            return self.gpu_memory_mb[constraint], constraint
+        if "" in self.gpu_memory_mb:
+            return self.gpu_memory_mb[""], ""
+        name = min(self.gpu_memory_mb, key=lambda k: self.gpu_memory_mb[k])
+        return self.gpu_memory_mb[name], name
 
     @property
     def cpu_only(self) -> bool:
@@ -138,6 +153,7 @@ PARTITION_KEYS = (
     "default_constraint",
     "preemptible",
     "mem_per_node",
+    "gpu_memory",
 )
 QOS_KEYS = ("max_time", "max_gpus_per_job", "partitions")
 
@@ -217,7 +233,23 @@ def _partition(name: str, node: object) -> Partition:
         default_constraint=p.text("default_constraint"),
         preemptible=p.flag("preemptible", False),
         mem_per_node_mb=_megabytes(f"{key}.mem_per_node", p.data.get("mem_per_node")),
+        gpu_memory_mb=_gpu_memory(f"{key}.gpu_memory", p.data.get("gpu_memory")),
     )
+
+
+def _gpu_memory(key: str, value: object) -> Mapping[str, int]:
+    """A partition's GPU memory: one size ("80G"), or a size per constraint
+    ({v100-16g: 16G, v100-32g: 32G}) where nodes differ."""
+    if value is None:
+        return {}
+    sizes = value if isinstance(value, Mapping) else {"": value}
+    out = {}
+    for name, size in sizes.items():
+        mb = _megabytes(key if name == "" else f"{key}.{name}", size)
+        if not mb:
+            raise SpecError(Problem(key, value, "is not a memory size", "use e.g. 80G"))
+        out[str(name)] = mb
+    return out
 
 
 def _qos(name: str, node: object) -> Qos:

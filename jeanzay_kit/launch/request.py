@@ -12,10 +12,15 @@ from jeanzay_kit.config.spec import JobSpec, build_job_spec
 
 
 def spec_of(
-    overrides: Sequence[str], config_dir: str | None, config_name: str = "config"
+    overrides: Sequence[str],
+    config_dir: str | None,
+    config_name: str = "config",
+    fit: bool = True,
 ) -> JobSpec:
     """The checked request of these overrides (a SpecError naming each problem);
-    config_name: another primary config in config_dir (a job's frozen one)."""
+    config_name: another primary config in config_dir (a job's frozen one). fit: also
+    refuse a plan above its GPU's memory (launch/fit_check.py), before anything is
+    written."""
     cfg = compose_config(list(overrides), config_dir, config_name)
     local_gpus = None
     if cfg["cluster"].get("scheduler") == "local" and cfg["resources"].get(
@@ -33,6 +38,15 @@ def spec_of(
         from jeanzay_kit.train.directions import check_directions
 
         check_directions(spec)  # a metric that cannot say which way is better: refused now
+    if fit:
+        from jeanzay_kit.launch.fit_check import check
+
+        check(
+            spec,
+            overrides,
+            lambda more: spec_of(more, config_dir, config_name, fit=False),
+            os.environ,
+        )
     return spec
 
 

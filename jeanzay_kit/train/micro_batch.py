@@ -24,6 +24,7 @@ from typing import Any, Protocol
 import torch
 from torch import nn
 
+from jeanzay_kit.config import fit_rules
 from jeanzay_kit.config.micro_batch_rules import (
     CPU_FALLBACK,
     auto_options,
@@ -40,8 +41,9 @@ from jeanzay_kit.values import as_node
 # The recorded choice, in the run directory.
 RECORD_FILE = "micro_batch.json"
 # Peak memory a trial may reach, as a share of the GPU's: the rest is for the allocator's
-# fragmentation over a long run and for what one step does that a trial does not.
-HEADROOM = 0.90
+# fragmentation over a long run and for what one step does that a trial does not. The
+# same share `jzk validate` checks a plan's estimate against (config/fit_rules.py).
+HEADROOM = fit_rules.HEADROOM
 # Bytes of optimizer state per byte of parameters: AdamW keeps two moments, SGD one.
 STATE_PER_PARAM = {"adamw": 2, "sgd": 1}
 

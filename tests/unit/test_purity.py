@@ -48,6 +48,7 @@ PURE = [
     "runtime/progress.py",
     "runtime/peaks.py",
     "config/micro_batch_rules.py",
+    "config/fit_rules.py",
     "analysis/summary.py",
     "doctor/table.py",
     "config/data_paths.py",

@@ -1,0 +1,353 @@
+"""Fit before the queue: a plan whose per-GPU peak exceeds the GPU's memory is refused.
+
+Every command that builds a job (`jzk validate`, `render`, `submit`, `tune`, each point of
+a `-m` sweep: launch/request.py spec_of) asks `check` here. The training step is traced
+on fake tensors (train/memory_trace.py), its bytes turned into one GPU's peak for the plan
+(config/fit_rules.py), and compared with the profile's GPU memory for the partition and
+constraint (cluster.partitions.<p>.gpu_memory). A plan above it gets one line: the
+estimate, the limit, and a hint whose overrides were themselves checked and fit.
+
+Traces are kept under $XDG_CACHE_HOME/jeanzay_kit/fit (else ~/.cache), named by a digest
+of what the trace depends on, and each plan's answer by a digest of its whole config:
+the same plan again is answered without importing torch. JZK_FIT_CHECK=0 turns the
+check off (a model the trace cannot build is not refused: it gets a note). Edge module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import sys
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.config import fit_rules as rules
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.errors import JzkError, SpecError
+
+ENV_SWITCH = "JZK_FIT_CHECK"
+_VERSION = "1"  # bump when the trace or the rules change what they answer
+PIPELINES = ("pipeline", "pipeline_ddp")
+
+
+@dataclass(frozen=True)
+class Fit:
+    """A checked plan: its estimate and the GPU it was checked against."""
+
+    estimate: rules.Estimate
+    gpu_mb: int
+    gpu: str
+
+    def line(self) -> str:
+        return (
+            f"gpu memory      {rules.describe(self.estimate)}; fits the "
+            f"{rules.gpu_words(self.gpu_mb, self.gpu)}"
+        )
+
+
+def cache_folder(env: Mapping[str, str]) -> Path | None:
+    if env.get(ENV_SWITCH, "1") == "0":
+        return None
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".cache")
+    return Path(base) / "jeanzay_kit" / "fit"
+
+
+def applies(spec: JobSpec) -> tuple[int, str] | None:
+    """The GPU memory this plan is checked against, or None: not a GPU job of the toolkit's
+    loop on a profile that knows its GPUs."""
+    res = spec.resources
+    if not spec.cluster.is_slurm or res.partition.cpu_only or spec.job.runs_script:
+        return None
+    return res.partition.gpu_memory_for(res.constraint)
+
+
+def plan_of(spec: JobSpec) -> rules.Plan:
+    lay = spec.layout
+    return rules.Plan(
+        mode=lay.mode,
+        dp_size=lay.dp_size,
+        pp_size=lay.pp_size,
+        microbatches=lay.microbatches,
+        schedule=lay.schedule,
+        gpus_per_node=spec.resources.gpus_per_node,
+    )
+
+
+def traced_micro_batch(spec: JobSpec) -> int:
+    """The samples one GPU runs forward at once: micro-batch=auto is checked at its
+    smallest choice (the run searches upward from what fits)."""
+    micro = spec.train.micro_batch_size
+    if spec.train.micro_batch_auto:
+        from jeanzay_kit.config.micro_batch_rules import auto_options
+
+        lay = spec.layout
+        micro = auto_options(
+            spec.train.global_batch_size, lay.dp_size, lay.mode, spec.resources.gpus_per_node
+        )[0]
+    if spec.layout.mode in PIPELINES:
+        return max(1, micro // spec.layout.microbatches)
+    if spec.layout.mode == "dataparallel":
+        return max(1, math.ceil(micro / spec.resources.gpus_per_node))
+    return micro
+
+
+def _digest(value: object) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _versions() -> list[str]:
+    found = []
+    for package in ("torch", "jeanzay_kit"):
+        try:
+            found.append(metadata.version(package))
+        except metadata.PackageNotFoundError:
+            found.append("?")
+    return [*found, _VERSION]
+
+
+def trace_key(spec: JobSpec) -> str:
+    """What a trace depends on: the model, the data, the loss, the optimizer, the
+    precision, recomputation, the samples per forward, and the pipeline's split."""
+    cfg = spec.config
+    lay = spec.layout
+    return _digest(
+        {
+            "model": cfg.get("model"),
+            "data": cfg.get("data"),
+            "loss": cfg.get("loss"),
+            "optim": cfg.get("optim"),
+            "precision": spec.train.precision,
+            "ckpt": spec.train.activation_checkpointing,
+            "micro": traced_micro_batch(spec),
+            "accumulates": spec.train.grad_accum_steps > 1,
+            "stages": lay.pp_size if lay.mode in PIPELINES else 1,
+            "versions": _versions(),
+        }
+    )
+
+
+def _read(folder: Path | None, name: str) -> Any:
+    if folder is None:
+        return None
+    try:
+        return json.loads((folder / f"{name}.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write(folder: Path | None, name: str, value: object) -> None:
+    if folder is None:
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.tmp"
+        tmp.write_text(json.dumps(value))
+        tmp.replace(folder / f"{name}.json")  # a reader sees the old file or the new one
+    except OSError:
+        pass  # a cache that cannot be written only costs time
+
+
+def _to_traced(item: Mapping[str, Any]) -> rules.Traced:
+    return rules.Traced(
+        **{
+            **item,
+            "backward": rules.Usage(**item["backward"]),
+            "step": rules.Usage(**item["step"]),
+        }
+    )
+
+
+def traces(spec: JobSpec, folder: Path | None) -> list[rules.Traced]:
+    """The traced step of this plan's replica (or of each pipeline stage), cached."""
+    key = "trace-" + trace_key(spec)
+    cached = _read(folder, key)
+    if cached is not None:
+        return [_to_traced(t) for t in cached]
+    with warnings.catch_warnings():
+        # torch warns when deepcopy (a pipeline chunk) reads a fake tensor's data
+        # pointer: there is no data, and nothing reads it.
+        warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
+        found = trace_spec(spec)
+    _write(folder, key, [asdict(t) for t in found])
+    return found
+
+
+def trace_spec(spec: JobSpec) -> list[rules.Traced]:
+    """Build the job's model on fake tensors and trace its step (train/memory_trace.py)."""
+    import torch
+
+    from jeanzay_kit.train import memory_trace as mt
+    from jeanzay_kit.train.components import (
+        build_dataset,
+        build_loss,
+        build_model,
+        build_optimizer,
+    )
+    from jeanzay_kit.train.micro_batch import first_samples
+
+    samples = first_samples(spec, build_dataset(spec), traced_micro_batch(spec))
+    cuda = torch.device("cuda")  # what the job runs on: the optimizer's fused default
+
+    def make_optimizer(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        return build_optimizer(params, spec.optim, cuda)
+
+    # The CPU's autocast in bf16 for fp16 too: the same two bytes per element, and
+    # every CPU build has bf16 kernels.
+    low = spec.train.precision in ("bf16", "fp16")
+
+    def autocast() -> Any:
+        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=low)
+
+    accumulates = spec.train.grad_accum_steps > 1
+    with mt.fake_mode() as mode:
+        model = build_model(spec, warn=False)
+        batch = mt.as_fake(mode, samples)
+        loss = build_loss(spec, model)
+        if spec.layout.mode not in PIPELINES:
+
+            def run(module: torch.nn.Module) -> torch.Tensor:
+                with autocast():
+                    return loss(module, batch)
+
+            return [mt.trace(model, run, make_optimizer, accumulates)]
+        return _trace_stages(
+            spec,
+            model=model,
+            batch=batch,
+            loss=loss,
+            autocast=autocast,
+            make_optimizer=make_optimizer,
+            accumulates=accumulates,
+        )
+
+
+def _trace_stages(
+    spec: JobSpec,
+    *,
+    model: Any,
+    batch: Any,
+    loss: Any,
+    autocast: Callable[[], Any],
+    make_optimizer: Callable[..., Any],
+    accumulates: bool,
+) -> list[rules.Traced]:
+    from jeanzay_kit.train import memory_trace as mt
+    from jeanzay_kit.train.batch import split_batch
+
+    count = spec.layout.pp_size
+    chunks = [model.pipeline_chunk(i, count) for i in range(count)]
+    args, _kwargs, target = split_batch(batch, spec.loss.target_key)
+    inputs = mt.stage_inputs(chunks, args[0])
+    pipe_loss = loss.pipeline_loss()
+    return [
+        mt.trace(
+            chunk,
+            mt.run_stage(inp, target, i == count - 1, pipe_loss, autocast),
+            make_optimizer,
+            accumulates,
+        )
+        for i, (chunk, inp) in enumerate(zip(chunks, inputs, strict=True))
+    ]
+
+
+def estimate_of(spec: JobSpec, folder: Path | None) -> rules.Estimate:
+    found = traces(spec, folder)
+    plan = plan_of(spec)
+    if plan.mode in PIPELINES:
+        return rules.pipeline(plan, found)
+    return rules.replicated(plan, found[0])
+
+
+def knobs_of(spec: JobSpec, gpu_mb: int) -> rules.Knobs:
+    from jeanzay_kit.config.micro_batch_rules import auto_options
+
+    lay, res, train = spec.layout, spec.resources, spec.train
+    options = auto_options(train.global_batch_size, lay.dp_size, lay.mode, res.gpus_per_node)
+    sizes = res.partition.gpu_memory_mb
+    return rules.Knobs(
+        mode=lay.mode,
+        micro_batch_size=train.micro_batch_size,
+        smaller_micro_batches=tuple(
+            sorted((m for m in options if m < train.micro_batch_size), reverse=True)
+        )
+        if not train.micro_batch_auto
+        else (),
+        activation_checkpointing=train.activation_checkpointing,
+        nodes=res.nodes,
+        per_replica=None if train.global_batch_auto else train.global_batch_size // lay.dp_size,
+        larger_constraints=tuple(c for c, mb in sizes.items() if c and mb > gpu_mb),
+    )
+
+
+SpecOf = Callable[[Sequence[str]], JobSpec]
+
+
+def find_hint(
+    spec: JobSpec, overrides: Sequence[str], spec_of: SpecOf, gpu_mb: int, folder: Path | None
+) -> tuple[tuple[str, ...], rules.Estimate] | None:
+    """The first change (config/fit_rules.py candidates) whose own plan is valid and fits."""
+    first = traces(spec, folder)[0]
+    for change in rules.candidates(knobs_of(spec, gpu_mb)):
+        try:
+            other = spec_of([*overrides, *change])
+        except (SpecError, JzkError):
+            continue  # not a valid request (a batch that does not divide, a QoS limit)
+        gpu = applies(other)
+        if gpu is None:
+            continue
+        limit = rules.usable_bytes(gpu[0])
+        if rules.states_floor(plan_of(other), first) > limit:
+            continue  # its model states alone are too large: no trace needed
+        if estimate_of(other, folder).total <= limit:
+            return change, estimate_of(other, folder)
+    return None
+
+
+def check(
+    spec: JobSpec, overrides: Sequence[str], spec_of: SpecOf, env: Mapping[str, str]
+) -> Fit | None:
+    """The plan's fit, or a JzkError with its one line; None where nothing is checked."""
+    gpu = applies(spec)
+    if gpu is None or env.get(ENV_SWITCH, "1") == "0":
+        return None
+    folder = cache_folder(env)
+    answer_key = "plan-" + _digest([spec.config, gpu, _versions()])
+    cached = _read(folder, answer_key)
+    if cached is None:
+        cached = _answer(spec, overrides, spec_of, gpu, folder)
+        if cached is not None:
+            _write(folder, answer_key, cached)
+    if cached is None:
+        return None
+    if "refused" in cached:
+        raise JzkError(cached["refused"])
+    return Fit(rules.Estimate(**cached["estimate"]), gpu[0], gpu[1])
+
+
+def _answer(
+    spec: JobSpec,
+    overrides: Sequence[str],
+    spec_of: SpecOf,
+    gpu: tuple[int, str],
+    folder: Path | None,
+) -> dict[str, Any] | None:
+    try:
+        estimate = estimate_of(spec, folder)
+    except Exception as err:  # noqa: BLE001  # a model the fake tensors cannot build
+        print(
+            f"note: the GPU memory of this plan was not estimated ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}): it is not checked before "
+            f"the queue. {ENV_SWITCH}=0 skips the attempt",
+            file=sys.stderr,
+        )
+        return None
+    if estimate.total <= rules.usable_bytes(gpu[0]):
+        return {"estimate": asdict(estimate)}
+    hint = find_hint(spec, overrides, spec_of, gpu[0], folder)
+    return {"refused": rules.refusal(spec.layout.mode, estimate, gpu[0], gpu[1], hint)}
