@@ -40,8 +40,8 @@ from jeanzay_kit.examples.datasets import StdlibText  # noqa: E402
 from jeanzay_kit.examples.models import TinyGPT  # noqa: E402
 from jeanzay_kit.node.local import free_port, local_rank_infos  # noqa: E402
 from jeanzay_kit.runtime.preemption import StopRequest  # noqa: E402
+from jeanzay_kit.runtime.run import Run  # noqa: E402
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan  # noqa: E402
-from jeanzay_kit.runtime.session import Session  # noqa: E402
 from jeanzay_kit.train.loop import train  # noqa: E402
 from jeanzay_kit.train.schedule import seed_everything  # noqa: E402
 
@@ -66,21 +66,21 @@ def overrides(mode: str, workers: int, steps: int) -> list[str]:
     ]
 
 
-def start_session(spec, info, run_dir: Path) -> Session:
+def start_run(spec, info, run_dir: Path) -> Run:
     """The runtime node/worker.py starts for the toolkit's loop (the group with the job's
-    mesh as session.ctx, heartbeats, the watchdog), on the CPU (gloo) whatever the
+    mesh as run.ctx, heartbeats, the watchdog), on the CPU (gloo) whatever the
     machine has: no GPU is visible to it."""
-    session = Session.from_spec(spec, info, run_dir, stop=StopRequest(), visible_devices="", env={})
-    session.start()
-    return session
+    run = Run.from_spec(spec, info, run_dir, stop=StopRequest(), visible_devices="", env={})
+    run.start()
+    return run
 
 
-def toolkit_step_time(spec, session: Session, run_dir: Path, steps: int, warmup: int) -> float:
+def toolkit_step_time(spec, run: Run, run_dir: Path, steps: int, warmup: int) -> float:
     """Mean step time of jeanzay_kit's own loop (on the runtime node/worker.py starts: its
-    session, here one per mode, a run directory per round), after warmup steps."""
+    run, here one per mode, a run directory per round), after warmup steps."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
-    session.run.run_dir = run_dir  # a fresh directory per round, one group for all
-    train(replace(spec, train=longer), session)
+    run.run_dir = run_dir  # a fresh directory per round, one group for all
+    train(replace(spec, train=longer), run)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.
     measured = [r for r in records if r["step"] > warmup]
@@ -151,8 +151,8 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     results: dict[str, dict[str, list[float]]] = {}
     for mode in ("ddp", "pipeline"):
         spec = build_job_spec(compose_config(overrides(mode, args.workers, args.steps)))
-        session = start_session(spec, local_rank_infos(args.workers, port)[index], out_dir / mode)
-        ctx = session.ctx
+        run = start_run(spec, local_rank_infos(args.workers, port)[index], out_dir / mode)
+        ctx = run.ctx
         ours, theirs = [], []
         for r in range(args.rounds):
             run_dir = out_dir / f"{mode}-{r}"
@@ -164,14 +164,14 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             for side in order:
                 dist.barrier()
                 if side == "ours":
-                    ours.append(toolkit_step_time(spec, session, run_dir, args.steps, args.warmup))
+                    ours.append(toolkit_step_time(spec, run, run_dir, args.steps, args.warmup))
                 elif mode == "ddp":
                     theirs.append(hand_ddp_step_time(spec, ctx, args.steps, args.warmup))
                 else:
                     theirs.append(raw_pipeline_step_time(spec, ctx, args.steps, args.warmup))
             dist.barrier()
         results[mode] = {"toolkit_s": ours, "baseline_s": theirs}
-        session.close()
+        run.close(False)
         port += 1
     if index == 0:
         report = {}

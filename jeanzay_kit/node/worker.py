@@ -1,10 +1,10 @@
-"""One training process of the toolkit's loop: start its session (rank 0 checks the
+"""One training process of the toolkit's loop: start its run (rank 0 checks the
 user's parts first), train, and end as every loop ends (runtime/run.py): requeue or exit
 after a signal, result.json after a completed run, the failure said once.
 
 node/entry.py calls `run_worker` in a task launched by srun or torchrun; node/local.py calls it
 in each local worker process. It receives values (spec, RankInfo, run directory), never
-reads the environment itself but to hand it to the session.
+reads the environment itself but to hand it to the run.
 """
 
 from __future__ import annotations
@@ -42,14 +42,15 @@ def run_worker(
     from jeanzay_kit.node import worker_start as at_start
 
     at_start.log_and_listen(run_dir, info, stop)
-    from jeanzay_kit.runtime.session import Session
+    from jeanzay_kit.runtime.run import Run
     from jeanzay_kit.train.loop import train
 
     if threads > 0:
         torch.set_num_threads(threads)
-    # The runtime every loop uses (runtime/session.py): the device, the group with the
-    # job's device mesh, heartbeats and the watchdog, metrics, the end of the run.
-    session = Session.from_spec(
+    # The runtime every loop uses (runtime/run.py; a user's loop meets it as a Session):
+    # the device, the group with the job's device mesh, heartbeats and the watchdog,
+    # metrics, the end of the run.
+    run = Run.from_spec(
         spec,
         info,
         run_dir,
@@ -60,20 +61,20 @@ def run_worker(
     )
     checked: list[Parts] = []  # rank 0's parts, tried by the check, which training uses
     try:
-        session.start(
+        run.start(
             lambda device: checked.extend(
                 at_start.before_join(spec, info, run_dir, device, threads)
             )
         )
         if info.rank == 0 and allocation_end is None and info.job_id:
             allocation_end = at_start.allocation_end_of(info.job_id)
-        result = train(spec, session, allocation_end, checked[0] if checked else None)
+        result = train(spec, run, allocation_end, checked[0] if checked else None)
     except BaseException as caught:
         # Said before the launcher tears the others down (a spawn wrapper may hand a
         # traceback to the parent without printing it: seen with NCCL's init on an H100).
-        session.fail(caught)
+        run.fail(caught)
     if result.stopped_by:
-        session.requeue_and_exit(result.steps)  # the last save is sealed: exit 3
-    session.finish()  # leave together; rank 0 writes result.json
+        run.requeue_and_exit(result.steps)  # the last save is sealed: exit 3
+    run.end(None)  # leave together; rank 0 writes result.json
     if info.rank == 0:
         at_start.say_done(run_dir, result, info.array_job_id or info.job_id)

@@ -5,8 +5,9 @@ job's device mesh for the toolkit's loop), heartbeats and the hang watchdog, the
 agreement on stopping at a step boundary (one all-reduce), metrics.jsonl, the
 checkpointers, where a resume put the run, and its end: result.json after a completed
 run, requeue-or-exit after a stop, leaving the group, and the error said once after a
-failure. The documented `Session` (runtime/session.py) is its face for your loop and for
-the toolkit's (train/loop.py, started by node/worker.py); nothing else drives it.
+failure. The toolkit's loop (train/loop.py, started by node/worker.py with
+`Run.from_spec`) drives it directly, as Accelerate's internals use its state object; the
+documented `Session` (runtime/session.py) is its face for your loop.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings
+from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.layout import ParallelLayout
 from jeanzay_kit.distributed.process_group import (
     DistContext,
@@ -39,6 +42,8 @@ from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.preemption import Agreement, StopRequest, signal_name, start_agreement
+from jeanzay_kit.runtime.run_result import direction_of
+from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,48 @@ class Run:
     _lease: Any = None
     _pending: tuple[Agreement, int] | None = None  # should_stop's agreement, its step
     _window: tuple[float, int] = field(default_factory=lambda: (time.perf_counter(), 0))
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: JobSpec,
+        info: RankInfo,
+        run_dir: Path,
+        *,
+        stop: StopRequest,
+        visible_devices: str | None,
+        env: Mapping[str, str],
+        ending: Ending | None = None,
+    ) -> Run:
+        """The run of the toolkit's own loop (node/worker.py): the settings of a
+        validated job, the rank its entry point read, the stop request it made first
+        thing, and the job's parallel layout (the group gets its device mesh, `run.ctx`).
+        ending: the objectives and directions of its result, how its failures are named
+        and said (node/worker_start.py ending_of; default: the job's objectives, their
+        directions by the one rule without a metric's word)."""
+        if ending is None:
+            pairs = zip(spec.tune.objectives, spec.tune.directions, strict=True)
+            directions = tuple(direction_of(o, d) for o, d in pairs)
+            ending = Ending(spec.tune.objectives, directions, said_as=report.TRAIN)
+        env = dict(env)  # what the worker was given, not this process's variables
+        if visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices
+        else:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
+        run = cls(runtime_settings(spec), info, run_dir, spec.train.steps, stop, env, ending)
+        run.layout = spec.layout
+        run.metrics_options = {
+            "allocation_s": spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
+            "lead_s": spec.preemption.lead_seconds,
+            "tensorboard": spec.metrics.tensorboard,
+            "trackers": options_from_spec(spec),
+            "tracker_params": {
+                **flat_params(spec.config),
+                "jzk.run_dir": str(run_dir),
+                "jzk.job_id": env.get("SLURM_JOB_ID", ""),
+            },
+        }
+        return run
 
     @property
     def is_main(self) -> bool:
@@ -359,6 +406,27 @@ class Run:
             keep_last=self.settings.keep_last,
             **options,
         )
+
+    def save_model(
+        self, model: torch.nn.Module | Mapping[str, torch.Tensor] | None, name: str
+    ) -> str:
+        """Collective (Session.save_model): the whole model's weights, gathered from FSDP
+        shards when given a module, written by rank 0 with their digest; the digest on
+        every rank."""
+        state: Any = model
+        if isinstance(model, torch.nn.Module):
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                get_model_state_dict,
+            )
+
+            state = get_model_state_dict(
+                model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
+        digest = [self.write_model(state, name) if self.is_main else None]
+        if dist.is_initialized():
+            dist.broadcast_object_list(digest, src=0)
+        return str(digest[0])
 
     def write_model(self, state: Mapping[str, torch.Tensor], name: str) -> str:
         """Rank 0: a model's full state dict in <run_dir>/<name>, its sha256 digest beside

@@ -39,8 +39,6 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
 from jeanzay_kit.config.runtime_settings import check as check_settings
 from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
-from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
-from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.contracts import MapDataset
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
@@ -51,7 +49,6 @@ from jeanzay_kit.runtime.preemption import StopRequest
 from jeanzay_kit.runtime.run import Ending, Run, StepVerdict
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.session_checkpointer import SessionCheckpointer
-from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
 
 __all__ = ["PlanSampler", "Session", "SessionCheckpointer", "StepVerdict", "session"]
 
@@ -131,51 +128,6 @@ class Session:
         # the toolkit's loop, whose entry point does) holds its run directory itself.
         self.run.holds_lease = self.is_main and not rules.under_script_task(env)
 
-    @classmethod
-    def from_spec(
-        cls,
-        spec: JobSpec,
-        info: RankInfo,
-        run_dir: Path,
-        *,
-        stop: StopRequest,
-        visible_devices: str | None,
-        env: Mapping[str, str],
-        ending: Ending | None = None,
-    ) -> Session:
-        """The runtime of the toolkit's own loop (node/worker.py): the settings of a
-        validated job, the rank its entry point read, the stop request it made first
-        thing, and the job's parallel layout (the group gets its device mesh, `s.ctx`).
-        ending: the objectives and directions of its result, how its failures are named
-        and said (node/worker_start.py ending_of; default: the job's objectives, their
-        directions by the one rule without a metric's word)."""
-        if ending is None:
-            pairs = zip(spec.tune.objectives, spec.tune.directions, strict=True)
-            directions = tuple(direction_of(o, d) for o, d in pairs)
-            ending = Ending(spec.tune.objectives, directions, said_as=report.TRAIN)
-        env = dict(env)  # what the worker was given, not this process's variables
-        if visible_devices is not None:
-            env["CUDA_VISIBLE_DEVICES"] = visible_devices
-        else:
-            env.pop("CUDA_VISIBLE_DEVICES", None)
-        session = cls.__new__(cls)
-        session.run = Run(
-            runtime_settings(spec), info, run_dir, spec.train.steps, stop, env, ending
-        )
-        session.run.layout = spec.layout
-        session.run.metrics_options = {
-            "allocation_s": spec.resources.time_minutes * 60 if spec.cluster.is_slurm else None,
-            "lead_s": spec.preemption.lead_seconds,
-            "tensorboard": spec.metrics.tensorboard,
-            "trackers": options_from_spec(spec),
-            "tracker_params": {
-                **flat_params(spec.config),
-                "jzk.run_dir": str(run_dir),
-                "jzk.job_id": env.get("SLURM_JOB_ID", ""),
-            },
-        }
-        return session
-
     # ---- where this process sits ---------------------------------------------------------
 
     @property
@@ -208,7 +160,8 @@ class Session:
 
     @property
     def ctx(self) -> DistContext | None:
-        """The group and the job's device mesh (the toolkit's loop, from_spec)."""
+        """The group and the job's device mesh (a run of the toolkit's loop, Run.from_spec;
+        None for `with session()`)."""
         return self.run.ctx
 
     @property
@@ -342,20 +295,7 @@ class Session:
         it (<name without .pt>.sha256). Returns the digest (on every rank). A loop that
         gathers its weights itself (the toolkit's pipelines) passes rank 0's full state
         dict instead of the model (None on the other ranks)."""
-        state: Any = model
-        if isinstance(model, nn.Module):
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                get_model_state_dict,
-            )
-
-            state = get_model_state_dict(
-                model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
-            )
-        digest = [self.run.write_model(state, name) if self.is_main else None]
-        if dist.is_initialized():
-            dist.broadcast_object_list(digest, src=0)
-        return str(digest[0])
+        return self.run.save_model(model, name)
 
     # ---- the data ------------------------------------------------------------------------
 

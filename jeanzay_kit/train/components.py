@@ -33,7 +33,7 @@ from jeanzay_kit.train.schedule import lr_lambda
 from jeanzay_kit.train.strategies.base import Strategy
 
 if TYPE_CHECKING:
-    from jeanzay_kit.runtime.session import Session
+    from jeanzay_kit.runtime.run import Run
 
 # What a user who named a class without a YAML of its own most likely hit.
 _LEAK_HINT = (
@@ -288,17 +288,18 @@ def build_scheduler(
 
 
 def build_checkpointer(
-    spec: JobSpec, strategy: Strategy, optimizer: torch.optim.Optimizer, session: Session
+    spec: JobSpec, strategy: Strategy, optimizer: torch.optim.Optimizer, run: Run
 ) -> Checkpointer:
-    """The checkpointer of this run, from the session; it records the layout a resume is
+    """The checkpointer of this run, from the runtime; it records the layout a resume is
     compared with."""
-    return session.open_checkpointer(
+    keep_best = spec.checkpoint.keep_best
+    return run.open_checkpointer(
         strategy.state_module(),
         optimizer,
-        world=spec.layout.checkpoint_world(),
-        config=spec.config,
-        use_async=spec.checkpoint.use_async,
-        keep_best=(spec.checkpoint.keep_best, best_direction(spec))
-        if spec.checkpoint.keep_best
-        else None,
+        spec.layout.checkpoint_world(),
+        spec.config,
+        {
+            "use_async": spec.checkpoint.use_async,
+            "keep_best": (keep_best, best_direction(spec)) if keep_best else None,
+        },
     )

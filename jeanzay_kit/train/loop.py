@@ -24,6 +24,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, CompileError, NonFiniteLoss
+from jeanzay_kit.run_layout import MODEL_FINAL
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.metrics import MetricsWriter
 from jeanzay_kit.runtime.peaks import peak_flops
@@ -43,7 +44,7 @@ from jeanzay_kit.train.strategies.base import Strategy
 from jeanzay_kit.train.stream import StreamBatches, is_stream, open_stream
 
 if TYPE_CHECKING:
-    from jeanzay_kit.runtime.session import Session
+    from jeanzay_kit.runtime.run import Run
 
 
 @dataclass
@@ -59,10 +60,10 @@ class Attempt:
     """What one attempt trains with, and where it stands: the loop's whole state."""
 
     spec: JobSpec
-    session: Session  # the runtime (runtime/session.py): agreement, heartbeats, metrics
+    run: Run  # the runtime (runtime/run.py): agreement, heartbeats, metrics, checkpoints
     ctx: DistContext
     run_dir: Path
-    hb: Any  # the session's heartbeat: the phase a watchdog reports if this rank stalls
+    hb: Any  # the run's heartbeat: the phase a watchdog reports if this rank stalls
     strategy: Strategy
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
@@ -70,7 +71,7 @@ class Attempt:
     plan: GlobalBatchPlan | StreamPlan
     batches: StepBatches  # or StreamBatches (train/stream.py)
     evaluator: Evaluator | None  # None: no evaluation (eval.every_steps=0, or no samples)
-    metrics: MetricsWriter  # the session's writer
+    metrics: MetricsWriter  # the run's writer
     start_step: int
     loss_value: float | None
     flops: float = 0.0  # training FLOPs per sample (the model's flops_per_sample)
@@ -90,17 +91,18 @@ class Attempt:
 
 def train(
     spec: JobSpec,
-    session: Session,
+    run: Run,
     allocation_end: float | None = None,
     parts: Parts | None = None,
 ) -> TrainResult:
     """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
-    save) when a rank notes a signal. session: the started runtime of this rank
-    (Session.from_spec: the group and its mesh, the stop request, heartbeats, metrics);
-    the loop is its client as a user's loop is. allocation_end: when the Slurm allocation
-    ends (epoch seconds), for the time left in the progress lines. parts: the dataset,
-    model and loss rank 0's start-of-run check tried (None: built here)."""
-    attempt = prepare(spec, session, allocation_end, parts)
+    save) when a rank notes a signal. run: the started runtime of this rank
+    (Run.from_spec: the group and its mesh, the stop request, heartbeats, metrics); the
+    loop is its client as a user's loop is, through Session, its face. allocation_end:
+    when the Slurm allocation ends (epoch seconds), for the time left in the progress
+    lines. parts: the dataset, model and loss rank 0's start-of-run check tried (None:
+    built here)."""
+    attempt = prepare(spec, run, allocation_end, parts)
     try:
         run_steps(attempt)
     finally:
@@ -108,17 +110,17 @@ def train(
     with _on_write_error(spec.checkpoint.on_write_error, attempt.ctx.is_main):
         attempt.ckpt.close()
     digest = None if attempt.stopped_by else save_final_model(attempt)
-    session.close_metrics()
+    run.close_metrics()
     return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
 
 
 def prepare(
-    spec: JobSpec, session: Session, allocation_end: float | None, parts: Parts | None = None
+    spec: JobSpec, run: Run, allocation_end: float | None, parts: Parts | None = None
 ) -> Attempt:
     """Build (data, model, loss, unless the check built them; strategy, optimizer,
     checkpointer), resume, and open the loader at the resumed step."""
-    assert session.ctx is not None, "Session.from_spec(...).start() first"
-    ctx, run_dir = session.ctx, session.run_dir
+    assert run.ctx is not None, "Run.from_spec(...).start() first"
+    ctx, run_dir = run.ctx, run.run_dir
     tset = spec.train
     apply_tf32(tset.tf32, ctx.device)
     # Same seed on every rank: every rank builds the same initial model, whatever the
@@ -139,17 +141,17 @@ def prepare(
     strategy = build.build_strategy(spec, ctx, model, compute_loss, precision)
     optimizer = build.build_optimizer(strategy.parameters(), spec.optim, ctx.device)
     scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
-    ckpt = build.build_checkpointer(spec, strategy, optimizer, session)
-    resumed, folder = resume(spec, session, ckpt, scheduler, strategy)
+    ckpt = build.build_checkpointer(spec, strategy, optimizer, run)
+    resumed, folder = resume(spec, run, ckpt, scheduler, strategy)
     if resumed.step >= tset.steps and ctx.is_main:
         _note_nothing_left(run_dir, resumed.step, tset.steps)
     plan, batches = open_data(spec, ctx, dataset, ckpt, resumed, folder)
     return Attempt(
         spec=spec,
-        session=session,
+        run=run,
         ctx=ctx,
         run_dir=run_dir,
-        hb=session.heartbeat,
+        hb=run.heartbeat,
         strategy=strategy,
         optimizer=optimizer,
         scheduler=scheduler,
@@ -157,9 +159,8 @@ def prepare(
         plan=plan,
         batches=batches,
         evaluator=_evaluator(spec, ctx, dataset, compute_loss),
-        metrics=session.metrics_writer(
-            end_time=allocation_end,
-            loader=describe_loader(spec, batches.loader.num_workers),
+        metrics=run.metrics_writer(
+            allocation_end, describe_loader(spec, batches.loader.num_workers)
         ),
         start_step=resumed.step,
         loss_value=resumed.last_loss,
@@ -244,17 +245,15 @@ def open_batches(
 
 def resume(
     spec: JobSpec,
-    session: Session,
+    run: Run,
     ckpt: Checkpointer,
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     strategy: Strategy,
 ) -> tuple[TrainerState, Path | None]:
-    """The session's one resume (checkpoint.resume names the checkpoint), then what only
+    """The run's one resume (checkpoint.resume names the checkpoint), then what only
     this loop saves: the LR scheduler and the loss scaler."""
-    state, folder = session.resume_from(
-        ckpt,
-        which=spec.checkpoint.resume,
-        allow_config_change=spec.checkpoint.allow_config_change,
+    state, folder = run.resume_from(
+        ckpt, spec.checkpoint.resume, spec.checkpoint.allow_config_change
     )
     if folder is not None:
         scheduler.load_state_dict(state.scheduler)
@@ -311,7 +310,7 @@ def optimizer_step(a: Attempt, step: int, local_loss: torch.Tensor) -> tuple[boo
     time_due = (
         a.ctx.is_main and every_seconds > 0 and time.monotonic() - a.last_save_time >= every_seconds
     )
-    verdict = a.session.agree_before_update(step, local_loss, save_due=time_due)
+    verdict = a.run.agree_before_update(local_loss, time_due)
     if verdict.nonfinite:
         _on_nonfinite(a.spec.train.nonfinite, step + 1, a.ckpt, a.ctx.is_main)
     else:
@@ -415,7 +414,7 @@ def at_boundary(a: Attempt, done: int, stop: bool, time_due: bool) -> bool:
     """Save when a signal, the schedule or the end asks; True: stop here."""
     cset = a.spec.checkpoint
     if stop:
-        a.stopped_by = a.session.stopped_by
+        a.stopped_by = a.run.stopped_by
         save(a, done, force_sync=True)
         a.saved_at = done
         if a.ctx.is_main:
@@ -453,7 +452,7 @@ def save(a: Attempt, done: int, force_sync: bool = False) -> None:
 def save_final_model(a: Attempt) -> str | None:
     """The finished model's weights on rank 0 (model_final.pt) and their digest, as
     every loop saves them (s.save_model), from the strategy's gathered state."""
-    digest = a.session.save_model(a.strategy.full_state_dict())
+    digest = a.run.save_model(a.strategy.full_state_dict(), MODEL_FINAL)
     return digest if a.ctx.is_main else None
 
 
