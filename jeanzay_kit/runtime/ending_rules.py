@@ -74,7 +74,8 @@ FIXES = {
     STOPPED: "run the same command again: it resumes from the newest checkpoint",
     COMPLETED: "-",
     GPU_OOM: "lower train.micro_batch_size (auto finds the largest that fits), shard the "
-    "model (fsdp) or ask for GPUs with more memory",
+    "model (fsdp) or ask for GPUs with more memory; `jzk validate` with the run's "
+    "overrides prints the plan's per-GPU estimate (gpu memory)",
     HOST_OOM: "ask for more host memory (resources.mem or more CPUs per task) or fewer "
     "loader workers (loader.num_workers)",
     NONFINITE: "lower optim.lr, clip gradients, or skip such steps (train.nonfinite=skip)",
