@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
-from jeanzay_kit import run_layout as layout
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.preemption import StopRequest
 
 PROGRAM = "jzk train"
@@ -109,7 +109,7 @@ def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: Path) -> None:
     rewrites none of it (runtime/lease.py)."""
     from omegaconf import OmegaConf
 
-    out = run_dir / layout.HYDRA
+    out = RunDir(run_dir).hydra
     out.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, out / "config.yaml", resolve=False)
     OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), out / "hydra.yaml", resolve=False)
@@ -207,7 +207,7 @@ def _run_value(run_dir: Path, sweeper: str, prog: str) -> float | None:
     why = (
         missing_reason(str(record.get("objective")), record)
         if record
-        else f"the run wrote no {run_dir / layout.RESULT} (a script writes it itself: "
+        else f"the run wrote no {RunDir(run_dir).result} (a script writes it itself: "
         "docs/tuning.md)"
     )
     err = JzkError(f"the sweeper {sweeper} needs the run's value: {why}")

@@ -147,11 +147,12 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
     """<run_dir>/train.log of each run: a local run's output (every start marked), or
     one rank's lines of any run (--rank)."""
     from jeanzay_kit.launch.log_rules import pick_start
-    from jeanzay_kit.runtime.rank_log import TRAIN_LOG, lines_of_rank, ranks_in
+    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.runtime.rank_log import lines_of_rank, ranks_in
 
     run_dirs = list(dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir")))
     for run_dir in run_dirs:
-        path = Path(run_dir) / TRAIN_LOG
+        path = RunDir(Path(run_dir)).train_log
         text = path.read_text(errors="replace") if path.exists() else ""
         if len(run_dirs) > 1:
             print(f"==> {path} <==", flush=True)
@@ -180,11 +181,12 @@ def _follow_local(run_dir: Path, rank: int | None) -> int:
     """Print what a local run adds to train.log while a live process holds the run
     directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
     from jeanzay_kit.node.outcome import read_outcome
+    from jeanzay_kit.run_directory import RunDir
     from jeanzay_kit.runtime.lease import holder
     from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
-    from jeanzay_kit.runtime.rank_log import TRAIN_LOG, lines_of_rank
+    from jeanzay_kit.runtime.rank_log import lines_of_rank
 
-    path = run_dir / TRAIN_LOG
+    path = RunDir(run_dir).train_log
     offset = path.stat().st_size if path.exists() else 0
     pending = ""
     while True:
@@ -282,9 +284,10 @@ def _stop_local(run_dir: Path) -> str:
     import signal
     import socket
 
-    from jeanzay_kit.runtime.lease_rules import LEASE_FILE, parse_record
+    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.runtime.lease_rules import parse_record
 
-    path = run_dir / LEASE_FILE
+    path = RunDir(run_dir).lease
     record = parse_record(path.read_text()) if path.exists() else None
     if record is None or record.released:
         return f"{run_dir}: no run holds it"

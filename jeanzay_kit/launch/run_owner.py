@@ -13,7 +13,8 @@ import re
 from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+from jeanzay_kit.launch.manifest import read_manifest
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.lease import holder
 from jeanzay_kit.runtime.lease_rules import busy_message
 from jeanzay_kit.slurm.commands import CommandRunner, job_alive
@@ -38,7 +39,7 @@ def check_no_live_owner(
     if held and record is not None and not record.job_id:
         raise JzkError(busy_message(str(run_dir), record, time.time()))
     ids: list[str] = []
-    manifest = run_dir / MANIFEST
+    manifest = RunDir(run_dir).manifest
     if manifest.exists():
         ids = [str(r["job_id"]) for r in read_manifest(manifest)][-_NEWEST:]
     if record is not None and record.job_id:

@@ -35,8 +35,9 @@ from jeanzay_kit.node.endings import (
     verdict_line,
 )
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
-from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
-from jeanzay_kit.runtime.heartbeat import EXIT_HUNG, HEARTBEAT_DIR, read_beats
+from jeanzay_kit.node.restarts import read_restarts, record_restart
+from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.runtime.heartbeat import EXIT_HUNG
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 from jeanzay_kit.runtime.stall import made_progress
 
@@ -129,7 +130,7 @@ def _send(procs: list[BaseProcess], signals: set[int]) -> None:
 def describe_rank(index: int, pid: int, run_dir: Path, since: float) -> str:
     """`rank N (pid P on HOST) at step S (phase)`, the step from the rank's heartbeat of
     this attempt (`since`), or `before its first step` when it wrote none."""
-    beats = read_beats(run_dir / HEARTBEAT_DIR)
+    beats = RunDir(run_dir).beats()
     beat = next((b for b in beats if b.rank == index and b.wall_time >= since), None)
     step = f"at step {beat.step} ({beat.phase})" if beat is not None else "before its first step"
     return f"rank {index} (pid {pid} on {socket.gethostname()}) {step}"
@@ -217,7 +218,7 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
     reason = "hang" if code == EXIT_HUNG else "crash"
     limit = spec.preemption.max_restarts
     verdict = classify_attempt(run_dir, code, since)
-    if not made_progress(read_beats(run_dir / HEARTBEAT_DIR), since):
+    if not made_progress(RunDir(run_dir).beats(), since):
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
             f"the run failed ({reason}) before completing any step of this attempt: not "
@@ -237,10 +238,10 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
             f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
-            f"(preemption.max_restarts={limit}, history in {run_dir / RESTARTS_FILE}); "
+            f"(preemption.max_restarts={limit}, history in {RunDir(run_dir).restarts}); "
             "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
             "the cause, then run the same command again: it resumes from the newest "
-            f"complete checkpoint (delete {RESTARTS_FILE} to reset the budget)"
+            f"complete checkpoint (delete {RunDir(run_dir).restarts.name} to reset the budget)"
         )
         return False
     record_ending(run_dir, verdict, since=since, retried=True)

@@ -12,11 +12,9 @@ import json
 import time
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
-
-OUTCOME_FILE = layout.OUTCOME
 
 
 def state_of(exit_code: int) -> str:
@@ -27,7 +25,7 @@ def state_of(exit_code: int) -> str:
 
 
 def clear_outcome(run_dir: Path) -> None:
-    (run_dir / OUTCOME_FILE).unlink(missing_ok=True)
+    RunDir(run_dir).outcome.unlink(missing_ok=True)
 
 
 def record_outcome(run_dir: Path, exit_code: int, signum: int = 0) -> None:
@@ -39,13 +37,13 @@ def record_outcome(run_dir: Path, exit_code: int, signum: int = 0) -> None:
         "signal": signum or None,
         "ended_at": time.time(),
     }
-    write_durably(run_dir / OUTCOME_FILE, (json.dumps(record) + "\n").encode())
+    write_durably(RunDir(run_dir).outcome, (json.dumps(record) + "\n").encode())
 
 
 def read_signal(run_dir: Path) -> int:
     """The signal a process of the last local run died of (0: none, or not recorded)."""
     try:
-        record = json.loads((run_dir / OUTCOME_FILE).read_text())
+        record = json.loads(RunDir(run_dir).outcome.read_text())
     except (OSError, ValueError):
         return 0
     signum = record.get("signal") if isinstance(record, dict) else None
@@ -55,7 +53,7 @@ def read_signal(run_dir: Path) -> int:
 def read_outcome(run_dir: Path) -> str | None:
     """The recorded state of the last local run, or None (running, or never recorded)."""
     try:
-        record = json.loads((run_dir / OUTCOME_FILE).read_text())
+        record = json.loads(RunDir(run_dir).outcome.read_text())
     except (OSError, ValueError):
         return None
     state = record.get("state") if isinstance(record, dict) else None

@@ -32,8 +32,9 @@ from jeanzay_kit.node.endings import (
     record_ending,
     verdict_line,
 )
-from jeanzay_kit.node.restarts import RESTARTS_FILE, read_restarts, record_restart
+from jeanzay_kit.node.restarts import read_restarts, record_restart
 from jeanzay_kit.node.script_watch_rules import hang_folder_name
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
@@ -176,7 +177,7 @@ def _requeue(
     if done >= max_restarts:
         return (
             f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
-            f"(preemption.max_restarts, history in {run_dir / RESTARTS_FILE}): not requeued. "
+            f"(preemption.max_restarts, history in {RunDir(run_dir).restarts}): not requeued. "
             "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
             "fix the cause and submit the job again: it resumes from its newest checkpoint"
         )

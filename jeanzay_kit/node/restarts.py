@@ -14,11 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.run_directory import RunDir
-
-RESTARTS_FILE = layout.RESTARTS
 
 
 def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -29,7 +26,7 @@ def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 def _write(run_dir: Path, restarts: list, history: list) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
     body = {"restarts": restarts, "history": history}
-    write_durably(run_dir / RESTARTS_FILE, json.dumps(body, indent=1).encode())
+    write_durably(RunDir(run_dir).restarts, json.dumps(body, indent=1).encode())
 
 
 def read_restarts(run_dir: Path) -> list[dict[str, Any]]:

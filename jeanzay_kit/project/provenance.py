@@ -27,14 +27,13 @@ from collections.abc import Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.version import __version__
 
 PROVENANCE_DIR = ".jzk-provenance"  # inside a snapshot
-RUN_PROVENANCE = layout.PROVENANCE  # inside a run directory
 FILES = ("source.json", "uncommitted.diff", "packages.txt")
 
 
@@ -94,7 +93,7 @@ def record_run_provenance(run_dir: Path, env: Mapping[str, str], cwd: Path) -> P
     or record the live tree the run imports from; append a line to history.jsonl."""
     from jeanzay_kit.project.import_path import CODE_DIR_VAR, project_code_dir
 
-    out = run_dir / RUN_PROVENANCE
+    out = RunDir(run_dir).provenance
     out.mkdir(parents=True, exist_ok=True)
     code = project_code_dir(env, cwd)
     frozen = code / PROVENANCE_DIR if env.get(CODE_DIR_VAR) else None

@@ -25,8 +25,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from jeanzay_kit.errors import RunDirBusy
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.lease_rules import (
-    LEASE_FILE,
     RENEW_SECONDS,
     LeaseRecord,
     Verdict,
@@ -130,7 +130,7 @@ def acquire(
 ) -> Lease:
     """Take `run_dir` for this process, or raise RunDirBusy naming who holds it."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / LEASE_FILE
+    path = RunDir(run_dir).lease
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         got = _try_lock(fd)
@@ -192,7 +192,7 @@ def holder(run_dir: Path) -> tuple[LeaseRecord | None, bool]:
     """(the record, whether a live writer holds the directory now), for another process.
 
     Must not be called by the holder itself: closing its descriptor would drop its lock."""
-    path = run_dir / LEASE_FILE
+    path = RunDir(run_dir).lease
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

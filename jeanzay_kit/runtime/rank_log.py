@@ -25,9 +25,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from jeanzay_kit import run_layout as layout
+from jeanzay_kit.run_directory import RunDir
 
-TRAIN_LOG = layout.TRAIN_LOG
 _LABEL = re.compile(r"^\[rank (\d+)\] ", re.M)
 
 
@@ -49,7 +48,7 @@ def ranks_in(text: str) -> list[int]:
 
 def open_log(run_dir: Path) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
-    return os.open(run_dir / TRAIN_LOG, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    return os.open(RunDir(run_dir).train_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
 def mark_start(run_dir: Path, marker: str) -> None:
@@ -57,7 +56,7 @@ def mark_start(run_dir: Path, marker: str) -> None:
     them); `marker` is the launcher's `jzk: start ...` line, without its number: it gets
     the count of the markers already there, plus one."""
     try:
-        old = (run_dir / TRAIN_LOG).read_text(errors="replace")
+        old = RunDir(run_dir).train_log.read_text(errors="replace")
     except OSError:
         old = ""
     head = marker.split("{n}")[0]

@@ -21,11 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.runtime.metrics import METRICS_FILE, read_records
-
-RESULT_FILE = layout.RESULT
+from jeanzay_kit.run_directory import RunDir
 
 
 def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:
@@ -110,18 +107,18 @@ def missing_reason(objective: str, values: Mapping[str, Any]) -> str:
 
 
 def write_result(run_dir: Path, record: Mapping[str, Any]) -> None:
-    write_durably(run_dir / RESULT_FILE, (json.dumps(record) + "\n").encode())
+    write_durably(RunDir(run_dir).result, (json.dumps(record) + "\n").encode())
 
 
 def clear_result(run_dir: Path) -> None:
     """At a run's start: a result.json left by an earlier end no longer holds."""
-    (run_dir / RESULT_FILE).unlink(missing_ok=True)
+    RunDir(run_dir).result.unlink(missing_ok=True)
 
 
 def read_result(run_dir: Path) -> dict[str, Any] | None:
     """result.json, or None when the run wrote none (or it is not a JSON object)."""
     try:
-        record = json.loads((run_dir / RESULT_FILE).read_text())
+        record = json.loads(RunDir(run_dir).result.read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
@@ -167,7 +164,7 @@ def write_end_result(
     """Rank 0, at the end of a completed run, whichever loop ran it: result.json from
     metrics.jsonl's last values, and what the loop reported itself (s.report) over them;
     a note for each objective without a value. Returns the record."""
-    values = {**final_values(read_records(run_dir / METRICS_FILE)), **(reported or {})}
+    values = {**final_values(RunDir(run_dir).metric_records()), **(reported or {})}
     record = result_record(values, objectives, directions)
     write_result(run_dir, record)
     for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):
