@@ -365,7 +365,7 @@ def check_watchdog(c: Collector, dog: Mapping[str, object]) -> WatchdogSettings 
     beat = c.number(
         "watchdog.heartbeat_seconds", dog.get("heartbeat_seconds"), 0, low_open=True, example=2
     )
-    gate = c.flag("watchdog.health_gate", dog.get("health_gate", True))
+    gate = c.flag("watchdog.health_gate", dog.get("health_gate", default("watchdog.health_gate")))
     if stall is None or beat is None or gate is None:
         return None
     if stall and beat * 3 > stall:
