@@ -92,6 +92,18 @@ class RunDir:
     def manifest(self) -> Path:
         return self.root / layout.MANIFEST
 
+    @property
+    def compile_cache(self) -> Path:
+        return self.root / layout.COMPILE_CACHE
+
+    @property
+    def compile_artifacts(self) -> Path:
+        return self.root / layout.COMPILE_ARTIFACTS
+
+    @property
+    def starts(self) -> Path:
+        return self.root / layout.STARTS
+
     # ---- its records, read -----------------------------------------------------------
     def metric_records(self) -> list[dict[str, Any]]:
         """metrics.jsonl, oldest first; a line being written is skipped."""
@@ -104,6 +116,10 @@ class RunDir:
     def attempt_records(self) -> list[dict[str, Any]]:
         """A script task's or a Hydra app point's starts, oldest first (attempts.jsonl)."""
         return read_json_lines(self.attempts)
+
+    def start_records(self) -> list[dict[str, Any]]:
+        """Each start's start-up in parts (starts.jsonl), oldest first."""
+        return read_json_lines(self.starts)
 
     def restart_records(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(restarts that count against the budget now, those of earlier finished runs)."""

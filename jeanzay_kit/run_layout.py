@@ -43,6 +43,9 @@ HYDRA = ".hydra"
 COMMAND = "command.json"  # a script task: the command that owns the run directory
 ATTEMPTS = "attempts.jsonl"  # a script task: one line per start
 SUBMITIT = ".submitit"
+COMPILE_CACHE = "compile_cache"  # torch.compile's cache folder, kept with the run (CPU)
+COMPILE_ARTIFACTS = "compile_cache.bin"  # torch.compile's cache artifacts, one file (CUDA)
+STARTS = "starts.jsonl"  # one line per start of a rank-0 process: its start-up in parts
 # ---- in a run directory or a sweep's / log folder ---------------------------------------
 MANIFEST = "manifest.jsonl"
 
@@ -112,6 +115,13 @@ ENTRIES: tuple[Entry, ...] = (
           "node/script_task.py", "the command a script task's run directory belongs to"),
     Entry(ATTEMPTS, "file", "node/script_files.py", "jzk status, node/script_task.py",
           "a script task's starts"),
+    Entry(COMPILE_CACHE, "folder", "torch's Inductor (runtime/compile_cache.py points it here)",
+          "torch's Inductor, at every start", "torch.compile's caches on the CPU"),
+    Entry(COMPILE_ARTIFACTS, "file", "runtime/compile_cache.py (rank 0)",
+          "runtime/compile_cache.py (every rank, at start)",
+          "torch.compile's portable cache artifacts, loaded into the node's cache"),
+    Entry(STARTS, "file", "runtime/startup.py (rank 0)", "jzk report, jzk status",
+          "one line per start: seconds from the process's start to its first step, in parts"),
     Entry(MANIFEST, "file", "launch/manifest.py (jzk submit, the launcher)",
           "jzk status, jzk report, jzk logs, jzk cancel",
           "one record per job: id, run directory, log, overrides (also in sweep folders)"),

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.runtime import startup
 from jeanzay_kit.runtime.preemption import StopRequest
 
 if TYPE_CHECKING:
@@ -35,6 +36,7 @@ def run_worker(
 
     allocation_end: when the Slurm allocation ends (SLURM_JOB_END_TIME where Slurm sets
     it); rank 0 asks squeue once when it is unknown."""
+    clock = startup.begin(os.environ.get("SLURM_JOB_START_TIME"))  # before torch's import
     import torch
 
     # First thing: from here on a signal is noted, not fatal, even during start-up.
@@ -45,6 +47,7 @@ def run_worker(
     from jeanzay_kit.runtime.run import Run
     from jeanzay_kit.train.loop import train
 
+    clock.imported(run_dir, info.rank)
     if threads > 0:
         torch.set_num_threads(threads)
     # The runtime every loop uses (runtime/run.py; a user's loop meets it as a Session):
@@ -66,6 +69,7 @@ def run_worker(
                 at_start.before_join(spec, info, run_dir, device, threads)
             )
         )
+        clock.mark("rendezvous")
         if info.rank == 0 and allocation_end is None and info.job_id:
             allocation_end = at_start.allocation_end_of(info.job_id)
         result = train(spec, run, allocation_end, checked[0] if checked else None)

@@ -60,6 +60,9 @@ def before_join(
 
         # Read when the process group starts: the watchdog dumps it next to the stacks.
         enable_flight_recorder(run_dir, os.environ)
+    from jeanzay_kit.runtime.startup import clock
+
+    clock().mark("check")  # the start-up's part (runtime/startup.py)
     return checked
 
 
@@ -85,12 +88,15 @@ def allocation_end_of(job_id: str) -> float | None:
     """When the job's allocation ends, from squeue (Slurm older than 23.02 does not set
     SLURM_JOB_END_TIME); None when unknown: progress lines show no time left."""
     from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.runtime.startup import clock
     from jeanzay_kit.slurm.commands import job_end_time
 
     try:
         return job_end_time(job_id)
     except (SlurmCommandError, OSError):
         return None  # training goes on
+    finally:
+        clock().mark("squeue")  # the start-up's part (runtime/startup.py)
 
 
 def ending_of(spec: JobSpec) -> Ending:

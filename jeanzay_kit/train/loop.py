@@ -25,7 +25,9 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, CompileError, NonFiniteLoss
 from jeanzay_kit.run_layout import MODEL_FINAL
+from jeanzay_kit.runtime import startup
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
+from jeanzay_kit.runtime.compile_cache import CompileCache, cache_counts, open_cache
 from jeanzay_kit.runtime.metrics import MetricsWriter
 from jeanzay_kit.runtime.peaks import peak_flops
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan, StreamPlan, held_out, plan_for
@@ -79,6 +81,8 @@ class Attempt:
     tokens: int = 0  # the dataset's tokens_per_sample
     compiled: bool = False  # torch.compile: the attempt's first step compiles, timed apart
     compile_s: float | None = None  # that first step's time, in the next logged record
+    compile_cache: CompileCache | None = None  # the run's kept compiler caches (compiled)
+    first_record: dict[str, Any] = field(default_factory=dict)  # start-up, compile: next log
     saved_at: int = 0
     last_save_time: float = field(default_factory=time.monotonic)
     window_start: float = field(default_factory=time.perf_counter)
@@ -109,6 +113,8 @@ def train(
         attempt.batches.close()  # the loader's workers go now, before the last save's wait
     with _on_write_error(spec.checkpoint.on_write_error, attempt.ctx.is_main):
         attempt.ckpt.close()
+    if attempt.compile_cache is not None:  # later compiles (evaluation's) kept too
+        attempt.compile_cache.keep(attempt.ctx.is_main)
     digest = None if attempt.stopped_by else save_final_model(attempt)
     run.close_metrics()
     return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
@@ -123,6 +129,7 @@ def prepare(
     ctx, run_dir = run.ctx, run.run_dir
     tset = spec.train
     apply_tf32(tset.tf32, ctx.device)
+    cache = _compile_cache(spec, ctx, run_dir)  # before anything compiles
     # Same seed on every rank: every rank builds the same initial model, whatever the
     # mode, before it is wrapped, sharded or split (train/parts.py).
     parts = for_training(parts, spec, warn=ctx.is_main)
@@ -141,11 +148,11 @@ def prepare(
     strategy = build.build_strategy(spec, ctx, model, compute_loss, precision)
     optimizer = build.build_optimizer(strategy.parameters(), spec.optim, ctx.device)
     scheduler = build.build_scheduler(optimizer, spec.optim, tset.steps)
+    startup.clock().mark("model_build")
     ckpt = build.build_checkpointer(spec, strategy, optimizer, run)
     resumed, folder = resume(spec, run, ckpt, scheduler, strategy)
-    if resumed.step >= tset.steps and ctx.is_main:
-        _note_nothing_left(run_dir, resumed.step, tset.steps)
     plan, batches = open_data(spec, ctx, dataset, ckpt, resumed, folder)
+    startup.clock().mark("loader")
     return Attempt(
         spec=spec,
         run=run,
@@ -168,10 +175,19 @@ def prepare(
         peak=peak_flops(torch.cuda.get_device_name(ctx.device), precision, tset.tf32)
         if ctx.device.type == "cuda"
         else None,
-        compiled=compile_wanted(tset.compile, ctx.device, spec.layout.mode),
+        compiled=cache is not None,
+        compile_cache=cache,
         tokens=getattr(dataset, "tokens_per_sample", 0) or 0,
         saved_at=resumed.step,
     )
+
+
+def _compile_cache(spec: JobSpec, ctx: DistContext, run_dir: Path) -> CompileCache | None:
+    """Where train.compile applies: the run's kept compiler caches, opened before the
+    first compile (runtime/compile_cache.py: a requeue on any node starts warm)."""
+    if not compile_wanted(spec.train.compile, ctx.device, spec.layout.mode):
+        return None
+    return open_cache(run_dir, ctx.device.type)
 
 
 def flops_per_sample(model: Any, dataset: Any) -> float:
@@ -259,6 +275,9 @@ def resume(
         scheduler.load_state_dict(state.scheduler)
         if strategy.scaler is not None and state.scaler:
             strategy.scaler.load_state_dict(state.scaler)
+    startup.clock().mark("checkpoint_load")
+    if state.step >= spec.train.steps and run.info.rank == 0:
+        _note_nothing_left(run.run_dir, state.step, spec.train.steps)
     return state, folder
 
 
@@ -275,6 +294,8 @@ def run_steps(a: Attempt) -> None:
         waited = time.perf_counter()
         batches = a.batches.next_step()
         a.window_wait += time.perf_counter() - waited
+        if step == a.start_step:
+            startup.clock().mark("first_batch")
         if step == a.start_step > 0:
             a.strategy.before_resumed_steps(batches[0])
         a.hb.beat(step, "forward_backward")
@@ -285,6 +306,8 @@ def run_steps(a: Attempt) -> None:
             note_compile_time(a)  # the compiling step is not in any step time or ETA
         else:
             a.window_steps += 1
+        if step == a.start_step:
+            note_start(a)
         a.metrics.advance(step + 1)
         done = step + 1
         if done % a.spec.train.log_every == 0 or done == a.spec.train.steps or eval_due(a, done):
@@ -358,6 +381,32 @@ def note_compile_time(a: Attempt) -> None:
             flush=True,
         )
     a.window_start, a.window_wait = time.perf_counter(), 0.0
+    if a.compile_cache is not None:
+        hits, misses = cache_counts()
+        a.first_record.update(
+            compile_cache="warm" if a.compile_cache.warm else "cold",
+            compile_hits=hits,
+            compile_misses=misses,
+        )
+        a.compile_cache.keep(a.ctx.is_main)  # what a requeue of this run starts from
+
+
+def note_start(a: Attempt) -> None:
+    """The attempt's first step is done: its start-up in parts, in starts.jsonl (rank 0)
+    and the next metrics record."""
+    clock = startup.clock()
+    clock.mark("compile" if a.compiled else "first_step")
+    a.first_record.update(clock.record())
+    if a.ctx.is_main:
+        startup.write_start(
+            a.run_dir,
+            {
+                "start_step": a.start_step,
+                "reached_before": clock.reached,
+                "compiled": a.compiled,
+                **{k: v for k, v in a.first_record.items() if k.startswith("compile_")},
+            },
+        )
 
 
 def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
@@ -383,6 +432,8 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     }
     if a.compile_s is not None:
         record["compile_s"], a.compile_s = a.compile_s, None
+    record.update(a.first_record)
+    a.first_record = {}
     if a.tokens:
         record["tokens_per_s"] = tset.global_batch_size * a.tokens / elapsed
     if a.peak and a.flops:

@@ -1,0 +1,142 @@
+"""Where a start's time goes before its first step: one clock per process, in parts.
+
+A requeued job pays its start-up again at every start, on every GPU: the batch script
+and srun (`launch`, from Slurm's start of the job where Slurm says when:
+SLURM_JOB_START_TIME), the interpreter and its imports, rank 0's check of the user's
+parts, the process group's rendezvous, building the model and its optimizer, loading
+the checkpoint, opening the loader, the first batch, torch.compile. Each `mark(part)`
+closes the part that ran since the previous mark. Rank 0 writes the whole at the end of
+its first step: one line in starts.jsonl (kept across restarts, what the ledger reads)
+and the same figures in the attempt's first metrics.jsonl record.
+
+One clock per process, kept in this module as torch keeps its counters: the parts are
+measured in node/worker.py, train/loop.py and between them, which share no object
+before the loop's attempt exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jeanzay_kit.run_directory import RunDir
+
+PARTS = (
+    "launch",
+    "imports",
+    "check",
+    "rendezvous",
+    "squeue",
+    "model_build",
+    "checkpoint_load",
+    "loader",
+    "first_batch",
+    "compile",
+    "first_step",
+)
+
+
+def process_start_time() -> float | None:
+    """When this process started (epoch seconds), from /proc: the interpreter's own start
+    and the imports before any of our code ran count. None off Linux."""
+    try:
+        stat = Path(f"/proc/{os.getpid()}/stat").read_text()
+        ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        boot = next(
+            float(line.split()[1])
+            for line in Path("/proc/stat").read_text().splitlines()
+            if line.startswith("btime")
+        )
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+@dataclass
+class StartClock:
+    began: float  # epoch seconds: the job's start where known, else the process's
+    parts: dict[str, float] = field(default_factory=dict)
+    last: float = 0.0
+    written: bool = False
+    reached: int | None = None  # rank 0: the step the previous attempt reached
+
+    def mark(self, part: str) -> None:
+        """Close `part`: the time since the previous mark is added to it."""
+        now = time.time()
+        self.parts[part] = self.parts.get(part, 0.0) + max(0.0, now - self.last)
+        self.last = now
+
+    def imported(self, run_dir: Path, rank: int) -> None:
+        """The worker's imports are done; rank 0 notes the step the previous attempt
+        reached, before this start's beats replace its."""
+        self.mark("imports")
+        if rank == 0:
+            self.reached = reached_before(run_dir)
+
+    def add(self, part: str, seconds: float) -> None:
+        """Move `seconds` measured inside the last part into `part` (the first batch's
+        wait inside the first step)."""
+        self.parts[part] = self.parts.get(part, 0.0) + seconds
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.parts.values())
+
+    def record(self) -> dict[str, Any]:
+        """The start-up in metrics.jsonl's flat form: startup_s and startup_<part>_s."""
+        flat: dict[str, Any] = {"startup_s": round(self.total_s, 3)}
+        flat.update({f"startup_{k}_s": round(v, 3) for k, v in self.parts.items()})
+        return flat
+
+
+_CLOCK: StartClock | None = None
+
+
+def begin(job_start: str | None = None) -> StartClock:
+    """The process's clock, started first thing in a worker: the time before this call
+    is `launch` (job start to process start) and `imports` (process start to now)."""
+    global _CLOCK
+    now = time.time()
+    process = process_start_time() or now
+    job = float(job_start) if job_start and job_start.isdigit() else None
+    clock = StartClock(began=job if job is not None and job <= process else process, last=now)
+    if job is not None and job <= process:
+        clock.parts["launch"] = process - job
+    clock.parts["imports"] = max(0.0, now - process)
+    _CLOCK = clock
+    return clock
+
+
+def clock() -> StartClock:
+    """This process's clock (one started now where no worker began one: a test's loop)."""
+    return _CLOCK if _CLOCK is not None else begin()
+
+
+def write_start(run_dir: Path, extra: dict[str, Any]) -> None:
+    """Rank 0, at the end of its first step: one line in starts.jsonl."""
+    c = clock()
+    if c.written:
+        return
+    c.written = True
+    line = {
+        "time": time.time(),
+        "host": socket.gethostname(),
+        "startup_s": round(c.total_s, 3),
+        "parts": {k: round(v, 3) for k, v in c.parts.items()},
+        **extra,
+    }
+    path = RunDir.of(run_dir).starts
+    with path.open("a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def reached_before(run_dir: Path) -> int | None:
+    """The step the previous attempt of this run reached (its ranks' last beats, before
+    this start's replace them): the steps past the resumed one are trained again."""
+    beats = RunDir.of(run_dir).beats()
+    return max((b.step for b in beats), default=None)
