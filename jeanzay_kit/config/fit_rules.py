@@ -161,6 +161,18 @@ def states_floor(plan: Plan, traced: Traced) -> int:
     return states
 
 
+def changed_plan(plan: Plan, nodes: int, change: tuple[str, ...]) -> Plan:
+    """The plan a hint's change makes, as far as model states go (its mode and its
+    data-parallel size): enough to skip a change that cannot fit before composing it."""
+    values = dict(item.partition("=")[::2] for item in change)
+    mode = values.get("parallel", plan.mode)
+    new_nodes = int(values.get("resources.nodes", nodes))
+    world = new_nodes * plan.gpus_per_node
+    pp = plan.pp_size if mode in ("pipeline", "pipeline_ddp") else 1
+    dp = 1 if mode == "dataparallel" else max(1, world // pp)
+    return Plan(mode, dp, pp, plan.microbatches, plan.schedule, plan.gpus_per_node)
+
+
 def usable_bytes(gpu_mb: int) -> int:
     """What a plan may use of a GPU of gpu_mb MB."""
     return int(gpu_mb * 2**20 * HEADROOM)

@@ -293,7 +293,15 @@ def find_hint(
 ) -> tuple[tuple[str, ...], rules.Estimate] | None:
     """The first change (config/fit_rules.py candidates) whose own plan is valid and fits."""
     first = traces(spec, folder)[0]
+    sizes = spec.resources.partition.gpu_memory_mb
     for change in rules.candidates(knobs_of(spec, gpu_mb)):
+        # Before composing it (a second each): its model states alone too large?
+        constraint = dict(c.partition("=")[::2] for c in change).get("resources.constraint")
+        quick = rules.changed_plan(plan_of(spec), spec.resources.nodes, change)
+        if rules.states_floor(quick, first) > rules.usable_bytes(
+            sizes.get(constraint or "", gpu_mb)
+        ):
+            continue
         try:
             other = spec_of([*overrides, *change])
         except (SpecError, JzkError):

@@ -95,3 +95,19 @@ def test_a_profile_gives_gpu_memory_per_constraint_and_the_smallest_without_one(
     assert part.gpu_memory_for(None) == (16 * 1024, "v100-16g")
     assert Partition("q", 4, 40, None).gpu_memory_for(None) is None
     assert _gpu_memory("k", "80G") == {"": 80 * 1024}
+
+
+@pytest.mark.parametrize(
+    ("change", "mode", "dp"),
+    [
+        (("train.micro_batch_size=4",), "ddp", 4),
+        (("parallel=fsdp",), "fsdp", 4),
+        (("parallel=fsdp", "resources.nodes=2", "train.micro_batch_size=4"), "fsdp", 8),
+    ],
+)
+def test_a_change_is_judged_by_its_model_states_before_it_is_composed(
+    change: tuple[str, ...], mode: str, dp: int
+) -> None:
+    plan = rules.changed_plan(rules.Plan("ddp", 4, gpus_per_node=4), 1, change)
+    assert (plan.mode, plan.dp_size) == (mode, dp)
+    assert rules.states_floor(plan, TRACED) == (16 * GB) // (dp if mode == "fsdp" else 1)
