@@ -65,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
         print("\nhow the newest attempt ended:\n" + "\n".join(f"  {line}" for line in endings))
     for line in gpu_hour_lines(directory):
         print(line)
+    for line in ledger_lines(directory):
+        print(line)
     empty = [r.name for r in runs if not r.loss]
     if empty:
         print(f"\nno metrics yet: {', '.join(empty)}")
@@ -105,6 +107,37 @@ def gpu_hour_lines(directory: Path) -> list[str]:
     lines += [f"  {h:10.2f}  {d}" for d, h in sorted(per_run.items(), key=lambda kv: -kv[1])]
     lines.append(f"  {sum(per_run.values()):10.2f}  in all, {len(ids)} job(s)")
     return lines + [f"  {note}" for note in notes]
+
+
+def ledger_lines(directory: Path) -> list[str]:
+    """Where each run's GPU hours went (launch/ledger.py), and their sum over a sweep:
+    sacct's hours, queue wait and GPUs of each run's jobs, its own starts and steps."""
+    from jeanzay_kit.cli.status import _newest_complete_step, slurm_states, status_records
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.launch.ledger import ledger, ledger_table
+    from jeanzay_kit.launch.run_files import ledger_record
+
+    views = [status.run_view(r) for r in status_records(str(directory))]
+    usage: dict = {}
+    ids = list(dict.fromkeys(v.key for v in views if v.job_id != "local"))
+    states = slurm_states(ids, usage)[0] if ids else {}
+    rows = []
+    for run_dir in dict.fromkeys(v.run_dir or "" for v in views):
+        record = ledger_record(Path(run_dir), _newest_complete_step(run_dir))
+        if record is None:
+            continue
+        jobs = [usage[v.key] for v in views if v.run_dir == run_dir and v.key in usage]
+        hours = sum(u.gpu_hours for u in jobs) if jobs else None
+        waits = [u.queue_wait_s for u in jobs if u.queue_wait_s is not None]
+        live = any(states.get(v.key, None) and states[v.key].state not in status.ENDED
+                   for v in views if v.run_dir == run_dir)  # fmt: skip
+        gpus = max((u.gpus for u in jobs), default=0)
+        one = ledger(record, hours, gpus, sum(waits) if waits else None, ended=not live)
+        rows.append((run_dir, one))
+    if not rows:
+        return []
+    head = '\nwhere the GPU hours went (docs/operate.md, "Where the hours went"):'
+    return [head, ledger_table(rows)]
 
 
 def _study_report(directory: Path, out: Path) -> int:

@@ -78,13 +78,14 @@ def _show(directory: str | None, as_json: bool) -> bool:
     import json
 
     from jeanzay_kit.launch import status
-    from jeanzay_kit.launch.run_files import run_progress
+    from jeanzay_kit.launch.run_files import ledger_record, run_progress
     from jeanzay_kit.node.outcome import read_signal
 
     views = [
         replace(
             view,
-            checkpoint=_newest_complete_step(view.run_dir or ""),
+            checkpoint=(kept := _newest_complete_step(view.run_dir or "")),
+            record=ledger_record(Path(view.run_dir or ""), kept),
             progress=run_progress(
                 Path(view.run_dir or ""),
                 job_id=None if view.job_id == "local" else view.job_id,
@@ -95,7 +96,8 @@ def _show(directory: str | None, as_json: bool) -> bool:
         for view in [status.run_view(record)]
     ]
     ids = list(dict.fromkeys(v.job_id for v in views if v.job_id != "local"))
-    states, hours, notes = slurm_states(ids)
+    usage: dict = {}
+    states, hours, notes = slurm_states(ids, usage)
     for view in views:
         if view.job_id == "local":
             signum = read_signal(Path(view.run_dir or ""))
@@ -105,7 +107,7 @@ def _show(directory: str | None, as_json: bool) -> bool:
     shown = list(dict.fromkeys(v.key for v in views))
     now = [states[i].state if i in states else "UNKNOWN" for i in shown]
     if as_json:
-        for obj in status.run_objects(views, states, hours):
+        for obj in status.run_objects(views, states, hours, usage):
             print(json.dumps(obj), flush=True)
     else:
         print(status.status_table(views, states))
@@ -116,9 +118,12 @@ def _show(directory: str | None, as_json: bool) -> bool:
     return all(s in status.ENDED or s == "STOPPED" for s in now)
 
 
-def slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
+def slurm_states(
+    ids: list[str], usage_out: dict | None = None
+) -> tuple[dict, dict[str, float], list[str]]:
     """The jobs' states (squeue for those it shows, sacct for the rest) and GPU hours
-    over every attempt (sacct): one call of each, however many runs."""
+    over every attempt (sacct): one call of each, however many runs. usage_out: filled
+    with sacct's Usage of each job (its GPUs and queue wait, for the ledger)."""
     from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.launch import status
     from jeanzay_kit.slurm.commands import sacct_usage_text, squeue_text
@@ -132,6 +137,8 @@ def slurm_states(ids: list[str]) -> tuple[dict, dict[str, float], list[str]]:
         usage = status.parse_usage(sacct_usage_text(ids))
         states = {job: u.state for job, u in usage.items()}
         hours = {job: u.gpu_hours for job, u in usage.items()}
+        if usage_out is not None:
+            usage_out.update(usage)
     except SlurmCommandError as err:
         notes.append(f"(sacct: {err})")
     try:

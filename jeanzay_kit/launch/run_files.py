@@ -8,6 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from jeanzay_kit.launch.ledger import RunRecord, run_record
 from jeanzay_kit.launch.status import RunProgress
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.run_layout import FINISHED_PHASES
@@ -30,6 +31,18 @@ def last_evaluation(run_dir: Path) -> dict[str, float] | None:
                 if k.startswith("eval_") and isinstance(v, (int, float))
             }
     return None
+
+
+def ledger_record(run_dir: Path, kept_step: int | None) -> RunRecord | None:
+    """The run's own record for its ledger (launch/ledger.py): its starts, the step time
+    and saves' blocking of its kept metrics, the step its newest attempt reached; None
+    for a run that recorded no start (a script task, or a run from before starts.jsonl)."""
+    run = RunDir(run_dir)
+    starts = run.start_records()
+    if not starts:
+        return None
+    reached = max((b.step for b in run.beats()), default=None)
+    return run_record(starts, run.metric_records(), kept_step, reached)
 
 
 def run_progress(

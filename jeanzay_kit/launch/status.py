@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from jeanzay_kit.launch.ledger import RunRecord, ledger
 from jeanzay_kit.runtime.ending_rules import SLURM_STATES, Verdict
 from jeanzay_kit.values import strings
 
@@ -59,23 +60,43 @@ class Usage:
     state: JobState
     gpu_hours: float
     attempts: int
+    gpus: int = 0  # the newest start's GPUs
+    queue_wait_s: float | None = None  # submit (or requeue) to start, every start summed
 
 
 def parse_usage(text: str) -> dict[str, Usage]:
     """Rows of `sacct -X -n -P --duplicates -o SACCT_USAGE_FIELDS`: one per attempt, the
-    newest last."""
+    newest last (rows without Submit and Start, as older callers asked, are read too)."""
     out: dict[str, Usage] = {}
     for line in text.splitlines():
         row = line.strip().split("|")
-        if len(row) != 7:
+        if len(row) not in (7, 9):
             continue
-        job_id, state, elapsed, code, nodes, raw, tres = row
+        job_id, state, elapsed, code, nodes, raw, tres = row[:7]
         seconds = int(raw) if raw.isdigit() else 0
         before = out.get(job_id)
         hours = (before.gpu_hours if before else 0.0) + seconds * tres_gpus(tres) / 3600
         now = JobState(job_id, state.split()[0] if state else "", elapsed, nodes, code, "sacct")
-        out[job_id] = Usage(now, hours, (before.attempts if before else 0) + 1)
+        waited = queue_wait(*row[7:]) if len(row) == 9 else None
+        if before is not None and before.queue_wait_s is not None:
+            waited = before.queue_wait_s + (waited or 0.0)
+        out[job_id] = Usage(
+            now, hours, (before.attempts if before else 0) + 1, tres_gpus(tres), waited
+        )
     return out
+
+
+def queue_wait(submit: str, start: str) -> float | None:
+    """Seconds from sacct's Submit to its Start (ISO times); None for a start that has
+    not happened (Unknown, None)."""
+    from datetime import datetime
+
+    try:
+        return max(
+            0.0, (datetime.fromisoformat(start) - datetime.fromisoformat(submit)).total_seconds()
+        )
+    except ValueError:
+        return None
 
 
 def tres_gpus(tres: str) -> int:
@@ -151,6 +172,7 @@ class RunView:
     overrides: tuple[str, ...] = ()
     checkpoint: int | None = None  # the toolkit's newest complete step
     progress: RunProgress = RunProgress()
+    record: RunRecord | None = None  # its starts and step times, for the ledger
 
     @property
     def key(self) -> str:
@@ -169,8 +191,33 @@ def run_view(record: Mapping[str, object]) -> RunView:
     )
 
 
+def run_ledger(view: RunView, st: JobState | None, usage: Usage | None) -> dict[str, object]:
+    """The ledger's keys of `jzk status --json` (launch/ledger.py): goodput (productive /
+    allocated GPU hours, null without accounting), lost_steps, startup_s, queue_wait_s."""
+    if view.record is None:
+        return {"goodput": None, "lost_steps": None, "startup_s": None, "queue_wait_s": None}
+    ended = st is None or st.state in ENDED or st.state == "STOPPED"
+    one = ledger(
+        view.record,
+        usage.gpu_hours if usage else None,
+        usage.gpus if usage else 0,
+        usage.queue_wait_s if usage else None,
+        ended=ended,
+    )
+    good = one.goodput
+    return {
+        "goodput": None if good is None else round(good, 4),
+        "lost_steps": one.lost_steps,
+        "startup_s": round(one.startup_s, 1),
+        "queue_wait_s": one.queue_wait_s,
+    }
+
+
 def run_objects(
-    views: Sequence[RunView], states: Mapping[str, JobState], hours: Mapping[str, float]
+    views: Sequence[RunView],
+    states: Mapping[str, JobState],
+    hours: Mapping[str, float],
+    usage: Mapping[str, Usage] | None = None,
 ) -> list[dict[str, object]]:
     """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json")."""
     out: list[dict[str, object]] = []
@@ -197,6 +244,7 @@ def run_objects(
                 "evidence": newest_end(p, st)[1],
                 "restart_storm": p.storm,
                 "overrides": list(view.overrides),
+                **run_ledger(view, st, (usage or {}).get(view.key)),
             }
         )
     return out

@@ -6,5 +6,6 @@ SQUEUE_FORMAT = "%i|%T|%M|%l|%R"
 # sacct -X -n -P -o: allocations only, '|'-separated.
 SACCT_FIELDS = "JobID,State,Elapsed,ExitCode,NodeList"
 # sacct -X -n -P --duplicates -o: every attempt of each allocation (a requeued job has one
-# row per start), with what it used: ElapsedRaw in seconds, AllocTRES with gres/gpu=N.
-SACCT_USAGE_FIELDS = "JobID,State,Elapsed,ExitCode,NodeList,ElapsedRaw,AllocTRES"
+# row per start), with what it used: ElapsedRaw in seconds, AllocTRES with gres/gpu=N, and
+# when it was submitted (or requeued) and started: the queue wait.
+SACCT_USAGE_FIELDS = "JobID,State,Elapsed,ExitCode,NodeList,ElapsedRaw,AllocTRES,Submit,Start"

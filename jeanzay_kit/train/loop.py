@@ -83,6 +83,7 @@ class Attempt:
     compile_s: float | None = None  # that first step's time, in the next logged record
     compile_cache: CompileCache | None = None  # the run's kept compiler caches (compiled)
     first_record: dict[str, Any] = field(default_factory=dict)  # start-up, compile: next log
+    blocked_s: float = 0.0  # seconds saves held training up since the last logged record
     saved_at: int = 0
     last_save_time: float = field(default_factory=time.monotonic)
     window_start: float = field(default_factory=time.perf_counter)
@@ -432,8 +433,8 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     }
     if a.compile_s is not None:
         record["compile_s"], a.compile_s = a.compile_s, None
-    record.update(a.first_record)
-    a.first_record = {}
+    record.update(a.first_record, ckpt_block_s=a.blocked_s)
+    a.first_record, a.blocked_s = {}, 0.0
     if a.tokens:
         record["tokens_per_s"] = tset.global_batch_size * a.tokens / elapsed
     if a.peak and a.flops:
@@ -498,6 +499,7 @@ def save(a: Attempt, done: int, force_sync: bool = False) -> None:
             evaluated=a.last_eval if a.last_eval.get("step") == done else None,
             data_state=a.batches.state_dict() if isinstance(a.batches, StreamBatches) else None,
         )
+    a.blocked_s += a.ckpt.last_blocking_s  # the ledger's checkpoint time (launch/ledger.py)
 
 
 def save_final_model(a: Attempt) -> str | None:

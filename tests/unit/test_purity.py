@@ -56,6 +56,7 @@ PURE = [
     "ckpt/checksum.py",
     "launch/arrays.py",
     "launch/status.py",
+    "launch/ledger.py",
     "launch/app_rules.py",
     "slurm/discover.py",
     "slurm/flags.py",

@@ -153,7 +153,7 @@ def test_another_launcher_s_run_is_its_slurm_job_not_a_stopped_local_run(
     (run_dir / "lease.json").write_text("{}\n")  # task 0 held it (runtime/lease.py)
     asked: list[list[str]] = []
 
-    def slurm_states(ids: list[str]):  # noqa: ANN202 - sacct's answer
+    def slurm_states(ids: list[str], usage_out=None):  # noqa: ANN202 - sacct's answer
         asked.append(ids)
         return {"512": JobState("512", "COMPLETED", "00:01:00", "n1", "0:0", "sacct")}, {}, []
 
