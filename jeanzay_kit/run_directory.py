@@ -93,6 +93,65 @@ class RunDir:
         return self.root / layout.MANIFEST
 
     @property
+    def nccl_timeouts(self) -> Path:
+        return self.root / layout.NCCL_TIMEOUT
+
+    @property
+    def model_final(self) -> Path:
+        return self.root / layout.MODEL_FINAL
+
+    @property
+    def model_digest(self) -> Path:
+        return self.root / layout.MODEL_DIGEST
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / layout.TENSORBOARD
+
+    @property
+    def wandb(self) -> Path:
+        return self.root / layout.WANDB
+
+    @property
+    def mlflow(self) -> Path:
+        return self.root / layout.MLFLOW
+
+    @property
+    def stop_note(self) -> Path:
+        return self.root / layout.STOP_NOTE
+
+    @property
+    def requeue_mark(self) -> Path:
+        return self.root / layout.REQUEUE_MARK
+
+    @property
+    def script_port(self) -> Path:
+        return self.root / layout.SCRIPT_PORT
+
+    @property
+    def write_probe(self) -> Path:
+        return self.root / layout.WRITE_PROBE
+
+    @property
+    def script_cwd(self) -> Path:
+        return self.root / layout.SCRIPT_CWD
+
+    @property
+    def job_script(self) -> Path:
+        return self.root / layout.JOB_SCRIPT
+
+    def hang_dir(self, tag: int) -> Path:
+        """hang-<tag>/: the stacks of one hang (tag: the stalled step, or a script
+        attempt's start), the same name on every rank and task that sees it."""
+        return self.root / f"{layout.HANG_PREFIX}{tag}"
+
+    def saved_model(self, name: str) -> tuple[Path, Path]:
+        """A final model's file and its digest beside it (<name without .pt>.sha256):
+        model_final.pt by default, another name where a loop gives one."""
+        path = self.root / name
+        return path, path.with_name(f"{path.stem}.sha256")
+
+    @property
     def compile_cache(self) -> Path:
         return self.root / layout.COMPILE_CACHE
 

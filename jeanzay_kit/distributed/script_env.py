@@ -50,21 +50,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping, Sequence
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.distributed.ranks import RankInfo
 
 # The job's runtime settings (JSON) for a session the script opens: config/runtime_settings.py
 # reads it. Named here, below both, so the writer and the reader agree.
 SETTINGS_ENV = "JZK_SESSION_SETTINGS"
 
-# Written in the run directory by a task whose command exited 3 ("requeue me",
-# node/script_task.py); the batch script's restart step (node/restart_job.py --script)
-# requeues the job and removes it.
-REQUEUE_MARK = layout.REQUEUE_MARK
-# Written in the run directory by the batch shell when Slurm signalled it alone
-# (`--signal=B:USR1@120`, `scancel --batch`): the signal's name, for every task to read
-# (node/signal_rules.py, runtime/preemption.py StopRequest.watch_note).
-STOP_NOTE_FILE = layout.STOP_NOTE
 
 # torchrun's --role default: one role, whose ranks are the world's.
 TORCHRUN_ROLE = "default"

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.ending_rules import (
     Decision,
     Verdict,
@@ -26,7 +26,6 @@ from jeanzay_kit.runtime.ending_rules import (
     verdict_of,
 )
 
-ENDINGS_FILE = layout.ENDINGS
 LOG_TAIL_BYTES = 256 * 1024  # an attempt's end is near the end of the log
 
 
@@ -45,17 +44,13 @@ def attempt_log(run_dir: Path) -> str:
     """The newest attempt's lines of train.log, labels removed."""
     from jeanzay_kit.slurm.sbatch import START_MARK
 
-    return attempt_part(log_tail(run_dir / layout.TRAIN_LOG), START_MARK)
+    return attempt_part(log_tail(RunDir(run_dir).train_log), START_MARK)
 
 
 def attempt_beats(run_dir: Path, since: float | None) -> tuple[int | None, list[str]]:
     """The step the attempt started at `since` reached (its ranks' newest beats), and
     the hosts of its ranks."""
-    from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
-
-    beats = [
-        b for b in read_beats(run_dir / HEARTBEAT_DIR) if since is None or b.wall_time >= since
-    ]
+    beats = [b for b in RunDir(run_dir).beats() if since is None or b.wall_time >= since]
     step = max((b.step for b in beats), default=None)
     return step, sorted({b.host for b in beats})
 
@@ -63,7 +58,7 @@ def attempt_beats(run_dir: Path, since: float | None) -> tuple[int | None, list[
 def newest_checkpoint(run_dir: Path) -> int | None:
     from jeanzay_kit.ckpt.store import CheckpointStore
 
-    root = run_dir / layout.CHECKPOINTS
+    root = RunDir(run_dir).checkpoints
     if not root.is_dir():
         return None
     steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
@@ -97,10 +92,8 @@ def classify_attempt(
 
 
 def read_endings(run_dir: Path) -> list[dict[str, Any]]:
-    """How each attempt ended, oldest first (ENDINGS_FILE, one JSON object a line)."""
-    from jeanzay_kit.durable_io import read_json_lines
-
-    return read_json_lines(run_dir / ENDINGS_FILE)
+    """How each attempt ended, oldest first (endings.jsonl, one JSON object a line)."""
+    return RunDir(run_dir).ending_records()
 
 
 def newest_ending(run_dir: Path) -> Verdict | None:
@@ -129,7 +122,7 @@ def record_ending(
         "time": time.time(),
     }
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir / ENDINGS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    fd = os.open(RunDir(run_dir).endings, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:

@@ -149,8 +149,9 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
     batch script's exit code."""
     from jeanzay_kit.distributed.ranks import array_id
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.node.endings import ENDINGS_FILE, record_ending
+    from jeanzay_kit.node.endings import record_ending
     from jeanzay_kit.node.restart_job import leave_out
+    from jeanzay_kit.run_directory import RunDir
     from jeanzay_kit.runtime.ending_rules import UNHEALTHY, Verdict
     from jeanzay_kit.slurm.commands import request_requeue
 
@@ -161,7 +162,7 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
         with contextlib.suppress(OSError):  # the run directory may be what failed
             record_ending(run_dir, verdict, job_id=job, nodes=[node], retried=retried)
     if decision.action == END:
-        say(f"{decision.line} (no training started; history in {run_dir / ENDINGS_FILE})")
+        say(f"{decision.line} (no training started; history in {RunDir(run_dir).endings})")
         return EXIT_ENDED
     if job is None:
         say(f"{decision.line}; not a Slurm job: nothing to requeue")

@@ -28,7 +28,6 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.node.endings import (
-    ENDINGS_FILE,
     classify_attempt,
     judge,
     record_ending,
@@ -232,7 +231,10 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
     decision = judge(run_dir, verdict)
     if not decision.retry:
         record_ending(run_dir, verdict, since=since, retried=False)
-        _say(f"the run failed: {verdict_line(verdict, decision)} (history in {ENDINGS_FILE})")
+        _say(
+            f"the run failed: {verdict_line(verdict, decision)} "
+            f"(history in {RunDir(run_dir).endings.name})"
+        )
         return False
     if len(read_restarts(run_dir)) >= limit:
         record_ending(run_dir, verdict, since=since, retried=False)

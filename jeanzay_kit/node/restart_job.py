@@ -22,10 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.distributed.ranks import array_id
-from jeanzay_kit.distributed.script_env import REQUEUE_MARK
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.node.endings import (
-    ENDINGS_FILE,
     classify_attempt,
     judge,
     read_endings,
@@ -33,10 +31,8 @@ from jeanzay_kit.node.endings import (
     verdict_line,
 )
 from jeanzay_kit.node.restarts import read_restarts, record_restart
-from jeanzay_kit.node.script_watch_rules import hang_folder_name
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
-from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 from jeanzay_kit.runtime.stall import made_progress
 
@@ -79,7 +75,7 @@ def restart_after_failure(
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     request_file = env.get("JZK_REQUEUE_FILE") or None  # in a container: slurm/container.py
-    mark = run_dir / REQUEUE_MARK
+    mark = RunDir(run_dir).requeue_mark
     how = f"exit {status}"
     if script and mark.exists():  # a task's command exited 3 (node/script_task.py)
         # "<pid> [SIGNAL]": the signal it died of when it did not handle the warning
@@ -126,13 +122,13 @@ def _restart(
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
     hung = status == 4 or (
-        script and since is not None and (run_dir / hang_folder_name(since)).is_dir()
+        script and since is not None and RunDir(run_dir).hang_dir(int(since)).is_dir()
     )
     reason = "hang" if hung else f"failure (srun exit {status})"
     progressed = (
         wrote_since(run_dir, since)
         if script
-        else made_progress(read_beats(run_dir / HEARTBEAT_DIR), since or 0)
+        else made_progress(RunDir(run_dir).beats(), since or 0)
     )
     ended = classify_attempt(run_dir, 4 if hung else status, since, extra_log=slurm_log)
     verdict = at_fault(ended, env or {})
@@ -223,8 +219,9 @@ def leave_out(run_dir: Path, job: str, runner: Any, env: Mapping[str, str]) -> s
             f"; could not leave out {','.join(nodes)}: {err}. HINT: if no node is left for "
             f"the job, cancel it (scancel {job}) and submit with other nodes"
         )
-    return f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {ENDINGS_FILE})" + (
-        _nodes_left(job, nodes, env, runner)
+    return (
+        f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {RunDir(run_dir).endings.name})"
+        + (_nodes_left(job, nodes, env, runner))
     )
 
 
@@ -275,7 +272,7 @@ def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | N
     record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
     return (
         f"jzk: {verdict_line(verdict, decision)} (not requeued, no restart spent; history "
-        f"in {run_dir / ENDINGS_FILE})"
+        f"in {RunDir(run_dir).endings})"
     )
 
 

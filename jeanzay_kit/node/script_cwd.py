@@ -16,10 +16,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.node.script_cwd_rules import Shadow, command_paths, shadow_plan
-
-SCRIPT_CWD = layout.SCRIPT_CWD
+from jeanzay_kit.run_directory import RunDir
 
 
 def _lister(project: Path) -> Callable[[str], dict[str, bool]]:
@@ -63,7 +61,7 @@ def prepare_script_cwd(
     `code_dir`) but for its output places (`outputs`: job.script_outputs; `args`: the
     command's arguments); the script's own files there are left as they are. Returns the
     folder and its plan (what it hides, for the start line)."""
-    cwd = run_dir / SCRIPT_CWD
+    cwd = RunDir(run_dir).script_cwd
     cwd.mkdir(parents=True, exist_ok=True)
     project = project.resolve()
     # The run directory lives under the project (outputs/...): its top folder is linked

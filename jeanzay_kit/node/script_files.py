@@ -12,8 +12,6 @@ from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_rules import (
-    ATTEMPTS_FILE,
-    COMMAND_FILE,
     ScriptCommand,
     command_differences,
     refusal,
@@ -24,7 +22,7 @@ from jeanzay_kit.node.script_watch_rules import (
     ScriptBeat,
     looks_like_checkpoint,
 )
-from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR
+from jeanzay_kit.run_directory import RunDir
 
 
 def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> tuple[bool, bool]:
@@ -122,14 +120,14 @@ def newest_checkpoint(run_dir: Path) -> tuple[Path, float] | None:
 def record_attempt(
     run_dir: Path, start: float, job_id: str | None, array_id: str | None = None
 ) -> None:
-    """One line per start of the script in ATTEMPTS_FILE (written by task 0): who
+    """One line per start of the script in attempts.jsonl (written by task 0): who
     requeued it (the toolkit, Slurm's preemption, the script itself) does not matter,
     `jzk status` counts the starts."""
     line = json.dumps(
         {"start": start, "job_id": job_id, "array_id": array_id, "host": socket.gethostname()}
     )
     try:
-        with (run_dir / ATTEMPTS_FILE).open("a") as f:
+        with RunDir(run_dir).attempts.open("a") as f:
             f.write(line + "\n")
     except OSError:
         pass  # a status aid: never a reason to fail the task
@@ -137,9 +135,9 @@ def record_attempt(
 
 def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:
     """The run directory belongs to this command: refuse it (JzkError naming the
-    difference) when COMMAND_FILE records another; record this one when there is none
+    difference) when command.json records another; record this one when there is none
     (write=False: only check, as `jzk submit` does before the queue)."""
-    path = run_dir / COMMAND_FILE
+    path = RunDir(run_dir).command
     try:
         old = json.loads(path.read_text())
     except FileNotFoundError:
@@ -153,13 +151,13 @@ def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> 
         return
     if write:
         run_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{COMMAND_FILE}.{os.getpid()}")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps(command.record(), indent=1) + "\n")
         os.replace(tmp, path)  # every task writes the same text: the last rename wins
 
 
 def script_beat_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / HEARTBEAT_DIR / f"{SCRIPT_BEAT_PREFIX}{rank}.json"
+    return RunDir(run_dir).heartbeats / f"{SCRIPT_BEAT_PREFIX}{rank}.json"
 
 
 def write_script_beat(run_dir: Path, beat: ScriptBeat) -> None:
@@ -177,7 +175,7 @@ def write_script_beat(run_dir: Path, beat: ScriptBeat) -> None:
 
 def read_script_beats(run_dir: Path) -> list[ScriptBeat]:
     beats = []
-    for path in sorted((run_dir / HEARTBEAT_DIR).glob(f"{SCRIPT_BEAT_PREFIX}*.json")):
+    for path in sorted(RunDir(run_dir).heartbeats.glob(f"{SCRIPT_BEAT_PREFIX}*.json")):
         try:
             beats.append(ScriptBeat.from_json(json.loads(path.read_text())))
         except (OSError, ValueError, KeyError, TypeError):

@@ -32,9 +32,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.distributed.ranks import RankInfo, candidate_ports
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 
 # How long a task waits for task 0's note: task 0 starts with the others (one srun
 # step), but a container or a slow shared filesystem can delay it.
@@ -94,7 +94,7 @@ def agreed_port(
                 )
             )
         return info.master_port
-    note = run_dir / layout.SCRIPT_PORT
+    note = RunDir(run_dir).script_port
     token = step_token(env)
     if info.rank == 0:
         return _choose(info, note, token)

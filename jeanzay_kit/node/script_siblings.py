@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from jeanzay_kit.node.script_files import newest_checkpoint, newest_script_write
-from jeanzay_kit.node.script_rules import COMMAND_FILE, ScriptCommand
+from jeanzay_kit.node.script_rules import ScriptCommand
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.progress import format_duration
 
 
@@ -44,7 +45,7 @@ def earlier_run_line(
     """One line when `run_dir` is a new run of the script and another run directory of
     the same job.name and script (other arguments) holds the script's files; None
     otherwise (this run directory exists: it resumes)."""
-    if (run_dir / COMMAND_FILE).exists():
+    if RunDir(run_dir).command.exists():
         return None
     now = time.time() if now is None else now
     entry = command.identity()["entry"]
@@ -53,7 +54,7 @@ def earlier_run_line(
         if other == run_dir or not other.is_dir():
             continue
         try:
-            record = json.loads((other / COMMAND_FILE).read_text())
+            record = json.loads(RunDir(other).command.read_text())
         except (OSError, ValueError):
             continue
         if not isinstance(record, dict) or record.get("entry") != entry:

@@ -36,14 +36,12 @@ from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo, array_id, rank_info_from_env
 from jeanzay_kit.distributed.script_env import (
-    REQUEUE_MARK,
     entry_problem,
     launcher_env,
     script_argv,
     script_env,
 )
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_cwd import SCRIPT_CWD
 from jeanzay_kit.node.script_files import (
     claim_run_dir,
     record_attempt,
@@ -52,6 +50,7 @@ from jeanzay_kit.node.script_files import (
 )
 from jeanzay_kit.node.script_port import agreed_port
 from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
@@ -103,7 +102,7 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
     tail = command.argv_tail(resuming)
     if app is None:
         return tail
-    output_dir = str(Path.cwd() / run_dir / SCRIPT_CWD)  # an absolute run_dir stays itself
+    output_dir = str(Path.cwd() / RunDir(run_dir).script_cwd)  # an absolute run_dir stays itself
     if rank == 0:
         print(hydra.start_line(command.entry, command.args, output_dir), flush=True)
 
@@ -150,8 +149,9 @@ def stop_note(
 
     app = hydra_job(command, Path.cwd())
     # Relative arguments name paths in the script's own working directory.
-    wrote = wrote_since(run_dir, start, command.args, cwd or run_dir / SCRIPT_CWD, app)
-    hint = None if app is None else stop_hint(str(run_dir / SCRIPT_CWD), command.args)
+    script_cwd = RunDir(run_dir).script_cwd
+    wrote = wrote_since(run_dir, start, command.args, cwd or script_cwd, app)
+    hint = None if app is None else stop_hint(str(script_cwd), command.args)
     return requeue_note(wrote, command.resume_args, str(run_dir), requeued, hint)
 
 
@@ -311,7 +311,7 @@ def _run_slurm_script(
     if code in STOPPED:
         # The signal it died of, for the requeue's message (node/restart_job.py).
         died = f" {signal_name(-code)}" if code < 0 else ""
-        (Path(run_dir) / REQUEUE_MARK).write_text(f"{os.getpid()}{died}\n")
+        RunDir(Path(run_dir)).requeue_mark.write_text(f"{os.getpid()}{died}\n")
         if rank == 0:
             print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
         return 0

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
 from jeanzay_kit.node.script_files import (
     newest_script_write,
     read_script_beats,
@@ -30,10 +29,10 @@ from jeanzay_kit.node.script_watch_rules import (
     ScriptBeat,
     ScriptHang,
     StopSeen,
-    hang_folder_name,
     script_hang,
 )
 from jeanzay_kit.node.signal_rules import SignalRelay, from_step_daemon
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import EXIT_HUNG
 from jeanzay_kit.runtime.preemption import NOTE_CHECK_S, stop_note
 
@@ -138,7 +137,7 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             seen.saw(info.si_signo, now)
         if now >= next_note:  # a stat on the shared filesystem: once a second
             next_note = now + NOTE_CHECK_S
-            note = stop_note(watch.run_dir / STOP_NOTE_FILE)
+            note = stop_note(RunDir(watch.run_dir).stop_note)
             if note is not None and note[1] != note_seen:
                 note_seen = note[1]
                 relay.received(note[0], False, now)
@@ -223,7 +222,7 @@ def _end_hung(
     first would wake its peers out of their collective with an error, and their stacks
     would no longer show where they hung. The abort is pending before the command runs
     again (SIGCONT), so its handler runs before anything else can."""
-    folder = watch.run_dir / hang_folder_name(watch.start)
+    folder = RunDir(watch.run_dir).hang_dir(int(watch.start))
     folder.mkdir(parents=True, exist_ok=True)
     beat_s = watch.heartbeat_seconds
     _together(folder, "seen", watch, hang, 3 * beat_s + 2.0)

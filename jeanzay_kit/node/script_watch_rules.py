@@ -17,7 +17,6 @@ import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.runtime.progress import format_duration
 from jeanzay_kit.runtime.stall import FROZEN_BEATS
 from jeanzay_kit.values import flag, real, text, whole
@@ -154,12 +153,6 @@ def script_hang(
     frozen = [b for b in current if b.frozen(now)]
     named = min(frozen or current, key=lambda b: (b.wall_time if frozen else b.output_time, b.rank))
     return ScriptHang(quiet, named, current, rule)
-
-
-def hang_folder_name(start: float) -> str:
-    """The folder of one attempt's hang dumps: every task of the step names it alike
-    from the step's start (JZK_STEP_START), and so does the restart step after it."""
-    return f"{layout.HANG_PREFIX}{int(start)}"
 
 
 def looks_like_checkpoint(name: str) -> bool:

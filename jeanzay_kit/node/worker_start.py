@@ -32,9 +32,9 @@ def log_and_listen(run_dir: Path, info: RankInfo, stop: StopRequest) -> None:
 
     rank_log.install(run_dir, info.rank)
     if info.requeue_id is not None:
-        from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
+        from jeanzay_kit.run_directory import RunDir
 
-        stop.watch_note(run_dir / STOP_NOTE_FILE)
+        stop.watch_note(RunDir(run_dir).stop_note)
 
 
 def before_join(

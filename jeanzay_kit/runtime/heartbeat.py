@@ -27,18 +27,15 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from jeanzay_kit import report
-from jeanzay_kit import run_layout as layout
-from jeanzay_kit.run_directory import read_beats  # the watchdog's, and node/'s readers
-from jeanzay_kit.runtime.stall import Stall, find_stall, hang_dir_name
+from jeanzay_kit.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
+from jeanzay_kit.runtime.stall import Stall, find_stall
 
 EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
-HEARTBEAT_DIR = layout.HEARTBEAT
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as
 # hang-<step>/flight_recorder/rank_<N> (read with torch.distributed.flight_recorder.fr_trace).
 FLIGHT_DIR = "flight_recorder"
 FLIGHT_ENTRIES = "2000"
 # Where NCCL's own watchdog dumps the recorder when a collective times out (prefix + rank).
-NCCL_TIMEOUT_DIR = layout.NCCL_TIMEOUT
 
 
 def enable_flight_recorder(run_dir: Path, env: MutableMapping[str, str]) -> None:
@@ -47,8 +44,9 @@ def enable_flight_recorder(run_dir: Path, env: MutableMapping[str, str]) -> None
     env.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_ENTRIES)
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if "TORCH_FR_DUMP_TEMP_FILE" not in env:
-        (run_dir / NCCL_TIMEOUT_DIR).mkdir(parents=True, exist_ok=True)
-        env["TORCH_FR_DUMP_TEMP_FILE"] = str(run_dir / NCCL_TIMEOUT_DIR / "rank_")
+        folder = RunDir(run_dir).nccl_timeouts
+        folder.mkdir(parents=True, exist_ok=True)
+        env["TORCH_FR_DUMP_TEMP_FILE"] = str(folder / "rank_")
 
 
 def dump_flight_recorder(folder: Path, rank: int) -> str:
@@ -78,7 +76,7 @@ class Heartbeat:
         job_id: str | None,
         interval_s: float,
     ) -> None:
-        self.folder = run_dir / HEARTBEAT_DIR
+        self.folder = RunDir(run_dir).heartbeats
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"rank-{rank}.json"
         self.rank, self.total_steps, self.token, self.job_id = rank, total_steps, token, job_id
@@ -173,7 +171,7 @@ class Watchdog:
                 return
 
     def _on_stall(self, stall: Stall) -> None:
-        folder = self.run_dir / hang_dir_name(stall)
+        folder = RunDir(self.run_dir).hang_dir(stall.beat.step)
         folder.mkdir(parents=True, exist_ok=True)
         message = stall.message(self.stall_seconds)
         with open(folder / f"rank-{self.hb.rank}.txt", "w") as out:

@@ -24,7 +24,6 @@ import torch
 import torch.distributed as dist
 
 from jeanzay_kit import report
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings
@@ -40,6 +39,7 @@ from jeanzay_kit.distributed.process_group import (
 )
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.runtime.run_result import direction_of
@@ -323,7 +323,7 @@ class Run:
                 f"the loss is NaN or infinite at step {at} on some rank; nothing was saved "
                 "after it. HINT: lower the learning rate or clip gradients, look at the data "
                 "of this step; the run resumes from its newest checkpoint in "
-                f"{self.run_dir / layout.CHECKPOINTS}"
+                f"{RunDir(self.run_dir).checkpoints}"
             )
         if signum and not self.stopped_by:
             self.stopped_by = signal_name(signum)
@@ -434,8 +434,9 @@ class Run:
         from jeanzay_kit.ckpt.digest import state_digest
 
         digest = state_digest(cast(dict[str, torch.Tensor], state))
-        torch.save(state, self.run_dir / name)
-        (self.run_dir / f"{Path(name).stem}.sha256").write_text(f"{digest}\n")
+        path, digest_path = RunDir(self.run_dir).saved_model(name)
+        torch.save(state, path)
+        digest_path.write_text(f"{digest}\n")
         return digest
 
     def resume_from(

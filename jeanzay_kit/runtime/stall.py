@@ -21,8 +21,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from jeanzay_kit import run_layout as layout
-
 # The heartbeat file's record is the run directory's (run_layout.py); named here too for
 # the watchdog's readers.
 from jeanzay_kit.run_layout import FINISHED_PHASES, Beat
@@ -86,11 +84,6 @@ FROZEN_BEATS = 3
 
 def _frozen(beat: Beat, now: float) -> bool:
     return now - beat.wall_time > FROZEN_BEATS * beat.interval_s + 1.0
-
-
-def hang_dir_name(stall: Stall) -> str:
-    """The folder of one hang's dumps: the same name on every rank that sees it."""
-    return f"{layout.HANG_PREFIX}{stall.beat.step}"
 
 
 def made_progress(beats: Iterable[Beat], since: float) -> bool:

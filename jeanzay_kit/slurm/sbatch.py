@@ -33,7 +33,7 @@ from jeanzay_kit.config.runtime_settings import to_env as settings_text
 from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
-from jeanzay_kit.distributed.script_env import REQUEUE_MARK, STOP_NOTE_FILE, script_argv
+from jeanzay_kit.distributed.script_env import script_argv
 from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.container import CONTAINER_WORD, container_lines, requeue_request_lines
 from jeanzay_kit.slurm.flags import sbatch_flags
@@ -174,7 +174,7 @@ def signal_trap_lines() -> list[str]:
     it and passes it on once (node/signal_rules.py). SIGTERM means Slurm is ending the
     job (scancel, a preemption, a requeue the script asked for itself): nothing is
     requeued from here then. Without traps bash would die of either."""
-    note = f'"$JZK_RUN_DIR/{STOP_NOTE_FILE}"'
+    note = f'"$JZK_RUN_DIR/{layout.STOP_NOTE}"'
     return [
         "# Slurm may signal this shell alone (--signal=B:..., scancel --batch): the note",
         "# reaches every task, which passes the signal on once. SIGTERM: Slurm is ending",
@@ -478,7 +478,7 @@ def tune_step_lines(spec: JobSpec) -> list[str]:
         "jeanzay_kit.tune.task",
         '--task="task-${SLURM_ARRAY_TASK_ID:-0}"',
         "--launcher=srun",
-        f'--stop-note="$JZK_RUN_DIR/{STOP_NOTE_FILE}"',
+        f'--stop-note="$JZK_RUN_DIR/{layout.STOP_NOTE}"',
         '--config-dir="$JZK_CONFIG_DIR"',
         '--config-name="$JZK_CONFIG_NAME"',
     ]
@@ -486,7 +486,7 @@ def tune_step_lines(spec: JobSpec) -> list[str]:
         "# This task's own folder in the study's: its signal note.",
         'JZK_RUN_DIR="$JZK_RUN_DIR/task-${SLURM_ARRAY_TASK_ID:-0}"',
         'mkdir -p -- "$JZK_RUN_DIR"',
-        f'rm -f -- "$JZK_RUN_DIR/{STOP_NOTE_FILE}"',
+        f'rm -f -- "$JZK_RUN_DIR/{layout.STOP_NOTE}"',
         "status=0",
         *signal_trap_lines(),
         " ".join(task) + " &",
@@ -503,9 +503,9 @@ def tune_step_lines(spec: JobSpec) -> list[str]:
 def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> list[str]:
     """The step in the background (the batch shell takes Slurm's signals), then, after a
     failure, the restart step that requeues from the newest checkpoint."""
-    marks = [f'"$JZK_RUN_DIR/{STOP_NOTE_FILE}"']
+    marks = [f'"$JZK_RUN_DIR/{layout.STOP_NOTE}"']
     if runs_script:
-        marks.insert(0, f'"$JZK_RUN_DIR/{REQUEUE_MARK}"')  # a task whose script exited 3
+        marks.insert(0, f'"$JZK_RUN_DIR/{layout.REQUEUE_MARK}"')  # a task whose script exited 3
     lines = ["status=0", "rm -f -- " + " ".join(marks), *signal_trap_lines()]
     # The step's start: a step failing before any progress is not requeued; a script
     # task's files older than it are an earlier attempt's (its resume arguments apply).
@@ -538,7 +538,7 @@ def requeue_step_lines(spec: JobSpec, program: list[str], runs_script: bool) -> 
         restart.append("--script")  # exit 3 asks for a requeue; progress: files written
         lines.append(
             f'if [ -z "$jzk_ending" ] && {{ [ "$status" -ne 0 ] || '
-            f'[ -e "$JZK_RUN_DIR/{REQUEUE_MARK}" ]; }}; then'
+            f'[ -e "$JZK_RUN_DIR/{layout.REQUEUE_MARK}" ]; }}; then'
         )
     else:
         lines.append('if [ -z "$jzk_ending" ] && [ "$status" -ne 0 ]; then')

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit import report
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
 PROG = "jzk tune"
@@ -88,9 +88,7 @@ def stop_run(proc: subprocess.Popen, launcher: str, run_dir: Path) -> None:
     if launcher == "local":
         proc.send_signal(signal.SIGINT)
         return
-    from jeanzay_kit.distributed.script_env import STOP_NOTE_FILE
-
-    (run_dir / STOP_NOTE_FILE).write_text("INT\n")
+    RunDir(run_dir).stop_note.write_text("INT\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -230,7 +228,7 @@ def run_task(
         watch = TrialWatch(
             ticket.trial,
             None if prepared.settings.several else prepared.settings.objective,
-            run_dir / layout.METRICS,
+            RunDir(run_dir).metrics,
             set(ticket.reported),
         )
         objectives = prepared.settings.objectives

@@ -172,15 +172,15 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
 def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path) -> None:
     """The task wrapper turns the script's exit 3 into exit 0 and a mark (srun would
     otherwise kill the ranks still saving); the restart step requeues on the mark."""
-    from jeanzay_kit.distributed.script_env import REQUEUE_MARK
+    from jeanzay_kit.run_directory import RunDir
 
     runner = Scontrol()
-    (tmp_path / REQUEUE_MARK).write_text("123\n")
+    RunDir(tmp_path).requeue_mark.write_text("123\n")
     line = restart_after_failure(
         tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
     )
     assert runner.calls == [["scontrol", "requeue", "42"]] and "no restart spent" in line
-    assert not (tmp_path / REQUEUE_MARK).exists()
+    assert not RunDir(tmp_path).requeue_mark.exists()
     assert (
         restart_after_failure(
             tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True

@@ -130,16 +130,16 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
     """A session-API script under a script task: the session writes rank-<N>.json, the
     task's wrapper its own task-<N>.json; each reader sees its own kind only."""
     from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
-    from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+    from jeanzay_kit.run_directory import RunDir
     from jeanzay_kit.runtime.stall import Beat
 
     session = Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0)
-    (tmp_path / HEARTBEAT_DIR).mkdir()
-    (tmp_path / HEARTBEAT_DIR / "rank-0.json").write_text(json.dumps(vars(session)))
+    RunDir(tmp_path).heartbeats.mkdir()
+    (RunDir(tmp_path).heartbeats / "rank-0.json").write_text(json.dumps(vars(session)))
     beat = _beat(0, 5.0, line="epoch 1")
     write_script_beat(tmp_path, beat)
     assert read_script_beats(tmp_path) == [beat]
-    assert read_beats(tmp_path / HEARTBEAT_DIR) == [session]
+    assert RunDir(tmp_path).beats() == [session]
 
 
 @pytest.mark.parametrize(
@@ -149,10 +149,10 @@ def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad
     """A beat file is JSON the run wrote: a value of the wrong type means it is damaged
     (read as it was before, a string rank compared with ints later); both readers skip it."""
     from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
-    from jeanzay_kit.runtime.heartbeat import HEARTBEAT_DIR, read_beats
+    from jeanzay_kit.run_directory import RunDir, read_beats
     from jeanzay_kit.runtime.stall import Beat
 
-    folder = tmp_path / HEARTBEAT_DIR
+    folder = RunDir(tmp_path).heartbeats
     folder.mkdir()
     session = vars(Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0))
     (folder / "rank-0.json").write_text(json.dumps(session))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from jeanzay_kit.runtime.stall import Beat, find_stall, hang_dir_name
+from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.runtime.stall import Beat, find_stall
 
 NOW = 1000.0
 
@@ -69,4 +72,4 @@ def test_the_lowest_live_rank_reports_and_the_message_names_everything() -> None
         "(the process is stopped, dead, or hung in native code), at step 7/50 in phase "
         "forward_backward; watchdog.stall_seconds=10"
     )
-    assert hang_dir_name(stall) == "hang-7"
+    assert RunDir(Path("run")).hang_dir(stall.beat.step) == Path("run", "hang-7")

@@ -257,14 +257,13 @@ def test_a_script_s_requeue_says_how_it_ended(tmp_path: Path, mark: str, said: s
     the requeue step's line names the signal instead of 'exit 3'."""
     import subprocess as sp
 
-    from jeanzay_kit.distributed.script_env import REQUEUE_MARK
     from jeanzay_kit.node.restart_job import restart_after_failure
 
     class Scontrol:
         def run(self, argv, timeout=60.0, cwd=None):  # noqa: ANN001, ANN202 - the seam
             return sp.CompletedProcess(argv, 0, "", "")
 
-    (tmp_path / REQUEUE_MARK).write_text(mark)
+    RunDir(tmp_path).requeue_mark.write_text(mark)
     line = restart_after_failure(
         tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=Scontrol(), script=True
     )
