@@ -173,6 +173,18 @@ def changed_plan(plan: Plan, nodes: int, change: tuple[str, ...]) -> Plan:
     return Plan(mode, dp, pp, plan.microbatches, plan.schedule, plan.gpus_per_node)
 
 
+def largest_on_line(
+    options: list[int], first: tuple[int, int], second: tuple[int, int], limit: int
+) -> int:
+    """The index of the largest option whose peak, on the line through two estimates
+    (micro-batch, bytes), stays within limit: activations grow with the samples, the
+    rest does not. 0 when none does (train.micro_batch_size=auto starts its search here)."""
+    (m0, p0), (m1, p1) = first, second
+    slope = (p1 - p0) / (m1 - m0) if m1 != m0 else 0.0
+    fitting = [i for i, m in enumerate(options) if p0 + slope * (m - m0) <= limit]
+    return fitting[-1] if fitting else 0
+
+
 def usable_bytes(gpu_mb: int) -> int:
     """What a plan may use of a GPU of gpu_mb MB."""
     return int(gpu_mb * 2**20 * HEADROOM)

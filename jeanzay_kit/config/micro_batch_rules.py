@@ -46,11 +46,15 @@ class SearchLog:
     failed: list[int] = field(default_factory=list)
 
 
-def largest_fitting(options: list[int], fits: Callable[[int], bool]) -> tuple[int, SearchLog]:
-    """The largest option for which fits(m) is true: double from the smallest until one
-    fails (or the largest option fits), then bisect between the last fit and the first
-    failure. Memory grows with the micro-batch, so one failure rules out everything above
-    it. Returns 0 when even the smallest option does not fit."""
+def largest_fitting(
+    options: list[int], fits: Callable[[int], bool], start: int = 0
+) -> tuple[int, SearchLog]:
+    """The largest option for which fits(m) is true: from options[start] (the smallest,
+    or where the memory estimate says the largest fitting one is: `jzk validate`'s
+    launch/fit_check.py), double until one fails (or the largest option fits), then
+    bisect between the last fit and the first failure. A start that fails is bisected
+    down to from the smallest. Memory grows with the micro-batch, so one failure rules
+    out everything above it. Returns 0 when even the smallest option does not fit."""
     log = SearchLog()
 
     def trial(index: int) -> bool:
@@ -58,19 +62,14 @@ def largest_fitting(options: list[int], fits: Callable[[int], bool]) -> tuple[in
         (log.fitted if ok else log.failed).append(options[index])
         return ok
 
-    if not trial(0):
-        return 0, log
-    good, bad = 0, len(options)  # options[good] fits; options[bad:] do not (or none left)
-    while good < len(options) - 1:
-        # The next option at least twice the last good one (or the largest there is).
-        target = 2 * options[good]
-        nxt = next((i for i in range(good + 1, len(options)) if options[i] >= target), None)
-        nxt = len(options) - 1 if nxt is None else nxt
-        if trial(nxt):
-            good = nxt
-        else:
-            bad = nxt
-            break
+    start = min(max(start, 0), len(options) - 1)
+    good, bad = start, len(options)  # options[good] fits; options[bad:] do not
+    if not trial(start):
+        if start == 0 or not trial(0):
+            return 0, log
+        good, bad = 0, start
+    else:
+        good, bad = _double(options, good, trial)
     while bad - good > 1:
         middle = (good + bad) // 2
         if trial(middle):
@@ -78,6 +77,19 @@ def largest_fitting(options: list[int], fits: Callable[[int], bool]) -> tuple[in
         else:
             bad = middle
     return options[good], log
+
+
+def _double(options: list[int], good: int, trial: Callable[[int], bool]) -> tuple[int, int]:
+    """From a fitting options[good], the next option at least twice as large until one
+    fails: (the last that fits, the first that failed or len(options))."""
+    while good < len(options) - 1:
+        target = 2 * options[good]
+        nxt = next((i for i in range(good + 1, len(options)) if options[i] >= target), None)
+        nxt = len(options) - 1 if nxt is None else nxt
+        if not trial(nxt):
+            return good, nxt
+        good = nxt
+    return good, len(options)
 
 
 def explain(chosen: int, per_replica: int, log: SearchLog, device: str) -> str:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sys
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -29,10 +27,16 @@ from typing import Any
 from jeanzay_kit.config import fit_rules as rules
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError, SpecError
+from jeanzay_kit.train.fit_estimate import (
+    PIPELINES,
+    combine,
+    plan_of,
+    trace_spec,
+    traced_micro_batch,
+)
 
 ENV_SWITCH = "JZK_FIT_CHECK"
 _VERSION = "1"  # bump when the trace or the rules change what they answer
-PIPELINES = ("pipeline", "pipeline_ddp")
 
 
 @dataclass(frozen=True)
@@ -64,36 +68,6 @@ def applies(spec: JobSpec) -> tuple[int, str] | None:
     if not spec.cluster.is_slurm or res.partition.cpu_only or spec.job.runs_script:
         return None
     return res.partition.gpu_memory_for(res.constraint)
-
-
-def plan_of(spec: JobSpec) -> rules.Plan:
-    lay = spec.layout
-    return rules.Plan(
-        mode=lay.mode,
-        dp_size=lay.dp_size,
-        pp_size=lay.pp_size,
-        microbatches=lay.microbatches,
-        schedule=lay.schedule,
-        gpus_per_node=spec.resources.gpus_per_node,
-    )
-
-
-def traced_micro_batch(spec: JobSpec) -> int:
-    """The samples one GPU runs forward at once: micro-batch=auto is checked at its
-    smallest choice (the run searches upward from what fits)."""
-    micro = spec.train.micro_batch_size
-    if spec.train.micro_batch_auto:
-        from jeanzay_kit.config.micro_batch_rules import auto_options
-
-        lay = spec.layout
-        micro = auto_options(
-            spec.train.global_batch_size, lay.dp_size, lay.mode, spec.resources.gpus_per_node
-        )[0]
-    if spec.layout.mode in PIPELINES:
-        return max(1, micro // spec.layout.microbatches)
-    if spec.layout.mode == "dataparallel":
-        return max(1, math.ceil(micro / spec.resources.gpus_per_node))
-    return micro
 
 
 def _digest(value: object) -> str:
@@ -169,99 +143,13 @@ def traces(spec: JobSpec, folder: Path | None) -> list[rules.Traced]:
     cached = _read(folder, key)
     if cached is not None:
         return [_to_traced(t) for t in cached]
-    with warnings.catch_warnings():
-        # torch warns when deepcopy (a pipeline chunk) reads a fake tensor's data
-        # pointer: there is no data, and nothing reads it.
-        warnings.filterwarnings("ignore", "Accessing the data pointer of FakeTensor")
-        found = trace_spec(spec)
+    found = trace_spec(spec)
     _write(folder, key, [asdict(t) for t in found])
     return found
 
 
-def trace_spec(spec: JobSpec) -> list[rules.Traced]:
-    """Build the job's model on fake tensors and trace its step (train/memory_trace.py)."""
-    import torch
-
-    from jeanzay_kit.train import memory_trace as mt
-    from jeanzay_kit.train.components import (
-        build_dataset,
-        build_loss,
-        build_model,
-        build_optimizer,
-    )
-    from jeanzay_kit.train.micro_batch import first_samples
-
-    samples = first_samples(spec, build_dataset(spec), traced_micro_batch(spec))
-    cuda = torch.device("cuda")  # what the job runs on: the optimizer's fused default
-
-    def make_optimizer(params: list[torch.nn.Parameter]) -> torch.optim.Optimizer:
-        return build_optimizer(params, spec.optim, cuda)
-
-    # The CPU's autocast in bf16 for fp16 too: the same two bytes per element, and
-    # every CPU build has bf16 kernels.
-    low = spec.train.precision in ("bf16", "fp16")
-
-    def autocast() -> Any:
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=low)
-
-    accumulates = spec.train.grad_accum_steps > 1
-    with mt.fake_mode() as mode:
-        model = build_model(spec, warn=False)
-        batch = mt.as_fake(mode, samples)
-        loss = build_loss(spec, model)
-        if spec.layout.mode not in PIPELINES:
-
-            def run(module: torch.nn.Module) -> torch.Tensor:
-                with autocast():
-                    return loss(module, batch)
-
-            return [mt.trace(model, run, make_optimizer, accumulates)]
-        return _trace_stages(
-            spec,
-            model=model,
-            batch=batch,
-            loss=loss,
-            autocast=autocast,
-            make_optimizer=make_optimizer,
-            accumulates=accumulates,
-        )
-
-
-def _trace_stages(
-    spec: JobSpec,
-    *,
-    model: Any,
-    batch: Any,
-    loss: Any,
-    autocast: Callable[[], Any],
-    make_optimizer: Callable[..., Any],
-    accumulates: bool,
-) -> list[rules.Traced]:
-    from jeanzay_kit.train import memory_trace as mt
-    from jeanzay_kit.train.batch import split_batch
-
-    count = spec.layout.pp_size
-    chunks = [model.pipeline_chunk(i, count) for i in range(count)]
-    args, _kwargs, target = split_batch(batch, spec.loss.target_key)
-    inputs = mt.stage_inputs(chunks, args[0])
-    pipe_loss = loss.pipeline_loss()
-    return [
-        mt.trace(
-            chunk,
-            mt.run_stage(inp, target, i == count - 1, pipe_loss, autocast),
-            make_optimizer,
-            accumulates,
-        )
-        for i, (chunk, inp) in enumerate(zip(chunks, inputs, strict=True))
-    ]
-
-
 def estimate_of(spec: JobSpec, folder: Path | None) -> rules.Estimate:
-    found = traces(spec, folder)
-    plan = plan_of(spec)
-    if plan.mode in PIPELINES:
-        return rules.pipeline(plan, found)
-    return rules.replicated(plan, found[0])
+    return combine(spec, traces(spec, folder))
 
 
 def knobs_of(spec: JobSpec, gpu_mb: int) -> rules.Knobs:

@@ -205,3 +205,16 @@ class StepBatches:
     def close(self) -> None:
         stop_workers(self._it)
         self._it = None
+
+
+def sample_batch(collate_fn: Mapping[str, Any] | None, dataset: Any, size: int) -> Any:
+    """`size` samples of the dataset (its first ones, again from the start if it is
+    smaller), collated as the loader collates them: what the micro-batch search and the
+    memory estimate (train/fit_estimate.py) run a step on."""
+    from itertools import cycle, islice
+
+    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
+        samples = [dataset[i % len(dataset)] for i in range(size)]
+    else:  # a stream: its first samples
+        samples = list(islice(cycle(iter(dataset)), size))
+    return build_collate(collate_fn)(samples)

@@ -118,13 +118,14 @@ class Trial:
         return self.memory.peak()
 
 
-def search(trial: Trial, options: list[int]) -> tuple[int, str]:
-    """The largest option that fits and the line saying why; the RNGs are put back."""
+def search(trial: Trial, options: list[int], start: int = 0, why: str = "") -> tuple[int, str]:
+    """The largest option that fits and the line saying why; the RNGs are put back.
+    start: the index the search begins at (the memory estimate's, `why` says so)."""
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     started = time.perf_counter()
     try:
-        chosen, log = largest_fitting(options, trial.fits)
+        chosen, log = largest_fitting(options, trial.fits, start)
     finally:
         torch.set_rng_state(cpu_rng)
         if cuda_rng is not None:
@@ -144,7 +145,8 @@ def search(trial: Trial, options: list[int]) -> tuple[int, str]:
             f"; its trial peaked at {peak / 2**30:.1f} GiB of {capacity / 2**30:.1f} GiB "
             f"({(capacity - peak) / 2**30:.1f} GiB free)"
         )
-    return chosen, f"{line}; searched in {time.perf_counter() - started:.1f} s"
+    began = f"; {why}" if why else ""
+    return chosen, f"{line}{began}; searched in {time.perf_counter() - started:.1f} s"
 
 
 def with_micro_batch(spec: JobSpec, size: int) -> JobSpec:
@@ -189,7 +191,12 @@ def record(run_dir: Path, size: int, line: str) -> None:
     write_durably(run_dir / RECORD_FILE, text.encode())
 
 
-def choose_on_rank0(spec: JobSpec, run_dir: Path, make_trial: Callable[[], Trial] | None) -> int:
+def choose_on_rank0(
+    spec: JobSpec,
+    run_dir: Path,
+    make_trial: Callable[[], Trial] | None,
+    start: Callable[[list[int]], tuple[int, str]] | None = None,
+) -> int:
     """Rank 0's choice: the recorded one, the CPU's, or the search's (printed, recorded)."""
     options = options_of(spec)
     earlier = recorded(run_dir, options)
@@ -207,7 +214,9 @@ def choose_on_rank0(spec: JobSpec, run_dir: Path, make_trial: Callable[[], Trial
         )
         record(run_dir, earlier, line)
     else:
-        earlier, line = search(make_trial(), options)
+        trial = make_trial()
+        index, why = start(options) if start is not None else (0, "")
+        earlier, line = search(trial, options, index, why)
         record(run_dir, earlier, line)
     print(line, file=sys.stderr, flush=True)
     return earlier
@@ -241,8 +250,11 @@ def settle(
         return spec
     size = 0
     if is_main:
-        make_trial = None
+        make_trial, start = None, None
         if device.type == "cuda":
+
+            def start(options: list[int]) -> tuple[int, str]:
+                return estimated_start(spec, options, device)
 
             def make_trial() -> Trial:
                 return Trial(
@@ -254,22 +266,15 @@ def settle(
                     ballast_bytes=held_besides(spec, model),
                 )
 
-        size = choose_on_rank0(spec, run_dir, make_trial)
+        size = choose_on_rank0(spec, run_dir, make_trial, start)
     return with_micro_batch(spec, agree(size))
 
 
 def first_samples(spec: JobSpec, dataset: Any, size: int) -> Any:
-    """`size` samples of the dataset (its first ones, again from the start if it is
-    smaller), collated as the loader collates them."""
-    from itertools import cycle, islice
+    """`size` samples of the dataset, collated as the run's loader collates them."""
+    from jeanzay_kit.train.loader import sample_batch
 
-    from jeanzay_kit.train.loader import build_collate
-
-    if hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__"):
-        samples = [dataset[i % len(dataset)] for i in range(size)]
-    else:  # a stream: its first samples
-        samples = list(islice(cycle(iter(dataset)), size))
-    return build_collate(spec.loader.collate_fn)(samples)
+    return sample_batch(spec.loader.collate_fn, dataset, size)
 
 
 def held_besides(spec: JobSpec, model: nn.Module) -> int:
@@ -278,3 +283,38 @@ def held_besides(spec: JobSpec, model: nn.Module) -> int:
     param_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     buckets = 1 if spec.layout.mode == "ddp" and spec.layout.dp_size > 1 else 0
     return param_bytes * (STATE_PER_PARAM.get(spec.optim.name, 2) + buckets)
+
+
+def estimated_start(spec: JobSpec, options: list[int], device: torch.device) -> tuple[int, str]:
+    """Where the search starts: the largest size the memory estimate fits on this GPU
+    (train/fit_estimate.py, traced on fake tensors: the estimate `jzk validate` shows);
+    the smallest where the model cannot be traced so."""
+    try:
+        return auto_start(spec, options, DeviceMemory(device).capacity())
+    except Exception as err:  # noqa: BLE001  # a model fake tensors cannot build
+        return 0, f"started at {options[0]} (no memory estimate: {type(err).__name__})"
+
+
+def estimate_at(spec: JobSpec, micro: int) -> int:
+    """The per-GPU peak of this plan with `micro` samples per micro-batch, traced on
+    fake tensors (train/fit_estimate.py)."""
+    from jeanzay_kit.train.fit_estimate import combine, trace_spec
+
+    fixed = with_micro_batch(spec, micro)
+    fixed = replace(fixed, train=replace(fixed.train, micro_batch_auto=False))
+    return combine(fixed, trace_spec(fixed)).total
+
+
+def auto_start(spec: JobSpec, options: list[int], capacity: int) -> tuple[int, str]:
+    """train.micro_batch_size=auto on a GPU of `capacity` bytes: the index of the option
+    the estimate says is the largest that fits (traced at the two smallest options, the
+    line through them), where the real search starts, and a few words saying so."""
+    first = (options[0], estimate_at(spec, options[0]))
+    second = (options[1], estimate_at(spec, options[1])) if len(options) > 1 else first
+    limit = int(capacity * fit_rules.HEADROOM)
+    index = fit_rules.largest_on_line(options, first, second, limit)
+    words = (
+        f"started at {options[index]}, the largest the memory estimate fits "
+        f"({fit_rules.gib(first[1])} at {first[0]}, {fit_rules.gib(second[1])} at {second[0]})"
+    )
+    return index, words

@@ -120,3 +120,18 @@ def test_the_estimate_is_within_15_percent_of_a_real_step(
     assert fit is not None
     real = _real_peak(overrides)
     assert abs(fit.estimate.total - real) <= 0.15 * real, (fit.estimate, real)
+
+
+def test_auto_micro_batch_starts_where_the_estimate_says_it_fits() -> None:
+    from jeanzay_kit.train.micro_batch import auto_start, estimate_at
+
+    auto = [*V100, "model=gpt", "data=stdlib_text", "train.micro_batch_size=auto"]
+    spec = spec_of([*auto, "train.global_batch_size=64", "resources.gpus_per_node=1"], None)
+    options = [1, 2, 4, 8, 16, 32, 64]
+    top, words = auto_start(spec, options, 2**40)
+    assert top == len(options) - 1 and "started at 64" in words
+    assert auto_start(spec, options, 1)[0] == 0
+    # A GPU whose usable memory the line through 1 and 2 samples reaches at 13: start at 8.
+    p1, p2 = (estimate_at(spec, m) for m in (1, 2))
+    capacity = int((p1 + (p2 - p1) * 12) / rules.HEADROOM)
+    assert options[auto_start(spec, options, capacity)[0]] == 8

@@ -111,3 +111,22 @@ def test_a_change_is_judged_by_its_model_states_before_it_is_composed(
     plan = rules.changed_plan(rules.Plan("ddp", 4, gpus_per_node=4), 1, change)
     assert (plan.mode, plan.dp_size) == (mode, dp)
     assert rules.states_floor(plan, TRACED) == (16 * GB) // (dp if mode == "fsdp" else 1)
+
+
+@pytest.mark.parametrize(
+    ("limit", "start", "chosen"),
+    [(20, 4, 16), (20, 6, 16), (3, 5, 2), (0, 3, 0), (1000, 6, 64), (20, 0, 16)],
+)  # options of 64 per replica: 1 2 4 8 16 32 64; start is an index into them
+def test_the_auto_search_from_the_estimate_finds_the_same_size(
+    limit: int, start: int, chosen: int
+) -> None:
+    from jeanzay_kit.config.micro_batch_rules import candidates, largest_fitting
+
+    options, tried = candidates(64), []
+
+    def fits(m: int) -> bool:
+        tried.append(m)
+        return m <= limit
+
+    assert largest_fitting(options, fits, start)[0] == chosen
+    assert len(tried) == len(set(tried)), tried
