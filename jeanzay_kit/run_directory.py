@@ -197,6 +197,11 @@ class RunDir:
         """Every rank's newest heartbeat."""
         return read_beats(self.heartbeats)
 
+    def looks_like_a_run(self) -> bool:
+        """It holds what a started run writes (metrics, beats, an outcome, a lease):
+        `jzk status` lists such a folder."""
+        return any((self.root / name).exists() for name in layout.STATUS_MARKS)
+
     def is_script_run(self) -> bool:
         """A script task owns it (command.json), or a Hydra app's point records its
         starts (attempts.jsonl): its progress is read from those, not from beats."""

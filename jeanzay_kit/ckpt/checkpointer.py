@@ -33,7 +33,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
 from jeanzay_kit.ckpt.layout import (
@@ -51,6 +50,7 @@ from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import CheckpointWriteError, PeerFailed, ResumeError, is_loader_death
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.values import integer
 from jeanzay_kit.version import __version__
 
@@ -110,7 +110,7 @@ class Checkpointer:
         log: Callable[[str], None] = print,
         keep_best: tuple[str, str] | None = None,
     ):
-        self.store = CheckpointStore(run_dir / layout.CHECKPOINTS)
+        self.store = CheckpointStore(RunDir(run_dir).checkpoints)
         self.module = module
         self.optimizer = optimizer
         self.rank = rank

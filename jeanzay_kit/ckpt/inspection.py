@@ -7,17 +7,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.layout import best_step
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import CheckpointNotFound
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.values import as_node
 
 
 def _store(run_dir: str | Path) -> CheckpointStore:
-    path = Path(run_dir)
-    if path.name != layout.CHECKPOINTS and (path / layout.CHECKPOINTS).is_dir():
-        path = path / layout.CHECKPOINTS
+    path = Path(run_dir)  # a run directory, or its checkpoints folder itself
+    inside = RunDir(path).checkpoints
+    if path.name != inside.name and inside.is_dir():
+        path = inside
     if not path.is_dir():
         raise CheckpointNotFound(f"no checkpoints folder in {run_dir}")
     return CheckpointStore(path)

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checksum import (
     DEFAULT_ALGORITHM,
     algorithm_of,
@@ -44,6 +43,7 @@ from jeanzay_kit.ckpt.layout import (
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
 from jeanzay_kit.errors import ManifestError, ResumeError
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.values import as_node
 
 _CHUNK = 8 << 20
@@ -238,7 +238,7 @@ def check_resume_early(
     if resume == "never":
         return
     if resume == "auto":
-        store = CheckpointStore(Path(run_dir) / layout.CHECKPOINTS)
+        store = CheckpointStore(RunDir(Path(run_dir)).checkpoints)
         complete = [e for e in store.entries() if e.has_manifest]
         if not complete:
             return

@@ -14,11 +14,10 @@ import os
 import shutil
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import RunDirError
+from jeanzay_kit.run_directory import RunDir
 
-PROBE = layout.WRITE_PROBE
 FIX = (
     "set job.run_dir to a directory you can write (on Jean Zay: under $WORK or $SCRATCH; "
     "`idr_quota_user` shows your quotas)"
@@ -83,7 +82,7 @@ def check_writable(path: Path, key: str = "job.run_dir") -> None:
     naming the key, the path, why, and the fix."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / PROBE
+        probe = RunDir(path).write_probe
         write_synced(probe, b"jeanzay_kit write test\n")  # a full disk shows at the fsync
         # Gone already: another process checking this folder at once (two tasks of a
         # study or an array) removed it. The write went through: no refusal.

@@ -8,8 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 
 if TYPE_CHECKING:
     from jeanzay_kit.launch.status import RunView
@@ -52,7 +52,7 @@ def add(sub: argparse._SubParsersAction) -> None:
 def _newest_complete_step(run_dir: str) -> int | None:
     from jeanzay_kit.ckpt.store import CheckpointStore
 
-    root = Path(run_dir) / layout.CHECKPOINTS
+    root = RunDir(Path(run_dir)).checkpoints
     if not root.is_dir():
         return None
     steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
@@ -201,11 +201,10 @@ def status_records(directory: str | None) -> list[dict]:
 
 def _records_in(root: Path, depth: int) -> list[dict]:
     """The runs of `root`, newest first; folders are searched `depth` levels down."""
-    from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.launch.manifest import read_manifest
 
-    if (root / MANIFEST).is_file():
-        return [dict(r) for r in read_manifest(root / MANIFEST)]
+    if RunDir(root).manifest.is_file():
+        return [dict(r) for r in read_manifest(RunDir(root).manifest)]
     if _is_run_dir(root):
         listed = _listed_by_sweep(root)
         if listed:  # a point of a Slurm sweep: its job and log are in the sweep's manifest
@@ -227,9 +226,9 @@ def _records_in(root: Path, depth: int) -> list[dict]:
 def _listed_by_sweep(run_dir: Path) -> list[dict]:
     """The lines of the sweep's manifest (in the folder above a point's run directory)
     that name this run directory: `jzk status|logs <one point>` as the sweep sees it."""
-    from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+    from jeanzay_kit.launch.manifest import read_manifest
 
-    manifest = run_dir.parent / MANIFEST
+    manifest = RunDir(run_dir.parent).manifest
     if not manifest.is_file():
         return []
     here = run_dir.resolve()
@@ -242,14 +241,13 @@ def _listed_by_sweep(run_dir: Path) -> list[dict]:
 
 def _is_run_dir(path: Path) -> bool:
 
-    marks = layout.STATUS_MARKS
-    return any((path / name).exists() for name in marks)
+    return RunDir(path).looks_like_a_run()
 
 
 def _newest(record: dict) -> float:
     """When a run last moved: its metrics, else its folder."""
     run_dir = Path(str(record.get("run_dir", "")))
-    for path in (run_dir / layout.METRICS, run_dir):
+    for path in (RunDir(run_dir).metrics, run_dir):
         try:
             return path.stat().st_mtime
         except OSError:
@@ -266,7 +264,7 @@ def _local_state(view: RunView) -> str:
     ended = read_outcome(run_dir)
     if ended is not None:
         return ended
-    if (run_dir / layout.MODEL_DIGEST).exists():
+    if RunDir(run_dir).model_digest.exists():
         return "COMPLETED"
     age = view.progress.oldest_beat_s
     return "RUNNING" if age is not None and age < 60 else "STOPPED"

@@ -7,10 +7,10 @@ import datetime
 import sys
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec, render, workdir_of
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
         if earlier:
             print(earlier, file=sys.stderr, flush=True)
     script = render(spec, args.overrides)
-    path = run_dir / layout.JOB_SCRIPT
+    path = RunDir(run_dir).job_script
     path.write_text(script)
     jobs: list[str] = []
     for _ in range(args.chain):

@@ -8,7 +8,6 @@ import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.cli.common import (
     add_config_args,
     ask_slurm,
@@ -20,6 +19,7 @@ from jeanzay_kit.cli.common import (
 from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 from jeanzay_kit.values import as_node
 
@@ -368,7 +368,7 @@ def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: b
         ranks=spec.layout.world_size,
         keep_last=spec.checkpoint.keep_last,
         snapshot_files=snapshot_files,
-        checkpoint_bytes=_newest_checkpoint_bytes(run_dir / layout.CHECKPOINTS),
+        checkpoint_bytes=_newest_checkpoint_bytes(RunDir(run_dir).checkpoints),
         params=_count_params(spec) if sizes else None,
         optimizer_states=1 if spec.optim.name == "sgd" else 2,  # momentum; AdamW: 2
     )

@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import LaunchError
 from jeanzay_kit.launch.arrays import ArrayPlan
 from jeanzay_kit.launch.manifest import write_manifest
 from jeanzay_kit.node.task import run_training
+from jeanzay_kit.run_directory import RunDir
 
 
 def submit_arrays(
@@ -47,7 +47,7 @@ def submit_arrays(
             done = ", ".join(r["job_id"] for r in records) or "none"
             raise LaunchError(
                 f"sbatch refused the array of {len(plan.points)} run(s): {err}. Already "
-                f"submitted: {done} (see {sweep_dir / layout.MANIFEST})"
+                f"submitted: {done} (see {RunDir(sweep_dir).manifest})"
             ) from err
         for point, job in zip(plan.points, submitted, strict=True):
             record = {

@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import read_json_lines
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.progress import (
     format_duration,
     input_bound,
@@ -24,7 +24,6 @@ from jeanzay_kit.runtime.progress import (
     requeue_note,
 )
 
-TENSORBOARD_DIR = layout.TENSORBOARD
 # metrics.jsonl keys -> TensorBoard tags, grouped so the train/eval losses share a panel.
 BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
 
@@ -38,7 +37,6 @@ def board_tag(key: str) -> str:
 
 # One JSON object per logged step, in the run directory: written here, read by
 # read_records (run_result.py, `jzk report`, `jzk status`).
-METRICS_FILE = layout.METRICS
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
@@ -75,7 +73,7 @@ class MetricsWriter:
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
-        self.path = run_dir / METRICS_FILE
+        self.path = RunDir(run_dir).metrics
         self.end_time, self.allocation_s, self.lead_s = end_time, allocation_s, lead_s
         self._noted_requeues = False
         self.loader = loader
@@ -127,7 +125,7 @@ class MetricsWriter:
             # purge_step: after a resume TensorBoard hides what an earlier attempt logged
             # past the checkpoint, as metrics.jsonl drops it above.
             self._board = SummaryWriter(
-                str(run_dir / TENSORBOARD_DIR),
+                str(RunDir(run_dir).tensorboard),
                 purge_step=resume_step + 1 if resume_step else None,
             )
 

@@ -31,12 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.run_directory import RunDir
 
-TRACKERS_FILE = layout.TRACKERS  # {"wandb": {"id":..., "step":...}, "mlflow": {...}}
-WANDB_DIR = layout.WANDB  # W&B writes <run_dir>/wandb/offline-run-<time>-<id>/
-MLFLOW_DIR = layout.MLFLOW  # the default MLflow file store
 INSTALL_HINT = "pip install 'jeanzay_kit[trackers]'"
 
 
@@ -111,7 +108,7 @@ def sync_command(run_dir: Path, run_id: str, project: str, entity: str | None) -
     """What uploads every attempt of a W&B offline run as one run (wandb >= 0.19 syncs the
     folders of one id in order of start time)."""
     entity_args = ["--entity", entity] if entity else []
-    folders = sorted(str(p) for p in (run_dir / WANDB_DIR).glob(f"offline-run-*-{run_id}"))
+    folders = sorted(str(p) for p in RunDir(run_dir).wandb.glob(f"offline-run-*-{run_id}"))
     return ["wandb", "sync", "--id", run_id, "--project", project, *entity_args, *folders]
 
 
@@ -160,7 +157,7 @@ class WandbTracker:
 
 class MlflowTracker:
     def __init__(self, opts: TrackerOptions, run_dir: Path, run_id: str, params: dict[str, Any]):
-        uri = opts.mlflow_uri or (run_dir / MLFLOW_DIR).resolve().as_uri()
+        uri = opts.mlflow_uri or RunDir(run_dir).mlflow.resolve().as_uri()
         if uri.startswith("file:"):
             # MLflow 3 keeps its file store in maintenance mode behind this switch; it is
             # the store that needs no server and no database on a shared filesystem.
@@ -213,7 +210,7 @@ class Trackers:
         """params: the run's config and identity (run_dir, job id) as flat keys; kept: the
         metrics.jsonl records the resumed attempt keeps (up to its checkpoint)."""
         self.run_dir = run_dir
-        self.path = run_dir / TRACKERS_FILE
+        self.path = RunDir(run_dir).trackers
         self.state: dict[str, dict[str, Any]] = _read_state(self.path)
         self.open: dict[str, Tracker] = {}
         wanted = [("wandb", opts.wandb), ("mlflow", opts.mlflow)]
