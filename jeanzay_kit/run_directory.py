@@ -197,6 +197,11 @@ class RunDir:
         """Every rank's newest heartbeat."""
         return read_beats(self.heartbeats)
 
+    def is_run_or_sweep(self) -> bool:
+        """It holds a lease, a manifest, an outcome or metrics: what the toolkit wrote
+        for a run or a sweep (a code snapshot leaves such a folder out)."""
+        return any((self.root / name).exists() for name in layout.RUN_DIR_MARKS)
+
     def looks_like_a_run(self) -> bool:
         """It holds what a started run writes (metrics, beats, an outcome, a lease):
         `jzk status` lists such a folder."""

@@ -153,6 +153,11 @@ class Beat:
     interval_s: float  # how often the rank writes its beat
     start_step: int | None = None  # the step this process started from (its first beat)
 
+    @property
+    def finished(self) -> bool:
+        """The rank has ended (its last beat): not running, not stalled."""
+        return self.phase in FINISHED_PHASES
+
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Beat:
         """A beat file's JSON; KeyError or TypeError where it is damaged."""

@@ -11,7 +11,6 @@ from pathlib import Path
 from jeanzay_kit.launch.ledger import RunRecord, run_record
 from jeanzay_kit.launch.status import RunProgress
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.run_layout import FINISHED_PHASES
 from jeanzay_kit.runtime.ending_rules import Verdict
 
 
@@ -55,7 +54,7 @@ def run_progress(
     now = time.time() if now is None else now
     record = last_metrics(run_dir) or {}
     beats = RunDir(run_dir).beats()
-    running = [b for b in beats if b.phase not in FINISHED_PHASES]
+    running = [b for b in beats if not b.finished]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
     script, script_beat_age = _script_progress(run_dir, now, job_id, log)

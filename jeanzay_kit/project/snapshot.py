@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project import git
 from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenance
+from jeanzay_kit.run_directory import RunDir
 
 SNAPSHOTS = "code"
 # The toolkit's and Hydra's own output folders: never code, whatever .gitignore says.
@@ -72,9 +72,6 @@ def _inside(name: str, folders: Sequence[str]) -> bool:
     return any(name == f or name.startswith(f + "/") for f in folders)
 
 
-# A folder holding one of these is a run directory (runtime/lease_rules.py LEASE_FILE,
-# launch/manifest.py, node/outcome.py), wherever job.run_dir put it.
-_RUN_DIR_MARKS = layout.RUN_DIR_MARKS
 # The second line of every script `jzk render` writes (slurm/sbatch.py header_lines).
 _RENDERED_MARK = b"# Rendered by jeanzay_kit"
 
@@ -94,7 +91,8 @@ def toolkit_output(root: Path, name: str, run_dirs: dict[str, bool]) -> bool:
     for depth in range(1, len(parts) + 1):
         folder = "/".join(parts[:depth])
         if folder not in run_dirs:
-            run_dirs[folder] = any((root / folder / m).exists() for m in _RUN_DIR_MARKS)
+            # a run directory or a sweep's, wherever job.run_dir put it
+            run_dirs[folder] = RunDir(root / folder).is_run_or_sweep()
         if run_dirs[folder]:
             return True
     return False

@@ -16,9 +16,6 @@ import json
 from dataclasses import asdict, dataclass
 from enum import Enum
 
-from jeanzay_kit import run_layout as layout
-
-LEASE_FILE = layout.LEASE
 # The holder rewrites its record this often; without a filesystem lock, a record not
 # renewed for STALE_SECONDS is a holder that died (SIGKILL, a lost node).
 RENEW_SECONDS = 30.0

@@ -408,7 +408,7 @@ class Run:
         )
 
     def save_model(
-        self, model: torch.nn.Module | Mapping[str, torch.Tensor] | None, name: str
+        self, model: torch.nn.Module | Mapping[str, torch.Tensor] | None, name: str | None = None
     ) -> str:
         """Collective (Session.save_model): the whole model's weights, gathered from FSDP
         shards when given a module, written by rank 0 with their digest; the digest on
@@ -423,7 +423,8 @@ class Run:
             state = get_model_state_dict(
                 model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
-        digest = [self.write_model(state, name) if self.is_main else None]
+        where = name if name is not None else RunDir(self.run_dir).model_final.name
+        digest = [self.write_model(state, where) if self.is_main else None]
         if dist.is_initialized():
             dist.broadcast_object_list(digest, src=0)
         return str(digest[0])

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 # The heartbeat file's record is the run directory's (run_layout.py); named here too for
 # the watchdog's readers.
-from jeanzay_kit.run_layout import FINISHED_PHASES, Beat
+from jeanzay_kit.run_layout import Beat
 
 # Phases of a session (runtime/session.py) in which a rank waits in a collective for its
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
@@ -64,7 +64,7 @@ def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: s
     rank named is a frozen one (no beat for FROZEN_BEATS intervals: its writer thread
     stopped too) if there is one, since the others then wait for it, else the rank with
     the oldest progress, a rank waiting for its peers (WAITING_PHASES) last."""
-    current = [b for b in beats if b.token == token and b.phase not in FINISHED_PHASES]
+    current = [b for b in beats if b.token == token and not b.finished]
     stalled = [b for b in current if now - min(b.progress_time, b.wall_time) > stall_seconds]
     if not stalled:
         return None

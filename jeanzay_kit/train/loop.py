@@ -24,7 +24,6 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, CompileError, NonFiniteLoss
-from jeanzay_kit.run_layout import MODEL_FINAL
 from jeanzay_kit.runtime import startup
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.compile_cache import CompileCache, cache_counts, open_cache
@@ -505,7 +504,7 @@ def save(a: Attempt, done: int, force_sync: bool = False) -> None:
 def save_final_model(a: Attempt) -> str | None:
     """The finished model's weights on rank 0 (model_final.pt) and their digest, as
     every loop saves them (s.save_model), from the strategy's gathered state."""
-    digest = a.run.save_model(a.strategy.full_state_dict(), MODEL_FINAL)
+    digest = a.run.save_model(a.strategy.full_state_dict())  # model_final.pt
     return digest if a.ctx.is_main else None
 
 
