@@ -17,7 +17,7 @@ What is traced and what is computed here (docs/parallelism.md "Will it fit?"):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The share of a GPU's memory a plan may reach: the rest is the CUDA context (not counted
 # by the allocator), fragmentation over a long run, and what the trace cannot see (NCCL's
@@ -151,14 +151,14 @@ def pipeline(plan: Plan, stages: list[Traced]) -> Estimate:
 
 
 def states_floor(plan: Plan, traced: Traced) -> int:
-    """The least a GPU holds in this mode whatever the micro-batch or recomputation:
-    its share of the model states (a hint candidate above the limit is not traced)."""
-    states = traced.param_bytes * 2 + traced.step.optimizer
-    if plan.mode == "fsdp":
-        return states // max(plan.dp_size, 1)
+    """The least a GPU holds in this mode whatever the micro-batch or recomputation: its
+    optimizer step (its share of the model states, the step's temporaries, DDP's
+    buckets), or a pipeline stage's share of the states. A hint's candidate above the
+    limit is skipped untraced."""
     if plan.mode in ("pipeline", "pipeline_ddp"):
-        return states // max(plan.pp_size, 1)
-    return states
+        return (traced.param_bytes * 2 + traced.step.optimizer) // max(plan.pp_size, 1)
+    at_step = replace(traced, backward=traced.step, root_bytes=0, block_bytes=0, output_bytes=0)
+    return replicated(plan, at_step).total
 
 
 def changed_plan(plan: Plan, nodes: int, change: tuple[str, ...]) -> Plan:

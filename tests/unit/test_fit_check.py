@@ -135,3 +135,18 @@ def test_auto_micro_batch_starts_where_the_estimate_says_it_fits() -> None:
     p1, p2 = (estimate_at(spec, m) for m in (1, 2))
     capacity = int((p1 + (p2 - p1) * 12) / rules.HEADROOM)
     assert options[auto_start(spec, options, capacity)[0]] == 8
+
+
+def test_render_refuses_a_plan_that_does_not_fit_before_writing_anything(
+    env: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from jeanzay_kit.cli import main
+
+    big = [*ISSUE[:4], "model.n_layer=16", "model.n_embd=2048", "model.n_head=16", *ISSUE[7:]]
+    out = tmp_path / "jobs"
+    assert main(["render", "-o", str(out), "job.workdir=" + str(tmp_path), *big]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "parallel.mode=ddp needs" in err and "HINT:" in err
+    assert not out.exists() and not (tmp_path / "logs").exists()
+    hint = _hint(err.removeprefix("jzk render: error: "))
+    assert main(["render", "-o", str(out), "job.workdir=" + str(tmp_path), *big, *hint]) == 0
