@@ -34,6 +34,7 @@ from jeanzay_kit.train.fit_estimate import (
     trace_spec,
     traced_micro_batch,
 )
+from jeanzay_kit.values import as_node
 
 ENV_SWITCH = "JZK_FIT_CHECK"
 _VERSION = "1"  # bump when the trace or the rules change what they answer
@@ -85,6 +86,45 @@ def _versions() -> list[str]:
     return [*found, _VERSION]
 
 
+_PACKAGE = Path(__file__).resolve().parents[1]
+# The toolkit's code an estimate follows: the trace, the arithmetic, the shipped models.
+_OWN_CODE = (
+    "train/memory_trace.py",
+    "train/fit_estimate.py",
+    "config/fit_rules.py",
+    "examples/models.py",
+    "examples/datasets.py",
+    "examples/tokens.py",
+)
+
+
+def _stamp(path: Path) -> list[object]:
+    try:
+        st = path.stat()
+    except OSError:
+        return [str(path)]
+    return [str(path), st.st_size, st.st_mtime_ns]
+
+
+def code_stamps(spec: JobSpec) -> list[object]:
+    """Size and time of the code a trace runs: the toolkit's, and the modules of the
+    model's and the data's `_target_` (a user who edits their model gets a new trace).
+    A module is located, not imported (its parent packages may be)."""
+    from importlib.util import find_spec
+
+    stamps: list[object] = [_stamp(_PACKAGE / name) for name in _OWN_CODE]
+    for key in ("model", "data"):
+        target = str(as_node(spec.config.get(key)).get("_target_", ""))
+        module = target.rpartition(".")[0]
+        try:
+            found = find_spec(module) if module else None
+        except (ImportError, ValueError):
+            found = None
+        if found is not None and found.origin:
+            stamps.append(_stamp(Path(found.origin)))
+    return stamps
+
+
 def trace_key(spec: JobSpec) -> str:
     """What a trace depends on: the model, the data, the loss, the optimizer, the
     precision, recomputation, the samples per forward, and the pipeline's split."""
@@ -102,6 +142,7 @@ def trace_key(spec: JobSpec) -> str:
             "accumulates": spec.train.grad_accum_steps > 1,
             "stages": lay.pp_size if lay.mode in PIPELINES else 1,
             "versions": _versions(),
+            "code": code_stamps(spec),
         }
     )
 
@@ -213,7 +254,7 @@ def check(
     if gpu is None or env.get(ENV_SWITCH, "1") == "0":
         return None
     folder = cache_folder(env)
-    answer_key = "plan-" + _digest([spec.config, gpu, _versions()])
+    answer_key = "plan-" + _digest([spec.config, gpu, _versions(), code_stamps(spec)])
     cached = _read(folder, answer_key)
     if cached is None:
         cached = _answer(spec, overrides, spec_of, gpu, folder)

@@ -150,3 +150,23 @@ def test_render_refuses_a_plan_that_does_not_fit_before_writing_anything(
     assert not out.exists() and not (tmp_path / "logs").exists()
     hint = _hint(err.removeprefix("jzk render: error: "))
     assert main(["render", "-o", str(out), "job.workdir=" + str(tmp_path), *big, *hint]) == 0
+
+
+def test_an_edited_model_is_traced_again(env: dict[str, str], tmp_path: Path) -> None:
+    """The cache follows the code of the model's _target_, not only the config."""
+    (tmp_path / "mynet.py").write_text(
+        "import torch\n\nclass Net(torch.nn.Linear):\n"
+        "    def __init__(self):\n        super().__init__(32, 8)\n"
+    )
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        args = [*V100, "model=custom", "model._target_=mynet.Net", "parallel=ddp"]
+        spec = spec_of(args, None, fit=False)
+        before = fit_check.trace_key(spec)
+        assert before == fit_check.trace_key(spec)
+        (tmp_path / "mynet.py").write_text((tmp_path / "mynet.py").read_text() + "# edited\n")
+        assert fit_check.trace_key(spec) != before
+    finally:
+        sys.path.remove(str(tmp_path))
