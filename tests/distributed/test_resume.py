@@ -139,6 +139,12 @@ def test_signalled_and_resumed_twice_ends_like_an_uninterrupted_run(
     # metrics.jsonl has each step once, in order.
     steps = [json.loads(x)["step"] for x in (resumed / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))
+    # The ledger (issue 59): each start resumed at the step the one before it reached
+    # (a stop saves where it stops), so no step was trained twice.
+    starts = [json.loads(x) for x in (resumed / "starts.jsonl").read_text().splitlines()]
+    assert [s["reached_before"] for s in starts[1:]] == [s["start_step"] for s in starts[1:]]
+    assert len(starts) == 3 and 0 < starts[1]["start_step"] < starts[2]["start_step"]
+    assert json.loads(jzk("status", "--json", str(resumed)).stdout)["lost_steps"] == 0
 
 
 def fork_server_of(pid: int) -> bool:

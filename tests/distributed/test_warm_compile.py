@@ -61,3 +61,45 @@ def test_a_resumed_compiled_run_on_a_new_node_uses_the_kept_caches(tmp_path: Pat
     assert [r["step"] for r in firsts] == [1, 3]
     assert [r["compile_cache"] for r in firsts] == ["cold", "warm"]
     assert all(r["startup_s"] >= r["startup_compile_s"] > 0 for r in firsts)
+
+
+ARTIFACTS_START = """
+import sys
+from pathlib import Path
+
+import torch
+
+from jeanzay_kit.runtime.compile_cache import cache_counts, open_cache
+
+cache = open_cache(Path(sys.argv[1]), "cpu")
+scaled = torch.compile(lambda x: torch.tanh(x) * 2)  # one kernel: a cheap compile
+scaled(torch.randn(4, 8))
+cache.keep(is_main=True)
+print(cache.kind, cache.restored, *cache_counts())
+"""
+
+
+@pytest.mark.timeout(600)
+def test_your_own_cache_folder_is_kept_and_the_artifacts_file_carries_the_graphs(
+    tmp_path: Path,
+) -> None:
+    """A TORCHINDUCTOR_CACHE_DIR the user set is theirs: kept, with torch's portable cache
+    artifacts in one file in the run directory (the CUDA path's file), written by the
+    first process and loaded by the next, whose own folder is empty (a new node)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    seen = []
+    for node in ("node-a", "node-b"):
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / node)}
+        done = subprocess.run(
+            [sys.executable, "-c", ARTIFACTS_START, str(run_dir)],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen.append(done.stdout.split())
+        assert (tmp_path / node / "fxgraph").is_dir()  # torch used the user's folder
+    (kind, restored, hits, misses), (_, restored_b, hits_b, misses_b) = seen
+    assert (kind, restored, hits) == ("theirs", "0", "0") and int(misses) > 0
+    assert (run_dir / "compile_cache.bin").stat().st_size > 0
+    assert not (run_dir / "compile_cache").exists()  # no folder of ours beside theirs
+    assert int(restored_b) > 0 and int(hits_b) > 0 and misses_b == "0"

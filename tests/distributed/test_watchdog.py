@@ -129,6 +129,22 @@ def test_a_run_that_always_crashes_stops_after_max_restarts(train_run) -> None:
     assert "has used its 2 restart(s) (preemption.max_restarts=2" in err
     history = json.loads((run.run_dir / "restarts.json").read_text())["restarts"]
     assert [r["reason"] for r in history] == ["crash", "crash"]
+    # The ledger (issue 59): each restart trains again the steps its crashed attempt made
+    # past its newest checkpoint, as that attempt's end recorded them (endings.jsonl), and
+    # `jzk status --json` counts those and the last attempt's as lost.
+    endings = [json.loads(x) for x in (run.run_dir / "endings.jsonl").read_text().splitlines()]
+    starts = [json.loads(x) for x in (run.run_dir / "starts.jsonl").read_text().splitlines()]
+    past_save = [e["step"] - (e["checkpoint"] or 0) for e in endings]
+    assert len(starts) == 3 and len(endings) == 3 and all(n > 0 for n in past_save)
+    assert [s["reached_before"] - s["start_step"] for s in starts[1:]] == past_save[:2]
+    assert [s["start_step"] for s in starts[1:]] == [e["checkpoint"] for e in endings[:2]]
+    status = subprocess.run(
+        [str(Path(sys.executable).parent / "jzk"), "status", "--json", str(run.run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert json.loads(status.stdout)["lost_steps"] == sum(past_save), status.stdout
 
 
 @pytest.mark.timeout(300)
