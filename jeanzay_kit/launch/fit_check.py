@@ -37,6 +37,8 @@ from jeanzay_kit.train.fit_estimate import (
 from jeanzay_kit.values import as_node
 
 ENV_SWITCH = "JZK_FIT_CHECK"
+# Plans this process could not estimate (the note was printed): not tried again.
+_UNESTIMATED: set[str] = set()
 _VERSION = "1"  # bump when the trace or the rules change what they answer
 
 
@@ -255,12 +257,15 @@ def check(
         return None
     folder = cache_folder(env)
     answer_key = "plan-" + _digest([spec.config, gpu, _versions(), code_stamps(spec)])
+    if answer_key in _UNESTIMATED:  # said once per command, not stored: data may come
+        return None
     cached = _read(folder, answer_key)
     if cached is None:
         cached = _answer(spec, overrides, spec_of, gpu, folder)
         if cached is not None:
             _write(folder, answer_key, cached)
     if cached is None:
+        _UNESTIMATED.add(answer_key)
         return None
     if "refused" in cached:
         raise JzkError(cached["refused"])
