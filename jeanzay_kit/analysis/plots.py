@@ -109,3 +109,34 @@ def _mfu_plot(runs: Sequence[RunSeries], labels: Sequence[str], path: Path) -> P
             steps, values = zip(*run.mfu, strict=True)
             axes.plot(steps, [100 * v for v in values], color=f"C{index % 10}", label=label)
     return _finish(figure, axes, "model FLOPs utilization", "% of the dense peak", path, True)
+
+
+HOURS_PNG = "hours.png"  # where the GPU hours went (launch/ledger.py), per run and in all
+
+
+def write_hours_plot(rows: Sequence[tuple[str, object]], out_dir: Path) -> Path | None:
+    """hours.png: one stacked bar per run (and their sum), GPU hours by the ledger's
+    parts (launch/ledger.py PARTS); None when Slurm accounted for no run."""
+    from jeanzay_kit.launch.ledger import PARTS, Ledger, total
+
+    named = [(name, one) for name, one in rows if isinstance(one, Ledger) and one.allocated_h]
+    if not named:
+        return None
+    if len(named) > 1:
+        named.append(("in all", total([one for _, one in named])))
+    figure = _figure(0)[0]
+    figure.set_size_inches(8, 2 + 0.5 * len(named))
+    axes = figure.axes[0]
+    labels = [wrap_label(name, 40) for name, _ in named]
+    left = [0.0] * len(named)
+    for title, key in PARTS:
+        widths = [max(0.0, getattr(one, key) or 0.0) for _, one in named]
+        axes.barh(labels, widths, left=left, label=title)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    axes.invert_yaxis()
+    axes.set_xlabel("GPU hours (sacct)")
+    axes.set_title("where the GPU hours went")
+    figure.legend(fontsize="small", loc="outside lower center", ncol=len(PARTS))
+    path = out_dir / HOURS_PNG
+    figure.savefig(path, dpi=100)
+    return path

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         print("\nhow the newest attempt ended:\n" + "\n".join(f"  {line}" for line in endings))
     for line in gpu_hour_lines(directory):
         print(line)
-    for line in ledger_lines(directory):
+    for line in ledger_lines(directory, out, written):
         print(line)
     empty = [r.name for r in runs if not r.loss]
     if empty:
@@ -109,9 +109,10 @@ def gpu_hour_lines(directory: Path) -> list[str]:
     return lines + [f"  {note}" for note in notes]
 
 
-def ledger_lines(directory: Path) -> list[str]:
+def ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
     """Where each run's GPU hours went (launch/ledger.py), and their sum over a sweep:
-    sacct's hours, queue wait and GPUs of each run's jobs, its own starts and steps."""
+    sacct's hours, queue wait and GPUs of each run's jobs, its own starts and steps; the
+    picture of it (hours.png) added to `written`."""
     from jeanzay_kit.cli.status import _newest_complete_step, slurm_states, status_records
     from jeanzay_kit.launch import status
     from jeanzay_kit.launch.ledger import ledger, ledger_table
@@ -136,6 +137,10 @@ def ledger_lines(directory: Path) -> list[str]:
         rows.append((run_dir, one))
     if not rows:
         return []
+    from jeanzay_kit.analysis.plots import write_hours_plot
+
+    picture = write_hours_plot(rows, out)
+    written.extend([picture] if picture else [])
     head = '\nwhere the GPU hours went (docs/operate.md, "Where the hours went"):'
     return [head, ledger_table(rows)]
 

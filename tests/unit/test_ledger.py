@@ -96,3 +96,14 @@ def test_queue_wait_of_every_start_from_sacct() -> None:
     assert (usage["41"].gpus, usage["41"].gpu_hours) == (8, pytest.approx(12.0))
     assert usage["43"].queue_wait_s is None
     assert queue_wait("2026-11-27T10:00:00", "None") is None
+
+
+def test_the_picture_of_where_the_hours_went(tmp_path) -> None:
+    from jeanzay_kit.analysis.plots import write_hours_plot
+
+    a = ledger(RunRecord(100, 100, (Start(0, None, 10.0),), 1.0), 2.0, 8)
+    b = ledger(RunRecord(50, 70, (Start(0, None, 10.0),), 1.0), 1.0, 8)
+    path = write_hours_plot([("a", a), ("b", b)], tmp_path)
+    assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    local = ledger(RunRecord(10, 10, (Start(0, None, 1.0),), 1.0), None, 0)
+    assert write_hours_plot([("local", local)], tmp_path / "none") is None
