@@ -143,8 +143,10 @@ def pipeline(plan: Plan, stages: list[Traced]) -> Estimate:
     estimates = []
     for index, traced in enumerate(stages):
         held = (in_flight(plan, index) - 1) * traced.forward_activations
+        # pipeline_ddp averages a stage's gradients after the schedule with one coalesced
+        # all-reduce (train/strategies/pipeline.py): a flat copy of them, before the step.
         buckets = traced.grad_bytes if plan.mode == "pipeline_ddp" and plan.dp_size > 1 else 0
-        back = _split(traced.backward, buckets, where=f"stage {index} backward")
+        back = _split(traced.backward, where=f"stage {index} backward")
         back = Estimate(back.model_states, back.activations + held, back.buffers, back.where)
         estimates.append(_larger(back, _split(traced.step, buckets, where=f"stage {index} step")))
     return _larger(*estimates)

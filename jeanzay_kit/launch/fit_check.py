@@ -29,6 +29,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError, SpecError
 from jeanzay_kit.train.fit_estimate import (
     PIPELINES,
+    accumulates_gradients,
     combine,
     plan_of,
     trace_spec,
@@ -39,7 +40,7 @@ from jeanzay_kit.values import as_node
 ENV_SWITCH = "JZK_FIT_CHECK"
 # Plans this process could not estimate (the note was printed): not tried again.
 _UNESTIMATED: set[str] = set()
-_VERSION = "1"  # bump when the trace or the rules change what they answer
+_VERSION = "2"  # bump when the trace or the rules change what they answer
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ def trace_key(spec: JobSpec) -> str:
             "precision": spec.train.precision,
             "ckpt": spec.train.activation_checkpointing,
             "micro": traced_micro_batch(spec),
-            "accumulates": spec.train.grad_accum_steps > 1,
+            "accumulates": accumulates_gradients(spec),
             "stages": lay.pp_size if lay.mode in PIPELINES else 1,
             "versions": _versions(),
             "code": code_stamps(spec),

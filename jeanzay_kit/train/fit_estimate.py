@@ -23,7 +23,9 @@ def plan_of(spec: JobSpec) -> rules.Plan:
         mode=lay.mode,
         dp_size=lay.dp_size,
         pp_size=lay.pp_size,
-        microbatches=lay.microbatches,
+        # A pipeline's optimizer step is one schedule step over microbatches x
+        # accumulation pipeline micro-batches (train/strategies/pipeline.py).
+        microbatches=lay.microbatches * spec.train.grad_accum_steps,
         schedule=lay.schedule,
         gpus_per_node=spec.resources.gpus_per_node,
     )
@@ -45,6 +47,13 @@ def traced_micro_batch(spec: JobSpec) -> int:
     if spec.layout.mode == "dataparallel":
         return max(1, math.ceil(micro / spec.resources.gpus_per_node))
     return micro
+
+
+def accumulates_gradients(spec: JobSpec) -> bool:
+    """Whether a backward runs with every gradient already held: accumulation, or a
+    pipeline's later micro-batches of one schedule step."""
+    pipelined = spec.layout.mode in PIPELINES and spec.layout.microbatches > 1
+    return spec.train.grad_accum_steps > 1 or pipelined
 
 
 def combine(spec: JobSpec, found: list[rules.Traced]) -> rules.Estimate:
@@ -89,7 +98,7 @@ def _trace(spec: JobSpec) -> list[rules.Traced]:
     def autocast() -> Any:
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=low)
 
-    accumulates = spec.train.grad_accum_steps > 1
+    accumulates = accumulates_gradients(spec)
     with mt.fake_mode() as mode:
         model = build_model(spec, warn=False)
         batch = mt.as_fake(mode, samples)
