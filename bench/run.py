@@ -269,6 +269,21 @@ def startup_figures(r: dict) -> list[Figure]:
     ]
 
 
+def warm_compile_figures(r: dict) -> list[Figure]:
+    return [
+        Figure(
+            "warm_compile_vs_cold",
+            "torch.compile of a requeued run on a new node (empty TMPDIR), its caches kept "
+            "in the run directory / the cold compile (2 CPU workers, example MLP)",
+            r["ratio_median"],
+            r["ratios"],
+            f"{median([x['warm_s'] for x in r['rounds']]):.1f} s",
+            f"{median([x['cold_s'] for x in r['rounds']]):.1f} s (cold)",
+            "<= 0.40",
+        )
+    ]
+
+
 def session_figures(r: dict) -> list[Figure]:
     return [
         Figure(
@@ -520,6 +535,14 @@ BENCHES = [
         ["--rounds", "3"],
         ["--rounds", "7"],
         startup_figures,
+    ),
+    Bench(
+        "warm_compile",
+        "bench_warm_compile.py",
+        ["warm_compile_vs_cold"],
+        ["--rounds", "1"],
+        ["--rounds", "3"],
+        warm_compile_figures,
     ),
     Bench(
         "session",
