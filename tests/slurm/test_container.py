@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.launch.status import queue_wait
 from tests.slurm.cluster import (
     JZK,
     jzk_submit,
@@ -114,3 +115,21 @@ def test_every_task_runs_in_the_container_and_the_requeue_runs_outside_it(
     reported = run([JZK, "report", str(run_dir)], env, project).stdout
     total = re.search(r"^\s+([\d.]+)\s+in all, 1 job\(s\)$", reported, re.M)
     assert total and float(total.group(1)) == pytest.approx(obj["gpu_hours"], abs=0.006), reported
+
+    # The ledger (issue 59): the stop saved, so nothing was trained twice; the queue wait
+    # is sacct's Submit to Start of both starts; the start-up that of both starts.
+    times = run(
+        ["sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "-o", "Submit,Start"], env
+    ).stdout.splitlines()
+    waits = [queue_wait(*row.split("|")) for row in times]
+    starts = [json.loads(x) for x in (run_dir / "starts.jsonl").read_text().splitlines()]
+    assert len(waits) == 2 and len(starts) == 2, (times, starts)
+    assert obj["queue_wait_s"] == pytest.approx(sum(waits))
+    assert obj["lost_steps"] == 0 and starts[1]["reached_before"] == starts[1]["start_step"]
+    assert obj["startup_s"] == pytest.approx(sum(s["startup_s"] for s in starts), abs=0.1)
+    assert 0 < obj["goodput"] < 1
+    # jzk report's row of where the hours went: allocated = sacct's hours.
+    (row,) = [line for line in reported.splitlines() if line.startswith(str(run_dir))]
+    assert float(row[len(str(run_dir)) :].split()[0]) == pytest.approx(
+        obj["gpu_hours"], abs=0.006
+    ), reported
