@@ -36,6 +36,7 @@ from jeanzay_kit.node.health_rules import (
     GateDecision,
     GpuCheck,
     NodeHealth,
+    checks_of,
     decide_gate,
     gpu_problems,
     node_health_of,
@@ -185,13 +186,31 @@ def say(line: str) -> None:
     print(f"{GATE}: {line}", file=sys.stderr, flush=True)
 
 
+def earlier_checks(run_dir: Path, env: Mapping[str, str]) -> list[set[str]]:
+    """What each node this job left out before failed (its unhealthy_node endings)."""
+    from jeanzay_kit.distributed.ranks import array_id
+    from jeanzay_kit.node.endings import read_endings
+    from jeanzay_kit.runtime.ending_rules import UNHEALTHY
+
+    job = array_id(env) or env.get("SLURM_JOB_ID")
+    if job is None:
+        return []
+    return [
+        checks_of(str(e.get("evidence", "")))
+        for e in read_endings(run_dir)
+        if e.get("kind") == UNHEALTHY and e.get("job_id") == job
+    ]
+
+
 def gate(run_dir: Path, answers_text: str, env: Mapping[str, str]) -> int:
     from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
 
     nodelist = env.get("SLURM_JOB_NODELIST", "")
     nodes = expand_hostlist(nodelist) if nodelist else []
     answers = read_answers(answers_text)
-    decision = decide_gate(answers, nodes or [a.node for a in answers])
+    decision = decide_gate(
+        answers, nodes or [a.node for a in answers], earlier_checks(run_dir, env)
+    )
     if decision.action == TRAIN:
         say(decision.line)
         return 0

@@ -25,6 +25,10 @@ MIN_FREE_FRACTION = 0.9
 # The probe's GPU checks must end within this: a GPU that hangs its driver does not
 # hold the job (the gate's answer comes within 30 s of the job's start).
 GPU_CHECK_SECONDS = 20.0
+# The same check failing on this many nodes of one job in turn is not the nodes (a check
+# wrong for the site, a setting every node shares): the job ends instead of walking
+# through the partition one requeue at a time.
+REPEATED_NODES = 3
 TRAIN, REQUEUE, END = "train", "requeue", "end"
 NO_ANSWER = "no answer: the node's check died or hung (read the job's log)"
 
@@ -107,9 +111,17 @@ def _check(problem: str) -> str:
     return problem.split(":", 1)[0]
 
 
-def decide_gate(answers: Sequence[NodeHealth], nodes: Sequence[str]) -> GateDecision:
+def checks_of(evidence: str) -> set[str]:
+    """The checks an unhealthy node's recorded evidence names (its problems, "; "-joined)."""
+    return {_check(problem) for problem in evidence.split("; ") if problem}
+
+
+def decide_gate(
+    answers: Sequence[NodeHealth], nodes: Sequence[str], earlier: Sequence[set[str]] = ()
+) -> GateDecision:
     """The gate's decision from the nodes' answers. nodes: the job's nodes (a node that
-    gave no answer failed)."""
+    gave no answer failed); earlier: the checks each node this job left out before failed
+    (endings.jsonl)."""
     by_node = {a.node: a for a in answers}
     bad = {n: by_node[n].problems if n in by_node else (NO_ANSWER,) for n in nodes}
     bad = {n: p for n, p in bad.items() if p}
@@ -127,6 +139,14 @@ def decide_gate(answers: Sequence[NodeHealth], nodes: Sequence[str]) -> GateDeci
             f"every node fails the same check ({shown}): the cause is not a node. HINT: "
             f"{fix_of(check)}",
         )  # fmt: skip
+    for check in sorted(shared - {NO_ANSWER.split(":")[0]}):
+        times = len(bad) + sum(check in checks for checks in earlier)
+        if times >= REPEATED_NODES:
+            return GateDecision(
+                END, bad,
+                f"{times} nodes of this job in turn failed the same check ({shown}): the "
+                f"cause is not the nodes. HINT: {fix_of(check)}",
+            )  # fmt: skip
     return GateDecision(REQUEUE, bad, f"{len(bad)} of {len(nodes)} node(s) failed: {shown}")
 
 

@@ -141,3 +141,27 @@ def test_a_gpu_check_that_hangs_is_a_problem_not_a_wait(monkeypatch) -> None:
         "gpus: the check did not end in 0.2 s (a GPU or its driver hangs)"
     ]
     never.set()
+
+
+@pytest.mark.parametrize(
+    ("earlier", "action"),
+    [
+        ([], REQUEUE),
+        ([{"TMPDIR"}], REQUEUE),
+        ([{"TMPDIR"}, {"gpu 0"}], REQUEUE),
+        ([{"TMPDIR"}, {"TMPDIR", "gpu 0"}], END),  # the third node in turn: not the nodes
+    ],
+)
+def test_the_same_check_on_node_after_node_ends_the_job(earlier, action) -> None:
+    decision = decide_gate([NodeHealth("n3", (TMP.format(3),))], ["n3"], earlier)
+    assert decision.action == action, decision
+    if action == END:
+        assert decision.line.startswith("3 nodes of this job in turn failed the same check")
+        assert "HINT: point $TMPDIR at a folder" in decision.line
+
+
+def test_the_checks_are_read_back_from_the_recorded_evidence() -> None:
+    from jeanzay_kit.node.health_rules import checks_of
+
+    evidence = "; ".join([TMP.format(1), "gpu 0: CUDA error: uncorrectable ECC error"])
+    assert checks_of(evidence) == {"TMPDIR", "gpu 0"}
