@@ -95,15 +95,19 @@ class StartClock:
 
 
 _CLOCK: StartClock | None = None
+_FIRST = True  # no clock began in this process yet: its start and the job's count
 
 
 def begin(job_start: str | None = None) -> StartClock:
     """The process's clock, started first thing in a worker: the time before this call
-    is `launch` (job start to process start) and `imports` (process start to now)."""
-    global _CLOCK
+    is `launch` (job start to process start) and `imports` (process start to now). A
+    later start in the same process (a one-rank run restarted in place, the runs of a
+    Hydra multirun on the basic launcher) counts from now."""
+    global _CLOCK, _FIRST
     now = time.time()
-    process = process_start_time() or now
-    job = float(job_start) if job_start and job_start.isdigit() else None
+    process = (process_start_time() if _FIRST else None) or now
+    job = float(job_start) if _FIRST and job_start and job_start.isdigit() else None
+    _FIRST = False
     clock = StartClock(began=job if job is not None and job <= process else process, last=now)
     if job is not None and job <= process:
         clock.parts["launch"] = process - job
@@ -113,14 +117,15 @@ def begin(job_start: str | None = None) -> StartClock:
 
 
 def clock() -> StartClock:
-    """This process's clock (one started now where no worker began one: a test's loop)."""
-    return _CLOCK if _CLOCK is not None else begin()
+    """This start's clock; a new one where none began or the last one's start is written
+    (a loop called again in the same process: a benchmark's, a test's)."""
+    return _CLOCK if _CLOCK is not None and not _CLOCK.written else begin()
 
 
 def write_start(run_dir: Path, extra: dict[str, Any]) -> None:
     """Rank 0, at the end of its first step: one line in starts.jsonl."""
-    c = clock()
-    if c.written:
+    c = _CLOCK
+    if c is None or c.written:
         return
     c.written = True
     line = {
