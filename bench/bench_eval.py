@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_loader import MODEL, Samples, alternate, fresh_dirs, spec_for  # noqa: E402
-from bench_runtime import run_workers, start_session, toolkit_step_time  # noqa: E402
+from bench_runtime import run_workers, start_run, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.sections import EvalSettings  # noqa: E402
@@ -95,15 +95,13 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     ranks = args.workers
     plain = spec_for(ranks, args.steps, "0", 0)
     spec = replace(plain, eval=EvalSettings(None, 1, None, EVAL_MICRO, {}))
-    session = start_session(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
-    ctx = session.ctx
+    run = start_run(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
+    ctx = run.ctx
     sides = {"toolkit": lambda: toolkit_eval_time(spec, ctx), "hand": lambda: hand_eval_time(ctx)}
     evals = alternate(args.rounds, sides)
     next_dir = fresh_dirs(out_dir / "steps")
-    step_s = [
-        toolkit_step_time(plain, session, next_dir(), args.steps, args.warmup) for _ in range(2)
-    ]
-    session.close()
+    step_s = [toolkit_step_time(plain, run, next_dir(), args.steps, args.warmup) for _ in range(2)]
+    run.close(False)
     if index != 0:
         return
     ratios = [a / b for a, b in zip(evals["toolkit"], evals["hand"], strict=True)]

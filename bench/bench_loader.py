@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_runtime import run_workers, start_session, toolkit_step_time  # noqa: E402
+from bench_runtime import run_workers, start_run, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
@@ -142,23 +142,21 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     ranks = args.workers
     # (a) the loop: two ranks, no loader workers on either side (2 cores: none to spare).
     spec = spec_for(ranks, args.steps, "0", 0)
-    session = start_session(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
-    ctx = session.ctx
+    run = start_run(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
+    ctx = run.ctx
     next_dir = fresh_dirs(out_dir / "ddp")
     loop = alternate(
         args.rounds,
         {
-            "toolkit": lambda: toolkit_step_time(
-                spec, session, next_dir(), args.steps, args.warmup
-            ),
+            "toolkit": lambda: toolkit_step_time(spec, run, next_dir(), args.steps, args.warmup),
             "hand": lambda: hand_ddp_step_time(ctx, args.steps, args.warmup),
         },
     )
-    session.close()
+    run.close(False)
     if index != 0:
         return
     # (b) input-bound: one rank (this process), the other CPU free for a loader worker.
-    one = start_session(spec_for(1, 1, "0", 0), local_rank_infos(1, port + 1)[0], out_dir / "one")
+    one = start_run(spec_for(1, 1, "0", 0), local_rank_infos(1, port + 1)[0], out_dir / "one")
     specs = {
         "auto": spec_for(1, args.steps, "auto", args.decode_kb),
         "zero": spec_for(1, args.steps, "0", args.decode_kb),
@@ -172,7 +170,7 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             for k in specs
         },
     )
-    one.close()
+    one.close(False)
     report(loop, bound, specs["auto"].loader.num_workers, args)
 
 

@@ -22,7 +22,7 @@ import torch.distributed as dist
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench_runtime import overrides, run_workers, start_session, toolkit_step_time  # noqa: E402
+from bench_runtime import overrides, run_workers, start_run, toolkit_step_time  # noqa: E402
 from common import write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
@@ -45,8 +45,8 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     # The session's own heartbeat (and no watchdog: stall_seconds=0) runs on both sides;
     # each side puts its own in the loop's hands: a real one with a watchdog, or none.
     spec = replace(spec, watchdog=replace(spec.watchdog, stall_seconds=0.0))
-    session = start_session(spec, info, out_dir / "session")
-    own_beat = session.run.heartbeat
+    run = start_run(spec, info, out_dir / "session")
+    own_beat = run.heartbeat
     times: dict[str, list[float]] = {"on": [], "off": []}
     for r in range(args.rounds):
         for side in ("on", "off") if r % 2 == 0 else ("off", "on"):
@@ -57,14 +57,14 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             if side == "on":
                 beat = Heartbeat(run_dir, info.rank, args.steps, "bench", None, 2.0).start()
                 watch = (beat, Watchdog(beat, run_dir, 300.0).start())
-            session.run.heartbeat = watch[0] if watch else _NoBeat()
-            times[side].append(toolkit_step_time(spec, session, run_dir, args.steps, args.warmup))
+            run.heartbeat = watch[0] if watch else _NoBeat()
+            times[side].append(toolkit_step_time(spec, run, run_dir, args.steps, args.warmup))
             if watch:
                 watch[1].stop()
                 watch[0].stop()
     dist.barrier()
-    session.run.heartbeat = own_beat
-    session.close()
+    run.heartbeat = own_beat
+    run.close(False)
     if index != 0:
         return
     ratios = [a / b for a, b in zip(times["on"], times["off"], strict=True)]
