@@ -39,7 +39,7 @@ from jeanzay_kit.runtime.stall import made_progress
 EXIT_REFUSED = 2
 NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)
 # A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
-# it, and a death by the time-limit warning SIGUSR1, into REQUEUE_MARK).
+# it, and a death by the time-limit warning SIGUSR1, into RunDir.requeue_mark).
 SCRIPT_REQUEUE = (EXIT_PREEMPTED,)
 
 

@@ -247,7 +247,7 @@ def slurm_task(
     settings: str = "",
 ) -> int:
     """The rendered scripts' way: run `command` as this Slurm task's child and end as it
-    ended, except that its "requeue me" (exit 3) is written down as REQUEUE_MARK in the
+    ended, except that its "requeue me" (exit 3) is written down as RunDir.requeue_mark in the
     run directory and the task exits 0. srun's --kill-on-bad-exit would otherwise
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and

@@ -8,7 +8,7 @@ process group. A stop signal can reach that child by several roads at once:
   whole task, the child included: nothing to pass on;
 - from the batch shell, which Slurm alone signalled (`--signal=B:SIG@T`,
   `scancel --batch`): the rendered script notes it in the run directory
-  (distributed/script_env.py STOP_NOTE_FILE) and every task reads it. Only the task can
+  (RunDir.stop_note, .jzk-signal) and every task reads it. Only the task can
   pass it on;
 - from a parent that is not the step daemon (torchrun's agent) or from someone's `kill`:
   it reached this process alone.
