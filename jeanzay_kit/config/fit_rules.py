@@ -130,11 +130,11 @@ def replicated(plan: Plan, traced: Traced) -> Estimate:
 
 def in_flight(plan: Plan, stage: int) -> int:
     """Micro-batches whose activations stage `stage` holds at once: GPipe runs every
-    forward first; 1F1B (and, approximately, its interleaved form) at most the stages
-    from this one to the last."""
+    forward first; torch's 1F1B (and, approximately, its interleaved form) runs one
+    forward per stage from this one to the last, then a forward before each backward."""
     if plan.schedule == "gpipe":
         return plan.microbatches
-    return max(1, min(plan.microbatches, plan.pp_size - stage))
+    return max(1, min(plan.microbatches, plan.pp_size - stage + 1))
 
 
 def pipeline(plan: Plan, stages: list[Traced]) -> Estimate:

@@ -99,7 +99,7 @@ def trace(
     make_optimizer: Callable[[list[nn.Parameter]], torch.optim.Optimizer],
     accumulates: bool,
 ) -> Traced:
-    """Two steps of `run` (forward to a scalar to backpropagate) on the fake model: the
+    """Two steps of `run` (forward to a loss, or a stage's output) on the fake model: the
     first creates the optimizer's states, the second is the one measured. accumulates:
     gradient accumulation, whose later micro-batches run backward with every gradient
     already held."""
@@ -114,10 +114,12 @@ def trace(
         with tracker:
             for phase in ("warm-up", "measured"):
                 tracker.phase = f"{phase} backward"
-                scalar = run(model)
+                out = run(model)
                 forward_activations = tracker.now().activations
-                scalar.backward()
-                del scalar
+                # A pipeline stage's output gets its gradient from the next stage, made
+                # when its backward starts (as a received buffer is).
+                out.backward(None if out.dim() == 0 else torch.ones_like(out))
+                del out
                 tracker.phase = f"{phase} step"
                 optimizer.step()
                 if not accumulates or phase == "measured":
@@ -164,15 +166,13 @@ def stage_inputs(chunks: list[nn.Module], first: Any) -> list[Any]:
 def run_stage(
     inp: Any, target: Any, last: bool, loss: Callable[[Any, Any], torch.Tensor], autocast: Any
 ) -> Callable[[nn.Module], torch.Tensor]:
-    """One stage's forward to a scalar: the loss on the last stage; elsewhere the output
-    dotted with a gradient as large as the one the next stage sends back."""
+    """One stage's forward: the loss on the last stage; elsewhere the output, whose
+    gradient trace() makes as large as the one the next stage sends back."""
 
     def run(chunk: nn.Module) -> torch.Tensor:
         with autocast():
             out = chunk(inp)
-        if last:
-            return loss(out, target)
-        return (out.float() * torch.ones_like(out, dtype=torch.float32)).sum()
+        return loss(out, target) if last else out
 
     return run
 
