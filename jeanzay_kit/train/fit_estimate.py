@@ -50,10 +50,14 @@ def traced_micro_batch(spec: JobSpec) -> int:
 
 
 def accumulates_gradients(spec: JobSpec) -> bool:
-    """Whether a backward runs with every gradient already held: accumulation, or a
-    pipeline's later micro-batches of one schedule step."""
-    pipelined = spec.layout.mode in PIPELINES and spec.layout.microbatches > 1
-    return spec.train.grad_accum_steps > 1 or pipelined
+    """Whether the backward that peaks runs with every gradient already held:
+    accumulation, or 1F1B's later pipeline micro-batches (as many in flight at each).
+    GPipe holds the most activations at its first backward, before any gradient (the
+    step before set them to None), and fewer at each later one."""
+    lay = spec.layout
+    if lay.mode in PIPELINES:
+        return lay.schedule != "gpipe" and lay.microbatches * spec.train.grad_accum_steps > 1
+    return spec.train.grad_accum_steps > 1
 
 
 def combine(spec: JobSpec, found: list[rules.Traced]) -> rules.Estimate:
