@@ -221,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.node.health")
     parser.add_argument("action", choices=("probe", "gate"))
     parser.add_argument("--run-dir", required=True)
-    parser.add_argument("--gpus", type=int, default=0, help="GPUs per node Slurm gave")
+    parser.add_argument("--expect-gpus", type=int, default=0, help="GPUs per node Slurm gave")
     parser.add_argument("--device", default="cuda", help="cluster.device")
     args = parser.parse_args(argv)
     env = dict(os.environ)  # the environment is read here, once
     if args.action == "probe":
-        answer = probe(Path(args.run_dir), args.gpus, args.device, env)
+        answer = probe(Path(args.run_dir), args.expect_gpus, args.device, env)
         print(json.dumps(answer.record()), flush=True)
         os._exit(0)  # not waiting for a GPU check's thread that hangs
     # Our own `scontrol requeue` sends SIGTERM to the batch step, this process included:

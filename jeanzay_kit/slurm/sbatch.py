@@ -432,8 +432,10 @@ def health_gate_lines(spec: JobSpec) -> list[str]:
     own status is not the gate's."""
     run_dir = shell_word(f"--run-dir={spec.checkpoint.run_dir}")
     python = shell_word(spec.job.python)
+    # A job on a CPU partition asks Slurm for no GPU (total_gpus 0): expect none.
+    gpus = spec.resources.gpus_per_node if spec.resources.total_gpus else 0
     probe = in_container(spec, [python, "-m", "jeanzay_kit.node.health", "probe", run_dir,
-                                f"--gpus={spec.resources.gpus_per_node}",
+                                f"--expect-gpus={gpus}",
                                 f"--device={shell_word(spec.cluster.device)}"])  # fmt: skip
     decide = in_container(spec, [python, "-m", "jeanzay_kit.node.health", "gate", run_dir])
     step = [

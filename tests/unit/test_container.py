@@ -104,7 +104,7 @@ def test_the_step_runs_in_the_container_and_the_requeue_outside(tmp_path: Path) 
     assert restart.lstrip().startswith('"${jzk_container[@]}" ')
     assert "jzk_container=(apptainer exec" in script and "--nv" not in script  # CPU nodes
     # The requeue asked from inside is run by this shell, after the step.
-    assert script.index("restart_job") < script.index('scontrol requeue "$jzk_requeue"')
+    assert script.index("restart_job") < script.rindex('scontrol requeue "$jzk_requeue"')
     with pytest.raises(LaunchError, match="jzk submit"):
         submitit_parameters(spec)
 

@@ -116,7 +116,7 @@ def test_the_probe_prints_one_json_line(tmp_path: Path) -> None:
     """The module as the rendered script runs it (no torch import on a CPU cluster)."""
     out = subprocess.run(
         [sys.executable, "-m", "jeanzay_kit.node.health", "probe", f"--run-dir={tmp_path}",
-         "--gpus=2", "--device=cpu"],
+         "--expect-gpus=2", "--device=cpu"],
         capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
     (answer,) = read_answers(out.stdout)
