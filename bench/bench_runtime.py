@@ -12,6 +12,12 @@ machine noise and warm caches hit both sides alike:
 
 Target <= 1.02 each. CPU workers with gloo unless --device cuda. Results are printed and
 written to bench/results/runtime.json.
+
+Wall time on a shared 2-core machine spreads by +-15 % between rounds, so each round also
+records rank 0's CPU time per step (its process, all threads: `time.process_time`), which
+a busy neighbour moves much less; its ratio comes with a 95 % bootstrap confidence
+interval of the median over rounds (`cpu_ratio_ci`): an overhead is told from noise when
+the interval excludes it.
 """
 
 from __future__ import annotations
@@ -75,23 +81,25 @@ def start_run(spec, info, run_dir: Path) -> Run:
     return run
 
 
-def toolkit_step_time(spec, run: Run, run_dir: Path, steps: int, warmup: int) -> float:
-    """Mean step time of jeanzay_kit's own loop (on the runtime node/worker.py starts: its
-    run, here one per mode, a run directory per round), after warmup steps."""
+def toolkit_step_time(
+    spec, run: Run, run_dir: Path, steps: int, warmup: int
+) -> tuple[float, float]:
+    """Mean step time and rank 0's CPU time per step of jeanzay_kit's own loop (on the
+    runtime node/worker.py starts: its run, here one per mode, a run directory per round),
+    after warmup steps (metrics.jsonl's step_time_s and step_cpu_s)."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
     run.run_dir = run_dir  # a fresh directory per round, one group for all
     train(replace(spec, train=longer), run)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.
     measured = [r for r in records if r["step"] > warmup]
-    total = sum(
-        r["step_time_s"] * (r["step"] - prev)
-        for r, prev in zip(measured, [warmup] + [m["step"] for m in measured[:-1]], strict=True)
-    )
-    return total / steps
+    spans = list(zip(measured, [warmup] + [m["step"] for m in measured[:-1]], strict=True))
+    total = sum(r["step_time_s"] * (r["step"] - prev) for r, prev in spans)
+    cpu = sum(r["step_cpu_s"] * (r["step"] - prev) for r, prev in spans)
+    return total / steps, cpu / steps
 
 
-def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> float:
+def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, float]:
     """The loop a user would write by hand with DDP."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -100,10 +108,10 @@ def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> float:
     model = DDP(TinyGPT(**MODEL), process_group=ctx.dp_group)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     plan = GlobalBatchPlan(len(data), 32, 8, spec.layout.dp_size, ctx.dp_rank, 0)
-    t0 = 0.0
+    t0 = c0 = 0.0
     for step in range(warmup + steps):
         if step == warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         micro = [default_collate(data.__getitems__(i.tolist())) for i in plan.step_indices(step)]
         for k, (x, y) in enumerate(micro):
             if k < len(micro) - 1:
@@ -113,10 +121,10 @@ def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> float:
                 (TinyGPT.loss(model(x), y) / len(micro)).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
-def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> float:
+def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, float]:
     """torch.distributed.pipelining used directly: two stages, 1F1B, 4 x accum micro-batches."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
@@ -130,10 +138,10 @@ def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> float:
     schedule = Schedule1F1B(stage, spec.layout.microbatches * accum, loss_fn=TinyGPT.loss)
     opt = torch.optim.AdamW(chunk.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     plan = GlobalBatchPlan(len(data), 32, 8, 1, 0, 0)
-    t0 = 0.0
+    t0 = c0 = 0.0
     for step in range(warmup + steps):
         if step == warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         micro = [default_collate(data.__getitems__(i.tolist())) for i in plan.step_indices(step)]
         x = torch.cat([m[0] for m in micro])
         y = torch.cat([m[1] for m in micro])
@@ -143,12 +151,23 @@ def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> float:
             schedule.step(target=y, losses=[])
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+
+
+def median_ci(values: list[float], level: float = 0.95, draws: int = 4000) -> list[float]:
+    """A bootstrap percentile interval of the median over rounds (stdlib only, seeded: the
+    same rounds give the same interval)."""
+    import random
+
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
+    tail = (1 - level) / 2
+    return [medians[int(tail * draws)], medians[min(draws - 1, int((1 - tail) * draws))]]
 
 
 def worker(index: int, args, port: int, out_dir: Path) -> None:
     torch.set_num_threads(max(1, args.threads))
-    results: dict[str, dict[str, list[float]]] = {}
+    results: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for mode in ("ddp", "pipeline"):
         spec = build_job_spec(compose_config(overrides(mode, args.workers, args.steps)))
         run = start_run(spec, local_rank_infos(args.workers, port)[index], out_dir / mode)
@@ -170,18 +189,26 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
                 else:
                     theirs.append(raw_pipeline_step_time(spec, ctx, args.steps, args.warmup))
             dist.barrier()
-        results[mode] = {"toolkit_s": ours, "baseline_s": theirs}
+        results[mode] = {"toolkit": ours, "baseline": theirs}
         run.close(False)
         port += 1
     if index == 0:
         report = {}
         for mode, r in results.items():
-            ratios = [a / b for a, b in zip(r["toolkit_s"], r["baseline_s"], strict=True)]
+            pairs = list(zip(r["toolkit"], r["baseline"], strict=True))
+            ratios = [a[0] / b[0] for a, b in pairs]
+            cpu_ratios = [a[1] / b[1] for a, b in pairs]
             report[mode] = {
-                "toolkit_step_s": statistics.median(r["toolkit_s"]),
-                "baseline_step_s": statistics.median(r["baseline_s"]),
+                "toolkit_step_s": statistics.median(a[0] for a, _ in pairs),
+                "baseline_step_s": statistics.median(b[0] for _, b in pairs),
                 "ratio_median": statistics.median(ratios),
                 "ratios": ratios,
+                "toolkit_cpu_s": statistics.median(a[1] for a, _ in pairs),
+                "baseline_cpu_s": statistics.median(b[1] for _, b in pairs),
+                "cpu_ratio_median": statistics.median(cpu_ratios),
+                "cpu_ratios": cpu_ratios,
+                "cpu_ratio_ci": median_ci(cpu_ratios),
+                "ratio_ci": median_ci(ratios),
             }
         report["setup"] = {
             "workers": args.workers,
@@ -199,7 +226,10 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             print(
                 f"{mode:9s} toolkit {m['toolkit_step_s'] * 1e3:7.1f} ms/step   baseline "
                 f"{m['baseline_step_s'] * 1e3:7.1f} ms/step   ratio {m['ratio_median']:.3f} "
-                f"(target <= 1.02; rounds {', '.join(f'{x:.3f}' for x in m['ratios'])})"
+                f"(target <= 1.02; rounds {', '.join(f'{x:.3f}' for x in m['ratios'])})\n"
+                f"{'':9s} CPU per step ratio {m['cpu_ratio_median']:.3f}, 95 % CI "
+                f"{m['cpu_ratio_ci'][0]:.3f}-{m['cpu_ratio_ci'][1]:.3f} (wall: "
+                f"{m['ratio_ci'][0]:.3f}-{m['ratio_ci'][1]:.3f})"
             )
         print(f"wrote {path}")
 

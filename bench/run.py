@@ -54,6 +54,7 @@ class Figure:
     target: str = ""
     ratio: bool = True  # a ratio (plotted) or a count
     note: str = ""
+    ci: list[float] = field(default_factory=list)  # a 95 % interval of the median, if known
 
     @property
     def spread(self) -> list[float]:
@@ -111,8 +112,23 @@ def runtime_figures(r: dict) -> list[Figure]:
                 f"{ms(m['toolkit_step_s'])}/step",
                 f"{ms(m['baseline_step_s'])}/step ({base})",
                 "<= 1.02",
+                ci=m.get("ratio_ci", []),
             )
         )
+        if "cpu_ratio_median" in m:  # CPU time per step of rank 0 (issue 59 point 4)
+            out.append(
+                Figure(
+                    f"{key}_cpu",
+                    f"{what}, CPU time per step of rank 0's process (interleaved rounds; "
+                    "ci: 95 % bootstrap interval of the median)",
+                    m["cpu_ratio_median"],
+                    m["cpu_ratios"],
+                    f"{ms(m['toolkit_cpu_s'])} CPU/step",
+                    f"{ms(m['baseline_cpu_s'])} CPU/step ({base})",
+                    "<= 1.02",
+                    ci=m["cpu_ratio_ci"],
+                )
+            )
     return out
 
 
@@ -483,7 +499,7 @@ BENCHES = [
     Bench(
         "runtime",
         "bench_runtime.py",
-        ["ddp_vs_handwritten", "pipeline_vs_raw"],
+        ["ddp_vs_handwritten", "pipeline_vs_raw", "ddp_vs_handwritten_cpu", "pipeline_vs_raw_cpu"],
         ["--steps", "12", "--warmup", "3", "--rounds", "3"],
         ["--rounds", "6"],
         runtime_figures,
@@ -693,6 +709,8 @@ def table(figures: list[Figure], skipped: dict[str, str], keys: list[str]) -> li
             if f.rounds
             else ""
         )
+        if f.ci:  # a 95 % interval of the median (issue 59 point 4)
+            spread += f"; CI {fmt(f.ci[0], f.ratio)}-{fmt(f.ci[1], f.ratio)}"
         what = f.what + (f"; {f.note}" if f.note else "")
         rows.append(
             f"| `{f.key}` | {what} | {f.ours} | {f.baseline} | **{fmt(f.value, f.ratio)}** | "

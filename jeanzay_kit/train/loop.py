@@ -86,6 +86,7 @@ class Attempt:
     saved_at: int = 0
     last_save_time: float = field(default_factory=time.monotonic)
     window_start: float = field(default_factory=time.perf_counter)
+    window_cpu: float = field(default_factory=time.process_time)  # this process's CPU time
     window_steps: int = 0
     window_wait: float = 0.0  # seconds the loop waited for batches in this window
     windows_logged: int = 0
@@ -287,7 +288,7 @@ def resume(
 def run_steps(a: Attempt) -> None:
     """Every step from the resumed one to train.steps, or until a signal stops them."""
     a.strategy.train(True)
-    a.window_start, a.window_steps = time.perf_counter(), 0
+    a.window_start, a.window_steps, a.window_cpu = time.perf_counter(), 0, time.process_time()
     for step in range(a.start_step, a.spec.train.steps):
         a.hb.beat(step, "data")
         # How long the loop waits for its batches (host time: no device sync is added).
@@ -380,7 +381,7 @@ def note_compile_time(a: Attempt) -> None:
             "included); step times and the ETA count from the next step",
             flush=True,
         )
-    a.window_start, a.window_wait = time.perf_counter(), 0.0
+    a.window_start, a.window_wait, a.window_cpu = time.perf_counter(), 0.0, time.process_time()
     if a.compile_cache is not None:
         hits, misses = cache_counts()
         a.first_record.update(
@@ -429,6 +430,9 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
         "samples_per_s": tset.global_batch_size / elapsed,
         "data_wait_s": a.window_wait / steps,
         "data_wait_share": min(1.0, a.window_wait / steps / elapsed),
+        # CPU seconds of this rank's process per step (all its threads): what a busy
+        # neighbour on the node moves less than the wall time (bench/bench_runtime.py).
+        "step_cpu_s": (time.process_time() - a.window_cpu) / steps,
     }
     if a.compile_s is not None:
         record["compile_s"], a.compile_s = a.compile_s, None
@@ -448,6 +452,7 @@ def log_step(a: Attempt, done: int, local_loss: torch.Tensor) -> None:
     # An attempt's first window holds the loader workers' start: not judged input-bound.
     a.metrics.log(record, judge_input=a.windows_logged > 0, eta=a.window_steps > 0)
     a.window_start, a.window_steps, a.window_wait = time.perf_counter(), 0, 0.0
+    a.window_cpu = time.process_time()
     a.windows_logged += 1
 
 
