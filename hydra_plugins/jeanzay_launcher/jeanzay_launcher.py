@@ -24,6 +24,7 @@ hydra-submitit-launcher does, and the launcher takes hydra-submitit-launcher's k
 # sys.modules, where dataclasses cannot resolve string annotations.
 
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,18 +325,45 @@ class JeanzayLauncher(Launcher):
                     "hydra/launcher=basic"
                 )
                 continue
-            if spec.job.runs_script:
-                # Your own command on every task: it must exist before any array is
-                # submitted (relative to the project, where the launcher runs).
-                from jeanzay_kit.node.script_task import check_entry
-
-                try:
-                    check_entry(spec.job.entry, Path.cwd())
-                except JzkError as err:
-                    problems.append(f"{label}: {err}")
-                    continue
+            try:
+                fit = _check_task(spec, overrides, _spec_of(composer, num, sweep_dir))
+            except JzkError as err:
+                problems.append(f"{label}: {err}")
+                continue
+            if fit:
+                log.info(f"{label}: {' '.join(fit.split())}")  # its GPU memory estimate
             points.append(SweepPoint(num, tuple(overrides), run_dir, spec))
         return _all_or_nothing(points, problems)
+
+
+def _spec_of(composer: Any, num: int, sweep_dir: Path) -> Any:
+    """The request of other overrides of a point, composed as the point is (the fit
+    check's hints are checked with it)."""
+
+    def spec_of(overrides: Sequence[str]) -> Any:
+        from jeanzay_kit.config.spec import build_job_spec
+        from jeanzay_kit.launch.point_configs import resolved_point
+
+        with composer.point(list(overrides), num) as sweep_config:
+            _, plain = resolved_point(sweep_config, str(sweep_dir))
+        return build_job_spec(plain)
+
+    return spec_of
+
+
+def _check_task(spec: Any, overrides: Sequence[str], spec_of: Any) -> str:
+    """What a point must pass besides its request: your own command exists (relative to
+    the project, where the launcher runs), and the plan fits its GPU's memory
+    (launch/fit_check.py, as `jzk validate` checks it): its estimate's line, "" where
+    none is made. A JzkError names the problem."""
+    if spec.job.runs_script:
+        from jeanzay_kit.node.script_task import check_entry
+
+        check_entry(spec.job.entry, Path.cwd())
+    from jeanzay_kit.launch.fit_check import check
+
+    fit = check(spec, list(overrides), spec_of, os.environ)
+    return "" if fit is None else fit.line()
 
 
 def _all_or_nothing(points: list[Any], problems: list[str]) -> list[Any]:

@@ -170,3 +170,29 @@ def test_an_edited_model_is_traced_again(env: dict[str, str], tmp_path: Path) ->
         assert fit_check.trace_key(spec) != before
     finally:
         sys.path.remove(str(tmp_path))
+
+
+def test_a_sweep_of_train_py_states_each_points_figure_and_refuses_one_that_cannot_fit(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """`python train.py -m` (the jeanzay launcher): every point is estimated as `jzk
+    validate` estimates it; one that cannot fit refuses the sweep before anything is
+    submitted, naming the point and its hint."""
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    sweep = [*ISSUE[:4], "model.n_layer=16", "model.n_embd=2048,128", "model.n_head=16"]
+    done = subprocess.run(
+        [sys.executable, str(repo / "train.py"), "-m", *sweep, *ISSUE[7:],
+         f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out[-3000:]
+    assert "nothing was submitted" in out
+    (refused,) = [line for line in out.splitlines() if "parallel.mode=ddp needs" in line]
+    assert refused.startswith("#0 (") and "model.n_embd=2048" in refused and "HINT:" in refused
+    # The point that fits is said with its figure (what the launcher logs of each point).
+    assert re.search(r"#1 \(.*model.n_embd=128.*\): gpu memory .* per GPU", out), out[-3000:]
+    assert not (tmp_path / "sweep" / "manifest.jsonl").exists()
