@@ -129,8 +129,23 @@ def _record(
                 timespec="seconds"
             ),
             **({"after": after} if after else {}),
+            **_gpu_memory(spec, overrides),
         },
     )
+
+
+def _gpu_memory(spec: JobSpec, overrides: list[str]) -> dict[str, str]:
+    """The plan's per-GPU estimate (launch/fit_check.py; the check just made answers from
+    its cache), kept with the job: an out-of-memory end is said with it (jzk status)."""
+    import os
+
+    from jeanzay_kit.launch.fit_check import check
+
+    def no_hint(more: object) -> JobSpec:
+        raise JzkError("the plan fits: no hint is looked for")
+
+    fit = check(spec, overrides, no_hint, os.environ)
+    return {} if fit is None else {"gpu_memory": fit.figure()}
 
 
 def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:

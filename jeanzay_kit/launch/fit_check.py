@@ -51,6 +51,11 @@ class Fit:
     gpu_mb: int
     gpu: str
 
+    def figure(self) -> str:
+        """The estimate and its GPU, as a run's manifest keeps it (an out-of-memory end
+        says it: launch/status.py)."""
+        return f"{rules.describe(self.estimate)} on the {rules.gpu_words(self.gpu_mb, self.gpu)}"
+
     def line(self) -> str:
         return (
             f"gpu memory      {rules.describe(self.estimate)}; fits the "

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from jeanzay_kit.launch.ledger import RunRecord, ledger
-from jeanzay_kit.runtime.ending_rules import SLURM_STATES, Verdict
+from jeanzay_kit.runtime.ending_rules import GPU_OOM, SLURM_STATES, Verdict
 from jeanzay_kit.values import strings
 
 # The format strings the commands are run with (slurm/commands.py); the parsers below
@@ -173,6 +173,7 @@ class RunView:
     checkpoint: int | None = None  # the toolkit's newest complete step
     progress: RunProgress = RunProgress()
     record: RunRecord | None = None  # its starts and step times, for the ledger
+    gpu_memory: str | None = None  # the plan's per-GPU estimate at submission (jzk submit)
 
     @property
     def key(self) -> str:
@@ -188,6 +189,7 @@ def run_view(record: Mapping[str, object]) -> RunView:
         job_id=str(record["job_id"]),
         run_dir=None if run_dir is None else str(run_dir),
         overrides=strings(record.get("overrides")),
+        gpu_memory=str(record["gpu_memory"]) if record.get("gpu_memory") else None,
     )
 
 
@@ -241,7 +243,7 @@ def run_objects(
                 "gpu_hours": hours.get(view.key),
                 "last_line": p.last_line,
                 "verdict": newest_end(p, st)[0],
-                "evidence": newest_end(p, st)[1],
+                "evidence": said_end(view, st)[1],
                 "restart_storm": p.storm,
                 "overrides": list(view.overrides),
                 **run_ledger(view, st, (usage or {}).get(view.key)),
@@ -292,6 +294,15 @@ def newest_end(p: RunProgress, st: JobState | None) -> tuple[str | None, str | N
     return p.verdict, p.evidence, p.fix
 
 
+def said_end(view: RunView, st: JobState | None) -> tuple[str | None, str | None, str | None]:
+    """newest_end, an out-of-GPU-memory end with the plan's estimate made before the
+    queue (how far the real run was from it tells a leak from a plan too large)."""
+    kind, evidence, fix = newest_end(view.progress, st)
+    if kind == GPU_OOM and evidence and view.gpu_memory:
+        evidence += f" (estimated before the queue: {view.gpu_memory})"
+    return kind, evidence, fix
+
+
 def ending_lines(
     views: Sequence[RunView], states: Mapping[str, JobState] | None = None
 ) -> list[str]:
@@ -300,7 +311,7 @@ def ending_lines(
     lines = []
     for view in views:
         p = view.progress
-        kind, evidence, fix = newest_end(p, (states or {}).get(view.key))
+        kind, evidence, fix = said_end(view, (states or {}).get(view.key))
         if p.storm:
             lines.append(
                 f"{view.job_id}: RESTART STORM: {p.restarts} restart(s), the last ones without "

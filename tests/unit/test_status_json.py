@@ -5,6 +5,7 @@ sacct's answer is checked on the local cluster (tests/slurm/test_sweep.py)."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -110,3 +111,25 @@ def test_status_json_of_a_finished_local_run(tmp_path: Path, capsys) -> None:
         0.5,
     )
     assert obj["run_dir"] == str(run_dir) and obj["gpu_hours"] is None
+
+
+def test_an_out_of_memory_end_is_said_with_the_estimate_made_at_submission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 58 point 2: jzk submit keeps the plan's per-GPU estimate in the run's manifest
+    line (launch/fit_check.py); an out-of-GPU-memory end is said with it."""
+    from jeanzay_kit.cli.submit import _gpu_memory
+    from jeanzay_kit.launch.request import spec_of
+    from jeanzay_kit.launch.status import ending_lines
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    h100 = ["cluster=jeanzay_h100", "cluster.account=abc@h100", "model=gpt", "data=stdlib_text"]
+    kept = _gpu_memory(spec_of(h100, None), h100)
+    assert kept["gpu_memory"].endswith("on the 80 GiB GPU, 90% usable: 72.0 GiB"), kept
+    oom = RunProgress(verdict="gpu_oom", evidence="out of GPU memory: CUDA out of memory")
+    view = run_view({"job_id": "45", "run_dir": "/r/c", "overrides": h100, **kept})
+    (said,) = [line for line in ending_lines([replace(view, progress=oom)]) if line]
+    assert said == (
+        f"45: out of GPU memory: CUDA out of memory (estimated before the queue: "
+        f"{kept['gpu_memory']})"
+    )
