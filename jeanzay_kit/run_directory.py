@@ -163,6 +163,10 @@ class RunDir:
     def starts(self) -> Path:
         return self.root / layout.STARTS
 
+    @property
+    def micro_batch(self) -> Path:
+        return self.root / layout.MICRO_BATCH
+
     # ---- its records, read -----------------------------------------------------------
     def metric_records(self) -> list[dict[str, Any]]:
         """metrics.jsonl, oldest first; a line being written is skipped."""

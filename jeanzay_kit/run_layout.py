@@ -46,6 +46,7 @@ SUBMITIT = ".submitit"
 COMPILE_CACHE = "compile_cache"  # torch.compile's cache folder, kept with the run (CPU)
 COMPILE_ARTIFACTS = "compile_cache.bin"  # torch.compile's cache artifacts, one file (CUDA)
 STARTS = "starts.jsonl"  # one line per start of a rank-0 process: its start-up in parts
+MICRO_BATCH = "micro_batch.json"  # train.micro_batch_size=auto: the size the run chose
 # ---- in a run directory or a sweep's / log folder ---------------------------------------
 MANIFEST = "manifest.jsonl"
 
@@ -122,6 +123,9 @@ ENTRIES: tuple[Entry, ...] = (
           "torch.compile's portable cache artifacts, loaded into the node's cache"),
     Entry(STARTS, "file", "runtime/startup.py (rank 0)", "jzk report, jzk status",
           "one line per start: seconds from the process's start to its first step, in parts"),
+    Entry(MICRO_BATCH, "file", "train/micro_batch.py (rank 0, at the first start)",
+          "train/micro_batch.py (every later start)",
+          "train.micro_batch_size=auto: the size chosen and why, kept across restarts"),
     Entry(MANIFEST, "file", "launch/manifest.py (jzk submit, the launcher)",
           "jzk status, jzk report, jzk logs, jzk cancel",
           "one record per job: id, run directory, log, overrides (also in sweep folders)"),

@@ -35,11 +35,11 @@ from jeanzay_kit.config.micro_batch_rules import (
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.train.batch import to_device
 from jeanzay_kit.values import as_node
 
 # The recorded choice, in the run directory.
-RECORD_FILE = "micro_batch.json"
 # Peak memory a trial may reach, as a share of the GPU's: the rest is for the allocator's
 # fragmentation over a long run and for what one step does that a trial does not. The
 # same share `jzk validate` checks a plan's estimate against (config/fit_rules.py).
@@ -180,7 +180,7 @@ def for_check(spec: JobSpec) -> JobSpec:
 def recorded(run_dir: Path, options: list[int]) -> int | None:
     """The size this run chose at its start, if it is still a valid choice."""
     try:
-        size = json.loads((run_dir / RECORD_FILE).read_text())["micro_batch_size"]
+        size = json.loads(RunDir(run_dir).micro_batch.read_text())["micro_batch_size"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return size if size in options else None
@@ -188,7 +188,7 @@ def recorded(run_dir: Path, options: list[int]) -> int | None:
 
 def record(run_dir: Path, size: int, line: str) -> None:
     text = json.dumps({"micro_batch_size": size, "why": line}, indent=1) + "\n"
-    write_durably(run_dir / RECORD_FILE, text.encode())
+    write_durably(RunDir(run_dir).micro_batch, text.encode())
 
 
 def choose_on_rank0(
@@ -203,7 +203,7 @@ def choose_on_rank0(
     if earlier is not None:
         line = (
             f"train.micro_batch_size=auto: {earlier}, as chosen at the run's start "
-            f"({run_dir / RECORD_FILE})"
+            f"({RunDir(run_dir).micro_batch})"
         )
     elif make_trial is None:
         earlier = largest_at_most(options, CPU_FALLBACK)
