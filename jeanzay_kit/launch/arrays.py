@@ -19,7 +19,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import LaunchError, RenderError
 from jeanzay_kit.launch.app_rules import AppRequest
 from jeanzay_kit.slurm.flags import sbatch_flags
-from jeanzay_kit.slurm.sbatch import is_plain, setup_lines
+from jeanzay_kit.slurm.sbatch import array_gate_lines, is_plain, setup_lines
 
 
 @dataclass(frozen=True)
@@ -180,11 +180,22 @@ def plan_arrays(
         else:
             params = app_parameters(point.spec, point.app.extra_dict, array_parallelism, code_dir)
             timeouts = point.app.max_num_timeout
-        key = f"{sorted(params.items())!r}\0{point.spec.job.python}\0{timeouts}"
+        gate = point.spec.watchdog.health_gate
+        key = f"{sorted(params.items())!r}\0{point.spec.job.python}\0{timeouts}\0{gate}"
         groups.setdefault(key, (params, point.spec.job.python, timeouts, []))[3].append(point)
     plans = []
     for params, python, timeouts, members in groups.values():
         for start in range(0, len(members), max_array_size):
             chunk = tuple(members[start : start + max_array_size])
-            plans.append(ArrayPlan(params, python, chunk, max_num_timeout=timeouts))
+            plans.append(ArrayPlan(_gated(params, chunk), python, chunk, timeouts))
     return plans
+
+
+def _gated(params: dict[str, object], chunk: Sequence[SweepPoint]) -> dict[str, object]:
+    """The health gate (watchdog.health_gate) before each array task trains, as in a
+    rendered script: a broken node is left out and the task requeued, no restart spent."""
+    spec = chunk[0].spec
+    if not spec.watchdog.health_gate:
+        return params
+    gate = array_gate_lines(spec, [p.run_dir for p in chunk])
+    return {**params, "setup": [*_strings(params.get("setup")), *gate]}

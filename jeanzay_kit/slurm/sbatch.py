@@ -425,12 +425,13 @@ def srun_prefix(spec: JobSpec) -> str:
     return " ".join(["srun", "--kill-on-bad-exit=1", *map(shell_word, spec.job.srun_args)]) + " "
 
 
-def health_gate_lines(spec: JobSpec) -> list[str]:
+def health_gate_lines(spec: JobSpec, run_dir_word: str | None = None) -> list[str]:
     """Before any training, one task per node checks its GPUs and folders
     (node/health.py); the batch shell's `gate` leaves a failed node out and requeues the
     job, or lets it train. A probe that dies is a node without an answer, so the step's
-    own status is not the gate's."""
-    run_dir = shell_word(f"--run-dir={spec.checkpoint.run_dir}")
+    own status is not the gate's. run_dir_word: the option as a shell word, when the run
+    directory is the shell's to pick (array_gate_lines)."""
+    run_dir = run_dir_word or shell_word(f"--run-dir={spec.checkpoint.run_dir}")
     python = shell_word(spec.job.python)
     # A job on a CPU partition asks Slurm for no GPU (total_gpus 0): expect none.
     gpus = spec.resources.gpus_per_node if spec.resources.total_gpus else 0
@@ -459,6 +460,19 @@ def health_gate_lines(spec: JobSpec) -> list[str]:
         '  exit "$jzk_health"',
         "fi",
         "",
+    ]
+
+
+def array_gate_lines(spec: JobSpec, run_dirs: Sequence[str]) -> list[str]:
+    """The health gate in the batch script of a job array that submitit writes (the
+    jeanzay launcher's sweeps, `setup` lines before its srun): array task i runs the i-th
+    point (submitit's map_array), whose run directory records the gate's endings."""
+    words = " ".join(shell_word(d) for d in run_dirs)
+    return [
+        "# Each array task's run directory, in submitit's map_array order",
+        f"jzk_run_dirs=({words})",
+        'jzk_gate_dir="${jzk_run_dirs[${SLURM_ARRAY_TASK_ID:-0}]}"',
+        *health_gate_lines(spec, '--run-dir="$jzk_gate_dir"'),
     ]
 
 

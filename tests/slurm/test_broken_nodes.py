@@ -122,21 +122,13 @@ print(f"trained on {os.environ['SLURMD_NODENAME']}", flush=True)
 """
 
 
-def test_a_node_failing_the_health_gate_is_left_out_before_any_training(
-    slurm, tmp_path: Path
-) -> None:
-    """Issue 58 point 4: the gate (watchdog.health_gate, on by default) checks every node
-    before step 0; the node whose scratch folder takes no write is recorded, left out
-    (ExcNodeList) and the job requeued without a restart spent; the script never runs
-    there and completes on the other node."""
+def _broken_tmpdir_python(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """(the wrapper, the file naming the node it broke, the file under its TMPDIR)."""
     import shlex
 
     from tests.slurm.cluster import PYTHON
 
-    project = tmp_path / "gate-project"
-    project.mkdir()
-    (project / "ran.py").write_text(RAN_ON)
-    marker, blocker, ran = tmp_path / "gate-node.txt", tmp_path / "a-file", tmp_path / "ran.txt"
+    marker, blocker = tmp_path / "gate-node.txt", tmp_path / "a-file"
     blocker.write_text("not a folder")
     wrapper = tmp_path / "python-on-nodes"
     wrapper.write_text(
@@ -145,6 +137,21 @@ def test_a_node_failing_the_health_gate_is_left_out_before_any_training(
         )
     )
     wrapper.chmod(0o755)
+    return wrapper, marker, blocker
+
+
+def test_a_node_failing_the_health_gate_is_left_out_before_any_training(
+    slurm, tmp_path: Path
+) -> None:
+    """Issue 58 point 4: the gate (watchdog.health_gate, on by default) checks every node
+    before step 0; the node whose scratch folder takes no write is recorded, left out
+    (ExcNodeList) and the job requeued without a restart spent; the script never runs
+    there and completes on the other node."""
+    project = tmp_path / "gate-project"
+    project.mkdir()
+    (project / "ran.py").write_text(RAN_ON)
+    wrapper, marker, blocker = _broken_tmpdir_python(tmp_path)
+    ran = tmp_path / "ran.txt"
     job_id, run_dir, log = submit_script(
         project, slurm, "gate", "resources.nodes=1", "resources.gpus_per_node=1",
         "job.entry=ran.py", f"job.args=[{ran}]", python=str(wrapper),
@@ -163,3 +170,38 @@ def test_a_node_failing_the_health_gate_is_left_out_before_any_training(
     first = json.loads((run_dir / "endings.jsonl").read_text().splitlines()[0])
     assert (first["kind"], first["node"], first["retried"]) == ("unhealthy_node", broken, True)
     assert not (run_dir / "restarts.json").exists()
+
+
+def test_a_sweeps_array_task_on_a_node_failing_the_gate_is_requeued_without_it(
+    slurm, tmp_path: Path
+) -> None:
+    """The same gate in the batch script submitit writes for a sweep (`python train.py
+    -m` on the jeanzay launcher: its `setup` lines, the point's run directory picked by
+    SLURM_ARRAY_TASK_ID): the array task is requeued without the broken node and the
+    point completes on the other one (before, sweeps had no gate)."""
+    from tests.slurm.cluster import PYTHON, REPO, manifest_records
+
+    wrapper, marker, _ = _broken_tmpdir_python(tmp_path)
+    sweep_dir = tmp_path / "sweep"
+    launched = run(
+        [PYTHON, "train.py", "-m", "cluster=slurm_local", "resources.nodes=1",
+         "resources.gpus_per_node=1", "train.steps=4", "optim.lr=0.01,0.003",
+         f"job.python={wrapper}", f"hydra.sweep.dir={sweep_dir}"],
+        slurm, REPO, timeout=180,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    records = manifest_records(sweep_dir)
+    wait_for(records[0]["array_job_id"], slurm, timeout=300)
+    broken = marker.read_text().strip()
+    gated = []
+    for rec in records:
+        run_dir = Path(rec["run_dir"])
+        states = sacct_states(rec["job_id"], slurm, duplicates=True)
+        assert states[-1] == "COMPLETED" and (run_dir / "result.json").exists(), states
+        endings = run_dir / "endings.jsonl"
+        if endings.exists():
+            first = json.loads(endings.read_text().splitlines()[0])
+            assert (first["kind"], first["node"]) == ("unhealthy_node", broken), first
+            assert "REQUEUED" in states, states
+            gated.append(rec["num"])
+    assert gated, "no array task met the broken node"

@@ -165,3 +165,27 @@ def test_the_checks_are_read_back_from_the_recorded_evidence() -> None:
 
     evidence = "; ".join([TMP.format(1), "gpu 0: CUDA error: uncorrectable ECC error"])
     assert checks_of(evidence) == {"TMPDIR", "gpu 0"}
+
+
+def test_a_sweeps_array_runs_the_gate_in_each_tasks_own_run_directory(tmp_path: Path) -> None:
+    """The jeanzay launcher's arrays (launch/arrays.py): submitit's `setup` lines run the
+    gate before its srun, array task i in point i's run directory; off with the key."""
+    from jeanzay_kit.launch.arrays import SweepPoint, plan_arrays
+    from jeanzay_kit.launch.request import spec_of
+
+    base = ["cluster=slurm_local", "resources.gpus_per_node=1"]
+    dirs = [str(tmp_path / "point 0"), str(tmp_path / "it's 1")]
+    points = [SweepPoint(i, (), d, spec_of(base, None)) for i, d in enumerate(dirs)]
+    (plan,) = plan_arrays(points, max_array_size=10)
+    setup = [str(line) for line in plan.parameters["setup"]]  # type: ignore[union-attr]
+    assert any("jeanzay_kit.node.health probe" in line for line in setup)
+    pick = [line for line in setup if line.startswith("jzk_run_dirs=") or "jzk_gate_dir=" in line]
+    for task, expected in enumerate(dirs):
+        said = subprocess.run(
+            ["bash", "-c", "\n".join([*pick, 'printf %s "$jzk_gate_dir"'])],
+            env={"SLURM_ARRAY_TASK_ID": str(task)}, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        assert said == expected
+    off = [SweepPoint(0, (), dirs[0], spec_of([*base, "watchdog.health_gate=false"], None))]
+    (plan,) = plan_arrays(off, max_array_size=10)
+    assert not any("health" in str(line) for line in plan.parameters["setup"])  # type: ignore[union-attr]
