@@ -480,7 +480,11 @@ def _hydra_dir() -> str | None:
     if "hydra" not in sys.modules:  # no Hydra app imported it: do not import it here
         return None
     from hydra.core.hydra_config import HydraConfig
+    from omegaconf.errors import MissingMandatoryValue
 
     if not HydraConfig.initialized():
         return None
-    return str(HydraConfig.get().runtime.output_dir)
+    try:
+        return str(HydraConfig.get().runtime.output_dir)
+    except MissingMandatoryValue:  # Hydra's compose API: a config composed, no job run
+        return None

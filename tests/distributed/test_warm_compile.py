@@ -37,6 +37,12 @@ def start(run_dir: Path, node: Path, steps: int) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
+# Two cold compiles of Inductor's C++ kernels: 1-2 minutes alone, past 400 s beside the
+# suite's other worker on 2 cores. Run it with JZK_COMPILE_TESTS=1; bench/bench_warm_compile.py
+# measures the same resume (its hits, misses and time) in the bench.
+@pytest.mark.skipif(
+    os.environ.get("JZK_COMPILE_TESTS") != "1", reason="JZK_COMPILE_TESTS=1 runs it (minutes)"
+)
 @pytest.mark.timeout(900)
 def test_a_resumed_compiled_run_on_a_new_node_uses_the_kept_caches(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
