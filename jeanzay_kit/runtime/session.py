@@ -63,7 +63,8 @@ class Session:
     steps: how many steps the run makes (progress lines and ETA; None: unknown).
     run_dir: where checkpoints, metrics.jsonl and heartbeats go (default: JZK_RUN_DIR
     under `jzk train`/`jzk submit` and `hydra/launcher=jeanzay`, else the output
-    directory of the `@hydra.main` function calling it, else outputs/session).
+    directory of the sweep point (`-m`) of the `@hydra.main` function calling it, else
+    outputs/session).
 
     The other settings default to the job's config under `jzk train|submit
     job.entry=your_script.py` (the key in brackets), else to that key's shipped default
@@ -480,11 +481,18 @@ def _hydra_dir() -> str | None:
     if "hydra" not in sys.modules:  # no Hydra app imported it: do not import it here
         return None
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
     from omegaconf.errors import MissingMandatoryValue
 
     if not HydraConfig.initialized():
         return None
     try:
-        return str(HydraConfig.get().runtime.output_dir)
+        hydra = HydraConfig.get()
+        # A point of a sweep (-m): its folder is fixed for the sweep, and the points must
+        # not share outputs/session. A single run keeps outputs/session: its own output
+        # folder is dated anew at every command, so running it again would not resume.
+        if hydra.mode != RunMode.MULTIRUN:
+            return None
+        return str(hydra.runtime.output_dir)
     except MissingMandatoryValue:  # Hydra's compose API: a config composed, no job run
         return None

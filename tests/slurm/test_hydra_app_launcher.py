@@ -299,9 +299,11 @@ def test_a_session_in_a_hydra_app_resumes_exactly_and_jzk_cancel_ends_a_point(
     config = "defaults:\n  - override hydra/launcher: jeanzay\nlr: 0.1\nsteps: 40\n"
     (project / "config.yaml").write_text(config + "step_seconds: 0.4\n")
     # The reference: the same app, run through on this machine (one process, the CPU).
-    ref = run(
-        [PYTHON, "my_app.py", "step_seconds=0", f"hydra.run.dir={tmp_path}/ref"], slurm, project
-    )
+    # A single run (not -m) keeps outputs/session of its working directory, so that
+    # running it again resumes (its Hydra output folder is dated anew each time).
+    ref_cwd = tmp_path / "ref"
+    ref_cwd.mkdir()
+    ref = run([PYTHON, str(project / "my_app.py"), "step_seconds=0"], slurm, ref_cwd)
     assert ref.returncode == 0, ref.stderr[-3000:]
     digest, loss = re.search(r"model digest (\S+) loss (\S+)", ref.stdout).groups()
 
@@ -346,4 +348,5 @@ def test_a_session_in_a_hydra_app_resumes_exactly_and_jzk_cancel_ends_a_point(
     assert "REQUEUED" in sacct_states(hsl_job, slurm, duplicates=True), log[-3000:]
     assert len(re.findall(r"starting at step (\d+)", log)) == 2, log[-3000:]
     assert f"model digest {digest}" in log, log[-3000:]
-    assert not list(tmp_path.rglob("outputs/session")), "a session wrote outside its point"
+    sessions = list(tmp_path.rglob("outputs/session"))
+    assert sessions == [ref_cwd / "outputs" / "session"], "a point wrote outside its folder"
