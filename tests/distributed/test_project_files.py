@@ -84,6 +84,7 @@ data = torch.load("data/train.pt", weights_only=True)
 with open("data/vocab.pkl", "rb") as f:
     vocab = pickle.load(f)
 print(f"rank {rank}: {len(data)} samples, {len(vocab)} words, epochs {start}..3", flush=True)
+dist.barrier()  # every rank has read its start before rank 0 writes out/ckpt.pt
 for epoch in range(start, 3):
     model(data).sum().backward()
     if rank == 0:
