@@ -16,16 +16,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from jeanzay_kit import run_layout as layout
+from jeanzay_kit.beats import Beat
 from jeanzay_kit.durable_io import read_json_lines
-from jeanzay_kit.run_layout import Beat
 
 
 @dataclass(frozen=True)
 class RunDir:
     root: Path
+    # The final model's name, also Session.save_model's documented default.
+    final_model_name: ClassVar[str] = layout.MODEL_FINAL
 
     @classmethod
     def of(cls, path: str | Path) -> RunDir:
@@ -98,7 +100,7 @@ class RunDir:
 
     @property
     def model_final(self) -> Path:
-        return self.root / layout.MODEL_FINAL
+        return self.root / self.final_model_name
 
     @property
     def model_digest(self) -> Path:

@@ -150,8 +150,9 @@ class JeanzayLauncher(Launcher):
     ) -> Sequence[JobReturn]:
         from jeanzay_kit.errors import RunsFailed
         from jeanzay_kit.launch.arrays import plan_arrays
-        from jeanzay_kit.launch.manifest import MANIFEST, read_manifest
+        from jeanzay_kit.launch.manifest import read_manifest
         from jeanzay_kit.launch.sweep import submit_arrays, wait_for
+        from jeanzay_kit.run_directory import RunDir
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()
@@ -169,14 +170,14 @@ class JeanzayLauncher(Launcher):
         )
         # Hydra calls launch once per batch (hydra.sweeper.max_batch_size): a later batch
         # adds to the manifest of the earlier ones.
-        manifest = sweep_dir / MANIFEST
+        manifest = RunDir(sweep_dir).manifest
         earlier = read_manifest(manifest) if initial_job_idx > 0 and manifest.exists() else []
         submitted = submit_arrays(plans, folder, sweep_dir, earlier, app_task)
         for r, _ in submitted:
             log.info(
                 f"  #{r['num']} job {r['job_id']}: {' '.join(r['overrides'])} -> {r['run_dir']}"
             )
-        log.info(f"manifest: {sweep_dir / 'manifest.jsonl'} (`jzk status {sweep_dir}`)")
+        log.info(f"manifest: {manifest} (`jzk status {sweep_dir}`)")
 
         by_num = {r["num"]: (r, job) for r, job in submitted}
         outcomes: dict[int, tuple[str, Any]] = {}

@@ -12,16 +12,14 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
-
-MANIFEST = layout.MANIFEST
+from jeanzay_kit.run_directory import RunDir
 
 
 def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / MANIFEST
+    path = RunDir(directory).manifest
     text = "".join(json.dumps(dict(record), sort_keys=True) + "\n" for record in records)
     write_durably(path, text.encode())
     return path
@@ -29,7 +27,7 @@ def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Pat
 
 def append_manifest(directory: Path, record: Mapping[str, Any]) -> Path:
     """Add one run (a resubmission keeps the history of earlier job ids)."""
-    path = directory / MANIFEST
+    path = RunDir(directory).manifest
     records = read_manifest(path) if path.exists() else []
     return write_manifest(directory, [*records, record])
 

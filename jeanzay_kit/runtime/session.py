@@ -33,7 +33,6 @@ import torch.distributed as dist
 from torch import nn
 
 from jeanzay_kit import report
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.ckpt.checkpointer import Checkpointer
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.runtime_settings import RuntimeSettings, changed, resolve
@@ -43,6 +42,7 @@ from jeanzay_kit.contracts import MapDataset
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime import session_rules as rules
 from jeanzay_kit.runtime.plan_sampler import PlanSampler
 from jeanzay_kit.runtime.preemption import StopRequest
@@ -289,7 +289,7 @@ class Session:
     def save_model(
         self,
         model: nn.Module | Mapping[str, torch.Tensor] | None,
-        name: str = layout.MODEL_FINAL,
+        name: str = RunDir.final_model_name,
     ) -> str:
         """Collective: the whole model's weights (gathered from FSDP shards, without DDP's
         `module.`) written by rank 0 to <run_dir>/<name>, with their sha256 digest next to

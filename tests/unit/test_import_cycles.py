@@ -129,6 +129,7 @@ HELPERS = {
     "contracts",
     "run_layout",
     "run_directory",  # the run directory as one object: both sides read it (run_layout's names)
+    "beats",  # a rank's heartbeat record, which both sides read
     "values",
     "extras",  # which optional extra a command needs (imports errors only)
 }

@@ -12,6 +12,7 @@ PURE = [
     "errors.py",
     "values.py",
     "run_layout.py",
+    "beats.py",
     "config/clusters.py",
     "config/spec.py",
     "config/schema.py",
