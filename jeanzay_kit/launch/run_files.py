@@ -8,10 +8,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from jeanzay_kit.ending_rules import Verdict
 from jeanzay_kit.launch.ledger import RunRecord, run_record
 from jeanzay_kit.launch.status import RunProgress
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.ending_rules import Verdict
 
 
 def last_metrics(run_dir: Path) -> dict | None:
@@ -86,7 +86,7 @@ def run_progress(
 def _ending(run_dir: Path, job_id: str | None, restarts: int) -> tuple[Verdict | None, bool]:
     """The newest end of an attempt (of that Slurm job when job_id is given) and whether
     the run's restarts are a storm (node/endings.py)."""
-    from jeanzay_kit.runtime.ending_rules import storm, verdict_of
+    from jeanzay_kit.ending_rules import storm, verdict_of
 
     endings = RunDir(run_dir).ending_records()
     endings = [e for e in endings if job_id is None or e.get("job_id") == job_id]

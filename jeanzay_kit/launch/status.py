@@ -11,8 +11,8 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from jeanzay_kit.ending_rules import GPU_OOM, SLURM_STATES, Verdict
 from jeanzay_kit.launch.ledger import RunRecord, ledger
-from jeanzay_kit.runtime.ending_rules import GPU_OOM, SLURM_STATES, Verdict
 from jeanzay_kit.values import strings
 
 # The format strings the commands are run with (slurm/commands.py); the parsers below

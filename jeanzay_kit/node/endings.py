@@ -2,7 +2,7 @@
 
 One line per end of an attempt, written by whoever saw it end (the local launcher,
 node/local.py; the batch script's step after srun, node/restart_job.py): the class and
-its one line of evidence (runtime/ending_rules.py), the step reached, the nodes, the newest
+its one line of evidence (ending_rules.py), the step reached, the nodes, the newest
 complete checkpoint then. `jzk status` and `jzk report` read the newest; the next
 failure is compared with it (a repeat ends the run instead of a restart).
 """
@@ -16,8 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.ending_rules import (
+from jeanzay_kit.ending_rules import (
     Decision,
     Verdict,
     attempt_part,
@@ -25,6 +24,7 @@ from jeanzay_kit.runtime.ending_rules import (
     decide,
     verdict_of,
 )
+from jeanzay_kit.run_directory import RunDir
 
 LOG_TAIL_BYTES = 256 * 1024  # an attempt's end is near the end of the log
 

@@ -153,11 +153,11 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
     """Record each failed node's end, then requeue without them (or end the job); the
     batch script's exit code."""
     from jeanzay_kit.distributed.ranks import array_id
+    from jeanzay_kit.ending_rules import UNHEALTHY, Verdict
     from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.node.endings import record_ending
     from jeanzay_kit.node.restart_job import leave_out
     from jeanzay_kit.run_directory import RunDir
-    from jeanzay_kit.runtime.ending_rules import UNHEALTHY, Verdict
     from jeanzay_kit.slurm.commands import request_requeue
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
@@ -189,8 +189,8 @@ def say(line: str) -> None:
 def earlier_checks(run_dir: Path, env: Mapping[str, str]) -> list[set[str]]:
     """What each node this job left out before failed (its unhealthy_node endings)."""
     from jeanzay_kit.distributed.ranks import array_id
+    from jeanzay_kit.ending_rules import UNHEALTHY
     from jeanzay_kit.node.endings import read_endings
-    from jeanzay_kit.runtime.ending_rules import UNHEALTHY
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     if job is None:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.distributed.ranks import array_id
+from jeanzay_kit.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.node.endings import (
     classify_attempt,
@@ -32,7 +33,6 @@ from jeanzay_kit.node.endings import (
 )
 from jeanzay_kit.node.restarts import read_restarts, record_restart
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 from jeanzay_kit.runtime.stall import made_progress
 

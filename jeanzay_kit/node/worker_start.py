@@ -133,9 +133,9 @@ def say_done(run_dir: Path, result: TrainResult, job_id: str | None = None) -> N
     """Rank 0, after a completed run: its restart budget starts afresh, its end is
     recorded (node/endings.py: a Slurm job's earlier failure is not its newest end), and
     the last line. job_id: the manifest's form ("123", an array task's "123_4")."""
+    from jeanzay_kit.ending_rules import COMPLETED, Verdict
     from jeanzay_kit.node.endings import record_ending
     from jeanzay_kit.node.restarts import clear_restarts
-    from jeanzay_kit.runtime.ending_rules import COMPLETED, Verdict
 
     clear_restarts(run_dir)
     done = Verdict(COMPLETED, f"done: {result.steps} steps", step=result.steps)

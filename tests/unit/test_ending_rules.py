@@ -1,4 +1,4 @@
-"""The classes of an attempt's end (runtime/ending_rules.py), from real log excerpts.
+"""The classes of an attempt's end (ending_rules.py), from real log excerpts.
 
 Each excerpt is what PyTorch, NCCL or Slurm printed in a user's report (the issue or
 thread is named), as train.log or a Slurm log holds it; the classifier must find the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from jeanzay_kit.runtime.ending_rules import (
+from jeanzay_kit.ending_rules import (
     DATA_ERROR,
     DISK_FULL,
     GPU_HARDWARE,

@@ -107,6 +107,7 @@ ROOM_ORDER = [
     "distributed",
     "config",
     "slurm",
+    "ending_rules",  # why an attempt ended: the node records it, `jzk status` says it
     "project",
     "ckpt",
     "runtime",

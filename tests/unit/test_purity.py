@@ -44,7 +44,7 @@ PURE = [
     "node/script_watch_rules.py",
     "node/script_cwd_rules.py",
     "runtime/stall.py",
-    "runtime/ending_rules.py",
+    "ending_rules.py",
     "node/health_rules.py",
     "runtime/progress.py",
     "runtime/peaks.py",

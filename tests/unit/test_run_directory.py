@@ -73,10 +73,8 @@ SUBMIT_SIDE_STILL_IMPORTS = {
     ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.run_result"),
     ("jeanzay_kit.launch.request", "jeanzay_kit.node.entry"),
     ("jeanzay_kit.launch.run_files", "jeanzay_kit.node.script_files"),
-    ("jeanzay_kit.launch.run_files", "jeanzay_kit.runtime.ending_rules"),
     ("jeanzay_kit.launch.run_owner", "jeanzay_kit.runtime.lease"),
     ("jeanzay_kit.launch.run_owner", "jeanzay_kit.runtime.lease_rules"),
-    ("jeanzay_kit.launch.status", "jeanzay_kit.runtime.ending_rules"),
     ("jeanzay_kit.launch.status", "jeanzay_kit.runtime.progress"),
     ("jeanzay_kit.launch.sweep", "jeanzay_kit.node.task"),
 }
