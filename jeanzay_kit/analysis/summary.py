@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jeanzay_kit.runtime.progress import is_eval_metric
+from jeanzay_kit.progress import is_eval_metric
 
 
 @dataclass(frozen=True)
@@ -115,14 +115,14 @@ class SummaryRow:
     throughput_unit: str
     step_time_s: float | None  # median
     data_wait: float | None = None  # median share of the step time waiting for batches
-    input_bound: bool = False  # the run's verdict (runtime/progress.py: input_bound)
+    input_bound: bool = False  # the run's verdict (progress.py: input_bound)
     eval_metrics: dict[str, float] = field(default_factory=dict)  # the last of each
 
 
 def input_verdict(run: RunSeries) -> bool:
     """Input-bound when some 3 logged windows in a row waited past the threshold, as the
     run's own note judges (its first window, the workers' start, is not judged)."""
-    from jeanzay_kit.runtime.progress import input_bound
+    from jeanzay_kit.progress import input_bound
 
     shares = [v for _, v in run.data_wait[1:]]
     waits = [v for _, v in run.data_wait_s[1:]]

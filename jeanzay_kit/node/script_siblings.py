@@ -14,8 +14,8 @@ from pathlib import Path
 
 from jeanzay_kit.node.script_files import newest_checkpoint, newest_script_write
 from jeanzay_kit.node.script_rules import ScriptCommand
+from jeanzay_kit.progress import format_duration
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.progress import format_duration
 
 
 def changed_options(old: Sequence[str], new: Sequence[str]) -> list[str]:

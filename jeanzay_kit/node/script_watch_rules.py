@@ -17,7 +17,7 @@ import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 
-from jeanzay_kit.runtime.progress import format_duration
+from jeanzay_kit.progress import format_duration
 from jeanzay_kit.runtime.stall import FROZEN_BEATS
 from jeanzay_kit.values import flag, real, text, whole
 

@@ -131,6 +131,7 @@ HELPERS = {
     "run_layout",
     "run_directory",  # the run directory as one object: both sides read it (run_layout's names)
     "beats",  # a rank's heartbeat record, which both sides read
+    "progress",  # where a run stands in time: the progress line and `jzk status` alike
     "values",
     "extras",  # which optional extra a command needs (imports errors only)
 }

@@ -46,7 +46,7 @@ PURE = [
     "runtime/stall.py",
     "ending_rules.py",
     "node/health_rules.py",
-    "runtime/progress.py",
+    "progress.py",
     "runtime/peaks.py",
     "config/micro_batch_rules.py",
     "config/fit_rules.py",
