@@ -126,7 +126,7 @@ class RunDirError(JzkError):
 
 
 class RunDirBusy(RunDirError):
-    """Another live process writes this run directory (runtime/lease.py): refused before
+    """Another live process writes this run directory (lease.py): refused before
     anything is loaded or written."""
 
 

@@ -79,7 +79,7 @@ ENTRIES: tuple[Entry, ...] = (
           "how a local run ended: COMPLETED, STOPPED, FAILED"),
     Entry(PROVENANCE, "folder", "project/provenance.py", "the user",
           "code, config and environment the run was started with"),
-    Entry(LEASE, "file", "runtime/lease.py (the holder)", "jzk status, jzk cancel, jzk logs -f",
+    Entry(LEASE, "file", "lease.py (the holder)", "jzk status, jzk cancel, jzk logs -f",
           "who writes the run directory now (one writer)"),
     Entry(RESTARTS, "file", "node/restarts.py", "node/restarts.py",
           "restarts spent after hangs and crashes"),

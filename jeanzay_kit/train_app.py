@@ -106,7 +106,7 @@ def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: Path) -> None:
     """Hydra's record of the run (<run_dir>/.hydra: config, hydra, overrides), written by
     the process that holds the run directory only: the shipped config sets
     hydra.output_subdir=null so that a refused command (another run writes there)
-    rewrites none of it (runtime/lease.py)."""
+    rewrites none of it (lease.py)."""
     from omegaconf import OmegaConf
 
     out = RunDir(run_dir).hydra

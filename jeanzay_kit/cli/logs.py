@@ -180,9 +180,9 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
 def _follow_local(run_dir: Path, rank: int | None) -> int:
     """Print what a local run adds to train.log while a live process holds the run
     directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
+    from jeanzay_kit.lease import holder
     from jeanzay_kit.node.outcome import read_outcome
     from jeanzay_kit.run_directory import RunDir
-    from jeanzay_kit.runtime.lease import holder
     from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
     from jeanzay_kit.runtime.rank_log import lines_of_rank
 
@@ -284,8 +284,8 @@ def _stop_local(run_dir: Path) -> str:
     import signal
     import socket
 
+    from jeanzay_kit.lease_rules import parse_record
     from jeanzay_kit.run_directory import RunDir
-    from jeanzay_kit.runtime.lease_rules import parse_record
 
     path = RunDir(run_dir).lease
     record = parse_record(path.read_text()) if path.exists() else None

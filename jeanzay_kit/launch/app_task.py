@@ -9,7 +9,7 @@ point and calls it on every task, as hydra-submitit-launcher pickles itself. The
 * composes the point's config as Hydra would (`load_sweep_config`), with its output
   directory fixed to the point's run directory (the same on every requeue: an app that
   saves there resumes);
-* on global rank 0, holds the run directory's lease (runtime/lease.py) while your
+* on global rank 0, holds the run directory's lease (lease.py) while your
   function runs, records the code's provenance, and writes what it returned as the
   point's result (result.json, launch/app_rules.py returned_record);
 * returns Hydra's JobReturn (what hydra-submitit-launcher returns), or raises your
@@ -146,9 +146,9 @@ def _run_again(rank0: bool, signum: int, submitits_handler: Any) -> None:
 
 def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
     from jeanzay_kit.distributed.ranks import array_id
+    from jeanzay_kit.lease import acquire_for
     from jeanzay_kit.node.entry import record_provenance
     from jeanzay_kit.node.script_files import record_attempt
-    from jeanzay_kit.runtime.lease import acquire_for
     from jeanzay_kit.runtime.run_result import clear_result
 
     lease = acquire_for(run_dir, env, "hydra app (hydra/launcher=jeanzay)")

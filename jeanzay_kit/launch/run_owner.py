@@ -2,7 +2,7 @@
 directory? Edge (reads the run directory, asks squeue).
 
 The jobs considered are those `jzk submit` recorded in the run directory's manifest and
-the one named by its lease (runtime/lease.py): a job submitted by hand with `sbatch
+the one named by its lease (lease.py): a job submitted by hand with `sbatch
 job.sbatch` shows up there once it runs. A job queued behind them with
 `job.dependency=afterany:<id>` may be submitted; its start takes the lease over.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import read_manifest
+from jeanzay_kit.lease import holder
+from jeanzay_kit.lease_rules import busy_message
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.lease import holder
-from jeanzay_kit.runtime.lease_rules import busy_message
 from jeanzay_kit.slurm.commands import CommandRunner, job_alive
 
 # Resubmissions append to the manifest: the newest few are the ones that may still live.

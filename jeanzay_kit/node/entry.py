@@ -131,13 +131,13 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
 
 @contextmanager
 def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterator[None]:
-    """The run directory's lease (runtime/lease.py) for the life of this block, taken by
+    """The run directory's lease (lease.py) for the life of this block, taken by
     the one process that writes it: this one outside a job step, global rank 0 in one
     (its other ranks write only under rank 0's lease)."""
     if launched_by(env) is not None and rank_info_from_env(env).rank != 0:
         yield
         return
-    from jeanzay_kit.runtime.lease import acquire_for
+    from jeanzay_kit.lease import acquire_for
 
     what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
     lease = acquire_for(run_dir, env, what)

@@ -252,11 +252,11 @@ def slurm_task(
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
     a hung script (stall_seconds, 0: not watched) ends the task with EXIT_HUNG."""
-    from jeanzay_kit.runtime.lease import acquire_for
+    from jeanzay_kit.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
-    # Task 0 holds the run directory for the job (runtime/lease.py): a second job in it
+    # Task 0 holds the run directory for the job (lease.py): a second job in it
     # is refused before the script starts.
     lease = acquire_for(Path(run_dir), env, f"script {script.entry}") if rank == 0 else None
     try:

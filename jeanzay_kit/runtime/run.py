@@ -155,9 +155,9 @@ class Run:
     def start(self, before_join: Callable[[torch.device], None] | None = None) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.holds_lease and self._lease is None:
-            from jeanzay_kit.runtime.lease import acquire_for
+            from jeanzay_kit.lease import acquire_for
 
-            # One writer per run directory (runtime/lease.py), before anything is written.
+            # One writer per run directory (lease.py), before anything is written.
             self._lease = acquire_for(self.run_dir, self.env, "a session loop")
         if self.is_main:
             from jeanzay_kit.runtime.run_result import clear_result

@@ -132,6 +132,8 @@ HELPERS = {
     "run_directory",  # the run directory as one object: both sides read it (run_layout's names)
     "beats",  # a rank's heartbeat record, which both sides read
     "progress",  # where a run stands in time: the progress line and `jzk status` alike
+    "lease",  # one writer per run directory: the node takes it, `jzk submit` asks who holds it
+    "lease_rules",
     "values",
     "extras",  # which optional extra a command needs (imports errors only)
 }

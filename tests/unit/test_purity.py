@@ -37,7 +37,7 @@ PURE = [
     "train/stream_rules.py",
     "distributed/script_env.py",
     "runtime/session_rules.py",
-    "runtime/lease_rules.py",
+    "lease_rules.py",
     "node/script_rules.py",
     "node/hydra_app_rules.py",
     "node/signal_rules.py",

@@ -67,13 +67,10 @@ def test_records_being_written_or_damaged_are_skipped(tmp_path: Path) -> None:
 SUBMIT_SIDE_STILL_IMPORTS = {
     ("jeanzay_kit.launch.app_task", "jeanzay_kit.node.entry"),
     ("jeanzay_kit.launch.app_task", "jeanzay_kit.node.script_files"),
-    ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.lease"),
     ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.preemption"),
     ("jeanzay_kit.launch.app_task", "jeanzay_kit.runtime.run_result"),
     ("jeanzay_kit.launch.request", "jeanzay_kit.node.entry"),
     ("jeanzay_kit.launch.run_files", "jeanzay_kit.node.script_files"),
-    ("jeanzay_kit.launch.run_owner", "jeanzay_kit.runtime.lease"),
-    ("jeanzay_kit.launch.run_owner", "jeanzay_kit.runtime.lease_rules"),
     ("jeanzay_kit.launch.sweep", "jeanzay_kit.node.task"),
 }
 

@@ -150,7 +150,7 @@ def test_another_launcher_s_run_is_its_slurm_job_not_a_stopped_local_run(
     run_dir = _script_run_dir(tmp_path)
     record_run_provenance(run_dir, {"SLURM_JOB_ID": "512"}, tmp_path)
     record_attempt(run_dir, NOW, "512")
-    (run_dir / "lease.json").write_text("{}\n")  # task 0 held it (runtime/lease.py)
+    (run_dir / "lease.json").write_text("{}\n")  # task 0 held it (lease.py)
     asked: list[list[str]] = []
 
     def slurm_states(ids: list[str], usage_out=None):  # noqa: ANN202 - sacct's answer

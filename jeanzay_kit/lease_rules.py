@@ -6,7 +6,7 @@ the filesystem honours one (GPFS, Lustre mounted with `flock`, NFS with its lock
 protocol: the lock is released by the filesystem when the holder's process dies or its
 node is expelled), and in the file a record that says who holds it (host, pid, Slurm job,
 since when), renewed every RENEW_SECONDS so a reader can judge it where locks are not
-honoured (Lustre's `noflock`, `localflock`). runtime/lease.py is the edge that takes it;
+honoured (Lustre's `noflock`, `localflock`). lease.py is the edge that takes it;
 this module decides from plain values.
 """
 
