@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 from bench_runtime import run_workers, start_run, toolkit_step_time  # noqa: E402
-from common import write_result  # noqa: E402
+from common import paired, pin_rank, write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
@@ -97,8 +97,9 @@ def fresh_dirs(base: Path):
     return lambda: base / f"round-{next(count)}"
 
 
-def hand_ddp_step_time(ctx, steps: int, warmup: int) -> float:
-    """The loop a user writes by hand: DataLoader + DistributedSampler, no_sync."""
+def hand_ddp_step_time(ctx, steps: int, warmup: int) -> tuple[float, float]:
+    """The loop a user writes by hand: DataLoader + DistributedSampler, no_sync. Its mean
+    step time and this process's CPU time per step, as toolkit_step_time gives them."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     seed_everything(0)
@@ -109,10 +110,10 @@ def hand_ddp_step_time(ctx, steps: int, warmup: int) -> float:
     loader = DataLoader(data, batch_size=MICRO, sampler=sampler, drop_last=True)
     accum = GLOBAL // (MICRO * dist.get_world_size())
     it = iter(loader)
-    t0 = 0.0
+    t0 = c0 = 0.0
     for step in range(warmup + steps):
         if step == warmup:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
         for k in range(accum):
             x, y = next(it)
             # The forward too goes under no_sync: DDP decides at forward time whether the
@@ -122,11 +123,12 @@ def hand_ddp_step_time(ctx, steps: int, warmup: int) -> float:
                 (MLP.loss(model(x), y) / accum).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps
+    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
-def alternate(rounds: int, sides: dict) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = {k: [] for k in sides}
+def alternate(rounds: int, sides: dict) -> dict[str, list[tuple[float, float]]]:
+    """Each side's (step time, CPU time per step) per round, the order flipped each round."""
+    out: dict[str, list[tuple[float, float]]] = {k: [] for k in sides}
     names = list(sides)
     for r in range(rounds):
         order = names if r % 2 == 0 else names[::-1]
@@ -138,6 +140,8 @@ def alternate(rounds: int, sides: dict) -> dict[str, list[float]]:
 
 def worker(index: int, args, port: int, out_dir: Path) -> None:
     torch.set_num_threads(max(1, args.threads))
+    cores = os.sched_getaffinity(0)
+    pinned = pin_rank(index, args.workers)
     args.decode_kb = int(os.environ.get("BENCH_LOADER_DECODE_KB", "96"))
     ranks = args.workers
     # (a) the loop: two ranks, no loader workers on either side (2 cores: none to spare).
@@ -156,6 +160,7 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     if index != 0:
         return
     # (b) input-bound: one rank (this process), the other CPU free for a loader worker.
+    os.sched_setaffinity(0, cores)  # unpinned: its loader workers inherit the affinity
     one = start_run(spec_for(1, 1, "0", 0), local_rank_infos(1, port + 1)[0], out_dir / "one")
     specs = {
         "auto": spec_for(1, args.steps, "auto", args.decode_kb),
@@ -171,22 +176,28 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
         },
     )
     one.close(False)
-    report(loop, bound, specs["auto"].loader.num_workers, args)
+    report(loop, bound, specs["auto"].loader.num_workers, args, pinned)
 
 
-def report(loop: dict, bound: dict, auto_workers: int, args) -> None:
-    def ratios(a: list[float], b: list[float]) -> list[float]:
-        return [x / y for x, y in zip(a, b, strict=True)]
+def report(loop: dict, bound: dict, auto_workers: int, args, pinned: bool) -> None:
+    def wall(side: str) -> list[float]:
+        return [w for w, _ in {**loop, **bound}[side]]
 
-    out = {
-        "loader_vs_hand_ddp": ratios(loop["toolkit"], loop["hand"]),
-        "input_bound_auto_vs_0": ratios(bound["zero"], bound["auto"]),  # steps/s ratio
-        "input_bound_vs_preloaded": ratios(bound["auto"], bound["preloaded"]),
+    def cpu(side: str) -> list[float]:
+        return [c for _, c in {**loop, **bound}[side]]
+
+    result: dict = {
+        "loader_vs_hand_ddp": paired(wall("toolkit"), wall("hand")),
+        # CPU time per step of rank 0 (issue 59 point 4): a busy neighbour moves it less.
+        "loader_vs_hand_ddp_cpu": paired(cpu("toolkit"), cpu("hand")),
+        "input_bound_auto_vs_0": paired(wall("zero"), wall("auto")),  # steps/s ratio
+        "input_bound_vs_preloaded": paired(wall("auto"), wall("preloaded")),
     }
-    result = {k: {"ratio_median": statistics.median(v), "ratios": v} for k, v in out.items()}
-    result["step_s"] = {k: statistics.median(v) for k, v in {**loop, **bound}.items()}
+    result["step_s"] = {k: statistics.median(wall(k)) for k in {**loop, **bound}}
+    result["cpu_s"] = {k: statistics.median(cpu(k)) for k in loop}
     result["setup"] = {
         "ranks_loop": args.workers,
+        "pinned_loop": pinned,
         "auto_workers": auto_workers,
         "decode_kb_per_sample": args.decode_kb,
         "micro_batch": MICRO,
@@ -206,8 +217,11 @@ def report(loop: dict, bound: dict, auto_workers: int, args) -> None:
         f"{s['auto'] * 1e3:.1f} ms/step, workers=0 {s['zero'] * 1e3:.1f} ms/step, preloaded "
         f"{s['preloaded'] * 1e3:.1f} ms/step"
     )
-    for k, v in out.items():
-        print(f"{k:26s} {statistics.median(v):.3f}  (rounds {', '.join(f'{x:.3f}' for x in v)})")
+    for k, v in result.items():
+        if "ratios" in v:
+            lo, hi = v["ratio_ci"]
+            rounds = ", ".join(f"{x:.3f}" for x in v["ratios"])
+            print(f"{k:26s} {v['ratio_median']:.3f}  CI {lo:.3f}-{hi:.3f}  (rounds {rounds})")
     print(f"wrote {path}")
 
 

@@ -38,7 +38,7 @@ from torch.utils.data import default_collate
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import write_result  # noqa: E402
+from common import paired, pin_rank, write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
@@ -154,19 +154,9 @@ def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, f
     return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
 
 
-def median_ci(values: list[float], level: float = 0.95, draws: int = 4000) -> list[float]:
-    """A bootstrap percentile interval of the median over rounds (stdlib only, seeded: the
-    same rounds give the same interval)."""
-    import random
-
-    rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(draws))
-    tail = (1 - level) / 2
-    return [medians[int(tail * draws)], medians[min(draws - 1, int((1 - tail) * draws))]]
-
-
 def worker(index: int, args, port: int, out_dir: Path) -> None:
     torch.set_num_threads(max(1, args.threads))
+    pinned = pin_rank(index, args.workers)
     results: dict[str, dict[str, list[tuple[float, float]]]] = {}
     for mode in ("ddp", "pipeline"):
         spec = build_job_spec(compose_config(overrides(mode, args.workers, args.steps)))
@@ -196,23 +186,23 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
         report = {}
         for mode, r in results.items():
             pairs = list(zip(r["toolkit"], r["baseline"], strict=True))
-            ratios = [a[0] / b[0] for a, b in pairs]
-            cpu_ratios = [a[1] / b[1] for a, b in pairs]
+            wall = paired([a[0] for a, _ in pairs], [b[0] for _, b in pairs])
+            cpu = paired([a[1] for a, _ in pairs], [b[1] for _, b in pairs])
             report[mode] = {
                 "toolkit_step_s": statistics.median(a[0] for a, _ in pairs),
                 "baseline_step_s": statistics.median(b[0] for _, b in pairs),
-                "ratio_median": statistics.median(ratios),
-                "ratios": ratios,
+                **wall,
                 "toolkit_cpu_s": statistics.median(a[1] for a, _ in pairs),
                 "baseline_cpu_s": statistics.median(b[1] for _, b in pairs),
-                "cpu_ratio_median": statistics.median(cpu_ratios),
-                "cpu_ratios": cpu_ratios,
-                "cpu_ratio_ci": median_ci(cpu_ratios),
-                "ratio_ci": median_ci(ratios),
+                "cpu_ratio_median": cpu["ratio_median"],
+                "cpu_ratios": cpu["ratios"],
+                "cpu_ratio_ci": cpu["ratio_ci"],
+                "cpu_ratio_ci_half_width": cpu["ratio_ci_half_width"],
             }
         report["setup"] = {
             "workers": args.workers,
             "threads_per_worker": args.threads,
+            "pinned": pinned,
             "steps": args.steps,
             "warmup": args.warmup,
             "rounds": args.rounds,

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_startup import bare  # noqa: E402  (the same bare torchrun start)
-from common import REPO, time_to_marker, train_py, write_result  # noqa: E402
+from common import REPO, paired, time_to_marker, train_py, write_result  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 
@@ -65,11 +65,14 @@ def main() -> None:
 
     times = step_times(args.steps, args.rounds)
     step_ratios = [s / h for s, h in zip(times["session"], times["hand"], strict=True)]
+    # CPU time per step of both ranks (issue 59 point 4): a busy neighbour moves it less.
+    cpu = paired(times["session_cpu"], times["hand_cpu"])
     session_ms = statistics.median(times["session"]) * 1e3
     hand_ms = statistics.median(times["hand"]) * 1e3
     print(
         f"step time: session {session_ms:.1f} ms, hand {hand_ms:.1f} ms, "
-        f"ratio {statistics.median(step_ratios):.3f}"
+        f"ratio {statistics.median(step_ratios):.3f}; CPU per step ratio "
+        f"{cpu['ratio_median']:.3f}, 95 % CI {cpu['ratio_ci'][0]:.3f}-{cpu['ratio_ci'][1]:.3f}"
     )
 
     task_s, bare_s = [], []
@@ -88,6 +91,10 @@ def main() -> None:
         "hand_step_s": times["hand"],
         "step_ratios": step_ratios,
         "step_ratio_median": statistics.median(step_ratios),
+        "step_ratio_ci": paired(times["session"], times["hand"])["ratio_ci"],
+        "session_cpu_s": times["session_cpu"],
+        "hand_cpu_s": times["hand_cpu"],
+        "cpu": cpu,
         "script_task_s": task_s,
         "bare_torchrun_s": bare_s,
         "start_ratios": start_ratios,

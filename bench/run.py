@@ -3,6 +3,7 @@
     .venv/bin/python bench/run.py            # all of them, the rounds of docs/performance.md
     .venv/bin/python bench/run.py --quick    # fewer rounds and steps: < 10 min on 2 cores
     .venv/bin/python bench/run.py --only ttfs_vs_bare --rounds 1 --out /tmp/r.json --docs none
+    .venv/bin/python bench/run.py --only ddp_vs_handwritten --merge   # refresh some, keep the rest
 
 Each figure is a ratio against a baseline measured in the same run (or a count), the
 median of several rounds, with the spread of the rounds. The benchmarks are the scripts
@@ -29,7 +30,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ class Figure:
     ratio: bool = True  # a ratio (plotted) or a count
     note: str = ""
     ci: list[float] = field(default_factory=list)  # a 95 % interval of the median, if known
+    measured: str = ""  # the date and command of an earlier run it was kept from (--merge)
 
     @property
     def spread(self) -> list[float]:
@@ -116,17 +118,17 @@ def runtime_figures(r: dict) -> list[Figure]:
             )
         )
         if "cpu_ratio_median" in m:  # CPU time per step of rank 0 (issue 59 point 4)
+            c = {"ratio_median": m["cpu_ratio_median"], "ratios": m["cpu_ratios"]}
+            c["ratio_ci"] = m["cpu_ratio_ci"]
             out.append(
-                Figure(
+                cpu_figure(
                     f"{key}_cpu",
-                    f"{what}, CPU time per step of rank 0's process (interleaved rounds; "
-                    "ci: 95 % bootstrap interval of the median)",
-                    m["cpu_ratio_median"],
-                    m["cpu_ratios"],
-                    f"{ms(m['toolkit_cpu_s'])} CPU/step",
-                    f"{ms(m['baseline_cpu_s'])} CPU/step ({base})",
-                    "<= 1.02",
-                    ci=m["cpu_ratio_ci"],
+                    what,
+                    "rank 0's process",
+                    c,
+                    m["toolkit_cpu_s"],
+                    m["baseline_cpu_s"],
+                    base,
                 )
             )
     return out
@@ -161,10 +163,49 @@ def loader_figures(r: dict) -> list[Figure]:
             "<= 1.10 where the CPUs suffice",
         ),
     )
-    return [
-        Figure(key, what, r[key]["ratio_median"], r[key]["ratios"], ours, base, target)
+    figures = [
+        Figure(
+            key,
+            what,
+            r[key]["ratio_median"],
+            r[key]["ratios"],
+            ours,
+            base,
+            target,
+            ci=r[key].get("ratio_ci", []),
+        )
         for key, what, ours, base, target in rows
     ]
+    if "loader_vs_hand_ddp_cpu" in r:  # CPU time per step of rank 0 (issue 59 point 4)
+        c = r["loader_vs_hand_ddp_cpu"]
+        figures.insert(
+            1,
+            cpu_figure(
+                "loader_vs_hand_ddp_cpu",
+                rows[0][1],
+                "rank 0's process",
+                c,
+                r["cpu_s"]["toolkit"],
+                r["cpu_s"]["hand"],
+                "hand-written DDP",
+            ),
+        )
+    return figures
+
+
+def cpu_figure(key, what, whose, c, ours_s, theirs_s, base) -> Figure:
+    """The CPU-time twin of a step-time figure: its paired ratios and 95 % interval."""
+    return Figure(
+        key,
+        f"{what}, CPU time per step of {whose} (interleaved rounds, each rank on a core of "
+        "its own; ci: 95 % bootstrap interval of the median)",
+        c["ratio_median"],
+        c["ratios"],
+        f"{ms(ours_s)} CPU/step",
+        f"{ms(theirs_s)} CPU/step ({base})",
+        "<= 1.02",
+        ci=c["ratio_ci"],
+    )
 
 
 def eval_figures(r: dict) -> list[Figure]:
@@ -301,17 +342,35 @@ def warm_compile_figures(r: dict) -> list[Figure]:
 
 
 def session_figures(r: dict) -> list[Figure]:
+    what = (
+        "step time of a loop with the session API (should_stop every step, s.log, "
+        "heartbeats, watchdog) / the same hand-written DDP loop (2 CPU workers)"
+    )
+    cpu = []
+    if "cpu" in r:  # CPU time per step of both ranks (issue 59 point 4)
+        cpu = [
+            cpu_figure(
+                "session_vs_hand_cpu",
+                what,
+                "both ranks",
+                r["cpu"],
+                median(r["session_cpu_s"]),
+                median(r["hand_cpu_s"]),
+                "hand-written DDP",
+            )
+        ]
     return [
         Figure(
             "session_vs_hand",
-            "step time of a loop with the session API (should_stop every step, s.log, "
-            "heartbeats, watchdog) / the same hand-written DDP loop (2 CPU workers)",
+            what,
             r["step_ratio_median"],
             r["step_ratios"],
             f"{median(r['session_step_s']) * 1e3:.1f} ms/step",
             f"{median(r['hand_step_s']) * 1e3:.1f} ms/step (hand-written DDP)",
             "<= 1.02",
+            ci=r.get("step_ratio_ci", []),
         ),
+        *cpu,
         Figure(
             "script_ttfs_vs_torchrun",
             "time to first step: a script task (`jzk train job.entry=minimal_ddp.py`) / "
@@ -507,7 +566,12 @@ BENCHES = [
     Bench(
         "loader",
         "bench_loader.py",
-        ["loader_vs_hand_ddp", "input_bound_auto_vs_0", "input_bound_vs_preloaded"],
+        [
+            "loader_vs_hand_ddp",
+            "loader_vs_hand_ddp_cpu",
+            "input_bound_auto_vs_0",
+            "input_bound_vs_preloaded",
+        ],
         ["--steps", "10", "--warmup", "3", "--rounds", "2"],
         ["--rounds", "5", "--steps", "20"],
         loader_figures,
@@ -563,7 +627,7 @@ BENCHES = [
     Bench(
         "session",
         "bench_session.py",
-        ["session_vs_hand", "script_ttfs_vs_torchrun"],
+        ["session_vs_hand", "session_vs_hand_cpu", "script_ttfs_vs_torchrun"],
         ["--rounds", "3", "--steps", "30", "--start-rounds", "3"],
         ["--rounds", "6", "--start-rounds", "5"],
         session_figures,
@@ -684,6 +748,20 @@ def results_json(figures: list[Figure], skipped: dict[str, str], info: dict) -> 
     return out
 
 
+def earlier_figures(earlier: dict, measured: set[str]) -> tuple[list[Figure], dict[str, str]]:
+    """The figures (and skips) of an earlier results.json that this run did not measure,
+    each marked with the date and command that measured it."""
+    names = {f.name for f in fields(Figure)}
+    when = f"{earlier.get('date', '?')}, `{earlier.get('command', '?')}`"
+    kept = []
+    for key, saved in earlier.get("figures", {}).items():
+        if key not in measured:
+            figure = Figure(**{k: v for k, v in saved.items() if k in names})
+            kept.append(replace(figure, measured=figure.measured or when))
+    skipped = {k: v for k, v in earlier.get("skipped", {}).items() if k not in measured}
+    return kept, skipped
+
+
 def fmt(value: float | None, ratio: bool) -> str:
     if value is None:
         return "-"
@@ -712,6 +790,8 @@ def table(figures: list[Figure], skipped: dict[str, str], keys: list[str]) -> li
         if f.ci:  # a 95 % interval of the median (issue 59 point 4)
             spread += f"; CI {fmt(f.ci[0], f.ratio)}-{fmt(f.ci[1], f.ratio)}"
         what = f.what + (f"; {f.note}" if f.note else "")
+        if f.measured:  # kept from an earlier run by --merge
+            what += f" (measured {f.measured})"
         rows.append(
             f"| `{f.key}` | {what} | {f.ours} | {f.baseline} | **{fmt(f.value, f.ratio)}** | "
             f"{spread} | {f.target} |"
@@ -805,6 +885,11 @@ def main() -> None:
     parser.add_argument("--gpu", action="store_true", help="only the GPU benchmarks")
     parser.add_argument("--rounds", type=int, default=0, help="rounds of every benchmark")
     parser.add_argument("--out", default=str(REPO / "bench" / "results.json"))
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the figures of --out that this run does not measure (with --only)",
+    )
     parser.add_argument("--docs", default=str(DOCS), help="the markdown file to update, or 'none'")
     parser.add_argument("--png", default=str(PNG), help="the plot of the ratios, or 'none'")
     args = parser.parse_args()
@@ -842,6 +927,10 @@ def main() -> None:
         "machine": machine(),
     }
     out = Path(args.out)
+    if args.merge and out.exists():
+        measured = {k for b in benches for k in b.keys}
+        kept, kept_skipped = earlier_figures(json.loads(out.read_text()), measured)
+        figures, skipped = kept + figures, {**kept_skipped, **skipped}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results_json(figures, skipped, info), indent=2) + "\n")
     png = None if args.png == "none" else Path(args.png)

@@ -1,7 +1,8 @@
 """The two loops of bench/bench_session.py, run by torchrun (2 CPU workers, gloo):
 a hand-written DDP loop and the same loop through the session API, alternating in
-rounds inside one launch so that both see the same machine. Rank 0 writes the mean step
-time of each round to argv[1] (JSON).
+rounds inside one launch so that both see the same machine, each rank pinned to a core of
+its own when there are enough. Rank 0 writes each round's mean step time and CPU time per
+step (every rank's process, summed) to argv[1] (JSON).
 
     python -m torch.distributed.run --standalone --nproc_per_node 2 \\
         bench/session_loops.py OUT.json [--steps 40] [--rounds 5]
@@ -9,6 +10,7 @@ time of each round to argv[1] (JSON).
 
 import argparse
 import json
+import os
 import tempfile
 import time
 
@@ -44,7 +46,14 @@ def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, batch: list) 
     return loss
 
 
-def hand(steps: int) -> float:
+def cpu_all_ranks(seconds: float) -> float:
+    """This process's CPU seconds summed over the ranks (a rank that waits does not count)."""
+    total = torch.tensor([seconds], dtype=torch.float64)
+    dist.all_reduce(total)
+    return float(total.item())
+
+
+def hand(steps: int) -> tuple[float, float]:
     """Plain DDP: DistributedSampler, DataLoader, AdamW, a loss print every 10 steps."""
     model, data = model_and_data()
     model = DistributedDataParallel(model)
@@ -55,18 +64,19 @@ def hand(steps: int) -> float:
     for step in range(WARMUP + steps):
         if step == WARMUP:
             dist.barrier()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
         loss = train_step(model, optimizer, next(batches))
         if (step + 1) % 10 == 0:
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             if dist.get_rank() == 0:
                 print(f"step {step + 1} loss {mean.item() / dist.get_world_size():.4f}")
+    cpu = time.process_time() - cpu
     dist.barrier()
-    return (time.perf_counter() - start) / steps
+    return (time.perf_counter() - start) / steps, cpu_all_ranks(cpu) / steps
 
 
-def with_session(steps: int, run_dir: str) -> float:
+def with_session(steps: int, run_dir: str) -> tuple[float, float]:
     """The same loop through the session: s.wrap, s.sampler, should_stop every step
     (one all-reduce), s.log every 10 steps, heartbeats and the watchdog running."""
     with session(steps=WARMUP + steps, run_dir=run_dir) as s:
@@ -79,15 +89,16 @@ def with_session(steps: int, run_dir: str) -> float:
         for step in range(ckpt.resume(), WARMUP + steps):
             if step == WARMUP:
                 dist.barrier()
-                start = time.perf_counter()
+                start, cpu = time.perf_counter(), time.process_time()
             loss = train_step(model, optimizer, next(batches))
             if s.should_stop(step, loss=loss):
                 ckpt.save(step + 1)
                 s.requeue_and_exit()
             if (step + 1) % 10 == 0:
                 s.log(step + 1, loss=loss)
+        cpu = time.process_time() - cpu
         dist.barrier()
-        return (time.perf_counter() - start) / steps
+        return (time.perf_counter() - start) / steps, cpu_all_ranks(cpu) / steps
 
 
 def main() -> None:
@@ -97,18 +108,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)  # 2 workers on 2 cores
+    cores = sorted(os.sched_getaffinity(0))
+    local, ranks = int(os.environ["LOCAL_RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    if len(cores) >= ranks:  # one core each: no cache refills after a move (bench/common.py)
+        os.sched_setaffinity(0, {cores[local]})
     dist.init_process_group("gloo")
-    times: dict[str, list[float]] = {"hand": [], "session": []}
+    times: dict[str, list[float]] = {"hand": [], "session": [], "hand_cpu": [], "session_cpu": []}
     for r in range(args.rounds):
         for side in ("hand", "session") if r % 2 == 0 else ("session", "hand"):
             with tempfile.TemporaryDirectory(prefix="jzk-bench-session-") as tmp:
                 run_dir = [tmp if dist.get_rank() == 0 else None]
                 dist.broadcast_object_list(run_dir, src=0)
-                step_s = (
+                step_s, cpu_s = (
                     hand(args.steps) if side == "hand" else with_session(args.steps, run_dir[0])
                 )
                 dist.barrier()
             times[side].append(step_s)
+            times[f"{side}_cpu"].append(cpu_s)
     if dist.get_rank() == 0:
         with open(args.out, "w") as f:
             json.dump(times, f)

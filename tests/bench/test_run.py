@@ -75,3 +75,29 @@ def test_results_json_keeps_every_key_even_when_skipped() -> None:
     assert out["ttfs_vs_bare"] == 1.25 and out["sweep_submit_vs_hsl"] is None
     assert out["skipped"] == {"sweep_submit_vs_hsl": "needs root"}
     assert out["figures"]["ttfs_vs_bare"]["spread"] == [1.2, 1.3]
+
+
+def test_merge_keeps_what_this_run_did_not_measure_marked_with_its_run() -> None:
+    run = load_run_module()
+    earlier = run.results_json(
+        [run.Figure("a", "w", 1.1, [1.0, 1.2], ci=[1.0, 1.2]), run.Figure("b", "w", 2.0, [2.0])],
+        {"c": "needs root"},
+        {"date": "2026-01-01", "command": "python bench/run.py"},
+    )
+    kept, skipped = run.earlier_figures(json.loads(json.dumps(earlier)), {"b"})
+    assert [f.key for f in kept] == ["a"] and kept[0].rounds == [1.0, 1.2]
+    assert kept[0].ci == [1.0, 1.2] and skipped == {"c": "needs root"}
+    assert kept[0].measured == "2026-01-01, `python bench/run.py`"
+    assert "(measured 2026-01-01" in run.table(kept, {}, ["a"])[-1]
+
+
+def test_paired_rounds_give_the_median_ratio_and_an_interval_around_it() -> None:
+    sys.path.insert(0, str(RUN.parent))
+    from common import paired
+
+    ours = [1.01, 1.02, 1.00, 1.03, 1.01, 1.02, 1.01, 1.02]
+    out = paired(ours, [1.0] * 8)
+    low, high = out["ratio_ci"]
+    assert out["ratios"] == ours and low <= out["ratio_median"] <= high
+    assert low >= 1.0 and high <= 1.03 and out["ratio_ci_half_width"] == (high - low) / 2
+    assert paired(ours, [1.0] * 8) == out  # seeded: the same rounds, the same interval
