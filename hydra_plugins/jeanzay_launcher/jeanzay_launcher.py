@@ -17,7 +17,7 @@ the toolkit's trainer, jeanzay_kit/train_app.py): every task calls YOUR function
 hydra-submitit-launcher does, and the launcher takes hydra-submitit-launcher's keys
 (timeout_min, nodes, tasks_per_node, gpus_per_node, ...; launch/app_rules.py) plus
 `cluster`, the profile every point is validated against before anything is queued
-(launch/app_task.py runs each task; docs/slurm.md "Coming from hydra-submitit-launcher").
+(node/app_task.py runs each task; docs/slurm.md "Coming from hydra-submitit-launcher").
 """
 
 # No `from __future__ import annotations`: Hydra loads plugin modules outside
@@ -120,7 +120,7 @@ class JeanzayLauncher(Launcher):
     ) -> None:
         # The toolkit's trainer is not pickled: its tasks run jeanzay_kit.node.task on
         # the frozen config, as train.py would. Any other task function is a Hydra app
-        # of yours: it is pickled and called on every task (launch/app_task.py).
+        # of yours: it is pickled and called on every task (node/app_task.py).
         self.config = config
         self.hydra_context = hydra_context
         self.task_function = task_function
@@ -200,7 +200,7 @@ class JeanzayLauncher(Launcher):
         if not self.is_app():
             _refuse_app_keys(self.app_keys)
             return None, self._validated_points(job_overrides, initial_job_idx, sweep_dir)
-        from jeanzay_kit.launch.app_task import AppTask
+        from jeanzay_kit.node.app_task import AppTask
 
         # Hydra's state as the app left it, before the profile's checks compose the
         # toolkit's config beside it.

@@ -306,39 +306,6 @@ def _in_minutes(match: re.Match[str]) -> str:
         return match.group(0)
 
 
-def returned_record(value: object) -> dict[str, object]:
-    """result.json's content for the value your task function returned: a number is the
-    run's `value` (what a search optimizes, runtime/run_result.py), a list of numbers its
-    `values` (the first also `value`); anything else is kept as `returned` (its repr
-    when it is not plain JSON) with no value."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return {"objective": "returned", "value": _finite(value), "returned": _finite(value)}
-    if (
-        isinstance(value, (list, tuple))
-        and value
-        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-    ):
-        found = [_finite(v) for v in value]
-        return {"objective": "returned", "value": found[0], "values": found, "returned": found}
-    return {"objective": "returned", "value": None, "returned": _plain_json(value)}
-
-
-def _finite(value: float) -> float | None:
-    return float(value) if math.isfinite(value) else None
-
-
-def _plain_json(value: object) -> object:
-    if value is None or isinstance(value, (str, bool, int)):
-        return value
-    if isinstance(value, float):
-        return _finite(value)
-    if isinstance(value, Mapping):
-        return {str(k): _plain_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain_json(v) for v in value]
-    return repr(value)
-
-
 # The toolkit's trainer's own key for each hydra-submitit-launcher key (a sweep of the
 # trainer that sets one is told which to use instead).
 TOOLKIT_KEYS = {

@@ -29,7 +29,7 @@ def submit_arrays(
 ) -> list[tuple[dict[str, Any], Any]]:
     """One sbatch call per plan. Returns (manifest record, submitit job) per run, in sweep
     order. earlier: records of the sweep's previous batches, kept in the manifest.
-    app_task: your Hydra app's AppTask (launch/app_task.py), called on every task with
+    app_task: your Hydra app's AppTask (node/app_task.py), called on every task with
     the point's overrides, number and run directory; None: the toolkit's trainer."""
     import submitit  # lazy: validating and planning a sweep does not need it
 

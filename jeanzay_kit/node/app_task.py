@@ -11,7 +11,7 @@ point and calls it on every task, as hydra-submitit-launcher pickles itself. The
   saves there resumes);
 * on global rank 0, holds the run directory's lease (lease.py) while your
   function runs, records the code's provenance, and writes what it returned as the
-  point's result (result.json, launch/app_rules.py returned_record);
+  point's result (result.json, runtime/run_result.py returned_record);
 * returns Hydra's JobReturn (what hydra-submitit-launcher returns), or raises your
   function's error so the Slurm job ends FAILED and `jzk status` says so.
 
@@ -163,8 +163,7 @@ def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
 def _write_result(run_dir: Path, ret: Any) -> None:
     from hydra.core.utils import JobStatus
 
-    from jeanzay_kit.launch.app_rules import returned_record
-    from jeanzay_kit.runtime.run_result import write_result
+    from jeanzay_kit.runtime.run_result import returned_record, write_result
 
     if ret.status == JobStatus.COMPLETED:
         write_result(run_dir, returned_record(ret._return_value))

@@ -9,12 +9,8 @@ from typing import Any
 import pytest
 
 from jeanzay_kit.errors import LaunchError
-from jeanzay_kit.launch.app_rules import (
-    APP_KEYS,
-    in_launcher_words,
-    returned_record,
-    translate,
-)
+from jeanzay_kit.launch.app_rules import APP_KEYS, in_launcher_words, translate
+from jeanzay_kit.runtime.run_result import returned_record
 
 BASE = {"cluster": "jeanzay_h100", "gpus_per_node": 4, "tasks_per_node": 4}
 

@@ -1,6 +1,6 @@
 """`hydra/launcher=jeanzay` in your own Hydra app, without a cluster: what is submitted (a
 stand-in sbatch records the script) and what each task does with the pickle submitit
-would run (launch/app_task.py), under a Slurm task's environment.
+would run (node/app_task.py), under a Slurm task's environment.
 
 The Slurm side (a real sweep, a preemption and its resume) is
 tests/slurm/test_hydra_app_launcher.py.
