@@ -27,7 +27,7 @@ def spec_of(
         "gpus_per_node", "auto"
     ) in (None, "auto"):
         # Only here is torch imported: the worker count of a local run follows the GPUs.
-        from jeanzay_kit.node.entry import local_gpu_count
+        from jeanzay_kit.distributed.devices import local_gpu_count
 
         local_gpus = local_gpu_count()
     # The CPUs of this machine: loader.num_workers=auto of a local run is resolved from them.

@@ -17,24 +17,11 @@ from typing import Any
 
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_present
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime.preemption import StopRequest
 from jeanzay_kit.train.directions import check_directions
-
-
-def nvidia_driver_present() -> bool:
-    return Path("/proc/driver/nvidia").exists() or Path("/dev/nvidiactl").exists()
-
-
-def local_gpu_count() -> int:
-    # Without NVIDIA's driver there is no CUDA device: say so without importing torch
-    # (~2 s on a small machine), so refusals such as a changed config come at once.
-    if not nvidia_driver_present():
-        return 0
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def check_torch() -> None:
