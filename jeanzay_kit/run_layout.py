@@ -42,7 +42,7 @@ ATTEMPTS = "attempts.jsonl"  # a script task: one line per start
 SUBMITIT = ".submitit"
 COMPILE_CACHE = "compile_cache"  # torch.compile's cache folder, kept with the run (CPU)
 COMPILE_ARTIFACTS = "compile_cache.bin"  # torch.compile's cache artifacts, one file (CUDA)
-STARTS = "starts.jsonl"  # one line per start of a rank-0 process: its start-up in parts
+STARTS = "starts.jsonl"  # per rank-0 process: its start-up in parts, its end's saving time
 MICRO_BATCH = "micro_batch.json"  # train.micro_batch_size=auto: the size the run chose
 # ---- in a run directory or a sweep's / log folder ---------------------------------------
 MANIFEST = "manifest.jsonl"
@@ -119,7 +119,8 @@ ENTRIES: tuple[Entry, ...] = (
           "runtime/compile_cache.py (every rank, at start)",
           "torch.compile's portable cache artifacts, loaded into the node's cache"),
     Entry(STARTS, "file", "runtime/startup.py (rank 0)", "jzk report, jzk status",
-          "one line per start: seconds from the process's start to its first step, in parts"),
+          "one line per start: seconds from the process's start to its first step, in "
+          "parts; one per end: the saving time after the last metrics record"),
     Entry(MICRO_BATCH, "file", "train/micro_batch.py (rank 0, at the first start)",
           "train/micro_batch.py (every later start)",
           "train.micro_batch_size=auto: the size chosen and why, kept across restarts"),

@@ -11,7 +11,9 @@ training; the newest complete checkpoint):
 - after the last save: steps an ended run trained past its newest checkpoint;
 - start-up: every start's time from its process's start (the job's, where Slurm says)
   to the end of its first step, compile included;
-- checkpoint: the time saves held training up (the kept steps' saves);
+- checkpoint: the time saves held training up (metrics.jsonl's records), and each
+  attempt's end: its last save finished, the compile caches and the final weights
+  written (starts.jsonl's end lines);
 - idle: the rest of the allocation (batch script before the processes, the time between
   the last step and the job's end, a hang until the watchdog, waiting on a dead peer).
 
@@ -63,7 +65,11 @@ def run_record(
     """The ledger's view of a run's files: starts.jsonl's and metrics.jsonl's records
     (a damaged line is left out), the newest complete checkpoint, the newest beat."""
     parsed = []
+    ends_blocked = 0.0  # the end lines: saving time after the last metrics record
     for line in starts:
+        if "end_step" in line:
+            ends_blocked += sum(_numbers([line], "ckpt_block_s"))
+            continue
         try:
             before = line.get("reached_before")
             parsed.append(
@@ -77,7 +83,7 @@ def run_record(
             continue
     # A window holding a compile (compile_s) says nothing of a step's time.
     times = _numbers([r for r in metrics if "compile_s" not in r], "step_time_s")
-    blocked = sum(_numbers(metrics, "ckpt_block_s"))
+    blocked = sum(_numbers(metrics, "ckpt_block_s")) + ends_blocked
     return RunRecord(
         kept_step or 0, reached, tuple(parsed), median(times) if times else None, blocked
     )

@@ -7,7 +7,8 @@ parts, the process group's rendezvous, building the model and its optimizer, loa
 the checkpoint, opening the loader, the first batch, torch.compile. Each `mark(part)`
 closes the part that ran since the previous mark. Rank 0 writes the whole at the end of
 its first step: one line in starts.jsonl (kept across restarts, what the ledger reads)
-and the same figures in the attempt's first metrics.jsonl record.
+and the same figures in the attempt's first metrics.jsonl record; when its loop ends,
+one more line with the saving time after the last metrics record (`end_step`).
 
 One clock per process, kept in this module as torch keeps its counters: the parts are
 measured in node/worker.py, train/loop.py and between them, which share no object
@@ -137,6 +138,20 @@ def write_start(run_dir: Path, extra: dict[str, Any]) -> None:
     }
     path = RunDir.of(run_dir).starts
     with path.open("a") as out:
+        out.write(json.dumps(line) + "\n")
+
+
+def write_end(run_dir: Path, saved_at: int, ckpt_block_s: float) -> None:
+    """Rank 0, when the loop has ended (done or stopped) and its last save is on disk: one
+    line in starts.jsonl with the saving time no metrics record holds (the last save's,
+    waited for at the end, the caches, the final weights)."""
+    line = {
+        "time": time.time(),
+        "host": socket.gethostname(),
+        "end_step": saved_at,
+        "ckpt_block_s": round(ckpt_block_s, 3),
+    }
+    with RunDir.of(run_dir).starts.open("a") as out:
         out.write(json.dumps(line) + "\n")
 
 

@@ -112,11 +112,17 @@ def train(
         run_steps(attempt)
     finally:
         attempt.batches.close()  # the loader's workers go now, before the last save's wait
+    ending = time.perf_counter()
     with _on_write_error(spec.checkpoint.on_write_error, attempt.ctx.is_main):
         attempt.ckpt.close()
     if attempt.compile_cache is not None:  # later compiles (evaluation's) kept too
         attempt.compile_cache.keep(attempt.ctx.is_main)
     digest = None if attempt.stopped_by else save_final_model(attempt)
+    # The allocation still runs while the last save finishes, the caches and the final
+    # weights are written: the ledger's checkpoint time, not idle (launch/ledger.py).
+    attempt.blocked_s += time.perf_counter() - ending
+    if attempt.ctx.is_main:
+        startup.write_end(attempt.run_dir, attempt.saved_at, attempt.blocked_s)
     run.close_metrics()
     return TrainResult(attempt.saved_at, attempt.loss_value, digest, attempt.stopped_by)
 

@@ -141,9 +141,15 @@ def test_signalled_and_resumed_twice_ends_like_an_uninterrupted_run(
     assert steps == list(range(1, STEPS + 1))
     # The ledger (issue 59): each start resumed at the step the one before it reached
     # (a stop saves where it stops), so no step was trained twice.
-    starts = [json.loads(x) for x in (resumed / "starts.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (resumed / "starts.jsonl").read_text().splitlines()]
+    starts = [s for s in lines if "start_step" in s]
     assert [s["reached_before"] for s in starts[1:]] == [s["start_step"] for s in starts[1:]]
     assert len(starts) == 3 and 0 < starts[1]["start_step"] < starts[2]["start_step"]
+    # Each attempt's end line: the step its last save holds, where the next start resumed,
+    # and the saving time after its last metrics record (the ledger's, not idle).
+    ends = [s for s in lines if "end_step" in s]
+    assert [e["end_step"] for e in ends] == [s["start_step"] for s in starts[1:]] + [STEPS]
+    assert all(e["ckpt_block_s"] > 0 for e in ends)
     assert json.loads(jzk("status", "--json", str(resumed)).stdout)["lost_steps"] == 0
 
 

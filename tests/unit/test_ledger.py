@@ -72,6 +72,7 @@ def test_the_run_record_reads_starts_and_steady_step_times() -> None:
     starts = [
         {"start_step": 0, "reached_before": None, "startup_s": 31.5},
         {"start_step": "x"},  # damaged: left out
+        {"end_step": 4, "ckpt_block_s": 1.5},  # the first attempt's end: its last save
         {"start_step": 4, "reached_before": 6, "startup_s": 8.5},
     ]
     metrics = [
@@ -82,7 +83,8 @@ def test_the_run_record_reads_starts_and_steady_step_times() -> None:
     ]
     record = run_record(starts, metrics, 4, 6)
     assert [s.retrained for s in record.starts] == [0, 2]
-    assert (record.step_s, record.checkpoint_s, record.kept_step) == (0.6, 0.25, 4)
+    assert len(record.starts) == 2 and record.kept_step == 4
+    assert (record.step_s, record.checkpoint_s) == (0.6, 0.25 + 1.5)
 
 
 def test_queue_wait_of_every_start_from_sacct() -> None:
