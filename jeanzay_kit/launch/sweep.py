@@ -10,14 +10,33 @@ import datetime
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.errors import LaunchError
 from jeanzay_kit.launch.arrays import ArrayPlan
 from jeanzay_kit.launch.manifest import write_manifest
-from jeanzay_kit.node.task import run_training
 from jeanzay_kit.run_directory import RunDir
+
+
+@dataclass(frozen=True)
+class TaskByName:
+    """A task-side function named by its import path ("module:function"), resolved
+    where submitit calls it, on the node, as Hydra's `_target_` names a class: the
+    submit side hands submitit the function each task runs without importing node/
+    (submitit pickles this object, a name)."""
+
+    target: str
+
+    def __call__(self, *args: Any) -> Any:
+        import pkgutil
+
+        return pkgutil.resolve_name(self.target)(*args)
+
+
+# What each task of a sweep of the toolkit's trainer runs: run_training(config, run_dir).
+RUN_TRAINING = TaskByName("jeanzay_kit.node.task:run_training")
 
 
 def submit_arrays(
@@ -87,7 +106,7 @@ def _calls(plan: ArrayPlan, app_task: Any) -> tuple[Any, ...]:
             [p.run_dir for p in plan.points],
         )
     return (
-        run_training,
+        RUN_TRAINING,
         [dict(p.spec.config) for p in plan.points],
         [p.run_dir for p in plan.points],
     )
