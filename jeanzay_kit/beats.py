@@ -1,6 +1,8 @@
-"""A rank's heartbeat record, `<run_dir>/heartbeat/rank-<N>.json`: what every rank of a
-run writes (runtime/heartbeat.py), the watchdog judges (runtime/stall.py) and `jzk
-status` reads (run_directory.RunDir.beats). Pure: the record's fields and its parsing.
+"""The heartbeat records of a run directory's heartbeat/ folder: a rank's
+`rank-<N>.json` (every rank of a run writes it, runtime/heartbeat.py; the watchdog judges
+it, runtime/stall.py) and a script task's `task-<N>.json` (its wrapper writes it,
+node/script_watch.py); `jzk status` reads both (run_directory.RunDir.beats,
+script_beats). Pure: the records' fields, their parsing, when a beat is frozen.
 
 It sits beside the run directory's room (the layout table names the folder, RunDir
 reads it), so both sides of a job agree on it without importing each other.
@@ -9,11 +11,17 @@ reads it), so both sides of a job agree on it without importing each other.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from jeanzay_kit.values import real, text, whole
+from jeanzay_kit.values import flag, real, text, whole
 
 FINISHED_PHASES = ("done",)  # a beat's phase once its rank has ended
+# A beat this many intervals old (plus a second of slack for a busy filesystem) means the
+# rank's writer thread is not running: the process is stopped, dead or holds the GIL.
+FROZEN_BEATS = 3
+# Each script task's wrapper writes `<run_dir>/heartbeat/task-<N>.json`: not `rank-<N>.json`,
+# which a session-API script under the same run directory writes (runtime/heartbeat.py).
+SCRIPT_BEAT_PREFIX = "task-"
 
 
 @dataclass(frozen=True)
@@ -54,3 +62,41 @@ class Beat:
             interval_s=real(data.get("interval_s", 2.0)),
             start_step=None if start is None else whole(start),
         )
+
+
+@dataclass(frozen=True)
+class ScriptBeat:
+    """What a script task's wrapper saw of its command (node/script_watch_rules.py)."""
+
+    rank: int
+    host: str
+    pid: int  # the command's process
+    token: str  # the attempt: the same on every task of one job step
+    output_time: float  # when the command last printed (the attempt's start before that)
+    last_line: str  # its last line of output
+    wall_time: float  # when the beat was written
+    interval_s: float
+    finished: bool = False  # the command has ended
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> ScriptBeat:
+        """A beat file's JSON; KeyError or TypeError where it is damaged."""
+        return cls(
+            rank=whole(data["rank"]),
+            host=text(data["host"]),
+            pid=whole(data["pid"]),
+            token=text(data["token"]),
+            output_time=real(data["output_time"]),
+            last_line=text(data["last_line"]),
+            wall_time=real(data["wall_time"]),
+            interval_s=real(data["interval_s"]),
+            finished=flag(data["finished"]),
+        )
+
+    def frozen(self, now: float) -> bool:
+        """Its wrapper writes no beat any more: the node is lost or the task stopped
+        (the toolkit loop's rule, runtime/stall.py)."""
+        return now - self.wall_time > FROZEN_BEATS * self.interval_s + 1.0

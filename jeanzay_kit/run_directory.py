@@ -14,13 +14,16 @@ that has not got that far): an absent record is an empty answer, never an error.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from jeanzay_kit import run_layout as layout
-from jeanzay_kit.beats import Beat
+from jeanzay_kit.beats import SCRIPT_BEAT_PREFIX, Beat, ScriptBeat
 from jeanzay_kit.durable_io import read_json_lines
+
+_Record = TypeVar("_Record")
 
 
 @dataclass(frozen=True)
@@ -147,6 +150,11 @@ class RunDir:
         attempt's start), the same name on every rank and task that sees it."""
         return self.root / f"{layout.HANG_PREFIX}{tag}"
 
+    def script_beat(self, rank: int) -> Path:
+        """heartbeat/task-<rank>.json: what a script task's wrapper saw of its command,
+        beside a session's own rank-<N>.json."""
+        return self.heartbeats / f"{SCRIPT_BEAT_PREFIX}{rank}.json"
+
     def saved_model(self, name: str) -> tuple[Path, Path]:
         """A final model's file and its digest beside it (<name without .pt>.sha256):
         model_final.pt by default, another name where a loop gives one."""
@@ -203,6 +211,38 @@ class RunDir:
         """Every rank's newest heartbeat."""
         return read_beats(self.heartbeats)
 
+    def script_beats(self) -> list[ScriptBeat]:
+        """Every script task's newest beat (node/script_watch.py writes them)."""
+        return _read_records(self.heartbeats, f"{SCRIPT_BEAT_PREFIX}*.json", ScriptBeat.from_json)
+
+    def script_files(
+        self, skip: Callable[[tuple[str, ...]], bool] | None = None
+    ) -> list[tuple[Path, float]]:
+        """Every file a script wrote under the run directory, with its mtime: not the
+        toolkit's own (run_layout.written_by_script), not a link (a script's working
+        directory links the project's files, node/script_cwd.py), nor what `skip` says
+        of a path's parts under the run directory (a Hydra app's own records)."""
+        try:
+            tops = [p for p in self.root.iterdir() if layout.written_by_script(p.name)]
+        except OSError:
+            return []
+        found = []
+        for top in tops:
+            for path in (top, *top.rglob("*")) if top.is_dir() else (top,):
+                try:
+                    if skip is not None and skip(path.relative_to(self.root).parts):
+                        continue
+                    if path.is_file() and not path.is_symlink():
+                        found.append((path, path.stat().st_mtime))
+                except OSError:  # removed while we looked (the script rotates its files)
+                    continue
+        return found
+
+    def newest_script_checkpoint(self) -> tuple[Path, float] | None:
+        """The script's newest file that looks like a checkpoint, and its mtime."""
+        found = [(p, t) for p, t in self.script_files() if looks_like_checkpoint(p.name)]
+        return max(found, key=lambda item: item[1], default=None)
+
     def is_run_or_sweep(self) -> bool:
         """It holds a lease, a manifest, an outcome or metrics: what the toolkit wrote
         for a run or a sweep (a code snapshot leaves such a folder out)."""
@@ -242,10 +282,24 @@ class RunDir:
 def read_beats(folder: Path) -> list[Beat]:
     """The beats of a heartbeat folder (the watchdog reads its own run's); one being
     replaced or damaged is left out: the next look sees it."""
-    beats = []
-    for path in sorted(folder.glob("rank-*.json")):
+    return _read_records(folder, "rank-*.json", Beat.from_json)
+
+
+def _read_records(folder: Path, pattern: str, parse: Callable[[Any], _Record]) -> list[_Record]:
+    records = []
+    for path in sorted(folder.glob(pattern)):
         try:
-            beats.append(Beat.from_json(json.loads(path.read_text())))
+            records.append(parse(json.loads(path.read_text())))
         except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return beats
+            continue  # being replaced, or damaged: the next look sees it
+    return records
+
+
+# File names that look like a checkpoint of a script's own (`jzk status` shows the newest).
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".distcp")
+CHECKPOINT_WORDS = ("checkpoint", "ckpt")
+
+
+def looks_like_checkpoint(name: str) -> bool:
+    lowered = name.lower()
+    return lowered.endswith(CHECKPOINT_SUFFIXES) or any(w in lowered for w in CHECKPOINT_WORDS)

@@ -134,3 +134,39 @@ NAMES = frozenset(e.name for e in ENTRIES)
 # (project/snapshot.py); `jzk status` lists a folder holding any of STATUS_MARKS.
 RUN_DIR_MARKS = (LEASE, MANIFEST, OUTCOME, METRICS)
 STATUS_MARKS = (METRICS, HEARTBEAT, OUTCOME, LEASE)
+
+# What the toolkit itself writes into a script task's run directory (top-level names).
+# Anything else was written by the script: its checkpoint, its logs, its outputs.
+TOOLKIT_NAMES = frozenset(
+    {
+        COMMAND,
+        ATTEMPTS,
+        HYDRA,
+        TRAIN_LOG,
+        PROVENANCE,
+        MANIFEST,
+        RESTARTS,
+        ENDINGS,
+        NCCL_TIMEOUT,
+        REQUEUE_MARK,
+        SCRIPT_PORT,
+        STOP_NOTE,
+        HEARTBEAT,
+        WRITE_PROBE,
+        OUTCOME,
+        LEASE,
+        JOB_SCRIPT,
+        SUBMITIT,
+    }
+)
+# A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress;
+# nor are the temporary files of node/script_files.py claim_run_dir and node/outcome.py.
+_TOOLKIT_PREFIXES = (HANG_PREFIX, f".{COMMAND}.", f".{OUTCOME}.")
+
+
+def written_by_script(top: str) -> bool:
+    """A top-level name of a run directory that the script wrote, not the toolkit (nor a
+    toolkit file being written: durable_io's `.<name>.tmp`)."""
+    if top.startswith(".") and top.endswith(".tmp") and top[1:-4] in TOOLKIT_NAMES:
+        return False
+    return top not in TOOLKIT_NAMES and not top.startswith(_TOOLKIT_PREFIXES)

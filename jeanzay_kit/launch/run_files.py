@@ -105,13 +105,11 @@ def _script_progress(
     a job's line comes from its own beats (their token starts with its SLURM_JOB_ID,
     node/script_task.py), else from its own log; a run on this machine writes no beat,
     its lines are in train.log."""
-    from jeanzay_kit.node.script_files import newest_checkpoint, read_script_beats
-
     run = RunDir(run_dir)
     if not run.is_script_run():
         return RunProgress(), None
     attempts = [a for a in run.attempt_records() if job_id is None or _same_job(a, job_id)]
-    beats = read_script_beats(run_dir)
+    beats = run.script_beats()
     if job_id is not None:
         tokens = tuple(f"{a['job_id']}-" for a in attempts if a.get("job_id"))
         beats = [b for b in beats if b.token.startswith(tokens)] if tokens else []
@@ -122,7 +120,7 @@ def _script_progress(
         last = last_line_of(run.train_log)
     else:
         last = _last_line_of_job_log(log)
-    found = newest_checkpoint(run_dir)
+    found = run.newest_script_checkpoint()
     running = [b for b in beats if not b.finished]
     return RunProgress(
         attempts=len(attempts),

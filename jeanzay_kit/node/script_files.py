@@ -10,25 +10,16 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
+from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_rules import (
-    ScriptCommand,
-    command_differences,
-    refusal,
-    written_by_script,
-)
-from jeanzay_kit.node.script_watch_rules import (
-    SCRIPT_BEAT_PREFIX,
-    ScriptBeat,
-    looks_like_checkpoint,
-)
+from jeanzay_kit.node.script_rules import ScriptCommand, command_differences, refusal
 from jeanzay_kit.run_directory import RunDir
 
 
 def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> tuple[bool, bool]:
     """(files of the script's older than `since` are in run_dir, it wrote one since):
     what the script left to resume from, and whether this attempt saved anything. The
-    toolkit's own files (node/script_rules.py TOOLKIT_NAMES) are not the script's, nor,
+    toolkit's own files (RunDir.script_files) are not the script's, nor,
     for a Hydra app (`hydra_job`: its job name), what Hydra writes at every start
     (node/hydra_app_rules.py is_hydra_record)."""
     mtimes = [mtime for _, mtime in _script_files(run_dir, hydra_job)]
@@ -39,25 +30,9 @@ def _script_files(run_dir: Path, hydra_job: str | None = None) -> list[tuple[Pat
     """Every file of the script's under run_dir, with its mtime (hydra_job: script_writes)."""
     from jeanzay_kit.node.hydra_app_rules import is_hydra_record
 
-    try:
-        tops = [p for p in run_dir.iterdir() if written_by_script(p.name)]
-    except OSError:
-        return []
-    found = []
-    for top in tops:
-        for path in (top, *top.rglob("*")) if top.is_dir() else (top,):
-            try:
-                # A link of the script's working directory (node/script_cwd.py) is the
-                # project's file, not one the script wrote.
-                if hydra_job is not None and is_hydra_record(
-                    path.relative_to(run_dir).parts, hydra_job
-                ):
-                    continue
-                if path.is_file() and not path.is_symlink():
-                    found.append((path, path.stat().st_mtime))
-            except OSError:  # removed while we looked (the script rotates its files)
-                continue
-    return found
+    if hydra_job is None:
+        return RunDir(run_dir).script_files()
+    return RunDir(run_dir).script_files(skip=lambda parts: is_hydra_record(parts, hydra_job))
 
 
 def wrote_since(
@@ -111,12 +86,6 @@ def newest_script_write(run_dir: Path) -> float | None:
     return max((mtime for _, mtime in _script_files(run_dir)), default=None)
 
 
-def newest_checkpoint(run_dir: Path) -> tuple[Path, float] | None:
-    """The script's newest file that looks like a checkpoint, and its mtime."""
-    found = [(p, t) for p, t in _script_files(run_dir) if looks_like_checkpoint(p.name)]
-    return max(found, key=lambda item: item[1], default=None)
-
-
 def record_attempt(
     run_dir: Path, start: float, job_id: str | None, array_id: str | None = None
 ) -> None:
@@ -156,14 +125,10 @@ def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> 
         os.replace(tmp, path)  # every task writes the same text: the last rename wins
 
 
-def script_beat_path(run_dir: Path, rank: int) -> Path:
-    return RunDir(run_dir).heartbeats / f"{SCRIPT_BEAT_PREFIX}{rank}.json"
-
-
 def write_script_beat(run_dir: Path, beat: ScriptBeat) -> None:
     """Write aside, rename: a reader never sees half a beat. A full or slow filesystem
     must not end the task: the watch goes on without this beat."""
-    path = script_beat_path(run_dir, beat.rank)
+    path = RunDir(run_dir).script_beat(beat.rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
@@ -171,13 +136,3 @@ def write_script_beat(run_dir: Path, beat: ScriptBeat) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
-
-
-def read_script_beats(run_dir: Path) -> list[ScriptBeat]:
-    beats = []
-    for path in sorted(RunDir(run_dir).heartbeats.glob(f"{SCRIPT_BEAT_PREFIX}*.json")):
-        try:
-            beats.append(ScriptBeat.from_json(json.loads(path.read_text())))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being replaced, or damaged: the next look sees it
-    return beats

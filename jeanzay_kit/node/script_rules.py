@@ -6,7 +6,7 @@ A script that does not know the toolkit resumes through its own arguments: its
 `job.resume_args` (`--init_from=resume`) are added to the command on every attempt after
 one that left something of the script's in the run directory. The run directory belongs
 to one command: `job.entry` and `job.args` (but for `job.args_may_change`, e.g. a log
-level) are recorded in COMMAND_FILE at the first start, and another command meeting it is
+level) are recorded in command.json at the first start, and another command meeting it is
 refused naming the difference, as a changed config meeting a checkpoint is.
 """
 
@@ -15,44 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.identity import script_identity
 from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.values import items
-
-# Written by a script task's first start: the command that owns the run directory.
-COMMAND_FILE = layout.COMMAND
-
-# One line per start of the script (node/script_files.py record_attempt).
-ATTEMPTS_FILE = layout.ATTEMPTS
-
-# What the toolkit itself writes into a script task's run directory (top-level names).
-# Anything else was written by the script: its checkpoint, its logs, its outputs.
-TOOLKIT_NAMES = frozenset(
-    {
-        COMMAND_FILE,
-        ATTEMPTS_FILE,
-        layout.HYDRA,
-        layout.TRAIN_LOG,
-        layout.PROVENANCE,
-        layout.MANIFEST,
-        layout.RESTARTS,
-        layout.ENDINGS,
-        layout.NCCL_TIMEOUT,
-        layout.REQUEUE_MARK,
-        layout.SCRIPT_PORT,
-        layout.STOP_NOTE,
-        layout.HEARTBEAT,
-        layout.WRITE_PROBE,
-        layout.OUTCOME,
-        layout.LEASE,
-        layout.JOB_SCRIPT,
-        layout.SUBMITIT,
-    }
-)
-# A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress.
-# ... and the temporary files of claim_run_dir and of node/outcome.py.
-_TOOLKIT_PREFIXES = (layout.HANG_PREFIX, f".{COMMAND_FILE}.", f".{layout.OUTCOME}.")
 
 
 @dataclass(frozen=True)
@@ -75,12 +40,12 @@ class ScriptCommand:
         )
 
     def record(self) -> dict[str, object]:
-        """What COMMAND_FILE keeps: the whole command, so that an option declared in
+        """What command.json keeps: the whole command, so that an option declared in
         job.args_may_change later is left out of the comparison on both sides."""
         return {"entry": self.identity()["entry"], "args": list(self.args)}
 
     def recorded_identity(self, record: Mapping[str, object]) -> dict[str, object]:
-        """A COMMAND_FILE record seen with this command's job.args_may_change."""
+        """A command.json record seen with this command's job.args_may_change."""
         args = [str(a) for a in items(record.get("args"))]
         return script_identity(
             {"entry": record.get("entry", ""), "args": args, "args_may_change": self.may_change}
@@ -108,14 +73,6 @@ class ScriptCommand:
     def argv_tail(self, resuming: bool) -> list[str]:
         """The arguments of one attempt: job.args, then job.resume_args when resuming."""
         return [*self.args, *(self.resume_args if resuming else ())]
-
-
-def written_by_script(top: str) -> bool:
-    """A top-level name of a run directory that the script wrote, not the toolkit (nor a
-    toolkit file being written: durable_io's `.<name>.tmp`)."""
-    if top.startswith(".") and top.endswith(".tmp") and top[1:-4] in TOOLKIT_NAMES:
-        return False
-    return top not in TOOLKIT_NAMES and not top.startswith(_TOOLKIT_PREFIXES)
 
 
 def command_differences(old: Mapping[str, object], new: Mapping[str, object]) -> list[str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.node.script_files import newest_checkpoint, newest_script_write
+from jeanzay_kit.node.script_files import newest_script_write
 from jeanzay_kit.node.script_rules import ScriptCommand
 from jeanzay_kit.progress import format_duration
 from jeanzay_kit.run_directory import RunDir
@@ -59,7 +59,7 @@ def earlier_run_line(
             continue
         if not isinstance(record, dict) or record.get("entry") != entry:
             continue
-        checkpoint = newest_checkpoint(other)
+        checkpoint = RunDir(other).newest_script_checkpoint()
         written = checkpoint[1] if checkpoint else newest_script_write(other)
         if written is None:
             continue  # it left nothing to lose

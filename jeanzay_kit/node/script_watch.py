@@ -20,17 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from jeanzay_kit.node.script_files import (
-    newest_script_write,
-    read_script_beats,
-    write_script_beat,
-)
-from jeanzay_kit.node.script_watch_rules import (
-    ScriptBeat,
-    ScriptHang,
-    StopSeen,
-    script_hang,
-)
+from jeanzay_kit.beats import ScriptBeat
+from jeanzay_kit.node.script_files import newest_script_write, write_script_beat
+from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
 from jeanzay_kit.node.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import EXIT_HUNG
@@ -178,7 +170,7 @@ def _write_beat(
 
 
 def _hang(watch: Watch, now: float, warned_at: float | None) -> ScriptHang | None:
-    beats = read_script_beats(watch.run_dir)
+    beats = RunDir(watch.run_dir).script_beats()
 
     def judge(newest_write: float | None) -> ScriptHang | None:
         return script_hang(

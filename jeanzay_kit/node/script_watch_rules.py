@@ -14,56 +14,11 @@ the last line and its time, so every task judges the same attempt.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass
 
+from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.progress import format_duration
-from jeanzay_kit.runtime.stall import FROZEN_BEATS
-from jeanzay_kit.values import flag, real, text, whole
-
-# Each task's wrapper writes `<run_dir>/heartbeat/task-<N>.json`: not `rank-<N>.json`,
-# which a session-API script under the same run directory writes (runtime/heartbeat.py).
-SCRIPT_BEAT_PREFIX = "task-"
-# File names that look like a checkpoint (`jzk status` shows the newest).
-CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".distcp")
-CHECKPOINT_WORDS = ("checkpoint", "ckpt")
-
-
-@dataclass(frozen=True)
-class ScriptBeat:
-    rank: int
-    host: str
-    pid: int  # the command's process
-    token: str  # the attempt: the same on every task of one job step
-    output_time: float  # when the command last printed (the attempt's start before that)
-    last_line: str  # its last line of output
-    wall_time: float  # when the beat was written
-    interval_s: float
-    finished: bool = False  # the command has ended
-
-    def to_json(self) -> dict[str, object]:
-        return asdict(self)
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object]) -> ScriptBeat:
-        """A beat file's JSON; KeyError or TypeError where it is damaged."""
-        return cls(
-            rank=whole(data["rank"]),
-            host=text(data["host"]),
-            pid=whole(data["pid"]),
-            token=text(data["token"]),
-            output_time=real(data["output_time"]),
-            last_line=text(data["last_line"]),
-            wall_time=real(data["wall_time"]),
-            interval_s=real(data["interval_s"]),
-            finished=flag(data["finished"]),
-        )
-
-    def frozen(self, now: float) -> bool:
-        """Its wrapper writes no beat any more: the node is lost or the task stopped
-        (the toolkit loop's rule, runtime/stall.py)."""
-        return now - self.wall_time > FROZEN_BEATS * self.interval_s + 1.0
-
 
 # The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
 # Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is
@@ -153,8 +108,3 @@ def script_hang(
     frozen = [b for b in current if b.frozen(now)]
     named = min(frozen or current, key=lambda b: (b.wall_time if frozen else b.output_time, b.rank))
     return ScriptHang(quiet, named, current, rule)
-
-
-def looks_like_checkpoint(name: str) -> bool:
-    lowered = name.lower()
-    return lowered.endswith(CHECKPOINT_SUFFIXES) or any(w in lowered for w in CHECKPOINT_WORDS)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 # The heartbeat file's record (jeanzay_kit/beats.py, beside the run directory's room);
 # named here too for the watchdog's readers.
-from jeanzay_kit.beats import Beat
+from jeanzay_kit.beats import FROZEN_BEATS, Beat
 
 # Phases of a session (runtime/session.py) in which a rank waits in a collective for its
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
@@ -75,11 +75,6 @@ def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: s
         return Stall(worst, True, now - worst.progress_time, live)
     worst = min(stalled, key=lambda b: (b.phase in WAITING_PHASES, b.progress_time, b.rank))
     return Stall(worst, False, now - worst.progress_time, live)
-
-
-# A beat this many intervals old (plus a second of slack for a busy filesystem) means the
-# rank's writer thread is not running: the process is stopped, dead or holds the GIL.
-FROZEN_BEATS = 3
 
 
 def _frozen(beat: Beat, now: float) -> bool:

@@ -9,12 +9,8 @@ import signal
 
 import pytest
 
-from jeanzay_kit.node.script_watch_rules import (
-    ScriptBeat,
-    StopSeen,
-    looks_like_checkpoint,
-    script_hang,
-)
+from jeanzay_kit.beats import ScriptBeat
+from jeanzay_kit.node.script_watch_rules import StopSeen, script_hang
 from jeanzay_kit.node.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
 from jeanzay_kit.runtime.preemption import read_stop_note
 
@@ -129,16 +125,16 @@ def test_no_watch_with_stall_seconds_zero() -> None:
 def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp_path) -> None:
     """A session-API script under a script task: the session writes rank-<N>.json, the
     task's wrapper its own task-<N>.json; each reader sees its own kind only."""
-    from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
+    from jeanzay_kit.beats import Beat
+    from jeanzay_kit.node.script_files import write_script_beat
     from jeanzay_kit.run_directory import RunDir
-    from jeanzay_kit.runtime.stall import Beat
 
     session = Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0)
     RunDir(tmp_path).heartbeats.mkdir()
     (RunDir(tmp_path).heartbeats / "rank-0.json").write_text(json.dumps(vars(session)))
     beat = _beat(0, 5.0, line="epoch 1")
     write_script_beat(tmp_path, beat)
-    assert read_script_beats(tmp_path) == [beat]
+    assert RunDir(tmp_path).script_beats() == [beat]
     assert RunDir(tmp_path).beats() == [session]
 
 
@@ -148,9 +144,9 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
 def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad: object) -> None:
     """A beat file is JSON the run wrote: a value of the wrong type means it is damaged
     (read as it was before, a string rank compared with ints later); both readers skip it."""
-    from jeanzay_kit.node.script_files import read_script_beats, write_script_beat
+    from jeanzay_kit.beats import Beat
+    from jeanzay_kit.node.script_files import write_script_beat
     from jeanzay_kit.run_directory import RunDir, read_beats
-    from jeanzay_kit.runtime.stall import Beat
 
     folder = RunDir(tmp_path).heartbeats
     folder.mkdir()
@@ -160,7 +156,7 @@ def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad
     write_script_beat(tmp_path, _beat(0, 5.0, line="epoch 1"))
     (folder / "task-1.json").write_text(json.dumps(vars(_beat(1, 5.0)) | {key: bad}))
     assert [b.rank for b in read_beats(folder)] == [0]
-    assert [b.rank for b in read_script_beats(tmp_path)] == [0]
+    assert [b.rank for b in RunDir(tmp_path).script_beats()] == [0]
 
 
 @pytest.mark.parametrize(
@@ -208,6 +204,8 @@ def test_a_rank_stops_on_the_batch_shells_note(tmp_path) -> None:
     ],
 )
 def test_checkpoint_looking_names(name: str, looks: bool) -> None:
+    from jeanzay_kit.run_directory import looks_like_checkpoint
+
     assert looks_like_checkpoint(name) is looks
 
 

@@ -23,12 +23,11 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.cli import main
 from jeanzay_kit.launch.run_files import last_line_of, run_progress
 from jeanzay_kit.launch.status import JobState, RunView, ending, run_objects, status_table
 from jeanzay_kit.node.script_files import record_attempt, write_script_beat
-from jeanzay_kit.node.script_rules import COMMAND_FILE
-from jeanzay_kit.node.script_watch_rules import ScriptBeat
 from jeanzay_kit.project.provenance import record_run_provenance
 from jeanzay_kit.run_directory import RunDir
 
@@ -63,7 +62,7 @@ def test_the_table_and_json_name_the_signal() -> None:
 def _script_run_dir(tmp_path: Path) -> Path:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / COMMAND_FILE).write_text("{}\n")
+    RunDir(run_dir).command.write_text("{}\n")
     return run_dir
 
 
