@@ -161,5 +161,48 @@ def _study_report(directory: Path, out: Path) -> int:
         print(line)
     for note in notes:
         print(f"not drawn: {note}")
+    for line in study_ledger_lines(directory, out, written):
+        print(line)
     print("\nwrote " + ", ".join(str(p) for p in written))
     return 0
+
+
+def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
+    """Where a study's GPU hours went (launch/ledger.py study_total): a row per trial
+    from its run directory, the study's row from its job array's sacct (every task);
+    the picture of it (hours.png) added to `written`."""
+    from jeanzay_kit.cli.status import _newest_complete_step, slurm_states
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.launch.ledger import ledger, ledger_table, study_total
+    from jeanzay_kit.launch.manifest import read_manifest
+    from jeanzay_kit.launch.run_files import ledger_record
+    from jeanzay_kit.run_directory import RunDir
+
+    manifest = RunDir(directory).manifest
+    arrays = [str(r["job_id"]) for r in read_manifest(manifest)] if manifest.exists() else []
+    usage: dict = {}
+    states = slurm_states(arrays, usage)[0] if arrays else {}
+    # The array's tasks: sacct names them <array>_<task>.
+    tasks = [u for key, u in usage.items() if key in arrays or key.split("_")[0] in arrays]
+    live = any(st.state not in status.ENDED for st in states.values())
+    gpus = max((u.gpus for u in tasks), default=0)
+    rows = []
+    trials = sorted(directory.glob("trial-*"), key=lambda p: int(p.name.split("-")[1]))
+    for trial in trials:
+        record = ledger_record(trial, _newest_complete_step(str(trial)))
+        if record is not None:
+            rows.append((trial.name, ledger(record, None, gpus, None, ended=not live)))
+    if not rows:
+        return []
+    waits = [u.queue_wait_s for u in tasks if u.queue_wait_s is not None]
+    study = study_total(
+        [one for _, one in rows],
+        sum(u.gpu_hours for u in tasks) if tasks else None,
+        sum(waits) if waits else None,
+    )
+    from jeanzay_kit.analysis.plots import write_hours_plot
+
+    picture = write_hours_plot([(f"study {directory.name}", study)], out)
+    written.extend([picture] if picture else [])
+    head = '\nwhere the study\'s GPU hours went (docs/operate.md, "Where the hours went"):'
+    return [head, ledger_table(rows, in_all=study)]

@@ -24,7 +24,7 @@ sacct's GPU hours exactly. goodput = productive / allocated.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from statistics import median
 
 from jeanzay_kit.values import real, whole
@@ -146,8 +146,9 @@ def ledger(
     }
     hours: dict[str, float | None] = {k: None for k in parts_s}
     idle = None
-    if allocated_h is not None:
+    if allocated_h is not None or gpus:  # gpus without hours: a trial of a study
         hours = {k: v * gpus / 3600 for k, v in parts_s.items()}
+    if allocated_h is not None:
         idle = allocated_h - sum(h or 0.0 for h in hours.values())
     return Ledger(
         allocated_h=allocated_h,
@@ -176,6 +177,21 @@ def total(ledgers: Sequence[Ledger]) -> Ledger:
     return Ledger(**summed)  # type: ignore[arg-type]
 
 
+def study_total(
+    trials: Sequence[Ledger], allocated_h: float | None, queue_wait_s: float | None
+) -> Ledger:
+    """A study's ledger (`jzk tune`): its job array's GPU hours (sacct: every task, every
+    start) against the sum of its trials' parts, each from the trial's own run directory.
+    The array's tasks run trials one after another, so the time no trial's part holds
+    (a task's start before its first trial, Optuna between trials, a task with no trial
+    left) is the study's idle."""
+    summed = total(trials)
+    idle = None
+    if allocated_h is not None:
+        idle = allocated_h - sum(getattr(summed, key) or 0.0 for _, key in PARTS[:-1])
+    return replace(summed, allocated_h=allocated_h, idle_h=idle, queue_wait_s=queue_wait_s)
+
+
 PARTS = (
     ("productive", "productive_h"),
     ("retrained", "retrained_h"),
@@ -190,11 +206,14 @@ def _hours(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def ledger_table(rows: Sequence[tuple[str, Ledger]]) -> str:
-    """`jzk report`'s table: one row per run and, for several, their sum; GPU hours,
-    each part's share of the allocation as a bar of where the hours went."""
+def ledger_table(rows: Sequence[tuple[str, Ledger]], in_all: Ledger | None = None) -> str:
+    """`jzk report`'s table: one row per run and, for several, their sum (in_all: the
+    sum when it is not the runs' total, a study's); GPU hours, each part's share of the
+    allocation as a bar of where the hours went."""
     named = list(rows)
-    if len(named) > 1:
+    if in_all is not None:
+        named.append(("in all", in_all))
+    elif len(named) > 1:
         named.append(("in all", total([one for _, one in named])))
     head = ["RUN", "GPU h", *(name for name, _ in PARTS), "GOODPUT", "LOST STEPS",
             "START-UP", "QUEUE", "WHERE THE HOURS WENT"]  # fmt: skip

@@ -125,6 +125,18 @@ def test_a_study_of_three_tasks_survives_a_signal_and_a_kill(slurm, tmp_path: Pa
     best = min((t for t in trials if t.state.name == "COMPLETE"), key=lambda t: t.value)
     assert 1e-3 <= best.params["optim.lr"] <= 1e-2, [(t.params, t.value) for t in trials]
 
+    # The study's ledger (issue 59): a row per trial from its run directory, and the
+    # study's row, whose hours are sacct's over every task and start of its job array.
+    reported = run([JZK, "report", str(study_dir)], slurm, tmp_path)
+    assert reported.returncode == 0, reported.stderr[-2000:]
+    usage = ["sacct", "-X", "-n", "-P", "--duplicates", "-j", job_id, "-o", "ElapsedRaw,AllocTRES"]
+    rows = run(usage, slurm).stdout.splitlines()
+    seconds = [int(r.split("|")[0]) * int(re.search(r"gres/gpu=(\d+)", r).group(1)) for r in rows]
+    lines = reported.stdout.splitlines()
+    (in_all,) = [line for line in lines if line.startswith("in all")]
+    assert float(in_all.split()[2]) == pytest.approx(sum(seconds) / 3600, abs=0.006), lines
+    assert len([line for line in lines if line.startswith("trial-")]) >= 8, lines
+
 
 # A user's own script as the objective on Slurm: plain Python (no torch, nothing of the
 # toolkit but the documented JZK_RUN_DIR and exit 3), which takes the time-limit warning

@@ -13,6 +13,7 @@ from jeanzay_kit.launch.ledger import (
     ledger,
     ledger_table,
     run_record,
+    study_total,
     total,
 )
 from jeanzay_kit.launch.status import parse_usage, queue_wait
@@ -109,3 +110,21 @@ def test_the_picture_of_where_the_hours_went(tmp_path) -> None:
     assert path is not None and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     local = ledger(RunRecord(10, 10, (Start(0, None, 1.0),), 1.0), None, 0)
     assert write_hours_plot([("local", local)], tmp_path / "none") is None
+
+
+def test_a_study_weighs_its_trials_against_its_arrays_hours() -> None:
+    # Two trials run one after the other in a task of 2 GPUs: their parts in GPU hours
+    # without an allocation of their own; the study's row takes the array's hours.
+    a = ledger(RunRecord(90, 90, (Start(0, None, 18.0),), 20.0, checkpoint_s=9.0), None, 2)
+    b = ledger(RunRecord(45, 60, (Start(0, None, 18.0),), 20.0), None, 2)
+    assert a.allocated_h is None and a.idle_h is None and a.goodput is None
+    assert a.productive_h == pytest.approx(90 * 20.0 * 2 / 3600)
+    study = study_total([a, b], allocated_h=2.0, queue_wait_s=40.0)
+    assert parts_sum(study) == pytest.approx(2.0)  # the array's sacct hours, exactly
+    trials_h = sum(getattr(one, key) for one in (a, b) for key in HOURS[:-1])
+    assert study.idle_h == pytest.approx(2.0 - trials_h)
+    assert (study.kept_steps, study.lost_steps, study.starts) == (135, 15, 2)
+    assert study.goodput == pytest.approx((90 + 45) * 20.0 * 2 / 3600 / 2.0)
+    rows = ledger_table([("trial-0", a), ("trial-1", b)], in_all=study).splitlines()
+    assert [line.split()[0] for line in rows] == ["RUN", "trial-0", "trial-1", "in"]
+    assert rows[-1].split()[2] == "2.00" and rows[1].split()[1] == "-"
