@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.beats import Beat
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.stall import Beat, find_stall
+from jeanzay_kit.runtime.stall import find_stall
 
 NOW = 1000.0
 
