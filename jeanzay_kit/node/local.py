@@ -57,11 +57,19 @@ def _worker(
     run_dir: Path,
     threads: int,
     visible: str | None,
+    launched: float,
 ) -> None:
     from jeanzay_kit.node.worker import run_worker
 
     try:
-        run_worker(spec, infos[index], run_dir, visible_devices=visible, threads=threads)
+        run_worker(
+            spec,
+            infos[index],
+            run_dir,
+            visible_devices=visible,
+            threads=threads,
+            launched_at=launched,
+        )
     except SystemExit:
         raise  # its code is the answer (3: stopped after a save, 2: refused, 4: hung)
     except BaseException:
@@ -192,12 +200,19 @@ def launch_local(
     checkpoint while preemption.max_restarts allows (node/restarts.py) and a restart can
     help (node/endings.py: a failure that repeats ends the run at once). Every end of an
     attempt is classified into <run_dir>/endings.jsonl."""
+    from jeanzay_kit.runtime.startup import process_start_time
+
+    # The first attempt's start-up counts from this command's start (composing the
+    # config, the fork server's imports), as a Slurm job's from the job's start.
+    launched = process_start_time()
     while True:
         since = time.time()
         local_start_mark(run_dir)
         code = _launch_once(
-            spec, run_dir, cpu_count, visible_devices, stop, since, cpu_only=cpu_only
-        )
+            spec, run_dir, cpu_count, visible_devices, stop, since,
+            cpu_only=cpu_only, launched=launched or since,
+        )  # fmt: skip
+        launched = None
         if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
             if code != 0:  # a completed run's rank 0 records its end (node/worker_start.py)
                 with contextlib.suppress(OSError):
@@ -274,6 +289,7 @@ def _launch_once(
     since: float,
     *,
     cpu_only: bool,
+    launched: float,
 ) -> int:
     world = spec.layout.world_size
     infos = local_rank_infos(world, free_port())
@@ -290,7 +306,7 @@ def _launch_once(
     procs: list[BaseProcess] = [
         context.Process(
             target=_worker,
-            args=(index, spec, infos, run_dir, threads, visible_devices),
+            args=(index, spec, infos, run_dir, threads, visible_devices, launched),
             name=f"jzk-rank-{index}",
         )
         for index in range(world)

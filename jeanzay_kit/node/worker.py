@@ -31,12 +31,16 @@ def run_worker(
     threads: int,
     stop: StopRequest | None = None,
     allocation_end: float | None = None,
+    launched_at: float | None = None,
 ) -> None:
     """One training process: join the group, train, leave the group.
 
     allocation_end: when the Slurm allocation ends (SLURM_JOB_END_TIME where Slurm sets
-    it); rank 0 asks squeue once when it is unknown."""
-    clock = startup.begin(os.environ.get("SLURM_JOB_START_TIME"))  # before torch's import
+    it); rank 0 asks squeue once when it is unknown. launched_at: when the command that
+    started this worker on this machine started (node/local.py), where Slurm does not say
+    when the job started."""
+    job_start = os.environ.get("SLURM_JOB_START_TIME") or launched_at
+    clock = startup.begin(job_start)  # before torch's import
     import torch
 
     # First thing: from here on a signal is noted, not fatal, even during start-up.

@@ -44,17 +44,18 @@ PARTS = (
 
 def process_start_time() -> float | None:
     """When this process started (epoch seconds), from /proc: the interpreter's own start
-    and the imports before any of our code ran count. None off Linux."""
+    and the imports before any of our code ran count. None off Linux.
+
+    The process's age is the boot clock's now (/proc/uptime) less its start on that clock
+    (/proc/<pid>/stat field 22, in clock ticks): both to 10 ms. /proc/stat's btime (the
+    boot's epoch second) is whole seconds, which put the start up to a second early (0.7 s
+    on the machine that found it: every start's `imports` part carried it)."""
     try:
         stat = Path(f"/proc/{os.getpid()}/stat").read_text()
         ticks = int(stat.rsplit(")", 1)[1].split()[19])  # field 22: starttime
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime")
-        )
-        return boot + ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError, StopIteration):
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
         return None
 
 
@@ -99,7 +100,14 @@ _CLOCK: StartClock | None = None
 _FIRST = True  # no clock began in this process yet: its start and the job's count
 
 
-def begin(job_start: str | None = None) -> StartClock:
+def _epoch(when: str | float | None) -> float | None:
+    """Epoch seconds from SLURM_JOB_START_TIME (digits) or a launcher's time (a float)."""
+    if isinstance(when, float):
+        return when
+    return float(when) if when and when.isdigit() else None
+
+
+def begin(job_start: str | float | None = None) -> StartClock:
     """The process's clock, started first thing in a worker: the time before this call
     is `launch` (job start to process start) and `imports` (process start to now). A
     later start in the same process (a one-rank run restarted in place, the runs of a
@@ -107,7 +115,7 @@ def begin(job_start: str | None = None) -> StartClock:
     global _CLOCK, _FIRST
     now = time.time()
     process = (process_start_time() if _FIRST else None) or now
-    job = float(job_start) if _FIRST and job_start and job_start.isdigit() else None
+    job = _epoch(job_start) if _FIRST else None
     _FIRST = False
     clock = StartClock(began=job if job is not None and job <= process else process, last=now)
     if job is not None and job <= process:

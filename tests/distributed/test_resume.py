@@ -145,6 +145,9 @@ def test_signalled_and_resumed_twice_ends_like_an_uninterrupted_run(
     starts = [s for s in lines if "start_step" in s]
     assert [s["reached_before"] for s in starts[1:]] == [s["start_step"] for s in starts[1:]]
     assert len(starts) == 3 and 0 < starts[1]["start_step"] < starts[2]["start_step"]
+    # Each start counts from its command's start (composing the config, starting the
+    # workers: `launch`), as a Slurm job's from the job's start.
+    assert all(s["parts"]["launch"] > 0 for s in starts), starts
     # Each attempt's end line: the step its last save holds, where the next start resumed,
     # and the saving time after its last metrics record (the ledger's, not idle).
     ends = [s for s in lines if "end_step" in s]

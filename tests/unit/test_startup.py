@@ -32,3 +32,16 @@ def test_parts_add_up_and_the_start_is_written_once(tmp_path: Path, monkeypatch)
     again = startup.clock()
     assert again is not first and "launch" not in again.parts
     assert again.parts["imports"] < 1.0
+
+
+def test_a_fresh_process_is_as_old_as_its_interpreter_start() -> None:
+    """The start is read to 10 ms (/proc/uptime and the process's start tick), not to the
+    whole second of the boot time: a new interpreter that asks at once is not 0.7 s old."""
+    import subprocess
+    import sys
+
+    code = "import time; from jeanzay_kit.runtime import startup\n"
+    code += "print(time.time() - startup.process_start_time())"
+    ages = [float(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                 text=True, check=True).stdout) for _ in range(3)]  # fmt: skip
+    assert 0 <= min(ages) < 0.4, ages  # the interpreter and one small import
