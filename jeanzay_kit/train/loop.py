@@ -102,8 +102,9 @@ def train(
 ) -> TrainResult:
     """Train to spec.train.steps, resuming from the newest checkpoint; stop early (with a
     save) when a rank notes a signal. run: the started runtime of this rank
-    (Run.from_spec: the group and its mesh, the stop request, heartbeats, metrics); the
-    loop is its client as a user's loop is, through Session, its face. allocation_end:
+    (Run.from_spec: the group and its mesh, the stop request, heartbeats, metrics),
+    which the loop uses directly (a user's loop meets the same Run through Session, its
+    documented face: docs/your-own-loop.md). allocation_end:
     when the Slurm allocation ends (epoch seconds), for the time left in the progress
     lines. parts: the dataset, model and loss rank 0's start-of-run check tried (None:
     built here)."""
