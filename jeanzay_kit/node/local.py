@@ -57,6 +57,7 @@ def _worker(
     run_dir: Path,
     threads: int,
     visible: str | None,
+    *,
     launched: float,
 ) -> None:
     from jeanzay_kit.node.worker import run_worker
@@ -306,7 +307,8 @@ def _launch_once(
     procs: list[BaseProcess] = [
         context.Process(
             target=_worker,
-            args=(index, spec, infos, run_dir, threads, visible_devices, launched),
+            args=(index, spec, infos, run_dir, threads, visible_devices),
+            kwargs={"launched": launched},
             name=f"jzk-rank-{index}",
         )
         for index in range(world)

@@ -33,15 +33,12 @@ def run_worker(
     allocation_end: float | None = None,
     launched_at: float | None = None,
 ) -> None:
-    """One training process: join the group, train, leave the group.
-
-    allocation_end: when the Slurm allocation ends (SLURM_JOB_END_TIME where Slurm sets
-    it); rank 0 asks squeue once when it is unknown. launched_at: when the command that
-    started this worker on this machine started (node/local.py), where Slurm does not say
-    when the job started."""
-    job_start = os.environ.get("SLURM_JOB_START_TIME") or launched_at
-    clock = startup.begin(job_start)  # before torch's import
-    import torch
+    """One training process: join the group, train, leave the group. allocation_end:
+    when the Slurm allocation ends (SLURM_JOB_END_TIME), else rank 0 asks squeue.
+    launched_at: when the command that started this worker here started (node/local.py),
+    where Slurm does not say when the job started."""
+    clock = startup.begin(os.environ.get("SLURM_JOB_START_TIME") or launched_at)
+    import torch  # after the clock: its import is in the start-up
 
     # First thing: from here on a signal is noted, not fatal, even during start-up.
     stop = stop or StopRequest()
@@ -55,8 +52,7 @@ def run_worker(
     if threads > 0:
         torch.set_num_threads(threads)
     # The runtime every loop uses (runtime/run.py; a user's loop meets it as a Session):
-    # the device, the group with the job's device mesh, heartbeats and the watchdog,
-    # metrics, the end of the run.
+    # the device, the group and its mesh, heartbeats, the watchdog, metrics, the end.
     run = Run.from_spec(
         spec,
         info,
