@@ -56,6 +56,9 @@ def test_an_excluded_node_is_not_used_and_a_chain_runs_in_order(slurm, tmp_path:
     )
     first, second = out.split()  # --parsable: the ids alone, first to last
     wait_for(second, slurm, timeout=240)
+    # slurmdbd hears of each end after squeue: wait until sacct has both (seen: the first
+    # still RUNNING there after the second had left the queue).
+    sacct_states(f"{first},{second}", slurm, expected=2)
     rows = run(
         ["sacct", "-X", "-n", "-P", "-j", f"{first},{second}", "-o", "JobID,State,Start,End"], slurm
     ).stdout.splitlines()
