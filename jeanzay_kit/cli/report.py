@@ -187,7 +187,9 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     live = any(st.state not in status.ENDED for st in states.values())
     gpus = max((u.gpus for u in tasks), default=0)
     rows = []
-    trials = sorted(directory.glob("trial-*"), key=lambda p: int(p.name.split("-")[1]))
+    # Trials' run directories (tune/files.py trial_dir); a stray trial-old/ is not one.
+    numbered = [p for p in directory.glob("trial-*") if p.name[6:].isdigit() and p.is_dir()]
+    trials = sorted(numbered, key=lambda p: int(p.name[6:]))
     for trial in trials:
         record = ledger_record(trial, _newest_complete_step(str(trial)))
         if record is not None:
