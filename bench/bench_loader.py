@@ -2,17 +2,20 @@
 
     .venv/bin/python bench/bench_loader.py [--rounds 4] [--steps 20] [--decode-kb 96]
 
-Three ratios, each the median over rounds that alternate which side runs first:
+Three ratios, each the median over rounds:
 
 * loader_vs_hand_ddp: `train()` (torch's DataLoader over the global-batch plan, DDP, 2 gloo
   ranks) step time / a hand-written DDP loop with `DataLoader` + `DistributedSampler` on
   the same map-style dataset (one `__getitem__` per sample) and model. Target <= 1.02.
+  The two run in lockstep (a hand-written step before each train() step, bench_runtime.py),
+  with a twin ratio of CPU time per step summed over the ranks.
 * input_bound_auto_vs_0: one rank, a dataset whose `__getitem__` inflates `--decode-kb`
   KB of zlib per sample (PNG decoding, about 0.5 ms of CPU here): steps/s with
   loader.num_workers=auto / steps/s with loader.num_workers=0 (a speed-up, > 1).
 * input_bound_vs_preloaded: the same run's step time with num_workers=auto / the same
   model fed from preloaded tensors (no input cost): the loader hides the input cost when
-  the CPUs suffice. Target <= 1.10.
+  the CPUs suffice. Target <= 1.10. These two alternate whole rounds, the order flipped
+  each round.
 
 CPU ranks with gloo; results in bench/results/loader.json.
 """
@@ -20,11 +23,12 @@ CPU ranks with gloo; results in bench/results/loader.json.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import statistics
 import sys
-import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +40,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-from bench_runtime import run_workers, start_run, toolkit_step_time  # noqa: E402
+from bench_runtime import (  # noqa: E402
+    lockstep_round,
+    log_loss,
+    run_workers,
+    start_run,
+    toolkit_step_time,
+)  # noqa: E402
 from common import paired, pin_rank, write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
@@ -97,9 +107,9 @@ def fresh_dirs(base: Path):
     return lambda: base / f"round-{next(count)}"
 
 
-def hand_ddp_step_time(ctx, steps: int, warmup: int) -> tuple[float, float]:
-    """The loop a user writes by hand: DataLoader + DistributedSampler, no_sync. Its mean
-    step time and this process's CPU time per step, as toolkit_step_time gives them."""
+def hand_ddp(ctx) -> Callable[[], None]:
+    """The loop a user writes by hand, one step per call: DataLoader + DistributedSampler,
+    no_sync, its loss logged every 10 steps as the toolkit's is."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     seed_everything(0)
@@ -110,20 +120,24 @@ def hand_ddp_step_time(ctx, steps: int, warmup: int) -> tuple[float, float]:
     loader = DataLoader(data, batch_size=MICRO, sampler=sampler, drop_last=True)
     accum = GLOBAL // (MICRO * dist.get_world_size())
     it = iter(loader)
-    t0 = c0 = 0.0
-    for step in range(warmup + steps):
-        if step == warmup:
-            t0, c0 = time.perf_counter(), time.process_time()
+    counter = itertools.count()
+
+    def step() -> None:
+        total = torch.zeros(())
         for k in range(accum):
             x, y = next(it)
             # The forward too goes under no_sync: DDP decides at forward time whether the
             # backward all-reduces.
             sync = contextlib.nullcontext() if k == accum - 1 else model.no_sync()
             with sync:
-                (MLP.loss(model(x), y) / accum).backward()
+                loss = MLP.loss(model(x), y) / accum
+                loss.backward()
+            total += loss.detach()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+        log_loss(next(counter), total, ctx.dp_group)
+
+    return step
 
 
 def alternate(rounds: int, sides: dict) -> dict[str, list[tuple[float, float]]]:
@@ -149,13 +163,14 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     run = start_run(spec, local_rank_infos(ranks, port)[index], out_dir / "session")
     ctx = run.ctx
     next_dir = fresh_dirs(out_dir / "ddp")
-    loop = alternate(
-        args.rounds,
-        {
-            "toolkit": lambda: toolkit_step_time(spec, run, next_dir(), args.steps, args.warmup),
-            "hand": lambda: hand_ddp_step_time(ctx, args.steps, args.warmup),
-        },
-    )
+    # The toolkit's loop and the hand-written one in lockstep (bench_runtime.py): a
+    # hand-written step before each train() step, a train() call per round.
+    loop: dict[str, list[tuple[float, float]]] = {"toolkit": [], "hand": []}
+    for _ in range(args.rounds):
+        dist.barrier()
+        ours, theirs = lockstep_round(spec, run, next_dir(), hand_ddp(ctx), args.steps, args.warmup)
+        loop["toolkit"].append(ours)
+        loop["hand"].append(theirs)
     run.close(False)
     if index != 0:
         return
@@ -188,7 +203,7 @@ def report(loop: dict, bound: dict, auto_workers: int, args, pinned: bool) -> No
 
     result: dict = {
         "loader_vs_hand_ddp": paired(wall("toolkit"), wall("hand")),
-        # CPU time per step of rank 0 (issue 59 point 4): a busy neighbour moves it less.
+        # CPU time per step, both ranks (issue 59 point 4): a busy neighbour moves it less.
         "loader_vs_hand_ddp_cpu": paired(cpu("toolkit"), cpu("hand")),
         "input_bound_auto_vs_0": paired(wall("zero"), wall("auto")),  # steps/s ratio
         "input_bound_vs_preloaded": paired(wall("auto"), wall("preloaded")),

@@ -1,32 +1,33 @@
 """Toolkit overhead, measured against hand-written PyTorch in the same run.
 
-    .venv/bin/python bench/bench_runtime.py [--steps 30] [--rounds 3] [--workers 2]
+    .venv/bin/python bench/bench_runtime.py [--steps 90] [--rounds 6] [--workers 2]
 
-Two ratios, each the median over rounds that alternate which side runs first, so that
-machine noise and warm caches hit both sides alike:
+Two ratios, each the median over rounds:
 
 * ddp:      jeanzay_kit's loop (`train()` with parallel.mode=ddp) step time
             / a hand-written DDP loop (no_sync accumulation, AdamW, same model, data, batch)
 * pipeline: jeanzay_kit's pipeline strategy (1F1B) step time
             / raw torch.distributed.pipelining (PipelineStage + Schedule1F1B) on the same split
 
-Target <= 1.02 each. CPU workers with gloo unless --device cuda. Results are printed and
-written to bench/results/runtime.json.
+Target <= 1.02 each. CPU workers with gloo unless --device cuda. Both loops log their
+loss every 10 steps. Results are printed and written to bench/results/runtime.json.
 
-Wall time on a shared 2-core machine spreads by +-15 % between rounds, so each round also
-records rank 0's CPU time per step (its process, all threads: `time.process_time`), which
-a busy neighbour moves much less; its ratio comes with a 95 % bootstrap confidence
-interval of the median over rounds (`cpu_ratio_ci`): an overhead is told from noise when
-the interval excludes it.
+The two loops run in lockstep in the same processes (common.Lockstep): before each step of
+`train()`, one step of the hand-written loop, so that the machine's slow drift hits both
+alike. A round is one `train()` call; each round gives a wall-time ratio (rank 0) and a
+ratio of CPU time per step (every rank's process, all threads, summed over the ranks),
+and each ratio comes with a 95 % bootstrap interval of the median over rounds.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import itertools
 import json
 import statistics
 import sys
-import time
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -38,7 +39,7 @@ from torch.utils.data import default_collate
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from common import paired, pin_rank, write_result  # noqa: E402
+from common import Lockstep, paired, pin_rank, write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
@@ -52,6 +53,7 @@ from jeanzay_kit.train.loop import train  # noqa: E402
 from jeanzay_kit.train.schedule import seed_everything  # noqa: E402
 
 MODEL = dict(vocab_size=256, block_size=64, n_layer=4, n_embd=128, n_head=4)
+LOG_EVERY = 10  # both loops: one loss all-reduce and a printed line every 10 steps
 
 
 def overrides(mode: str, workers: int, steps: int) -> list[str]:
@@ -84,9 +86,9 @@ def start_run(spec, info, run_dir: Path) -> Run:
 def toolkit_step_time(
     spec, run: Run, run_dir: Path, steps: int, warmup: int
 ) -> tuple[float, float]:
-    """Mean step time and rank 0's CPU time per step of jeanzay_kit's own loop (on the
-    runtime node/worker.py starts: its run, here one per mode, a run directory per round),
-    after warmup steps (metrics.jsonl's step_time_s and step_cpu_s)."""
+    """Mean step time and rank 0's CPU time per step of jeanzay_kit's own loop alone (on
+    the runtime node/worker.py starts: its run, a run directory per round), after warmup
+    steps (metrics.jsonl's step_time_s and step_cpu_s)."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
     run.run_dir = run_dir  # a fresh directory per round, one group for all
     train(replace(spec, train=longer), run)
@@ -99,8 +101,64 @@ def toolkit_step_time(
     return total / steps, cpu / steps
 
 
-def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, float]:
-    """The loop a user would write by hand with DDP."""
+@contextlib.contextmanager
+def interleaved(lock: Lockstep) -> Iterator[None]:
+    """train()'s batches as they are, each step's fetch preceded by lock.switch() (one
+    step of the baseline loop): the toolkit's step is then everything between two
+    switches, its own fetch, logging and step-boundary agreement included."""
+    from jeanzay_kit.train import loop
+
+    opened = loop.open_data
+
+    def open_data(*args, **kwargs):
+        plan, batches = opened(*args, **kwargs)
+        fetch = batches.next_step
+
+        def next_step():
+            lock.switch()
+            return fetch()
+
+        batches.next_step = next_step
+        return plan, batches
+
+    loop.open_data = open_data
+    try:
+        yield
+    finally:
+        loop.open_data = opened
+
+
+def lockstep_round(
+    spec, run: Run, run_dir: Path, baseline: Callable[[], None], steps: int, warmup: int
+) -> tuple[tuple[float, float], tuple[float, float]]:
+    """One round: `train()` (a fresh run directory, the same group) with a baseline step
+    before each of its steps. Returns (ours, theirs), each (wall s, CPU s summed over the
+    ranks) per step after warmup. train() runs one step more than it times: its last one
+    ends in the final save, and has no next switch to close it."""
+    lock = Lockstep(baseline)
+    longer = replace(spec.train, steps=warmup + steps + 1, log_every=LOG_EVERY)
+    run.run_dir = run_dir
+    with interleaved(lock):
+        train(replace(spec, train=longer), run)
+    ours, theirs = lock.means(warmup)
+    cpu = torch.tensor([ours[1], theirs[1]], dtype=torch.float64)
+    dist.all_reduce(cpu)
+    return (ours[0], float(cpu[0])), (theirs[0], float(cpu[1]))
+
+
+def log_loss(step: int, loss: torch.Tensor, group=None) -> None:
+    """What a hand-written loop does every LOG_EVERY steps: the mean loss over the ranks
+    (one all-reduce), printed by rank 0."""
+    if (step + 1) % LOG_EVERY:
+        return
+    mean = loss.detach().clone()
+    dist.all_reduce(mean, group=group)
+    if dist.get_rank() == 0:
+        print(f"step {step + 1} loss {mean.item() / dist.get_world_size(group):.4f}", flush=True)
+
+
+def hand_ddp(spec, ctx) -> Callable[[], None]:
+    """The loop a user would write by hand with DDP, one step per call."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     seed_everything(0)
@@ -108,24 +166,28 @@ def hand_ddp_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, float
     model = DDP(TinyGPT(**MODEL), process_group=ctx.dp_group)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     plan = GlobalBatchPlan(len(data), 32, 8, spec.layout.dp_size, ctx.dp_rank, 0)
-    t0 = c0 = 0.0
-    for step in range(warmup + steps):
-        if step == warmup:
-            t0, c0 = time.perf_counter(), time.process_time()
-        micro = [default_collate(data.__getitems__(i.tolist())) for i in plan.step_indices(step)]
+    counter = itertools.count()
+
+    def step() -> None:
+        i = next(counter)
+        micro = [default_collate(data.__getitems__(j.tolist())) for j in plan.step_indices(i)]
+        total = torch.zeros(())
         for k, (x, y) in enumerate(micro):
-            if k < len(micro) - 1:
-                with model.no_sync():
-                    (TinyGPT.loss(model(x), y) / len(micro)).backward()
-            else:
-                (TinyGPT.loss(model(x), y) / len(micro)).backward()
+            sync = model.no_sync() if k < len(micro) - 1 else contextlib.nullcontext()
+            with sync:
+                loss = TinyGPT.loss(model(x), y) / len(micro)
+                loss.backward()
+            total += loss.detach()
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+        log_loss(i, total, ctx.dp_group)
+
+    return step
 
 
-def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, float]:
-    """torch.distributed.pipelining used directly: two stages, 1F1B, 4 x accum micro-batches."""
+def raw_pipeline(spec, ctx) -> Callable[[], None]:
+    """torch.distributed.pipelining used directly: two stages, 1F1B, 4 x accum
+    micro-batches, one step per call."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     seed_everything(0)
@@ -138,20 +200,24 @@ def raw_pipeline_step_time(spec, ctx, steps: int, warmup: int) -> tuple[float, f
     schedule = Schedule1F1B(stage, spec.layout.microbatches * accum, loss_fn=TinyGPT.loss)
     opt = torch.optim.AdamW(chunk.parameters(), lr=3e-3, betas=(0.9, 0.95), weight_decay=0.01)
     plan = GlobalBatchPlan(len(data), 32, 8, 1, 0, 0)
-    t0 = c0 = 0.0
-    for step in range(warmup + steps):
-        if step == warmup:
-            t0, c0 = time.perf_counter(), time.process_time()
-        micro = [default_collate(data.__getitems__(i.tolist())) for i in plan.step_indices(step)]
+    counter = itertools.count()
+
+    def step() -> None:
+        i = next(counter)
+        micro = [default_collate(data.__getitems__(j.tolist())) for j in plan.step_indices(i)]
         x = torch.cat([m[0] for m in micro])
         y = torch.cat([m[1] for m in micro])
+        losses: list[torch.Tensor] = []
         if rank == 0:
             schedule.step(x)
         else:
-            schedule.step(target=y, losses=[])
+            schedule.step(target=y, losses=losses)
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return (time.perf_counter() - t0) / steps, (time.process_time() - c0) / steps
+        # The last stage holds the loss; the first adds nothing to the sum.
+        log_loss(i, torch.stack(losses).mean() if losses else torch.zeros(()), ctx.pp_group)
+
+    return step
 
 
 def worker(index: int, args, port: int, out_dir: Path) -> None:
@@ -167,17 +233,11 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             run_dir = out_dir / f"{mode}-{r}"
             if ctx.is_main:
                 run_dir.mkdir(parents=True, exist_ok=True)
-            # Alternate which side goes first, so warm caches or a busy neighbour do not
-            # always favour the same side.
-            order = ("ours", "theirs") if r % 2 == 0 else ("theirs", "ours")
-            for side in order:
-                dist.barrier()
-                if side == "ours":
-                    ours.append(toolkit_step_time(spec, run, run_dir, args.steps, args.warmup))
-                elif mode == "ddp":
-                    theirs.append(hand_ddp_step_time(spec, ctx, args.steps, args.warmup))
-                else:
-                    theirs.append(raw_pipeline_step_time(spec, ctx, args.steps, args.warmup))
+            dist.barrier()
+            baseline = hand_ddp(spec, ctx) if mode == "ddp" else raw_pipeline(spec, ctx)
+            side, base = lockstep_round(spec, run, run_dir, baseline, args.steps, args.warmup)
+            ours.append(side)
+            theirs.append(base)
             dist.barrier()
         results[mode] = {"toolkit": ours, "baseline": theirs}
         run.close(False)
@@ -206,6 +266,9 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             "steps": args.steps,
             "warmup": args.warmup,
             "rounds": args.rounds,
+            "interleaving": "lockstep: a hand-written step before each train() step",
+            "cpu": "process CPU time per step, summed over the ranks",
+            "log_every": LOG_EVERY,
             "device": "cpu/gloo",
             "model": MODEL,
             "torch": torch.__version__,
@@ -244,7 +307,7 @@ def run_workers(worker, doc: str, steps: int) -> None:
 
 
 def main() -> None:
-    run_workers(worker, __doc__, steps=30)
+    run_workers(worker, __doc__, steps=60)
 
 
 if __name__ == "__main__":

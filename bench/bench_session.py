@@ -2,13 +2,15 @@
 
     .venv/bin/python bench/bench_session.py [--rounds 6] [--steps 80] [--start-rounds 5]
 
-Two ratios, each the median of rounds that alternate which side goes first:
+Two ratios, each the median over rounds:
 
 * session_vs_hand: the mean step time of a loop written with the session API (s.wrap,
   s.sampler, s.should_stop every step, s.log every 10 steps, heartbeats and the
   watchdog running) / the same hand-written DDP loop (DistributedSampler, DataLoader,
   AdamW, a loss all-reduce every 10 steps). One torchrun launch of 2 CPU workers (gloo)
-  runs both, round after round (bench/session_loops.py). Target <= 1.02.
+  runs both in lockstep, a hand-written step before each session step, a session per
+  round (bench/session_loops.py); a twin ratio of CPU time per step, summed over the
+  ranks. Target <= 1.02.
 * script_ttfs_vs_torchrun: time to first step of bench/minimal_ddp.py started as a script
   task (`jzk train job.entry=bench/minimal_ddp.py`, 2 local workers) / the same script
   under a bare `torchrun --standalone --nproc_per_node=2`. Target <= 1.10.

@@ -14,6 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +118,43 @@ def paired(ours: list[float], theirs: list[float]) -> dict[str, Any]:
         "ratio_ci_half_width": (high - low) / 2,
         "ratios": ratios,
     }
+
+
+class Lockstep:
+    """Two loops interleaved step by step in the same processes. `switch()`, called where
+    the loop under test starts a step, first runs one step of the baseline; each side's
+    step then costs the wall and CPU time between two switches.
+
+    Why: on this 2-core VM a step's CPU time drifts slowly (measured: its autocorrelation
+    is still 0.3 thirty steps apart), so two loops timed one after the other, even in
+    alternating rounds, differ by 3 to 5 % per round from the drift alone. Adjacent steps
+    see the same drift, which cancels in the ratio of their sums: 0.7 % per round of 45
+    pairs for two copies of one model (docs/performance.md)."""
+
+    def __init__(self, baseline_step: Callable[[], object]) -> None:
+        self.baseline_step = baseline_step
+        self.ours: list[tuple[float, float]] = []  # (wall s, CPU s) of each complete step
+        self.theirs: list[tuple[float, float]] = []
+        self._since: tuple[float, float] | None = None
+
+    def switch(self) -> None:
+        wall, cpu = time.perf_counter(), time.process_time()
+        if self._since is not None:
+            self.ours.append((wall - self._since[0], cpu - self._since[1]))
+        self.baseline_step()
+        after = time.perf_counter(), time.process_time()
+        self.theirs.append((after[0] - wall, after[1] - cpu))
+        self._since = after
+
+    def means(self, warmup: int) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(ours, theirs): each side's mean (wall, CPU) per step over the pairs after
+        `warmup`, a pair being the loop under test's step and the baseline step just
+        before it."""
+        pairs = list(zip(self.theirs[: len(self.ours)], self.ours, strict=True))[warmup:]
+        if not pairs:
+            raise RuntimeError(f"no step after the {warmup} warm-up steps was timed")
+
+        def mean(side: int, what: int) -> float:
+            return sum(p[side][what] for p in pairs) / len(pairs)
+
+        return (mean(1, 0), mean(1, 1)), (mean(0, 0), mean(0, 1))

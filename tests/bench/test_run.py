@@ -101,3 +101,26 @@ def test_paired_rounds_give_the_median_ratio_and_an_interval_around_it() -> None
     assert out["ratios"] == ours and low <= out["ratio_median"] <= high
     assert low >= 1.0 and high <= 1.03 and out["ratio_ci_half_width"] == (high - low) / 2
     assert paired(ours, [1.0] * 8) == out  # seeded: the same rounds, the same interval
+
+
+def test_lockstep_pairs_each_step_with_the_baseline_step_just_before_it(monkeypatch) -> None:
+    sys.path.insert(0, str(RUN.parent))
+    import common
+
+    clock = [0.0]  # one fake clock for wall and CPU time: each side advances it by its cost
+    monkeypatch.setattr(common.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(common.time, "process_time", lambda: clock[0])
+
+    def baseline() -> None:
+        clock[0] += 1.0
+
+    lock = common.Lockstep(baseline)
+    for cost in (9.0, 3.0, 2.0, 2.0, 50.0):  # the loop under test's steps; 50: its last
+        lock.switch()
+        clock[0] += cost
+    # The last step has no switch after it, so it is not timed; the first is warm-up.
+    assert lock.ours == [(9.0, 9.0), (3.0, 3.0), (2.0, 2.0), (2.0, 2.0)]
+    assert len(lock.theirs) == 5
+    assert lock.means(1) == ((7 / 3, 7 / 3), (1.0, 1.0))
+    with pytest.raises(RuntimeError, match="no step after the 4 warm-up steps"):
+        lock.means(4)
