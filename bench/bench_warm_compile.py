@@ -44,7 +44,9 @@ def one_round(tmp: Path, workers: int) -> dict[str, float]:
     run_dir = tmp / "run"
     start(run_dir, tmp / "node-a", 2, workers)
     start(run_dir, tmp / "node-b", 4, workers)
-    cold, warm = [json.loads(x) for x in (run_dir / "starts.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (run_dir / "starts.jsonl").read_text().splitlines()]
+    # Not the attempts' end lines (end_step): the two starts.
+    cold, warm = [line for line in lines if "start_step" in line]
     assert warm["compile_cache"] == "warm", warm
     return {
         "cold_s": cold["parts"]["compile"],
