@@ -123,17 +123,11 @@ def ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
     ids = list(dict.fromkeys(v.key for v in views if v.job_id != "local"))
     states = slurm_states(ids, usage)[0] if ids else {}
     rows = []
-    for run_dir in dict.fromkeys(v.run_dir or "" for v in views):
+    for run_dir, run in status.run_usage(views, usage, states).items():
         record = ledger_record(Path(run_dir), _newest_complete_step(run_dir))
         if record is None:
             continue
-        jobs = [usage[v.key] for v in views if v.run_dir == run_dir and v.key in usage]
-        hours = sum(u.gpu_hours for u in jobs) if jobs else None
-        waits = [u.queue_wait_s for u in jobs if u.queue_wait_s is not None]
-        live = any(states.get(v.key, None) and states[v.key].state not in status.ENDED
-                   for v in views if v.run_dir == run_dir)  # fmt: skip
-        gpus = max((u.gpus for u in jobs), default=0)
-        one = ledger(record, hours, gpus, sum(waits) if waits else None, ended=not live)
+        one = ledger(record, run.gpu_hours, run.gpus, run.queue_wait_s, ended=not run.live)
         rows.append((run_dir, one))
     if not rows:
         return []

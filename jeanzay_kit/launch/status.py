@@ -193,19 +193,46 @@ def run_view(record: Mapping[str, object]) -> RunView:
     )
 
 
-def run_ledger(view: RunView, st: JobState | None, usage: Usage | None) -> dict[str, object]:
-    """The ledger's keys of `jzk status --json` (launch/ledger.py): goodput (productive /
-    allocated GPU hours, null without accounting), lost_steps, startup_s, queue_wait_s."""
+@dataclass(frozen=True)
+class RunUsage:
+    """sacct's figures of every job that wrote one run directory, together: a run
+    cancelled and submitted again on the same directory has one ledger over all its jobs,
+    as it has one starts.jsonl (without this, a job's own hours against the whole run's
+    steps gave a goodput above 1)."""
+
+    gpu_hours: float | None  # None: no job of it is in the accounting (a local run)
+    gpus: int  # the GPUs of one start
+    queue_wait_s: float | None
+    live: bool  # one of its jobs is queued or running
+
+
+def run_usage(
+    views: Sequence[RunView], usage: Mapping[str, Usage], states: Mapping[str, JobState]
+) -> dict[str, RunUsage]:
+    """Each run directory's RunUsage (keyed by run_dir, "" for views without one)."""
+    out: dict[str, RunUsage] = {}
+    for run_dir in dict.fromkeys(v.run_dir or "" for v in views):
+        mine = [v for v in views if (v.run_dir or "") == run_dir]
+        jobs = [usage[v.key] for v in mine if v.key in usage]
+        waits = [u.queue_wait_s for u in jobs if u.queue_wait_s is not None]
+        live = any(v.key in states and states[v.key].state not in ENDED | {"STOPPED"} for v in mine)
+        out[run_dir] = RunUsage(
+            gpu_hours=sum(u.gpu_hours for u in jobs) if jobs else None,
+            gpus=max((u.gpus for u in jobs), default=0),
+            queue_wait_s=sum(waits) if waits else None,
+            live=live,
+        )
+    return out
+
+
+def run_ledger(view: RunView, run: RunUsage | None) -> dict[str, object]:
+    """The ledger's keys of `jzk status --json` (launch/ledger.py), the run directory's
+    over every job that wrote it: goodput (productive / allocated GPU hours, null without
+    accounting), lost_steps, startup_s, queue_wait_s."""
     if view.record is None:
         return {"goodput": None, "lost_steps": None, "startup_s": None, "queue_wait_s": None}
-    ended = st is None or st.state in ENDED or st.state == "STOPPED"
-    one = ledger(
-        view.record,
-        usage.gpu_hours if usage else None,
-        usage.gpus if usage else 0,
-        usage.queue_wait_s if usage else None,
-        ended=ended,
-    )
+    run = run or RunUsage(None, 0, None, live=False)
+    one = ledger(view.record, run.gpu_hours, run.gpus, run.queue_wait_s, ended=not run.live)
     good = one.goodput
     return {
         "goodput": None if good is None else round(good, 4),
@@ -223,6 +250,7 @@ def run_objects(
 ) -> list[dict[str, object]]:
     """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json")."""
     out: list[dict[str, object]] = []
+    runs = run_usage(views, usage or {}, states)
     for view in views:
         st, p = states.get(view.key), view.progress
         out.append(
@@ -246,7 +274,7 @@ def run_objects(
                 "evidence": said_end(view, st)[1],
                 "restart_storm": p.storm,
                 "overrides": list(view.overrides),
-                **run_ledger(view, st, (usage or {}).get(view.key)),
+                **run_ledger(view, runs.get(view.run_dir or "")),
             }
         )
     return out

@@ -96,6 +96,34 @@ def test_one_object_per_run_with_the_contracts_keys() -> None:
     json.dumps([first, unknown])  # plain JSON values only
 
 
+def test_a_run_directory_of_two_jobs_has_one_ledger_over_both() -> None:
+    """Job 51 cancelled after 1 h, job 52 submitted again on the same run directory for
+    2 h more (2 GPUs each): its 3 starts' steps are the run's, so the run's goodput is over
+    the 6 GPU hours of both jobs (a user trial saw 2.77 for the first job alone)."""
+    from jeanzay_kit.launch.ledger import RunRecord, Start
+
+    rows = (
+        "51|CANCELLED by 0|01:00:00|0:0|n1|3600|cpu=2,gres/gpu=2,node=1|"
+        "2026-11-28T10:00:00|2026-11-28T10:00:10\n"
+        "52|COMPLETED|02:00:00|0:0|n1|7200|cpu=2,gres/gpu=2,node=1|"
+        "2026-11-28T11:00:00|2026-11-28T11:00:05\n"
+    )
+    usage = parse_usage(rows)
+    record = RunRecord(
+        kept_step=5400,
+        reached=5400,
+        starts=(Start(0, None, 10.0), Start(1600, 1600, 10.0), Start(3000, 3550, 10.0)),
+        step_s=1.5,  # 5400 kept steps x 1.5 s x 2 GPUs: 4.5 GPU hours of 6
+    )
+    views = [RunView(job, "/r/a", record=record) for job in ("51", "52")]
+    states = {job: u.state for job, u in usage.items()}
+    objs = run_objects(views, states, {j: u.gpu_hours for j, u in usage.items()}, usage)
+    assert [o["gpu_hours"] for o in objs] == [2.0, 4.0]  # each job's own hours
+    for obj in objs:  # the ledger: the run's, the same on both rows
+        assert obj["goodput"] == pytest.approx(0.75) and obj["lost_steps"] == 550
+        assert (obj["startup_s"], obj["queue_wait_s"]) == (30.0, 15.0)
+
+
 def test_status_json_of_a_finished_local_run(tmp_path: Path, capsys) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()
