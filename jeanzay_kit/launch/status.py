@@ -339,7 +339,10 @@ def ending_lines(
     lines = []
     for view in views:
         p = view.progress
-        kind, evidence, fix = said_end(view, (states or {}).get(view.key))
+        st = (states or {}).get(view.key)
+        kind, evidence, fix = said_end(view, st)
+        if kind == "stopped" and st is not None and st.state not in ENDED:
+            kind = None  # a stop that was requeued: its next attempt is queued or running
         if p.storm:
             lines.append(
                 f"{view.job_id}: RESTART STORM: {p.restarts} restart(s), the last ones without "

@@ -308,6 +308,8 @@ def _run_slurm_script(
         Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
     )
     code = supervise(command, full, watch, cwd=cwd)
+    if code == 0 and rank == 0:
+        record_done(Path(run_dir), env)
     if code in STOPPED:
         # The signal it died of, for the requeue's message (node/restart_job.py).
         died = f" {signal_name(-code)}" if code < 0 else ""
@@ -316,6 +318,21 @@ def _run_slurm_script(
             print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
         return 0
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+
+
+def record_done(run_dir: Path, env: Mapping[str, str]) -> None:
+    """Task 0's command exited 0: the run's newest end is "completed" (node/endings.py),
+    as the toolkit's loop records its own (node/worker_start.py say_done); without it
+    `jzk status` kept saying the stop before the requeue, with its "run the same command
+    again". A peer that fails after it is recorded later by the restart step, and wins."""
+    from jeanzay_kit.ending_rules import COMPLETED, Verdict
+    from jeanzay_kit.node.endings import record_ending
+
+    done = Verdict(COMPLETED, "done: the command exited 0")
+    try:
+        record_ending(run_dir, done, job_id=array_id(env) or env.get("SLURM_JOB_ID"))
+    except OSError as err:
+        print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
 
 
 def _record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
@@ -352,6 +369,8 @@ def run_task(
     command, full = frozen(argv, {**full_env, **extra})
     command = anchored(command, Path.cwd())
     code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
+    if code == 0 and info.rank == 0:
+        record_done(Path(run_dir), env)
     if code not in STOPPED:
         return 128 - code if code < 0 else code
     if info.rank == 0:

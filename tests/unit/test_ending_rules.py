@@ -283,3 +283,16 @@ def test_a_job_slurm_ended_itself_shows_sacct_s_state_as_its_end() -> None:
     )
     live = {"77": JobState("77", "RUNNING", "00:01:00", "n3")}  # squeue's: no end yet
     assert run_objects([view], live, {})[0]["verdict"] == "completed"
+
+
+def test_a_requeued_stop_says_no_hint_while_its_next_attempt_runs() -> None:
+    """An attempt stopped (exit 3) and the job requeued: while the next attempt is
+    queued or running, `jzk status` does not tell the user to run the command again."""
+    from jeanzay_kit.launch.status import JobState, RunProgress, RunView, ending_lines
+
+    stop = RunProgress(verdict="stopped", evidence="exit 3: stopped", fix="run it again")
+    view = RunView("5", "/r/s", progress=stop)
+    running = {"5": JobState("5", "RUNNING", "00:00:40", "n1")}
+    assert ending_lines([view], running) == []
+    ended = {"5": JobState("5", "CANCELLED", "00:00:40", "n1", "0:0", "sacct")}
+    assert ending_lines([view], ended) == ["", "5: exit 3: stopped. HINT: run it again"]

@@ -242,6 +242,9 @@ def test_a_sweep_point_s_script_counts_its_starts(tmp_path: Path) -> None:
         assert run_task(sys.executable, ScriptCommand("-c", ("print(1)",)), env, str(run_dir)) == 0
     progress = run_progress(run_dir, job_id="70_7")
     assert (progress.attempts, progress.restarts) == (2, 1)
+    # The command exited 0: the run's newest end is "completed", not an earlier stop's
+    # "run the same command again" (a user trial's script run said it after completing).
+    assert progress.verdict == "completed", progress
 
 
 @pytest.mark.parametrize(
