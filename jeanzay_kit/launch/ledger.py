@@ -203,7 +203,11 @@ PARTS = (
 
 
 def _hours(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    """Two decimals from one GPU hour up, three significant digits below: a short run's
+    parts (0.0194 h) are not all 0.00 beside its lost steps."""
+    if value is None:
+        return "-"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3g}"
 
 
 def ledger_table(rows: Sequence[tuple[str, Ledger]], in_all: Ledger | None = None) -> str:

@@ -67,6 +67,11 @@ def test_a_sweep_sums_its_runs() -> None:
     table = ledger_table([("a", a), ("b", b)]).splitlines()
     assert [line.split()[0] for line in table] == ["RUN", "a", "b", "in"]
     assert "in all  3.00" in table[-1]
+    # A short run's hours keep three significant digits, not 0.00 (a user trial's run of
+    # 0.0194 GPU hours showed 0.02 and six columns of 0.00 beside 550 lost steps).
+    small = ledger(RunRecord(3000, 3000, (Start(0, None, 3.0),), 0.0084), 0.019444, 2)
+    row = ledger_table([("short", small)]).splitlines()[1].split()
+    assert row[1:4] == ["0.0194", "0.014", "0"], row
 
 
 def test_the_run_record_reads_starts_and_steady_step_times() -> None:
