@@ -52,7 +52,11 @@ def run(args: argparse.Namespace) -> int:
     if is_study_dir(directory):
         return _study_report(directory, out)
     runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(directory)]
-    written = write_plots(runs, out)
+    # Plots of runs that logged nothing (a script that writes no metrics.jsonl) would be
+    # empty axes: none are written, and the line below says why.
+    logged = any(r.loss or r.eval_loss or r.throughput or r.step_time for r in runs)
+    out.mkdir(parents=True, exist_ok=True)
+    written = write_plots(runs, out) if logged else []
     rows = summary_rows(runs)
     with (out / "summary.csv").open("w", newline="") as handle:
         csv.writer(handle).writerows(table_cells(rows))
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     empty = [r.name for r in runs if not r.loss]
     if empty:
-        print(f"\nno metrics yet: {', '.join(empty)}")
+        print(f"\nno metrics yet: {', '.join(empty)}" + ("" if logged else " (no plots)"))
     print("\nwrote " + ", ".join(str(p) for p in [*written, out / "summary.csv"]))
     return 0
 

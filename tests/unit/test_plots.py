@@ -63,3 +63,23 @@ def test_runs_that_report_mfu_get_an_mfu_plot_from_their_records(tmp_path: Path)
     assert "mfu.png" not in [p.name for p in write_plots([on_cpu], tmp_path / "cpu")]
     written = write_plots([on_gpu, on_cpu], tmp_path / "both")
     assert written[-1].name == "mfu.png" and written[-1].stat().st_size > 0
+
+
+def test_a_run_that_logged_nothing_gets_no_empty_plots(tmp_path: Path, capsys) -> None:
+    """A script run writes no metrics.jsonl records: `jzk report` says so and draws no
+    empty axes (a user trial found four blank PNGs)."""
+    import json
+
+    from jeanzay_kit.cli import main
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text("")
+    (tmp_path / "manifest.jsonl").write_text(
+        json.dumps({"job_id": "local", "run_dir": str(run_dir), "overrides": []}) + "\n"
+    )
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "no metrics yet" in out and "(no plots)" in out, out
+    assert not list((tmp_path / "out").glob("*.png"))
+    assert (tmp_path / "out" / "summary.csv").is_file()
