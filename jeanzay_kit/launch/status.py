@@ -229,9 +229,14 @@ def run_ledger(view: RunView, run: RunUsage | None) -> dict[str, object]:
     """The ledger's keys of `jzk status --json` (launch/ledger.py), the run directory's
     over every job that wrote it: goodput (productive / allocated GPU hours, null without
     accounting), lost_steps, startup_s, queue_wait_s."""
-    if view.record is None:
-        return {"goodput": None, "lost_steps": None, "startup_s": None, "queue_wait_s": None}
     run = run or RunUsage(None, 0, None, live=False)
+    if view.record is None:  # no start recorded (a script task): sacct's wait alone
+        return {
+            "goodput": None,
+            "lost_steps": None,
+            "startup_s": None,
+            "queue_wait_s": run.queue_wait_s,
+        }
     one = ledger(view.record, run.gpu_hours, run.gpus, run.queue_wait_s, ended=not run.live)
     good = one.goodput
     return {

@@ -122,6 +122,10 @@ def test_a_run_directory_of_two_jobs_has_one_ledger_over_both() -> None:
     for obj in objs:  # the ledger: the run's, the same on both rows
         assert obj["goodput"] == pytest.approx(0.75) and obj["lost_steps"] == 550
         assert (obj["startup_s"], obj["queue_wait_s"]) == (30.0, 15.0)
+    # A script run records no start: its queue wait is still sacct's.
+    scripts = [RunView(job, "/r/s") for job in ("51", "52")]
+    for obj in run_objects(scripts, states, {}, usage):
+        assert (obj["goodput"], obj["lost_steps"], obj["queue_wait_s"]) == (None, None, 15.0)
 
 
 def test_status_json_of_a_finished_local_run(tmp_path: Path, capsys) -> None:
