@@ -11,7 +11,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from jeanzay_kit.ending_rules import GPU_OOM, SLURM_STATES, Verdict
+from jeanzay_kit.ending_rules import GPU_OOM, SLURM_STATES, STOPPED, Verdict
 from jeanzay_kit.launch.ledger import RunRecord, ledger
 from jeanzay_kit.values import strings
 
@@ -137,6 +137,13 @@ def _signal_word(signum: int) -> str:
 ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"}
 
 
+def is_live(st: JobState | None) -> bool:
+    """The job is queued or running: its steps past the newest checkpoint are in flight,
+    and an earlier attempt's stop is not its end. Slurm's STOPPED (suspended) counts as
+    not live: nothing runs."""
+    return st is not None and st.state not in ENDED and st.state != "STOPPED"
+
+
 @dataclass(frozen=True)
 class RunProgress:
     """What a run directory says of its run (launch/run_files.py reads it)."""
@@ -215,7 +222,7 @@ def run_usage(
         mine = [v for v in views if (v.run_dir or "") == run_dir]
         jobs = [usage[v.key] for v in mine if v.key in usage]
         waits = [u.queue_wait_s for u in jobs if u.queue_wait_s is not None]
-        live = any(v.key in states and states[v.key].state not in ENDED | {"STOPPED"} for v in mine)
+        live = any(is_live(states.get(v.key)) for v in mine)
         out[run_dir] = RunUsage(
             gpu_hours=sum(u.gpu_hours for u in jobs) if jobs else None,
             gpus=max((u.gpus for u in jobs), default=0),
@@ -346,7 +353,7 @@ def ending_lines(
         p = view.progress
         st = (states or {}).get(view.key)
         kind, evidence, fix = said_end(view, st)
-        if kind == "stopped" and st is not None and st.state not in ENDED:
+        if kind == STOPPED and is_live(st):
             kind = None  # a stop that was requeued: its next attempt is queued or running
         if p.storm:
             lines.append(
