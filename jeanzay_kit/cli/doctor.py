@@ -23,8 +23,10 @@ def add(sub: argparse._SubParsersAction) -> None:
         "table (host, rank, local rank, visible devices, CPU affinity, master address and "
         "port), run one small all-reduce that names the rank that does not answer within "
         "--timeout, and an all-reduce bus bandwidth per rank, flagging a rank under 0.7x "
-        "the median. Locally (cluster=local) the ranks are processes here; with --submit "
-        "the rendered script runs them as a Slurm job step. Exit 0: every rank answered.",
+        "the median. Rank 0 first says torch's version against the range jeanzay_kit was "
+        "tested with, and outside it how to go back. Locally (cluster=local) the ranks are "
+        "processes here; with --submit the rendered script runs them as a Slurm job step. "
+        "Exit 0: every rank answered.",
     )
     doctor.add_argument(
         "--submit", action="store_true", help="render and sbatch it on the Slurm profile"

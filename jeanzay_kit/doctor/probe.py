@@ -10,6 +10,8 @@ Each stage names who did not answer instead of hanging in a collective:
 3. a one-element all-reduce waited on with the timeout, its sum checked;
 4. bus bandwidth of an all-reduce of --size-mb over the whole world, then per rank from
    the pair rounds of doctor/table.py.
+Before them rank 0 says which torch the job runs against the range the toolkit was
+tested with, and outside it how to go back (torch_version.py).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from jeanzay_kit.doctor.table import (
     slow_ranks,
 )
 from jeanzay_kit.errors import DoctorError
+from jeanzay_kit.torch_version import torch_range_line
 
 WARMUP = 2
 # Rank 0's line when every rank answered (`jzk doctor --submit --wait` looks for it).
@@ -123,6 +126,8 @@ def probe_rank(
     """Run every check on this rank; rank 0 prints the table. Returns the exit code
     (0: healthy, possibly with SLOW ranks flagged); raises DoctorError on a failed check."""
     out = out or sys.stdout
+    if info.rank == 0:  # first: a torch outside the tested range may be why a check fails
+        print(torch_range_line(torch.__version__), file=out, flush=True)
     device = pick_device(info, want_device, visible)
     backend = resolve_backend(backend, device, "--backend")
     store = _check_in(info, timeout_s)

@@ -7,6 +7,7 @@ single local worker) or starts the local worker processes (cluster=local).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time
@@ -24,14 +25,16 @@ from jeanzay_kit.runtime.preemption import StopRequest
 from jeanzay_kit.train.directions import check_directions
 
 
-def check_torch() -> None:
-    """Refuse a torch older than the code needs, before it fails somewhere deep inside.
+def check_torch(env: Mapping[str, str]) -> None:
+    """Refuse a torch older than the code needs, before it fails somewhere deep inside;
+    say it in one line when it is newer than the range the toolkit was tested with (it
+    may work), once per start: by this process outside a job step, by rank 0 in one.
 
     Reads the installed distribution's version (no torch import); a torch without
     package metadata (a site build put on PYTHONPATH) is imported to ask it."""
     from importlib import metadata
 
-    from jeanzay_kit.torch_version import torch_too_old
+    from jeanzay_kit.torch_version import torch_too_new, torch_too_old
 
     try:
         dist = metadata.distribution("torch")
@@ -43,6 +46,15 @@ def check_torch() -> None:
     problem = torch_too_old(version, where)
     if problem:
         raise JzkError(problem)
+    warning = torch_too_new(version)
+    if warning and (launched_by(env) is None or rank_info_from_env(env).rank == 0):
+        _warn_once(f"{report.TRAIN}: warning: {warning}")
+
+
+@functools.cache
+def _warn_once(line: str) -> None:
+    """A sweep's points run main in one process (Hydra's basic launcher): said once."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def check_data_paths(data: Mapping[str, Any]) -> None:
@@ -235,7 +247,7 @@ def main(
     # installs the handler even earlier, before Hydra composes the config.
     stop = stop or StopRequest()
     try:
-        check_torch()
+        check_torch(env)
         spec = build_job_spec(
             cfg, local_gpus=local_gpu_count(), local_cpus=cpu_count, interpreter=sys.executable
         )

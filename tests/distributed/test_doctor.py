@@ -33,6 +33,8 @@ def test_doctor_prints_one_row_per_rank(tmp_path: Path) -> None:
     assert all(r[8].startswith("127.0.0.1:") for r in rows)  # the master each derived
     assert "every rank answered" in result.stdout
     assert "bus bandwidth" in result.stdout
+    # Rank 0's first line: the torch the job runs against the tested range.
+    assert lines[0].startswith("torch ") and "the range jeanzay_kit was tested with" in lines[0]
 
 
 def _rank(index: int, infos: list, queue) -> None:  # noqa: ANN001

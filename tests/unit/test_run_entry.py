@@ -107,3 +107,50 @@ def test_cpu_workers_are_forked_from_a_server_and_gpu_workers_spawned() -> None:
 
     assert isinstance(worker_context(cpu_only=True), ForkServerContext)
     assert isinstance(worker_context(cpu_only=False), SpawnContext)
+
+
+def _torchrun(rank: int) -> dict[str, str]:
+    return {"RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+            "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("version", "env", "said"),
+    [
+        ("2.14.1", {}, True),  # a local start: the process the user started
+        ("2.14.1", _torchrun(0), True),
+        ("2.14.1", _torchrun(1), False),  # once per start, not once per rank
+        ("2.13.0+cpu", {}, False),
+        ("2.9.0", _torchrun(0), False),
+    ],
+)
+def test_a_torch_newer_than_the_range_is_one_line_once_per_start(
+    version: str, env: dict[str, str], said: bool, monkeypatch, capsys
+) -> None:
+    from importlib import metadata
+    from types import SimpleNamespace
+
+    from jeanzay_kit.node import entry
+
+    dist = SimpleNamespace(version=version, locate_file=lambda _: "/site")
+    monkeypatch.setattr(metadata, "distribution", lambda _name: dist)
+    entry._warn_once.cache_clear()
+    entry.check_torch(env)
+    entry.check_torch(env)  # a sweep's second point in the same process
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == (1 if said else 0), lines
+    if said:
+        assert f"warning: torch {version} is installed, outside the range" in lines[0]
+
+
+def test_an_older_torch_is_still_refused(monkeypatch) -> None:
+    from importlib import metadata
+    from types import SimpleNamespace
+
+    from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.node import entry
+
+    dist = SimpleNamespace(version="2.8.0", locate_file=lambda _: "/site")
+    monkeypatch.setattr(metadata, "distribution", lambda _name: dist)
+    with pytest.raises(JzkError, match="needs torch >= 2.9"):
+        entry.check_torch({})
