@@ -127,7 +127,11 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )  # fmt: skip
 
-LABEL = re.compile(r"^\[rank (\d+)\] ")
+# What a launcher writes before a rank's line, one or several: the toolkit's label in
+# train.log (`[rank 3] `, runtime/rank_log.py), torch.distributed's excepthook once a
+# process group exists (`[rank3]: ` on every line of a traceback) and torchrun --tee's
+# `[default3]:` (its role and local rank). Read without them, a traceback is one again.
+RANK_PREFIX = re.compile(r"\[rank (\d+)\](?: |$)|\[rank(\d+)\]: ?|\[[A-Za-z_]\w*?\d+\]:")
 EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed|Interrupt)\b:?")
 WRAPPER = re.compile(r"Caught \w+ in DataLoader worker process")
 DATA_FRAMES = re.compile(r"__getitems?__|torch/utils/data/|DataLoader worker process")
@@ -195,8 +199,20 @@ def attempt_part(log: str, start_mark: str) -> str:
     return "\n".join(lines[starts[-1] + 1 :] if starts else lines)
 
 
+def unprefixed(line: str) -> tuple[str, int | None]:
+    """The line without the rank prefixes before it, and the global rank the outermost
+    of them names (None: none does; torchrun's `[default3]:` is a local rank)."""
+    rank = None
+    while found := RANK_PREFIX.match(line):
+        named = found.group(1) or found.group(2)
+        if rank is None and named is not None:
+            rank = int(named)
+        line = line[found.end() :]
+    return line, rank
+
+
 def _unlabelled(text: str) -> str:
-    return "\n".join(LABEL.sub("", line) for line in text.splitlines())
+    return "\n".join(unprefixed(line)[0] for line in text.splitlines())
 
 
 def _short(line: str) -> str:
@@ -251,14 +267,12 @@ def from_log(text: str) -> Verdict | None:
     """The class the attempt's log shows, or None when it shows none."""
     for kind, pattern in PATTERNS:
         for line in text.splitlines():
-            body = LABEL.sub("", line)
+            body, rank = unprefixed(line)
             # Not a traceback's source line (`    raise torch.OutOfMemoryError(`).
             if pattern.search(body) and not body[:1].isspace():
-                label = LABEL.match(line)
                 named = NODE_NAME.search(body)
                 return Verdict(
-                    kind, _short(_with_figure(kind, body)),
-                    rank=int(label.group(1)) if label else None,
+                    kind, _short(_with_figure(kind, body)), rank=rank,
                     node=named.group(1) if named else None,
                 )  # fmt: skip
     text = _unlabelled(text)

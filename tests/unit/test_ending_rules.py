@@ -26,6 +26,7 @@ from jeanzay_kit.ending_rules import (
     classify,
     decide,
     storm,
+    unprefixed,
 )
 
 # pytorch/pytorch#16417 (torch 2.2's wording, 'capacity of')
@@ -131,6 +132,23 @@ BUG = """Traceback (most recent call last):
 RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x64 and 128x4)
 """
 
+# torch.distributed's excepthook (distributed_c10d.py, once a process group exists) puts
+# `[rankN]: ` before every line of the traceback; torchrun --tee puts `[default<local>]:`
+# before that, train.log its own `[rank N] ` label.
+RANKED_BUG = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/p/train.py", line 41, in <module>
+[rank0]:     main()
+[rank0]:   File "/p/train.py", line 37, in main
+[rank0]:     raise ValueError("bad value")
+[rank0]: ValueError: bad value
+"""
+RANKED_BUG_12 = RANKED_BUG.replace("[rank0]:", "[rank12]:")
+TEED_BUG = "".join(f"[default0]:{line}\n" for line in RANKED_BUG.splitlines())
+LABELLED_BUG = "".join(f"[rank 3] {line}\n" for line in RANKED_BUG.splitlines())
+RANKED_DATASET = "".join(
+    f"[rank1]: {line[len('[rank 0] ') :]}\n" for line in DATASET.splitlines()[:12]
+)
+
 
 @pytest.mark.parametrize(
     ("log", "exit_code", "state", "kind", "shown"),
@@ -156,6 +174,11 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (16x64 and 128x4)
         (EDQUOT, 1, "", DISK_FULL, "Disk quota exceeded"),
         (NAN, 2, "", NONFINITE, "loss is NaN or infinite at step 57"),
         (BUG, 1, "", USER_ERROR, "RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
+        (RANKED_BUG, 1, "", USER_ERROR, "ValueError: bad value"),
+        (RANKED_BUG_12, 1, "", USER_ERROR, "ValueError: bad value"),
+        (TEED_BUG, 1, "", USER_ERROR, "ValueError: bad value"),
+        (LABELLED_BUG, 1, "", USER_ERROR, "ValueError: bad value"),
+        (RANKED_DATASET, 1, "", DATA_ERROR, "corrupt record 1500 (dataset index 1500)"),
         ("", 3, "", STOPPED, "exit 3"),
         ("", 4, "", HANG, "watchdog"),
         (BUG, 4, "", HANG, "watchdog"),  # the watchdog's exit wins over a stopped rank's words
@@ -169,6 +192,29 @@ def test_each_end_gets_its_class_and_evidence(
     assert verdict.kind == kind, verdict
     assert shown in verdict.evidence, verdict
     assert "\n" not in verdict.evidence and len(verdict.evidence) <= 240
+
+
+@pytest.mark.parametrize(
+    ("line", "body", "rank"),
+    [
+        ("[rank0]: Traceback (most recent call last):", "Traceback (most recent call last):", 0),
+        ("[rank12]:   File \"/p/x.py\", line 3", "  File \"/p/x.py\", line 3", 12),
+        ("[rank 3] [rank3]: ValueError: bad", "ValueError: bad", 3),
+        ("[default1]:[rank5]: ValueError: bad", "ValueError: bad", 5),
+        ("[default1]:ValueError: bad", "ValueError: bad", None),
+        ("[rank 0]", "", 0),
+        ("[rank0]:[E321 02:07:08.4 ProcessGroupNCCL.cpp:607] x", "[E321 02:07:08.4 Pro"
+         "cessGroupNCCL.cpp:607] x", 0),
+        ("ValueError: [rank0]: not a prefix", "ValueError: [rank0]: not a prefix", None),
+    ],
+)  # fmt: skip
+def test_rank_prefixes_are_read_off_a_line(line: str, body: str, rank: int | None) -> None:
+    assert unprefixed(line) == (body, rank)
+
+
+def test_a_prefixed_evidence_line_names_its_rank() -> None:
+    assert classify(exit_code=1, log=NCCL_TIMEOUT).rank == 0
+    assert classify(exit_code=1, log=CUDA_OOM).rank == 1
 
 
 def test_only_the_newest_attempt_of_the_log_is_read() -> None:
