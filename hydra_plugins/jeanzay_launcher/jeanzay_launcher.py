@@ -476,12 +476,11 @@ def _not_slurm(name: str) -> Any:
 def _snapshot(spec: Any) -> Any:
     """The project's code frozen once for the whole sweep (its points share it), or None
     with job.snapshot=false. The launcher runs in the project's directory."""
+    from jeanzay_kit.project.job_code import snapshot_rules
     from jeanzay_kit.project.snapshot import take_snapshot
 
     if not spec.job.snapshot_for(spec.cluster.is_slurm):
         return None
-    snap = take_snapshot(
-        Path.cwd(), spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
-    )
-    log.info(f"code: {snap.files} file(s) ({snap.source}) frozen in {snap.path}")
+    snap = take_snapshot(Path.cwd(), snapshot_rules(spec))
+    log.info(snap.summary())
     return str(snap.path)

@@ -342,16 +342,15 @@ def _print_snapshot(spec: JobSpec, workdir: Path) -> int:
     quota of $WORK (identical code shares one snapshot). Returns the file count."""
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
         return 0
+    from jeanzay_kit.project.job_code import snapshot_rules
     from jeanzay_kit.project.snapshot import count_snapshot
 
-    files, source = count_snapshot(
-        workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
-    )
+    plan, source = count_snapshot(workdir, snapshot_rules(spec))
     print(
-        f"code snapshot: {files} file(s) of {workdir} ({source}) in "
-        f"{spec.job.log_dir}/code/<hash>/, once per distinct code"
+        f"code snapshot: {plan.summary(f'{spec.job.log_dir}/code/<hash>/')}, of {source}'s "
+        "files, once per distinct code"
     )
-    return files
+    return plan.frozen_part.files
 
 
 def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: bool) -> None:

@@ -97,7 +97,16 @@ def check_job(c: Collector, job: Mapping[str, object]) -> JobSettings | None:
         resume_args=resume_args,
         args_may_change=may_change,
         script_outputs=outputs,
+        **_snapshot_limits(c, job),
     )
+
+
+def _snapshot_limits(c: Collector, job: Mapping[str, object]) -> dict[str, int | None]:
+    """job.snapshot_max_file_bytes and job.snapshot_max_folder_files: positive numbers."""
+    return {
+        key: c.positive_int(f"job.{key}", job.get(key, default(f"job.{key}")))
+        for key in ("snapshot_max_file_bytes", "snapshot_max_folder_files")
+    }
 
 
 # sbatch's --dependency types (sbatch(1)); `singleton` takes no job id.

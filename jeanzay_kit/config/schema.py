@@ -374,6 +374,13 @@ SCRIPT_OUTPUTS = (
 )
 
 
+# A project file larger than this, or in a folder of more files than the other limit, is
+# data, reached in place rather than frozen (project/places.py): a 12 KB script's
+# snapshot stays kilobytes beside a data/ folder of token files and pretrained weights.
+SNAPSHOT_MAX_FILE_BYTES = 256 * 1024
+SNAPSHOT_MAX_FOLDER_FILES = 1000
+
+
 @dataclass
 class JobConfig:
     """The job itself: names, paths, interpreter (docs/configuration.md)."""
@@ -406,6 +413,11 @@ class JobConfig:
     snapshot_include: list[str] = field(
         default_factory=lambda: ["**/*.py", "conf/**/*.yaml", "*.toml", "*.cfg", "*.txt"]
     )
+    # Code is a source or configuration file no larger than this many bytes, outside any
+    # folder holding more than snapshot_max_folder_files files; the rest (data, weights)
+    # is reached where it lies, output places never frozen (docs/run-directories.md).
+    snapshot_max_file_bytes: int = SNAPSHOT_MAX_FILE_BYTES
+    snapshot_max_folder_files: int = SNAPSHOT_MAX_FOLDER_FILES
     # sbatch --dependency, e.g. afterany:1234 (start after job 1234 ends) or afterok:1:2.
     dependency: Optional[str] = None
     # More sbatch options, e.g. ["--mail-type=END", "--exclude=n1"] (not ones the config sets).

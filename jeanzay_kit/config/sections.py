@@ -43,6 +43,9 @@ class JobSettings:
     snapshot: bool | None = _JOB.snapshot
     # The files copied outside a git repository.
     snapshot_include: tuple[str, ...] = tuple(_JOB.snapshot_include)
+    # Past either, a file is data, reached in place (project/places.py).
+    snapshot_max_file_bytes: int = _JOB.snapshot_max_file_bytes
+    snapshot_max_folder_files: int = _JOB.snapshot_max_folder_files
     args: tuple[str, ...] = ()  # your own command's arguments (job.entry a script)
     entry_kind: str = _JOB.entry_kind  # auto | toolkit | script (distributed/script_env.py)
     resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)

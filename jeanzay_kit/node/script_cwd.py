@@ -16,7 +16,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from jeanzay_kit.node.script_cwd_rules import Shadow, command_paths, shadow_plan
+from jeanzay_kit.node.script_cwd_rules import Shadow, shadow_plan
+from jeanzay_kit.project.places import command_paths, resume_paths
 from jeanzay_kit.run_directory import RunDir
 
 
@@ -33,10 +34,12 @@ def _lister(project: Path) -> Callable[[str], dict[str, bool]]:
     return children
 
 
-def output_places(project: Path, patterns: Sequence[str], args: Sequence[str]) -> list[str]:
+def output_places(
+    project: Path, patterns: Sequence[str], args: Sequence[str], resume_args: Sequence[str] = ()
+) -> list[str]:
     """The project-relative output places: job.script_outputs' globs as they match in the
-    project now (a trailing "/" matches folders only), and the paths the command's
-    output options name."""
+    project now (a trailing "/" matches folders only), the paths the command's output
+    options name and those job.resume_args name (project/places.py)."""
     found: list[str] = []
     for pattern in patterns:
         folders_only = pattern.endswith("/")  # `out*/`: folders, not an outline.txt
@@ -46,39 +49,44 @@ def output_places(project: Path, patterns: Sequence[str], args: Sequence[str]) -
                 for p in project.glob(pattern.rstrip("/"))
                 if p.is_dir() or not folders_only
             ]
-    return found + command_paths(args)[0]
+    return found + command_paths(args)[0] + resume_paths(resume_args)
 
 
 def prepare_script_cwd(
     run_dir: Path,
     project: Path,
     code_dir: str | None,
+    *,
     always: Sequence[str] = (),
     outputs: Sequence[str] = (),
     args: Sequence[str] = (),
+    resume_args: Sequence[str] = (),
 ) -> tuple[Path, Shadow]:
-    """<run_dir>/cwd showing the project (the code snapshot's copy where there is one,
-    `code_dir`) but for its output places (`outputs`: job.script_outputs; `args`: the
-    command's arguments); the script's own files there are left as they are. Returns the
+    """<run_dir>/cwd showing the project (its code from the snapshot's copy where there is
+    one, `code_dir`: node/script_cwd_rules.py shadow_plan) but for its output places
+    (`outputs`: job.script_outputs; `args`: the command's arguments; `resume_args`:
+    job.resume_args); the script's own files there are left as they are. Returns the
     folder and its plan (what it hides, for the start line)."""
     cwd = RunDir(run_dir).script_cwd
     cwd.mkdir(parents=True, exist_ok=True)
     project = project.resolve()
     # The run directory lives under the project (outputs/...): its top folder is linked
     # like the toolkit's others (a link to a parent is harmless: nothing here walks it).
+    code = Path(code_dir).resolve() if code_dir else None
     plan = shadow_plan(
         _lister(project),
-        output_places(project, outputs, args),
+        output_places(project, outputs, args, resume_args),
         command_paths(args)[1],
         always,
+        _lister(code) if code is not None else None,
     )
-    code = Path(code_dir).resolve() if code_dir else None
     for rel in plan.mirrored + plan.own:
         _folder(cwd / rel)
-    for rel in plan.links:
-        target = code / rel if code is not None and (code / rel).exists() else project / rel
-        (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
-        _link(cwd / rel, target)
+    for base, names in ((project, plan.links), (code, plan.code_links)):
+        for rel in names:
+            assert base is not None  # code_links only with a snapshot
+            (cwd / rel).parent.mkdir(parents=True, exist_ok=True)
+            _link(cwd / rel, base / rel)
     return cwd, plan
 
 

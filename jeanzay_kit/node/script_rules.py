@@ -12,7 +12,7 @@ refused naming the difference, as a changed config meeting a checkpoint is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jeanzay_kit.config.identity import script_identity
@@ -175,19 +175,3 @@ def resume_warning(
         "'--out_dir=${job.run_dir}' (your script's option) to job.args and its resume flag "
         "to job.resume_args, e.g. job.resume_args='[--init_from=resume]'"
     )
-
-
-def frozen_argument(arg: str, code_dir: str, in_snapshot: Callable[[str], bool]) -> str | None:
-    """`arg` pointing at the snapshot's copy when it names a file of the frozen project
-    by a relative path (`config/train.py`, `--config=conf/exp.yaml`), else None. Folders
-    and files outside the snapshot (data, outputs) keep resolving from job.workdir."""
-    if arg.startswith("-"):
-        key, sep, value = arg.partition("=")
-        if not sep:
-            return None
-        prefix = key + sep
-    else:
-        prefix, value = "", arg
-    if not value or value.startswith("/") or ".." in value.split("/"):
-        return None
-    return f"{prefix}{code_dir}/{value}" if in_snapshot(value) else None

@@ -49,7 +49,7 @@ from jeanzay_kit.node.script_files import (
     wrote_since,
 )
 from jeanzay_kit.node.script_port import agreed_port
-from jeanzay_kit.node.script_rules import ScriptCommand, frozen_argument, requeue_note
+from jeanzay_kit.node.script_rules import ScriptCommand, requeue_note
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
@@ -184,7 +184,13 @@ def own_cwd(
     project = Path.cwd()
     always = toolkit_tops(project, str(run_dir), *tops)
     cwd, plan = prepare_script_cwd(
-        run_dir, project, env.get("JZK_CODE_DIR"), always, script.outputs, script.args
+        run_dir,
+        project,
+        env.get("JZK_CODE_DIR"),
+        always=always,
+        outputs=script.outputs,
+        args=script.args,
+        resume_args=script.resume_args,
     )
     line = start_line(cwd, plan)
     if say and line:
@@ -213,9 +219,11 @@ def job_settings(spec: JobSpec) -> str:
 
 def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     """The command and environment with the project's code as it was at submission
-    (JZK_CODE_DIR, project/snapshot.py): the snapshot's copy of a relative script path
-    and of the project's files its arguments name (a config file it reads at run time),
-    and the snapshot first on PYTHONPATH (`-m package.module`, the script's imports)."""
+    (JZK_CODE_DIR, project/snapshot.py): the snapshot's copy of a relative script path,
+    and the snapshot first on PYTHONPATH (`-m package.module`, the script's imports).
+    The arguments stay as the user wrote them: a relative one resolves in the script's
+    working directory, whose links lead to the snapshot's code and the project's data
+    (node/script_cwd_rules.py), on a node as here."""
     code = env.get("JZK_CODE_DIR")
     command, env = list(command), dict(env)
     if not code:
@@ -225,11 +233,6 @@ def frozen(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], d
         copy = Path(code) / command[1]
         if copy.is_file():
             command[1] = str(copy)
-    first_arg = 3 if command[1:2] == ["-m"] else 2
-    for i in range(first_arg, len(command)):
-        rewritten = frozen_argument(command[i], code, lambda v: (Path(code) / v).is_file())
-        if rewritten is not None:
-            command[i] = rewritten
     return command, env
 
 

@@ -5,7 +5,7 @@ repository or without git, so a project that is no repository still works."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -36,14 +36,10 @@ def project_files(root: Path) -> list[str]:
     return [n for n in names if (root / n).is_file()]
 
 
-def untracked_files(root: Path, leave_out: Sequence[str] = ()) -> list[str]:
-    """Untracked files git does not ignore, but those under the leave_out folders."""
+def untracked_files(root: Path, keep: Callable[[str], bool] | None = None) -> list[str]:
+    """Untracked files git does not ignore (those `keep` accepts, when given)."""
     out = _git(root, "ls-files", "-z", "--others", "--exclude-standard")
-    return sorted(
-        n
-        for n in (out or b"").decode().split("\0")
-        if n and not any(n == f or n.startswith(f + "/") for f in leave_out)
-    )
+    return sorted(n for n in (out or b"").decode().split("\0") if n and (keep is None or keep(n)))
 
 
 def head_commit(root: Path) -> str | None:
@@ -56,11 +52,18 @@ def branch(root: Path) -> str | None:
     return out.decode().strip() if out else None
 
 
-def uncommitted_diff(root: Path, leave_out: Sequence[str] = ()) -> bytes:
+def uncommitted_diff(root: Path, keep: Callable[[str], bool] | None = None) -> bytes:
     """Every change a commit would not reproduce: tracked files against HEAD (staged or
-    not), then each untracked file (but those under leave_out) as a new-file diff."""
-    parts = [_git(root, "diff", "HEAD", "--binary") or b""]
-    for name in untracked_files(root, leave_out):
+    not), then each untracked file as a new-file diff; with `keep`, only the files it
+    accepts (code: a checkpoint or a dataset left in the tree is no change to record)."""
+    changed = _git(root, "diff", "HEAD", "--name-only", "-z") or b""
+    names = [n for n in changed.decode().split("\0") if n and (keep is None or keep(n))]
+    parts = []
+    if names:
+        parts.append(
+            _git(root, "diff", "HEAD", "--binary", "--", *(f":(literal){n}" for n in names)) or b""
+        )
+    for name in untracked_files(root, keep):
         # --no-index exits 1 when the files differ, which they always do here.
         parts.append(
             _git(root, "diff", "--binary", "--no-index", "--", "/dev/null", name, ok=(0, 1)) or b""

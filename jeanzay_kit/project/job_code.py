@@ -9,7 +9,23 @@ from pathlib import Path
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.project.snapshot import take_snapshot
+from jeanzay_kit.project.places import Limits
+from jeanzay_kit.project.snapshot import SnapshotRules, take_snapshot
+
+
+def snapshot_rules(spec: JobSpec) -> SnapshotRules:
+    """What a submission of this job freezes (project/places.py), from its config."""
+    job = spec.job
+    return SnapshotRules(
+        log_dir=job.log_dir,
+        include=tuple(job.snapshot_include),
+        run_dir=spec.checkpoint.run_dir,
+        outputs=tuple(job.script_outputs),
+        args=tuple(job.args) if job.runs_script else (),
+        resume_args=tuple(job.resume_args) if job.runs_script else (),
+        limits=Limits(job.snapshot_max_file_bytes, job.snapshot_max_folder_files),
+        toolkit_dirs=(spec.tune.dir,) if spec.tune.dir else (),
+    )
 
 
 def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
@@ -18,16 +34,10 @@ def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
         return None
     try:
-        snap = take_snapshot(
-            workdir, spec.job.log_dir, spec.job.snapshot_include, spec.checkpoint.run_dir
-        )
+        snap = take_snapshot(workdir, snapshot_rules(spec))
     except OSError as err:
         raise unwritable_log_dir(spec, err) from err
-    print(
-        f"code: {snap.files} file(s) of {workdir} ({snap.source}, {snap.bytes / 2**20:.1f} "
-        f"MiB) frozen in {snap.path}",
-        file=sys.stderr,
-    )
+    print(snap.summary(), file=sys.stderr)
     # Relative to the job's working directory when inside it (the project can move),
     # else absolute (job.log_dir on $SCRATCH).
     try:

@@ -23,13 +23,15 @@ import shutil
 import socket
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from importlib import metadata
 from pathlib import Path
 
+from jeanzay_kit.config.schema import SCRIPT_OUTPUTS, SNAPSHOT_MAX_FILE_BYTES
 from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
+from jeanzay_kit.project.places import is_code_name, output_place
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.version import __version__
 
@@ -46,19 +48,42 @@ def packages_freeze() -> str:
     return "\n".join(sorted(lines, key=str.lower)) + "\n"
 
 
+def code_changes(root: Path, frozen: Collection[str] | None = None) -> Callable[[str], bool]:
+    """Which changed files the diff records: code, never outputs or data. With a
+    snapshot, the files it froze; else (a run of the live tree) a source or
+    configuration file outside the default output places, no larger than the default
+    limit (project/places.py). A deleted file counts when its name is code's."""
+
+    def keep(name: str) -> bool:
+        path = root / name
+        if not path.is_file():
+            return is_code_name(name)
+        if frozen is not None:
+            return name in frozen
+        return (
+            is_code_name(name)
+            and output_place(name, SCRIPT_OUTPUTS) is None
+            and path.stat().st_size <= SNAPSHOT_MAX_FILE_BYTES
+        )
+
+    return keep
+
+
 def write_submit_provenance(
     folder: Path,
     root: Path,
     code_dir: Path | None,
-    leave_out: Sequence[str] = (),
+    frozen: Collection[str] | None = None,
     max_diff: int | None = None,
 ) -> None:
     """Record the project at root as it is now into folder (the three FILES).
-    leave_out: folders (relative to root) whose untracked files are no code (the
-    toolkit's outputs); max_diff: the diff is cut past this many bytes, with a note."""
+    frozen: the files a snapshot froze, the only ones whose changes are recorded (None:
+    the live tree's code, code_changes); max_diff: the diff is cut past this many bytes,
+    with a note."""
     folder.mkdir(parents=True, exist_ok=True)
     repo = git.is_repository(root)
-    diff = git.uncommitted_diff(root, leave_out) if repo else b""
+    keep = code_changes(root, frozen)
+    diff = git.uncommitted_diff(root, keep) if repo else b""
     cut = max_diff is not None and len(diff) > max_diff
     if cut:
         note = (
@@ -73,7 +98,7 @@ def write_submit_provenance(
         "git_branch": git.branch(root) if repo else None,
         "uncommitted_changes": bool(diff),
         "uncommitted_diff_cut": cut,
-        "untracked_files": git.untracked_files(root, leave_out) if repo else [],
+        "untracked_files": git.untracked_files(root, keep) if repo else [],
         "code_dir": str(code_dir) if code_dir else None,
         "jeanzay_kit": __version__,
         "python": platform.python_version(),

@@ -1,10 +1,13 @@
 """Freeze the project's code at submission: `<log_dir>/code/<hash>/`, content-addressed.
 
-Edge (files, git). The files are the project's git-tracked and untracked-but-not-ignored
-ones (project/git.py), or `job.snapshot_include`'s globs when the project is no git
-repository. The folder is named by a hash of every path and content, so the points of a
-sweep, and a resubmission of unchanged code, share one copy; it is written aside and
-renamed into place, so a half-written snapshot is never used. The job exports
+Edge (files, git). The candidates are the project's git-tracked and untracked-but-not-
+ignored files (project/git.py), or `job.snapshot_include`'s globs when the project is no
+git repository; of them, only code is frozen (project/places.py): output places (the
+script's, the toolkit's) are never copied, and data (large, numerous or not source
+files) is reached in place, through the same links as in a local run. The folder is
+named by a hash of every path and content, so the points of a sweep, and a resubmission
+of unchanged code, share one copy; it is written aside and renamed into place, so a
+half-written snapshot is never used. The job exports
 JZK_CODE_DIR=<snapshot> and every task imports the user's code from there
 (project/import_path.py): an edit made while the job waits, or between a preemption and
 the requeue, changes nothing. Anchors: submitit's RsyncSnapshot, lingua's copy_code.
@@ -16,11 +19,24 @@ import hashlib
 import os
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from jeanzay_kit.config.schema import (
+    SCRIPT_OUTPUTS,
+    SNAPSHOT_MAX_FILE_BYTES,
+    SNAPSHOT_MAX_FOLDER_FILES,
+)
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project import git
+from jeanzay_kit.project.places import (
+    Limits,
+    SnapshotPlan,
+    command_paths,
+    config_paths,
+    plan_snapshot,
+    resume_paths,
+)
 from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenance
 from jeanzay_kit.run_directory import RunDir
 
@@ -37,17 +53,38 @@ MAX_DIFF_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
+class SnapshotRules:
+    """What a submission freezes, from the job's config (project/job_code.py from_spec)."""
+
+    log_dir: str
+    include: Sequence[str]
+    run_dir: str | None = None
+    outputs: Sequence[str] = SCRIPT_OUTPUTS  # job.script_outputs
+    args: Sequence[str] = ()  # job.args: their output options name output places
+    resume_args: Sequence[str] = ()  # what a run resumes from is its own: an output place
+    limits: Limits = Limits(SNAPSHOT_MAX_FILE_BYTES, SNAPSHOT_MAX_FOLDER_FILES)
+    toolkit_dirs: Sequence[str] = ()  # more folders the toolkit writes (tune.dir)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     path: Path  # <log_dir>/code/<hash> (under the project when log_dir is relative)
     files: int
     bytes: int  # files and provenance
     source: str  # "git" or "snapshot_include"
+    plan: SnapshotPlan = field(default_factory=SnapshotPlan)
+
+    def summary(self) -> str:
+        """One line: what was frozen, what is reached in place, what never frozen."""
+        return f"code: {self.plan.summary(str(self.path))}"
 
 
-def excluded_folders(root: Path, log_dir: str, run_dir: str | None) -> list[str]:
+def excluded_folders(
+    root: Path, log_dir: str, run_dir: str | None, more: Sequence[str] = ()
+) -> list[str]:
     """The project's folders that hold what the toolkit writes, relative to root: the
     log folder (and the snapshots in it), the run directories' folder, Hydra's output
-    folders. Relative or absolute paths, only those inside root count."""
+    folders, `more` (tune.dir). Relative or absolute paths, only those inside root count."""
     out = set(OUTPUT_DIRS)
     # The run directories' folder: outputs/ of outputs/jzk-1234, or the run directory
     # itself when it has no parent (job.run_dir=ckpt).
@@ -55,7 +92,7 @@ def excluded_folders(root: Path, log_dir: str, run_dir: str | None) -> list[str]
     if run_dir:
         parent = Path(run_dir).parent
         run_folder = str(parent) if parent.parts else run_dir
-    for folder in (log_dir, run_folder):
+    for folder in (log_dir, run_folder, *more):
         if not folder or folder == ".":
             continue
         path = Path(folder) if Path(folder).is_absolute() else root / folder
@@ -133,30 +170,47 @@ def _candidate_files(
 
 def _too_big(root: Path, what: str) -> JzkError:
     return JzkError(
-        f"job.snapshot: the project's files under {root} pass {MAX_BYTES // 2**20} MiB "
-        f"({what}): a snapshot is for code. HINT: git-ignore data and outputs (or narrow "
+        f"job.snapshot: the project's code under {root} passes {MAX_BYTES // 2**20} MiB "
+        f"({what}): a snapshot is for code. HINT: lower job.snapshot_max_file_bytes (larger "
+        "files are reached in place), git-ignore what is not code (or narrow "
         "job.snapshot_include), or set job.snapshot=false to run the live tree"
     )
 
 
-def count_snapshot(
-    root: Path, log_dir: str, include: Sequence[str], run_dir: str | None = None
-) -> tuple[int, str]:
-    """How many files a snapshot of `root` would hold, and how they are chosen (`jzk
-    validate`: inodes count on Jean Zay's $WORK), without copying anything."""
-    root = root.resolve()
-    names, source = snapshot_files(root, include, log_dir, excluded_folders(root, log_dir, run_dir))
-    return len(names), source
+def plan_of(root: Path, rules: SnapshotRules) -> tuple[SnapshotPlan, str]:
+    """What a snapshot of `root` freezes and leaves (project/places.py), and how the
+    candidates were chosen ("git" or "snapshot_include"), without copying anything."""
+    exclude = excluded_folders(root, rules.log_dir, rules.run_dir, rules.toolkit_dirs)
+    names, source = snapshot_files(root, rules.include, rules.log_dir, exclude)
+    sized = []
+    for name in names:
+        try:
+            sized.append((name, (root / name).stat().st_size))
+        except OSError:  # gone since git listed it
+            continue
+    outputs, _ = command_paths(rules.args)
+    plan = plan_snapshot(
+        sized,
+        rules.outputs,
+        [*outputs, *resume_paths(rules.resume_args)],
+        config_paths(rules.args),
+        rules.limits,
+    )
+    return plan, source
 
 
-def take_snapshot(
-    root: Path, log_dir: str, include: Sequence[str], run_dir: str | None = None
-) -> Snapshot:
+def count_snapshot(root: Path, rules: SnapshotRules) -> tuple[SnapshotPlan, str]:
+    """What a snapshot of `root` would hold, and how it is chosen (`jzk validate`: inodes
+    count on Jean Zay's $WORK), without copying anything."""
+    return plan_of(root.resolve(), rules)
+
+
+def take_snapshot(root: Path, rules: SnapshotRules) -> Snapshot:
     """Copy the project's code under <log_dir>/code/<hash> (once per content). The
-    toolkit's own folders (excluded_folders) are never part of it."""
+    toolkit's own folders, output places and data (project/places.py) are never part of it."""
     root = root.resolve()
-    exclude = excluded_folders(root, log_dir, run_dir)
-    names, source = snapshot_files(root, include, log_dir, exclude)
+    plan, source = plan_of(root, rules)
+    names = plan.frozen
     digest = hashlib.sha256()
     total = 0
     for name in names:
@@ -165,10 +219,11 @@ def take_snapshot(
         if total > MAX_BYTES:
             raise _too_big(root, f"{name} and before")
         digest.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+    log_dir = rules.log_dir
     base = (Path(log_dir) if Path(log_dir).is_absolute() else root / log_dir) / SNAPSHOTS
     dest = base / digest.hexdigest()[:16]
     if dest.is_dir():  # this code was frozen already: every render of it shares the folder
-        return Snapshot(dest, len(names), total + _size(dest / PROVENANCE_DIR), source)
+        return Snapshot(dest, len(names), total + _size(dest / PROVENANCE_DIR), source, plan)
     tmp = base / f".tmp-{dest.name}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -178,7 +233,7 @@ def take_snapshot(
             shutil.copy2(root / name, target)
         tmp.mkdir(parents=True, exist_ok=True)  # an empty project still gets its folder
         write_submit_provenance(
-            tmp / PROVENANCE_DIR, root, dest, leave_out=exclude, max_diff=MAX_DIFF_BYTES
+            tmp / PROVENANCE_DIR, root, dest, frozen=set(names), max_diff=MAX_DIFF_BYTES
         )
         total += _size(tmp / PROVENANCE_DIR)
         if total > MAX_BYTES:
@@ -190,7 +245,7 @@ def take_snapshot(
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    return Snapshot(dest, len(names), total, source)
+    return Snapshot(dest, len(names), total, source, plan)
 
 
 def _size(folder: Path) -> int:

@@ -21,7 +21,7 @@ from jeanzay_kit.project import snapshot as snapshot_module
 from jeanzay_kit.project.import_path import put_project_on_path
 from jeanzay_kit.project.provenance import record_run_provenance
 from jeanzay_kit.project.skeleton import package_name, skeleton_files
-from jeanzay_kit.project.snapshot import take_snapshot
+from jeanzay_kit.project.snapshot import SnapshotRules, take_snapshot
 
 
 def _git(root: Path, *args: str) -> str:
@@ -133,7 +133,7 @@ def test_a_git_project_snapshot_holds_tracked_and_untracked_but_not_ignored_file
     _git(tmp_path, "commit", "-q", "-m", "one")
     _write(tmp_path, {"pkg/new.py": "B = 2\n"})  # untracked, not ignored
     (tmp_path / "pkg" / "model.py").write_text("A = 3\n")  # uncommitted edit
-    snap = take_snapshot(tmp_path, "logs", ["**/*.py"])
+    snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"]))
     assert snap.source == "git" and snap.path.parent == tmp_path / "logs" / "code"
     copied = sorted(
         p.relative_to(snap.path).as_posix()
@@ -149,9 +149,9 @@ def test_a_git_project_snapshot_holds_tracked_and_untracked_but_not_ignored_file
     assert "-A = 1" in diff and "+A = 3" in diff and "+B = 2" in diff  # untracked kept too
 
     # The same content: the same folder, not a second copy; new content: a new folder.
-    assert take_snapshot(tmp_path, "logs", ["**/*.py"]).path == snap.path
+    assert take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"])).path == snap.path
     (tmp_path / "pkg" / "model.py").write_text("A = 4\n")
-    again = take_snapshot(tmp_path, "logs", ["**/*.py"])
+    again = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"]))
     assert again.path != snap.path and (snap.path / "pkg" / "model.py").read_text() == "A = 3\n"
 
 
@@ -169,7 +169,7 @@ def test_a_project_without_git_is_copied_by_its_include_list(tmp_path: Path) -> 
             "venv/lib/python3.11/site-packages/torch/__init__.py": "",
         },
     )
-    snap = take_snapshot(tmp_path, "logs", ["**/*.py", "conf/**/*.yaml"])
+    snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py", "conf/**/*.yaml"]))
     assert snap.source == "snapshot_include" and snap.files == 2
     assert (snap.path / "pkg" / "model.py").exists() and (snap.path / "conf/data/d.yaml").exists()
     assert not (snap.path / "notes.md").exists() and not (snap.path / "outputs").exists()
@@ -181,7 +181,7 @@ def test_a_project_too_large_to_be_code_is_refused(
     _write(tmp_path, {"a.py": "x" * 100, "b.py": "y" * 100})
     monkeypatch.setattr(snapshot_module, "MAX_BYTES", 150)
     with pytest.raises(JzkError, match="job.snapshot=false"):
-        take_snapshot(tmp_path, "logs", ["*.py"])
+        take_snapshot(tmp_path, SnapshotRules("logs", ["*.py"]))
     assert not (tmp_path / "logs" / "code").exists() or not any((tmp_path / "logs/code").iterdir())
 
 
@@ -190,7 +190,7 @@ def test_a_project_too_large_to_be_code_is_refused(
 
 def test_a_run_copies_its_snapshot_record_and_keeps_a_history(tmp_path: Path) -> None:
     _write(tmp_path, {"pkg/m.py": "A = 1\n"})
-    snap = take_snapshot(tmp_path, "logs", ["**/*.py"])
+    snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"]))
     env = {"JZK_CODE_DIR": str(snap.path.relative_to(tmp_path)), "SLURM_JOB_ID": "7"}
     run_dir = tmp_path / "outputs" / "run"
     record_run_provenance(run_dir, env, tmp_path)
@@ -234,7 +234,7 @@ def test_renders_of_an_unchanged_project_share_one_small_snapshot(tmp_path: Path
     _git(tmp_path, "commit", "-q", "-m", "one")
     paths = set()
     for round_ in range(5):
-        snap = take_snapshot(tmp_path, "logs", ["**/*.py"], "outputs/jzk-1234")
+        snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"], "outputs/jzk-1234"))
         paths.add(snap.path)
         # What a run and Slurm leave behind, none of it git-ignored.
         _write(
@@ -253,7 +253,7 @@ def test_renders_of_an_unchanged_project_share_one_small_snapshot(tmp_path: Path
     assert source["untracked_files"] == []
     # A new snapshot (the code changed) still records none of the outputs in its diff.
     (tmp_path / "train.py").write_text("print('hello')\n")
-    changed = take_snapshot(tmp_path, "logs", ["**/*.py"], "outputs/jzk-1234")
+    changed = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"], "outputs/jzk-1234"))
     diff = (changed.path / ".jzk-provenance" / "uncommitted.diff").read_text()
     assert "+print('hello')" in diff and "ckpt-" not in diff and "jzk-0.out" not in diff
 
@@ -284,7 +284,7 @@ def test_an_oversized_diff_is_cut_and_counted(
     _git(tmp_path, "commit", "-q", "-m", "one")
     _write(tmp_path, {"big.py": "# " + "x" * 5000 + "\n"})  # untracked: in the diff
     monkeypatch.setattr(snapshot_module, "MAX_DIFF_BYTES", 1000)
-    snap = take_snapshot(tmp_path, "logs", ["*.py"])
+    snap = take_snapshot(tmp_path, SnapshotRules("logs", ["*.py"]))
     provenance = snap.path / ".jzk-provenance"
     diff = (provenance / "uncommitted.diff").read_bytes()
     assert len(diff) < 1500 and b"the diff was cut at 1000" in diff
@@ -294,7 +294,7 @@ def test_an_oversized_diff_is_cut_and_counted(
     monkeypatch.setattr(snapshot_module, "MAX_BYTES", 5100)
     (tmp_path / "a.py").write_text("A = 2\n")
     with pytest.raises(JzkError, match="with its provenance record"):
-        take_snapshot(tmp_path, "logs", ["*.py"])
+        take_snapshot(tmp_path, SnapshotRules("logs", ["*.py"]))
     assert [p.name for p in (tmp_path / "logs" / "code").iterdir()] == [snap.path.name]
 
 

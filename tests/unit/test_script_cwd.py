@@ -10,7 +10,8 @@ import pytest
 
 from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.node.script_cwd import prepare_script_cwd, start_line
-from jeanzay_kit.node.script_cwd_rules import command_paths, is_output_option, shadow_plan
+from jeanzay_kit.node.script_cwd_rules import shadow_plan
+from jeanzay_kit.project.places import command_paths, is_output_option
 
 
 @pytest.mark.parametrize(
@@ -176,7 +177,9 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
         (project / rel).write_text(text)
     run_dir = project / "outputs" / "jzk-1"
     named = ["config/train_shakespeare_char.py", "checkpoints/llama/model.safetensors"]
-    cwd, shadow = prepare_script_cwd(run_dir, project, None, ["outputs"], SCRIPT_OUTPUTS, named)
+    cwd, shadow = prepare_script_cwd(
+        run_dir, project, None, always=["outputs"], outputs=SCRIPT_OUTPUTS, args=named
+    )
     hidden = ("out/ckpt.pt", "out-shakespeare-char/ckpt.pt", "snapshot.pt", ".hydra/config.yaml")
     hidden += ("checkpoints/llama/lit_model.pth",)  # the folder is an output; one file named
     for rel in files:
@@ -190,7 +193,7 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
     (cwd / "out" / "ckpt.pt").write_text("mine")
     assert (project / "out" / "ckpt.pt").read_text() == "stale"
     # Run again (a requeue): the script's own files are kept, links stay.
-    cwd, _ = prepare_script_cwd(run_dir, project, None, ["outputs"], SCRIPT_OUTPUTS, [])
+    cwd, _ = prepare_script_cwd(run_dir, project, None, always=["outputs"], outputs=SCRIPT_OUTPUTS)
     assert (cwd / "out" / "ckpt.pt").read_text() == "mine"
     assert os.path.islink(cwd / "data")
 
@@ -203,9 +206,64 @@ def test_a_folder_once_linked_becomes_mirrored(tmp_path: Path) -> None:
     (project / "exp" / "a" / "ckpt.pt").write_text("stale")
     (project / "exp" / "notes.txt").write_text("n")
     run_dir = tmp_path / "run"
-    cwd, _ = prepare_script_cwd(run_dir, project, None, (), (), [])
+    cwd, _ = prepare_script_cwd(run_dir, project, None, outputs=())
     assert os.path.islink(cwd / "exp")
-    cwd, shadow = prepare_script_cwd(run_dir, project, None, (), (), ["--out_dir=exp/a"])
+    cwd, shadow = prepare_script_cwd(run_dir, project, None, outputs=(), args=["--out_dir=exp/a"])
     assert not os.path.islink(cwd / "exp") and os.path.islink(cwd / "exp" / "notes.txt")
     assert (cwd / "exp" / "a").is_dir() and not (cwd / "exp" / "a" / "ckpt.pt").exists()
     assert shadow.hidden == ["exp/a"]
+
+
+# ---- the code snapshot in the working directory ----------------------------------------
+
+
+def _lister(tree: dict[str, dict[str, bool]]):  # type: ignore[no-untyped-def]
+    return lambda rel: tree.get(rel, {})
+
+
+def test_the_working_directory_shows_frozen_code_and_the_projects_data() -> None:
+    """A folder the snapshot holds whole is one link to its copy, a folder it holds in
+    part (nanoGPT's data/shakespeare_char: prepare.py and train.bin) is mirrored, and
+    what it does not hold is reached in the project."""
+    project = {
+        "": {"train.py": False, "conf": True, "data": True, "pretrained": True, "output": True},
+        "conf": {"exp.yaml": False},
+        "data": {"shakespeare_char": True},
+        "data/shakespeare_char": {"prepare.py": False, "train.bin": False, "meta.pkl": False},
+        "pretrained": {"w.pt": False},
+        "output": {"train": True},
+    }
+    snapshot = {
+        "": {"train.py": False, "conf": True, "data": True, ".jzk-provenance": True},
+        "conf": {"exp.yaml": False},
+        "data": {"shakespeare_char": True},
+        "data/shakespeare_char": {"prepare.py": False},
+    }
+    plan = shadow_plan(_lister(project), ["output"], [], frozen=_lister(snapshot))
+    assert plan.code_links == ["conf", "data/shakespeare_char/prepare.py", "train.py"]
+    assert plan.links == [
+        "data/shakespeare_char/meta.pkl",
+        "data/shakespeare_char/train.bin",
+        "pretrained",
+    ]
+    assert plan.mirrored == ["data", "data/shakespeare_char"]
+    assert plan.own == ["output"] and plan.hidden == ["output"]
+    # Without a snapshot (a local run), the same project: every entry from the project.
+    local = shadow_plan(_lister(project), ["output"], [])
+    assert local.code_links == [] and local.links == ["conf", "data", "pretrained", "train.py"]
+
+
+def test_a_resume_path_is_an_output_place_of_the_run(tmp_path: Path) -> None:
+    """job.resume_args names what the run itself writes: the project's file of that name
+    (an earlier plain run's) is never shown, even outside job.script_outputs."""
+    project = tmp_path / "proj"
+    (project / "results" / "exp").mkdir(parents=True)
+    (project / "results" / "exp" / "last.pth.tar").write_text("stale")
+    (project / "results" / "notes.txt").write_text("kept")
+    run_dir = tmp_path / "run"
+    cwd, plan = prepare_script_cwd(
+        run_dir, project, None, outputs=(), resume_args=["--resume", "results/exp/last.pth.tar"]
+    )
+    assert not (cwd / "results" / "exp" / "last.pth.tar").exists()
+    assert (cwd / "results" / "notes.txt").read_text() == "kept"
+    assert plan.hidden == ["results/exp/last.pth.tar"]

@@ -24,7 +24,6 @@ from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_files import claim_run_dir, script_writes
 from jeanzay_kit.node.script_rules import (
     ScriptCommand,
-    frozen_argument,
     requeue_note,
     resume_warning,
 )
@@ -215,21 +214,3 @@ def test_a_script_that_would_restart_from_zero_is_warned_before_the_queue(
     args: list[str], resume_args: list[str], text: str, warned: bool
 ) -> None:
     assert (resume_warning(args, resume_args, text, "outputs/jzk-1") is not None) is warned
-
-
-@pytest.mark.parametrize(
-    ("arg", "rewritten"),
-    [
-        ("config/tiny.py", "SNAP/config/tiny.py"),
-        ("--config=config/tiny.py", "--config=SNAP/config/tiny.py"),
-        ("--data_dir=data", None),  # a folder: the data stays where it is
-        ("data/train.bin", None),  # not in the snapshot
-        ("/abs/config/tiny.py", None),
-        ("../config/tiny.py", None),
-        ("--flag", None),
-    ],
-)
-def test_a_project_file_in_the_arguments_is_read_from_the_snapshot(
-    arg: str, rewritten: str | None
-) -> None:
-    assert frozen_argument(arg, "SNAP", lambda v: v == "config/tiny.py") == rewritten
