@@ -35,6 +35,9 @@ HANG = "hang"
 NODE_FAILURE = "node_failure"
 GPU_HARDWARE = "gpu_hardware"
 DATA_ERROR = "data_error"
+# The checkpoint a script resumes from could not be loaded (not a checkpoint, another
+# model's, written half): another attempt would read the same file.
+CHECKPOINT_UNREADABLE = "checkpoint_unreadable"
 DISK_FULL = "disk_full"
 USER_ERROR = "user_error"
 # A node the health gate found broken before step 0 (node/health_rules.py).
@@ -46,7 +49,7 @@ WORTH_A_RETRY = frozenset(
     {PREEMPTED, TIME_LIMIT, STOPPED, NODE_FAILURE, GPU_HARDWARE, HANG, UNHEALTHY}
 )
 # Classes no restart from the same checkpoint passes: the run ends at the first.
-ENDS_AT_ONCE = frozenset({GPU_OOM, HOST_OOM, NONFINITE, DISK_FULL})
+ENDS_AT_ONCE = frozenset({GPU_OOM, HOST_OOM, NONFINITE, DISK_FULL, CHECKPOINT_UNREADABLE})
 # Classes that name a node to leave out of the next attempt.
 NODE_FAULTS = frozenset({NODE_FAILURE, GPU_HARDWARE, UNHEALTHY})
 
@@ -62,6 +65,7 @@ WORDS = {
     NODE_FAILURE: "node failure",
     GPU_HARDWARE: "GPU hardware error",
     DATA_ERROR: "data error",
+    CHECKPOINT_UNREADABLE: "checkpoint could not be loaded",
     DISK_FULL: "disk full/quota",
     USER_ERROR: "error in the training code",
     UNHEALTHY: "a node failed the health gate",
@@ -90,6 +94,11 @@ FIXES = {
     "fewer checkpoints (checkpoint.keep)",
     USER_ERROR: "fix the error in the traceback, then submit again: it resumes from its "
     "newest checkpoint",
+    CHECKPOINT_UNREADABLE: "the file the run resumes from is no checkpoint this code can "
+    "load: job.resume_args must name what the run itself saves (its own output place, "
+    "e.g. --resume output/train/<experiment>/last.pth.tar); to start from another file, "
+    "pass it in job.args (timm: --initial-checkpoint); to start over, give the run a new "
+    "job.run_dir. Submitting the same command again would read the same file",
     UNHEALTHY: "nothing to do: the job was requeued without that node before any training "
     "(watchdog.health_gate); tell the site's support if it repeats",
     UNKNOWN: "read the job's log",
@@ -135,6 +144,13 @@ RANK_PREFIX = re.compile(r"\[rank (\d+)\](?: |$)|\[rank(\d+)\]: ?|\[[A-Za-z_]\w*
 EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Failed|Interrupt)\b:?")
 WRAPPER = re.compile(r"Caught \w+ in DataLoader worker process")
 DATA_FRAMES = re.compile(r"__getitems?__|torch/utils/data/|DataLoader worker process")
+# A checkpoint that torch.load (or pickle under it) cannot read: the exception, and the
+# frames that show a load.
+UNREADABLE = re.compile(
+    r"UnpicklingError|Weights only load failed|PytorchStreamReader failed|invalid load key|"
+    r"failed finding central directory|not a zip file|Ran out of input"
+)
+LOAD_FRAMES = re.compile(r"torch/serialization\.py|torch\.load|pickle|in load\b")
 # The note the toolkit adds to an exception from a dataset (runtime/seeded_samples.py).
 INDEX_NOTE = "jzk: dataset index "
 INDEX = re.compile(re.escape(INDEX_NOTE) + r"(\d+)")
@@ -282,6 +298,9 @@ def from_log(text: str) -> Verdict | None:
             index = int(match.group(1)) if match else None
             said = f" (dataset index {index})" if index is not None else ""
             return Verdict(DATA_ERROR, _short(tb.exception + said), index=index)
+    for tb in tracebacks(text):
+        if UNREADABLE.search(tb.exception) and LOAD_FRAMES.search(tb.frames + tb.exception):
+            return Verdict(CHECKPOINT_UNREADABLE, _short(tb.exception))
     for tb in tracebacks(text):
         return Verdict(USER_ERROR, _short(tb.exception))
     return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jeanzay_kit.ending_rules import (
+    CHECKPOINT_UNREADABLE,
     DATA_ERROR,
     DISK_FULL,
     GPU_HARDWARE,
@@ -143,6 +144,24 @@ RANKED_BUG = """[rank0]: Traceback (most recent call last):
 [rank0]: ValueError: bad value
 """
 RANKED_BUG_12 = RANKED_BUG.replace("[rank0]:", "[rank12]:")
+# Issue 65: timm's --resume read a file that was not its checkpoint (torch.load under
+# weights_only=False, a pickle of something else); and a truncated zip checkpoint.
+UNPICKLABLE = """[rank0]: Traceback (most recent call last):
+[rank0]:   File "/p/train.py", line 1181, in <module>
+[rank0]:     main()
+[rank0]:   File "/p/timm/models/_helpers.py", line 98, in resume_checkpoint
+[rank0]:     checkpoint = torch.load(checkpoint_path, map_location='cpu', weights_only=False)
+[rank0]:   File "/v/torch/serialization.py", line 1551, in load
+[rank0]:     return _legacy_load(opened_file, map_location, pickle_module, **pickle_load_args)
+[rank0]: _pickle.UnpicklingError: invalid load key, 'n'.
+"""
+TRUNCATED = """Traceback (most recent call last):
+  File "/p/train.py", line 20, in <module>
+    state = torch.load("snapshot.pt")
+  File "/v/torch/serialization.py", line 1500, in load
+    with _open_zipfile_reader(opened_file) as opened_zipfile:
+RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory
+"""
 TEED_BUG = "".join(f"[default0]:{line}\n" for line in RANKED_BUG.splitlines())
 LABELLED_BUG = "".join(f"[rank 3] {line}\n" for line in RANKED_BUG.splitlines())
 RANKED_DATASET = "".join(
@@ -176,6 +195,8 @@ RANKED_DATASET = "".join(
         (BUG, 1, "", USER_ERROR, "RuntimeError: mat1 and mat2 shapes cannot be multiplied"),
         (RANKED_BUG, 1, "", USER_ERROR, "ValueError: bad value"),
         (RANKED_BUG_12, 1, "", USER_ERROR, "ValueError: bad value"),
+        (UNPICKLABLE, 1, "", CHECKPOINT_UNREADABLE, "UnpicklingError: invalid load key"),
+        (TRUNCATED, 1, "", CHECKPOINT_UNREADABLE, "failed finding central directory"),
         (TEED_BUG, 1, "", USER_ERROR, "ValueError: bad value"),
         (LABELLED_BUG, 1, "", USER_ERROR, "ValueError: bad value"),
         (RANKED_DATASET, 1, "", DATA_ERROR, "corrupt record 1500 (dataset index 1500)"),
