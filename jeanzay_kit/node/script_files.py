@@ -12,7 +12,14 @@ from pathlib import Path
 
 from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_rules import ScriptCommand, command_differences, refusal
+from jeanzay_kit.node.script_rules import (
+    ResumeTarget,
+    ScriptCommand,
+    command_differences,
+    refusal,
+    resume_refusal,
+)
+from jeanzay_kit.project.places import resume_paths
 from jeanzay_kit.run_directory import RunDir
 
 
@@ -84,6 +91,39 @@ def _newest_under(folder: Path, limit: int = 5000) -> float:
 def newest_script_write(run_dir: Path) -> float | None:
     """When the script last wrote a file in its run directory (None: never)."""
     return max((mtime for _, mtime in _script_files(run_dir)), default=None)
+
+
+def first_start(run_dir: Path) -> float | None:
+    """When the run's first attempt started (attempts.jsonl's first line), None: never."""
+    try:
+        with RunDir(run_dir).attempts.open() as f:
+            first = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    start = first.get("start") if isinstance(first, dict) else None
+    return float(start) if isinstance(start, (int, float)) else None
+
+
+def check_resume(run_dir: Path, resume_args: Sequence[str]) -> None:
+    """JzkError (node/script_rules.py resume_refusal) when a path of job.resume_args
+    would read something other than the run's own files; before the script starts."""
+    cwd = RunDir(run_dir).script_cwd
+    run_real = os.path.realpath(run_dir)
+    absolute = [v.split("=", 1)[-1] for v in resume_args if v.split("=", 1)[-1].startswith("/")]
+    targets = []
+    for value in [*resume_paths(resume_args), *absolute]:
+        real = os.path.realpath(os.path.join(cwd, value))
+        try:
+            mtime = os.stat(real).st_mtime
+        except OSError:
+            targets.append(ResumeTarget(value, None, False, None))
+            continue
+        inside = real == run_real or real.startswith(run_real + os.sep)
+        targets.append(ResumeTarget(value, real, inside, mtime))
+    start = first_start(run_dir)
+    problem = resume_refusal(targets, str(run_dir), start if start is not None else 0.0)
+    if problem:
+        raise JzkError(problem)
 
 
 def record_attempt(

@@ -175,3 +175,36 @@ def resume_warning(
         "'--out_dir=${job.run_dir}' (your script's option) to job.args and its resume flag "
         "to job.resume_args, e.g. job.resume_args='[--init_from=resume]'"
     )
+
+
+@dataclass(frozen=True)
+class ResumeTarget:
+    """A path job.resume_args names, as the attempt would meet it in its working directory."""
+
+    value: str  # as the user wrote it
+    real: str | None  # where it leads (links followed); None: nothing there
+    inside_run: bool  # under the run directory
+    mtime: float | None  # when it was written
+
+
+def resume_refusal(targets: Sequence[ResumeTarget], run_dir: str, run_start: float) -> str | None:
+    """Before an attempt that resumes: the one line refusing it when a path of
+    job.resume_args would read something other than the run's own files (nothing there,
+    outside the run, older than the run's first start), else None."""
+    for t in targets:
+        if t.real is None:
+            why = "this run has not written it (nothing there in its working directory)"
+        elif not t.inside_run:
+            why = f"it leads outside the run, to {t.real}"
+        elif t.mtime is not None and t.mtime < run_start:
+            why = "it is older than the run's first start: another run wrote it"
+        else:
+            continue
+        return (
+            f"job.resume_args names {t.value}, which is not this run's own checkpoint: {why}. "
+            f"The script was not started. HINT: job.resume_args names what the run saves "
+            f"itself (its output place, resolved in {run_dir}/cwd, e.g. --resume "
+            "output/train/<experiment>/last.pth.tar); to start from another file, pass it "
+            "in job.args (timm: --initial-checkpoint)"
+        )
+    return None

@@ -43,6 +43,7 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_files import (
+    check_resume,
     claim_run_dir,
     record_attempt,
     script_writes,
@@ -93,6 +94,8 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
     claim_run_dir(run_dir, command)
     app = hydra_job(command, Path.cwd())
     resuming = script_writes(run_dir, start, app)[0]
+    if resuming and command.resume_args:
+        check_resume(run_dir, command.resume_args)  # every rank: none starts the script
     if resuming and command.resume_args and rank == 0:
         print(
             f"jzk: {run_dir} holds the script's files of an earlier attempt: running it "

@@ -21,10 +21,12 @@ from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.identity import identity_args, run_hash
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_files import claim_run_dir, script_writes
+from jeanzay_kit.node.script_files import check_resume, claim_run_dir, record_attempt, script_writes
 from jeanzay_kit.node.script_rules import (
+    ResumeTarget,
     ScriptCommand,
     requeue_note,
+    resume_refusal,
     resume_warning,
 )
 
@@ -214,3 +216,41 @@ def test_a_script_that_would_restart_from_zero_is_warned_before_the_queue(
     args: list[str], resume_args: list[str], text: str, warned: bool
 ) -> None:
     assert (resume_warning(args, resume_args, text, "outputs/jzk-1") is not None) is warned
+
+
+@pytest.mark.parametrize(
+    ("target", "why"),
+    [
+        (ResumeTarget("out/last.pth.tar", "/r/cwd/out/last.pth.tar", True, 200.0), None),
+        (ResumeTarget("out/last.pth.tar", None, False, None), "has not written it"),
+        (ResumeTarget("old/last.pth.tar", "/proj/old/last.pth.tar", False, 50.0), "outside"),
+        (ResumeTarget("out/last.pth.tar", "/r/cwd/out/last.pth.tar", True, 50.0), "older"),
+    ],
+)
+def test_a_resume_reads_only_the_runs_own_files(target: ResumeTarget, why: str | None) -> None:
+    refused = resume_refusal([target], "/r", run_start=100.0)
+    if why is None:
+        assert refused is None
+    else:
+        assert refused is not None and why in refused and target.value in refused
+        assert "job.args" in refused and "\n" not in refused
+
+
+def test_a_resume_path_leading_into_the_project_is_refused(tmp_path: Path) -> None:
+    """Issue 65: job.resume_args naming an earlier plain run's file of the project (here
+    a link in the working directory, as a snapshot's or a project's) is refused before
+    the script starts; the run's own file, written since its first start, is not."""
+    run_dir, project = tmp_path / "run", tmp_path / "proj"
+    (project / "old").mkdir(parents=True)
+    (project / "old" / "last.pth.tar").write_text("another experiment's")
+    cwd = run_dir / "cwd"
+    (cwd / "output" / "tiny").mkdir(parents=True)
+    (cwd / "old").symlink_to(project / "old")
+    record_attempt(run_dir, time.time() - 60, None)
+    (cwd / "output" / "tiny" / "last.pth.tar").write_text("the run's own")
+    check_resume(run_dir, ["--resume", "output/tiny/last.pth.tar"])
+    with pytest.raises(JzkError, match="leads outside the run"):
+        check_resume(run_dir, ["--resume", "old/last.pth.tar"])
+    with pytest.raises(JzkError, match="has not written it"):
+        check_resume(run_dir, ["--resume=output/other/last.pth.tar"])
+    check_resume(run_dir, ["--init_from=resume"])  # a flag's value, no path
