@@ -239,8 +239,13 @@ class RunDir:
         return found
 
     def newest_script_checkpoint(self) -> tuple[Path, float] | None:
-        """The script's newest file that looks like a checkpoint, and its mtime."""
-        found = [(p, t) for p, t in self.script_files() if looks_like_checkpoint(p.name)]
+        """The script's newest file that looks like a checkpoint, and its mtime (the newest
+        written, whatever its name: `last.pth.tar` beside `checkpoint-4.pth.tar`)."""
+        found = [
+            (p, t)
+            for p, t in self.script_files()
+            if looks_like_checkpoint(p.relative_to(self.root).as_posix())
+        ]
         return max(found, key=lambda item: item[1], default=None)
 
     def is_run_or_sweep(self) -> bool:
@@ -295,11 +300,16 @@ def _read_records(folder: Path, pattern: str, parse: Callable[[Any], _Record]) -
     return records
 
 
-# File names that look like a checkpoint of a script's own (`jzk status` shows the newest).
+# File names that look like a checkpoint of a script's own (`jzk status` shows the newest),
+# as users name them: `ckpt.pt`, timm's `last.pth.tar` and `checkpoint-3.pth.tar` (a
+# suffix anywhere in the name), Lightning's `last.ckpt`, `checkpoint-last`, a file of a
+# Hugging Face `checkpoint-500/` folder.
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors", ".bin", ".pkl", ".distcp")
 CHECKPOINT_WORDS = ("checkpoint", "ckpt")
 
 
 def looks_like_checkpoint(name: str) -> bool:
+    """`name`: a file's name, or its path under the run directory (its folders count)."""
     lowered = name.lower()
-    return lowered.endswith(CHECKPOINT_SUFFIXES) or any(w in lowered for w in CHECKPOINT_WORDS)
+    suffixes = {f".{part}" for part in lowered.rsplit("/", 1)[-1].split(".")[1:]}
+    return bool(suffixes & set(CHECKPOINT_SUFFIXES)) or any(w in lowered for w in CHECKPOINT_WORDS)

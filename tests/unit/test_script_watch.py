@@ -199,8 +199,14 @@ def test_a_rank_stops_on_the_batch_shells_note(tmp_path) -> None:
         ("model.safetensors", True),
         ("checkpoint_0010", True),
         ("hpc_ckpt_1.ckpt", True),
+        ("last.pth.tar", True),  # timm
+        ("cwd/output/train/tiny/checkpoint-3.pth.tar", True),
+        ("checkpoint-last", True),
+        ("cwd/checkpoint-500/trainer_state.json", True),  # Hugging Face's folder
         ("log.txt", False),
         ("metrics.csv", False),
+        ("cwd/output/train/tiny/summary.csv", False),
+        ("archive.tar", False),
     ],
 )
 def test_checkpoint_looking_names(name: str, looks: bool) -> None:
@@ -238,3 +244,18 @@ def test_status_shows_a_scripts_starts_last_line_and_checkpoint() -> None:
     header = table.splitlines()[0].split()
     assert row[:2] == ["42", "RUNNING"]
     assert row[header.index("RESTARTS")] == "1"  # the second start
+
+
+def test_status_shows_the_newest_checkpoint_written_whatever_its_name(tmp_path) -> None:
+    """timm writes checkpoint-N.pth.tar then last.pth.tar; `jzk status` names the newest."""
+    import os
+
+    from jeanzay_kit.run_directory import RunDir
+
+    folder = tmp_path / "cwd" / "output" / "train" / "tiny"
+    folder.mkdir(parents=True)
+    for age, name in ((30, "checkpoint-3.pth.tar"), (20, "last.pth.tar"), (10, "summary.csv")):
+        (folder / name).write_text("x")
+        os.utime(folder / name, (1000 - age, 1000 - age))
+    found = RunDir(tmp_path).newest_script_checkpoint()
+    assert found is not None and found[0].name == "last.pth.tar"
