@@ -105,8 +105,10 @@ def run_app(
 def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: Path) -> None:
     """Hydra's record of the run (<run_dir>/.hydra: config, hydra, overrides), written by
     the process that holds the run directory only: the shipped config sets
-    hydra.output_subdir=null so that a refused command (another run writes there)
-    rewrites none of it (lease.py)."""
+    hydra.output_subdir=null so that a refused command (another run writes there:
+    lease.py; its checkpoints or command are another experiment's: node/entry.py
+    refuse_before_writing) rewrites none of it, and `jzk status` and `jzk report` go on
+    naming the overrides the run trained with."""
     from omegaconf import OmegaConf
 
     out = RunDir(run_dir).hydra

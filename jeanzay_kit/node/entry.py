@@ -99,7 +99,6 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
 
     from jeanzay_kit.node import script_task
 
-    script_task.check_entry(spec.job.entry, Path.cwd())
     launched = launched_by(env) is not None
     if not launched or rank_info_from_env(env).rank == 0:
         record_provenance(run_dir, env)  # a script's run records its code too
@@ -128,20 +127,69 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     return outcome.code
 
 
+def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
+    """Every refusal the config and the run directory's files decide, made before the
+    lease is taken and anything is written there (Hydra's record, the lease's own
+    record, provenance): a refused command leaves the run it names as it was, so `jzk
+    status`, `jzk report` and the plots' legends still show the command that trained it
+    (issue 65). Reads only, no torch: a refusal costs well under a second.
+
+    Every process of a job step makes it, not only the lease holder: they read the same
+    files, so they refuse together instead of some starting alone. The writers check
+    again under the lease (the workers' resume, the script task's claim of the run
+    directory): this one is the early answer, not the only guard."""
+    if spec.job.runs_script:
+        from jeanzay_kit.node import script_task
+        from jeanzay_kit.node.script_files import claim_run_dir
+
+        script_task.check_entry(spec.job.entry, Path.cwd())
+        # Another command's run directory (command.json): checked here, claimed later.
+        claim_run_dir(run_dir, script_task.script_command(spec), write=False)
+        return
+    from jeanzay_kit.ckpt.store import check_resume_early
+
+    check_data_paths(spec.data)
+    check_directions(spec)  # a metric that cannot say which way is better
+    # A changed config meeting another experiment's checkpoints.
+    ckpt = spec.checkpoint
+    check_resume_early(
+        run_dir,
+        spec.config,
+        spec.layout.checkpoint_world(),
+        ckpt.resume,
+        ckpt.allow_config_change,
+    )
+
+
+def refuse_if_held(run_dir: Path, env: Mapping[str, str]) -> None:
+    """RunDirBusy, as the lease's own refusal says it, when another live process writes
+    run_dir; asked without taking the lease, so a refused command writes nothing. A
+    record of this Slurm job (a requeue's earlier attempt) is this job's own."""
+    from jeanzay_kit.errors import RunDirBusy
+    from jeanzay_kit.lease import holder
+    from jeanzay_kit.lease_rules import busy_message
+
+    record, held = holder(run_dir)
+    if not held or (record is not None and record.job_id == env.get("SLURM_JOB_ID", "-")):
+        return
+    raise RunDirBusy(busy_message(str(run_dir), record, time.time()))
+
+
 @contextmanager
-def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterator[None]:
+def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterator[bool]:
     """The run directory's lease (lease.py) for the life of this block, taken by
     the one process that writes it: this one outside a job step, global rank 0 in one
-    (its other ranks write only under rank 0's lease)."""
+    (its other ranks write only under rank 0's lease). Yields whether this process
+    holds it."""
     if launched_by(env) is not None and rank_info_from_env(env).rank != 0:
-        yield
+        yield False
         return
     from jeanzay_kit.lease import acquire_for
 
     what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
     lease = acquire_for(run_dir, env, what)
     try:
-        yield
+        yield True
     finally:
         lease.release()
 
@@ -203,18 +251,7 @@ def task_threads(env: Mapping[str, str], cpus: int) -> int:
 def _train_here(
     spec: JobSpec, env: Mapping[str, str], run_dir: Path, cpu_count: int, stop: StopRequest
 ) -> int:
-    """cluster=local: check the resume, then start the workers on this machine."""
-    from jeanzay_kit.ckpt.store import check_resume_early
-
-    # Before torch is imported and any worker starts.
-    ckpt = spec.checkpoint
-    check_resume_early(
-        run_dir,
-        spec.config,
-        spec.layout.checkpoint_world(),
-        ckpt.resume,
-        ckpt.allow_config_change,
-    )
+    """cluster=local: start the workers on this machine (main checked the resume)."""
     from jeanzay_kit.node.local import launch_local
 
     record_provenance(run_dir, env)
@@ -241,8 +278,9 @@ def main(
 ) -> int:
     """Validate, then train here or start local workers. Returns the process exit code.
 
-    on_held: called once this process may write the run directory (Hydra's record of
-    the config: train_app.py), never by a process that is refused it."""
+    on_held: called once this process holds the run directory (Hydra's record of the
+    config: train_app.py): never by a process that is refused it, nor by a job's other
+    ranks."""
     # From here on SIGUSR1/USR2/TERM are noted, not fatal (docs/preemption.md); train.py
     # installs the handler even earlier, before Hydra composes the config.
     stop = stop or StopRequest()
@@ -267,14 +305,21 @@ def main(
                 f"cluster={spec.cluster.name} ...` runs as a step of the allocation; to train "
                 "on this machine use cluster=local"
             )
-        # One writer per run directory: refused here, before anything is read or written.
-        with held_run_dir(run_dir, env, spec):
-            if on_held is not None:
+        try:
+            refuse_before_writing(spec, run_dir)
+        except JzkError:
+            # A live writer is said first: its ways out (wait, or stop it) come before
+            # the refusal's own, whose resume=never would meet it next.
+            refuse_if_held(run_dir, env)
+            raise
+        # One writer per run directory: refused here, before anything is written.
+        with held_run_dir(run_dir, env, spec) as holder:
+            # Hydra's record: by the holder alone (another rank would write it before
+            # rank 0 knows whether the run directory is this job's).
+            if on_held is not None and holder:
                 on_held()
             if spec.job.runs_script:
                 return _run_script(spec, env, run_dir, stop)
-            check_data_paths(spec.data)
-            check_directions(spec)  # a metric that cannot say which way is better
             if launched_by(env) is not None:
                 _train_as_task(spec, env, run_dir, stop)
                 return 0

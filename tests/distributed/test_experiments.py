@@ -40,11 +40,28 @@ def test_default_run_dirs_separate_experiments_and_keep_a_rerun_together(tmp_pat
     assert sorted(p.name for p in (tmp_path / "outputs").iterdir()) == dirs
 
 
+def files_of(run_dir: Path) -> dict[str, bytes]:
+    """Every file of a run directory and its bytes: what a command may have rewritten."""
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
+
+
+def status_of(run_dir: Path) -> str:
+    shown = subprocess.run(
+        [str(Path(sys.executable).with_name("jzk")), "status", str(run_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0, shown.stderr
+    return shown.stdout
+
+
 @pytest.mark.timeout(300)
 def test_a_changed_config_in_a_used_run_dir_is_refused_before_any_worker(tmp_path: Path) -> None:
     run_dir = tmp_path / "shared"
-    first = train(tmp_path, f"job.run_dir={run_dir}")
+    first = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.003")
     assert first.returncode == 0, first.stderr[-3000:]
+    before = files_of(run_dir)
     changed = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.1")
     assert changed.returncode == 2
     assert "jzk: rank" not in changed.stdout  # no worker was started
@@ -52,6 +69,12 @@ def test_a_changed_config_in_a_used_run_dir_is_refused_before_any_worker(tmp_pat
     err = changed.stderr
     assert f"the config changed since {run_dir}/checkpoints/step-4 was saved" in err, err
     assert "optim.lr: 0.003 -> 0.1" in err
+    # The refused command wrote nothing in the run: Hydra's record (which `jzk status`,
+    # `jzk report` and the plots' legends read), the lease and the rest are the first's.
+    assert "- optim.lr=0.003\n" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert files_of(run_dir) == before
+    shown = status_of(run_dir)
+    assert "optim.lr=0.003" in shown and "optim.lr=0.1" not in shown, shown
     # The way out is named: another run dir, start over, or resume anyway.
     assert "job.run_dir" in err and "resume=never" in err and "allow_config_change" in err
     # resume=never starts over in the same directory (test_resume.py had a run of its own
@@ -89,3 +112,34 @@ def test_auto_micro_batch_trains_as_its_choice_and_gpu_switches_keep_the_run(
     assert longer.returncode == 0, longer.stderr[-3000:]
     assert "(step 4)" in longer.stdout, longer.stdout
     assert "6, as chosen at the run's start" in longer.stderr, longer.stderr
+
+
+# A script that writes a file of its own in the run directory, in one process.
+TINY_SCRIPT = """
+import os
+import sys
+from pathlib import Path
+
+Path(os.environ["JZK_RUN_DIR"], "out.txt").write_text(" ".join(sys.argv[1:]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_script_refused_for_changed_arguments_writes_nothing_in_the_run(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "tiny.py").write_text(TINY_SCRIPT)
+    run_dir = tmp_path / "r"
+    command = ("job.entry=tiny.py", f"job.run_dir={run_dir}", "resources.gpus_per_node=1", "--")
+    first = train(tmp_path, *command, "--lr=0.003")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert (run_dir / "out.txt").read_text() == "--lr=0.003"
+    before = files_of(run_dir)
+    refused = train(tmp_path, *command, "--lr=0.01")
+    assert refused.returncode == 2
+    assert "belongs to another command (job.args: '--lr=0.003' -> '--lr=0.01')" in refused.stderr
+    # Not Hydra's record, the provenance's history of starts nor the lease: the first's.
+    assert "--lr=0.003" in (run_dir / ".hydra" / "overrides.yaml").read_text()
+    assert files_of(run_dir) == before
+    shown = status_of(run_dir)
+    assert "--lr=0.003" in shown and "--lr=0.01" not in shown, shown
