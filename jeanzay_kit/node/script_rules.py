@@ -208,3 +208,24 @@ def resume_refusal(targets: Sequence[ResumeTarget], run_dir: str, run_start: flo
             "in job.args (timm: --initial-checkpoint)"
         )
     return None
+
+
+def rerun_note(run_dir: str, resume_args: Sequence[str], ended: str) -> str:
+    """The one line said when a command meets its own run directory whose script already
+    ran to its end (`ended`: that end's line): what this command will do, and how to
+    start a new run instead."""
+    if resume_args:
+        does = (
+            f"runs the script again there with {' '.join(resume_args)} (job.resume_args): "
+            "it goes on from its own last checkpoint"
+        )
+    else:
+        does = (
+            "runs the script again in place, on the files it left there (a script that "
+            "does not resume by itself starts over and overwrites them)"
+        )
+    return (
+        f"{run_dir} holds this command's run, which ran to its end ({ended}): this command "
+        f"{does}. HINT: to start a new run instead, give it another job.run_dir "
+        f"(job.run_dir={run_dir}-2) or remove {run_dir}"
+    )

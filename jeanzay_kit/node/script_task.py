@@ -94,6 +94,8 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
     claim_run_dir(run_dir, command)
     app = hydra_job(command, Path.cwd())
     resuming = script_writes(run_dir, start, app)[0]
+    if rank == 0:
+        say_if_complete(run_dir, command)
     if resuming and command.resume_args:
         check_resume(run_dir, command.resume_args)  # every rank: none starts the script
     if resuming and command.resume_args and rank == 0:
@@ -118,6 +120,18 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
         )
 
     return [*tail, *hydra.app_args(command.args, output_dir, is_run_dir)]
+
+
+def say_if_complete(run_dir: Path, command: ScriptCommand) -> None:
+    """One line when the run's newest end is its script's completion (node/endings.py):
+    the same command again does not resume, it runs the script again in place."""
+    from jeanzay_kit.ending_rules import COMPLETED
+    from jeanzay_kit.node.endings import newest_ending
+    from jeanzay_kit.node.script_rules import rerun_note
+
+    ended = newest_ending(run_dir)
+    if ended is not None and ended.kind == COMPLETED:
+        print(f"jzk: {rerun_note(str(run_dir), command.resume_args, ended.evidence)}", flush=True)
 
 
 def hydra_job(command: ScriptCommand, project: Path) -> str | None:

@@ -128,3 +128,8 @@ def test_a_stopped_script_says_what_it_saved_and_resumes_its_own_snapshot(projec
     assert saved < 3
     assert f"Resuming training from snapshot at Epoch {saved}" in again
     assert f"Epoch {saved} | Batchsize: 8" in again and "Epoch 0 | Batchsize" not in again
+    # The same command once more: the run is complete, and it says what happens now.
+    code, third = finished(jzk_train(project, *args))
+    assert code == 0, third
+    assert "ran to its end" in third and "runs the script again in place" in third, third
+    assert "another job.run_dir" in third

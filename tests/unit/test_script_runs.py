@@ -26,6 +26,7 @@ from jeanzay_kit.node.script_rules import (
     ResumeTarget,
     ScriptCommand,
     requeue_note,
+    rerun_note,
     resume_refusal,
     resume_warning,
 )
@@ -254,3 +255,11 @@ def test_a_resume_path_leading_into_the_project_is_refused(tmp_path: Path) -> No
     with pytest.raises(JzkError, match="has not written it"):
         check_resume(run_dir, ["--resume=output/other/last.pth.tar"])
     check_resume(run_dir, ["--init_from=resume"])  # a flag's value, no path
+
+
+def test_a_complete_run_met_again_says_what_the_command_does() -> None:
+    plain = rerun_note("outputs/jzk-1", [], "done: the command exited 0")
+    assert "ran to its end (done: the command exited 0)" in plain
+    assert "overwrites" in plain and "job.run_dir=outputs/jzk-1-2" in plain
+    resumed = rerun_note("outputs/jzk-1", ["--resume", "out/last.pth.tar"], "exit 0")
+    assert "--resume out/last.pth.tar (job.resume_args)" in resumed
