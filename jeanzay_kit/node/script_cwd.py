@@ -21,13 +21,17 @@ from jeanzay_kit.project.places import command_paths, resume_paths
 from jeanzay_kit.run_directory import RunDir
 
 
-def _lister(project: Path) -> Callable[[str], dict[str, bool]]:
-    """The project's folders, listed on demand: only the way to an output place is."""
+def _lister(project: Path, copies_only: bool = False) -> Callable[[str], dict[str, bool]]:
+    """The project's folders, listed on demand: only the way to an output place is.
+    copies_only: a snapshot's, without its links to the project's data (shown from the
+    project directly, never walked)."""
 
     def children(rel: str) -> dict[str, bool]:
         folder = project / rel if rel else project
         try:
-            return {p.name: p.is_dir() for p in folder.iterdir()}
+            return {
+                p.name: p.is_dir() for p in folder.iterdir() if not (copies_only and p.is_symlink())
+            }
         except OSError:  # not a folder, gone, unreadable: nothing to show below
             return {}
 
@@ -78,7 +82,7 @@ def prepare_script_cwd(
         output_places(project, outputs, args, resume_args),
         command_paths(args)[1],
         always,
-        _lister(code) if code is not None else None,
+        _lister(code, copies_only=True) if code is not None else None,
     )
     for rel in plan.mirrored + plan.own:
         _folder(cwd / rel)

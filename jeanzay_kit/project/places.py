@@ -147,10 +147,13 @@ def _glob_prefix(pattern: Sequence[str], parts: Sequence[str]) -> int | None:
     return None
 
 
-def output_place(name: str, patterns: Iterable[str], places: Iterable[str] = ()) -> str | None:
+def output_place(
+    name: str, patterns: Iterable[str], places: Iterable[str] = (), folder: bool = False
+) -> str | None:
     """The output place the project file `name` lies in (the place's own path), or None.
     `patterns`: job.script_outputs' globs (a trailing "/" names folders only); `places`:
-    paths the command names (output options, job.resume_args), a file or a folder."""
+    paths the command names (output options, job.resume_args), a file or a folder;
+    `folder`: `name` is a folder (it may be an output place itself)."""
     parts = name.split("/")
     for pattern in patterns:
         folders_only = pattern.endswith("/")
@@ -158,7 +161,7 @@ def output_place(name: str, patterns: Iterable[str], places: Iterable[str] = ())
         depth = _glob_prefix(segments, parts)
         if depth is None or depth == 0:
             continue
-        if depth == len(parts) and folders_only:
+        if depth == len(parts) and folders_only and not folder:
             continue  # `out*/` names folders: a file outline.txt is no output place
         return "/".join(parts[:depth])
     for place in places:

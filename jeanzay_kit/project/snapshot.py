@@ -34,6 +34,7 @@ from jeanzay_kit.project.places import (
     SnapshotPlan,
     command_paths,
     config_paths,
+    output_place,
     plan_snapshot,
     resume_paths,
 )
@@ -232,6 +233,7 @@ def take_snapshot(root: Path, rules: SnapshotRules) -> Snapshot:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, target)
         tmp.mkdir(parents=True, exist_ok=True)  # an empty project still gets its folder
+        _link_data(tmp, root, names, rules, excluded_folders(root, log_dir, rules.run_dir))
         write_submit_provenance(
             tmp / PROVENANCE_DIR, root, dest, frozen=set(names), max_diff=MAX_DIFF_BYTES
         )
@@ -248,5 +250,32 @@ def take_snapshot(root: Path, rules: SnapshotRules) -> Snapshot:
     return Snapshot(dest, len(names), total, source, plan)
 
 
+def _link_data(tmp: Path, root: Path, names: Sequence[str], rules: SnapshotRules,
+               excluded: Sequence[str]) -> None:  # fmt: skip
+    """Beside the frozen code, a link to each project entry it does not hold in the
+    folders it holds code of (not output places, not the toolkit's folders): a package
+    that reads a file next to its module (`Path(__file__).parent / "vocab.bpe"`, a
+    compiled extension) finds it from the snapshot too, in place. A data folder with no
+    code in it is one link, whatever it holds."""
+    outputs = [*command_paths(rules.args)[0], *resume_paths(rules.resume_args)]
+    folders = {""} | {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 1)}
+    for folder in sorted(folders):
+        try:
+            entries = sorted((root / folder).iterdir()) if folder else sorted(root.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            rel = f"{folder}/{entry.name}" if folder else entry.name
+            target = tmp / rel
+            if target.exists() or target.is_symlink() or rel in folders or entry.name == ".git":
+                continue
+            is_dir = entry.is_dir()
+            if _inside(rel, excluded) or output_place(rel, rules.outputs, outputs, is_dir):
+                continue
+            if is_dir and RunDir(entry).is_run_or_sweep():
+                continue
+            target.symlink_to(entry)
+
+
 def _size(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())

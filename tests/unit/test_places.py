@@ -125,10 +125,32 @@ def test_a_timm_style_project_freezes_kilobytes(tmp_path: Path) -> None:
     copied = sorted(
         p.relative_to(snap.path).as_posix()
         for p in snap.path.rglob("*")
-        if p.is_file() and ".jzk-provenance" not in p.parts
+        if p.is_file() and not p.is_symlink() and ".jzk-provenance" not in p.parts
     )
     assert copied == ["args.yaml", "train.py"]
     assert snap.plan.in_place.files == 41 and snap.plan.outputs.files == 3
     assert snap.bytes < 64 * 1024, snap.bytes  # kilobytes, provenance included
     diff = (snap.path / ".jzk-provenance" / "uncommitted.diff").read_text()
     assert "args.yaml" in diff and ".jpg" not in diff and "last.pth.tar" not in diff
+
+
+def test_a_package_reads_a_file_beside_its_module_from_the_snapshot(tmp_path: Path) -> None:
+    """Data next to code (a tokenizer's vocab.bpe in the package) is not copied but
+    linked in place beside the frozen module, so `Path(__file__).parent / "vocab.bpe"`
+    finds it; a data folder with no code is one link; output places are not linked."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/vocab.bpe": "b" * 300_000,
+        "data/train.bin": "t",
+        "out/ckpt.pt": "c",
+        "train.py": "import pkg\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py", "**/*.bpe"]))
+    vocab, data = snap.path / "pkg" / "vocab.bpe", snap.path / "data"
+    assert vocab.is_symlink() and vocab.resolve() == (tmp_path / "pkg" / "vocab.bpe").resolve()
+    assert data.is_symlink() and (data / "train.bin").read_text() == "t"
+    assert not (snap.path / "out").exists() and not (snap.path / "logs").exists()
+    assert not (snap.path / "pkg" / "__init__.py").is_symlink()  # the code: a copy

@@ -138,7 +138,7 @@ def test_a_git_project_snapshot_holds_tracked_and_untracked_but_not_ignored_file
     copied = sorted(
         p.relative_to(snap.path).as_posix()
         for p in snap.path.rglob("*")
-        if p.is_file() and ".jzk-provenance" not in p.parts
+        if p.is_file() and not p.is_symlink() and ".jzk-provenance" not in p.parts
     )
     assert copied == [".gitignore", "conf/model/net.yaml", "pkg/model.py", "pkg/new.py"]
     assert (snap.path / "pkg" / "model.py").read_text() == "A = 3\n"  # the tree, not HEAD
@@ -172,7 +172,8 @@ def test_a_project_without_git_is_copied_by_its_include_list(tmp_path: Path) -> 
     snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py", "conf/**/*.yaml"]))
     assert snap.source == "snapshot_include" and snap.files == 2
     assert (snap.path / "pkg" / "model.py").exists() and (snap.path / "conf/data/d.yaml").exists()
-    assert not (snap.path / "notes.md").exists() and not (snap.path / "outputs").exists()
+    assert (snap.path / "notes.md").is_symlink()  # not copied: reached in place
+    assert not (snap.path / "outputs").exists()
 
 
 def test_a_project_too_large_to_be_code_is_refused(
@@ -246,7 +247,7 @@ def test_renders_of_an_unchanged_project_share_one_small_snapshot(tmp_path: Path
     copied = sorted(
         p.relative_to(snap).as_posix()
         for p in snap.rglob("*")
-        if p.is_file() and ".jzk-provenance" not in p.parts
+        if p.is_file() and not p.is_symlink() and ".jzk-provenance" not in p.parts
     )
     assert copied == ["conf/exp.yaml", "train.py"]
     source = json.loads((snap / ".jzk-provenance" / "source.json").read_text())
@@ -324,7 +325,7 @@ def test_rendered_scripts_and_run_folders_never_enter_a_snapshot(tmp_path: Path)
     copied = sorted(
         p.relative_to(snap).as_posix()
         for p in Path(snap).rglob("*")
-        if p.is_file() and ".jzk-provenance" not in p.parts
+        if p.is_file() and not p.is_symlink() and ".jzk-provenance" not in p.parts
     )
     assert copied == [".gitignore", "train.py"]
     validate = subprocess.run(
