@@ -77,6 +77,8 @@ class ScriptBeat:
     wall_time: float  # when the beat was written
     interval_s: float
     finished: bool = False  # the command has ended
+    code: int | None = None  # its exit code once ended (negative: killed by that signal)
+    at_exit: bool = False  # it died after its program had ended (ending_rules.died_at_exit)
 
     def to_json(self) -> dict[str, object]:
         return asdict(self)
@@ -94,6 +96,8 @@ class ScriptBeat:
             wall_time=real(data["wall_time"]),
             interval_s=real(data["interval_s"]),
             finished=flag(data["finished"]),
+            code=None if data.get("code") is None else whole(data["code"]),
+            at_exit=flag(data.get("at_exit", False)),
         )
 
     def frozen(self, now: float) -> bool:

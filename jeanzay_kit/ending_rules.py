@@ -405,3 +405,59 @@ def excluded_nodes(endings: Sequence[Mapping[str, object]]) -> list[str]:
     nodes the next attempts leave out, accumulated over the run's attempts."""
     nodes = {str(e["node"]) for e in endings if e.get("kind") in NODE_FAULTS and e.get("node")}
     return sorted(nodes)
+
+
+# A process that died at exit, after its Python program had ended: faulthandler's report
+# of the abort (the toolkit's script tasks run with PYTHONFAULTHANDLER=1) shows no thread
+# still in the main program (no `<module>` frame). Seen with torch 2.13 and gloo: a
+# worker thread (ProcessGroupGloo::runLoop) drops the last collective's work after the
+# program ended; the work's thread-local state holds a Python object, whose decref takes
+# the GIL during Py_FinalizeEx, so CPython ends that thread (pthread_exit) through a
+# noexcept destructor: std::terminate, "terminate called without an active exception",
+# SIGABRT (pytorch/pytorch#190489). destroy_process_group() does not prevent it.
+ABORTED = "Fatal Python error: Aborted"
+SIGABRT = 6
+_IN_PROGRAM = re.compile(r", line \d+ in <module>")
+
+
+def died_at_exit(code: int | None, stderr_tail: str) -> bool:
+    """The command was killed by SIGABRT (code -6, as subprocess says) after its program
+    had ended: faulthandler's report, no thread still in the main program, and no
+    traceback in the output (an uncaught error ends with exit 1 even without the abort)."""
+    if code != -SIGABRT:
+        return False
+    at = stderr_tail.rfind(ABORTED)
+    if at < 0 or "Traceback (most recent call last)" in stderr_tail[:at]:
+        return False
+    return _IN_PROGRAM.search(stderr_tail, at) is None
+
+
+def done_at_exit(
+    rank: int,
+    code: int,
+    at_exit: bool,
+    peers: Mapping[int, tuple[int | None, bool]],
+    world_size: int,
+) -> str | None:
+    """The note that a rank's failure is no failure of the run: it died at exit, after
+    its program ended (died_at_exit), and every other rank's command has ended, each
+    with 0 or likewise at exit; None otherwise (it counts as a failure). peers: rank ->
+    (exit code, died at exit) of the others' ended commands (a rank still running is
+    absent). Alone (world_size 1) nothing says what its program meant to return."""
+    if code == 0 or not at_exit or world_size < 2:
+        return None
+    others = [r for r in range(world_size) if r != rank]
+    if any(r not in peers or not (peers[r][0] == 0 or peers[r][1]) for r in others):
+        return None
+    shown = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+    return f"rank {rank} died at exit after the work was done (exit {shown})"
+
+
+def peers_undecided(
+    rank: int, peers: Mapping[int, tuple[int | None, bool]], world_size: int
+) -> bool:
+    """Whether done_at_exit must wait: some other rank's command is still running and
+    none has failed yet (a failed one decides at once)."""
+    others = [r for r in range(world_size) if r != rank]
+    failed = any(r in peers and not (peers[r][0] == 0 or peers[r][1]) for r in others)
+    return not failed and any(r not in peers for r in others)

@@ -310,7 +310,7 @@ def _run_slurm_script(
     after_signal_seconds: float,
     settings: str,
 ) -> int:
-    from jeanzay_kit.node.script_watch import Watch, supervise
+    from jeanzay_kit.node.script_watch import Watch, after_the_work, supervise
 
     full_env = task_env(env, run_dir, settings)
     full_env["MASTER_PORT"] = str(agreed_port(env, rank_info_from_env(env), Path(run_dir)))
@@ -327,7 +327,17 @@ def _run_slurm_script(
     watch = Watch(
         Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
     )
-    code = supervise(command, full, watch, cwd=cwd)
+    ended = supervise(command, full, watch, cwd=cwd)
+    code = ended.code
+    # Died at exit, after its program ended, while every other rank's command ended
+    # well: the work is done, no restart is spent (ending_rules.done_at_exit). Said and
+    # recorded, and the task ends 0 (srun's --kill-on-bad-exit would end the others
+    # mid-exit, and the restart step would requeue a finished run).
+    note = after_the_work(watch, rank_info_from_env(env).world_size, ended)
+    if note is not None:
+        print(f"jzk: {note}: not a failure, no restart spent", file=sys.stderr, flush=True)
+        record_done(Path(run_dir), env, note)
+        return 0
     if code == 0 and rank == 0:
         record_done(Path(run_dir), env)
     if code in STOPPED:
@@ -340,15 +350,16 @@ def _run_slurm_script(
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
-def record_done(run_dir: Path, env: Mapping[str, str]) -> None:
+def record_done(run_dir: Path, env: Mapping[str, str], note: str | None = None) -> None:
     """Task 0's command exited 0: the run's newest end is "completed" (node/endings.py),
     as the toolkit's loop records its own (node/worker_start.py say_done); without it
     `jzk status` kept saying the stop before the requeue, with its "run the same command
-    again". A peer that fails after it is recorded later by the restart step, and wins."""
+    again". A peer that fails after it is recorded later by the restart step, and wins.
+    note: a rank died at exit after the work was done (ending_rules.done_at_exit)."""
     from jeanzay_kit.ending_rules import COMPLETED, Verdict
     from jeanzay_kit.node.endings import record_ending
 
-    done = Verdict(COMPLETED, "done: the command exited 0")
+    done = Verdict(COMPLETED, f"done: {note}" if note else "done: the command exited 0")
     try:
         record_ending(run_dir, done, job_id=array_id(env) or env.get("SLURM_JOB_ID"))
     except OSError as err:

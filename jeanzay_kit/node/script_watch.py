@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from jeanzay_kit.beats import ScriptBeat
+from jeanzay_kit.ending_rules import died_at_exit, done_at_exit, peers_undecided
 from jeanzay_kit.node.script_files import newest_script_write, write_script_beat
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
 from jeanzay_kit.node.signal_rules import SignalRelay, from_step_daemon
@@ -32,6 +33,20 @@ STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
 TICK_S = 0.2
 # After SIGABRT (the stacks), the command has this long to write them and end.
 DUMP_WAIT_S = 10.0
+# The end of the command's output kept to read how it ended (faulthandler's report).
+TAIL_BYTES = 16384
+# How long a task whose command died at exit waits for the others' commands to end
+# (they end in the same moment; one still saving its checkpoint takes longer).
+PEERS_WAIT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How the command ended: its exit code (negative: killed by that signal) and
+    whether it died at exit, after its program had ended (ending_rules.died_at_exit)."""
+
+    code: int
+    at_exit: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,7 @@ class _Pump(threading.Thread):
         self.last_time, self.last_line = start, ""
         self.capture: IO[bytes] | None = None
         self._partial = b""
+        self.tail = b""  # the end of the output (TAIL_BYTES)
 
     def run(self) -> None:
         fd = self.source.fileno()
@@ -65,6 +81,7 @@ class _Pump(threading.Thread):
                 self.capture.write(chunk)
                 self.capture.flush()
             self.last_time = time.time()
+            self.tail = (self.tail + chunk)[-TAIL_BYTES:]
             lines = (self._partial + chunk).split(b"\n")
             self._partial = lines.pop()[-4096:]
             done = [line for line in lines if line.strip()]
@@ -81,9 +98,10 @@ def process_name(pid: int) -> str | None:
 
 def supervise(
     command: Sequence[str], env: Mapping[str, str], watch: Watch, cwd: Path | None = None
-) -> int:
+) -> Ended:
     """Run `command` (in `cwd`) to its end under the watch; its exit code (negative:
-    killed by that signal), or EXIT_HUNG when the watch found the script hung and ended it."""
+    killed by that signal), or EXIT_HUNG when the watch found the script hung and ended
+    it; and whether it died at exit (its last beat says both to the other tasks)."""
     env = dict(env)
     # Python's own dump of every thread's stack on SIGABRT: how a hang is shown.
     env.setdefault("PYTHONFAULTHANDLER", "1")
@@ -112,8 +130,28 @@ def supervise(
     for pump in pumps:
         pump.join(timeout=2.0)  # a grandchild may still hold the pipe open
     last = max(pumps, key=lambda p: p.last_time)
-    _write_beat(watch, child.pid, last.last_time, last.last_line, finished=True)
-    return code
+    ended = Ended(code, died_at_exit(code, pumps[1].tail.decode("utf-8", "replace")))
+    _write_beat(watch, child.pid, last.last_time, last.last_line, finished=True, ended=ended)
+    return ended
+
+
+def after_the_work(watch: Watch, world_size: int, ended: Ended) -> str | None:
+    """When this task's command died at exit: wait (PEERS_WAIT_S at most) until the
+    other tasks' commands of the attempt have ended, and the note that the run's work
+    was done (ending_rules.done_at_exit), or None: a failure. A genuine crash (not at
+    exit) never waits."""
+    if not ended.at_exit or world_size < 2:
+        return None
+    deadline = time.monotonic() + PEERS_WAIT_S
+    while True:
+        peers = {
+            b.rank: (b.code, b.at_exit)
+            for b in RunDir(watch.run_dir).script_beats()
+            if b.token == watch.token and b.finished and b.rank != watch.rank
+        }
+        if not peers_undecided(watch.rank, peers, world_size) or time.monotonic() > deadline:
+            return done_at_exit(watch.rank, ended.code, ended.at_exit, peers, world_size)
+        time.sleep(TICK_S)
 
 
 def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
@@ -153,7 +191,12 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
 
 
 def _write_beat(
-    watch: Watch, pid: int, output_time: float, last_line: str, finished: bool = False
+    watch: Watch,
+    pid: int,
+    output_time: float,
+    last_line: str,
+    finished: bool = False,
+    ended: Ended | None = None,
 ) -> None:
     beat = ScriptBeat(
         rank=watch.rank,
@@ -165,6 +208,8 @@ def _write_beat(
         wall_time=time.time(),
         interval_s=watch.heartbeat_seconds,
         finished=finished,
+        code=None if ended is None else ended.code,
+        at_exit=ended is not None and ended.at_exit,
     )
     write_script_beat(watch.run_dir, beat)
 

@@ -59,6 +59,34 @@ def test_two_experiments_of_a_relative_saving_script_keep_their_own_snapshots(
     assert torch.load(project / "snapshot.pt", weights_only=True)["EPOCHS_RUN"] == 3
 
 
+def test_a_rank_that_dies_at_exit_after_the_work_spends_no_restart(slurm, tmp_path: Path) -> None:
+    """Issue 65 point 9: rank 1 of the tutorial ran all its epochs, then aborted at exit
+    (torch 2.13's gloo on a loaded node, pytorch/pytorch#190489; here its own atexit
+    handler, deterministic): the job completes, says so, and spends no restart."""
+    project = tmp_path / "at exit"
+    project.mkdir()
+    (project / "multinode.py").write_text(
+        SCRIPT + "if rank == 1:\n    import atexit\n    atexit.register(os.abort)\n"
+    )
+    job_id, run_dir, log = submit_script(
+        project,
+        slurm,
+        "atexit",
+        "resources.nodes=2",
+        "resources.gpus_per_node=1",
+        "job.entry=multinode.py",
+        "job.args=[2,1]",
+    )
+    wait_for(job_id, slurm, timeout=240)
+    err = log.with_suffix(".err").read_text()
+    assert sacct_states(job_id, slurm)[-1] == "COMPLETED", err
+    assert "rank 1 died at exit after the work was done (exit 134)" in err, err
+    assert "requeued" not in err and not (run_dir / "restarts.json").exists(), err
+    ends = [json.loads(x) for x in (run_dir / "endings.jsonl").read_text().splitlines()]
+    assert {e["kind"] for e in ends} == {"completed"}, ends
+    assert any("died at exit" in e["evidence"] for e in ends), ends
+
+
 def test_each_task_of_a_job_array_trains_into_its_own_run_directory(slurm, tmp_path: Path) -> None:
     project = tmp_path / "arrays"
     project.mkdir()
