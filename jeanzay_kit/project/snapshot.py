@@ -272,6 +272,10 @@ def _link_data(tmp: Path, root: Path, names: Sequence[str], rules: SnapshotRules
             is_dir = entry.is_dir()
             if _inside(rel, excluded) or output_place(rel, rules.outputs, outputs, is_dir):
                 continue
+            # A folder holding the toolkit's (the log folder, the snapshots themselves) or
+            # an output place below: never linked whole.
+            if any(_inside(place, [rel]) for place in [*excluded, *outputs]):
+                continue
             if is_dir and RunDir(entry).is_run_or_sweep():
                 continue
             target.symlink_to(entry)
