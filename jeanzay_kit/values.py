@@ -63,3 +63,12 @@ def flag(value: object) -> bool:
     if isinstance(value, bool):
         return value
     raise TypeError(f"{value!r} is not true or false")
+
+
+def human_bytes(n: float) -> str:
+    """A size as a user reads it in a line: `999 B`, `12.1 KB`, `2.5 TB` (powers of 1000)."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

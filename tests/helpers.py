@@ -151,3 +151,10 @@ class NormedMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
+
+
+def write_files(root: Path, files: dict[str, str]) -> None:
+    """A project as its files: {relative path: text}, folders made on the way."""
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from jeanzay_kit.ckpt.layout import WRITER_THREADS_MAX
+from jeanzay_kit.values import human_bytes
 
 # A checkpoint (ckpt/checkpointer.py): per rank up to WRITER_THREADS_MAX DCP shards and
 # its rank-<r>.pt; once: DCP's .metadata, trainer.pt, config.json, manifest.json.
@@ -52,14 +53,6 @@ class Footprint:
         if self.params is None:
             return None
         return self.params * 4 * (1 + self.optimizer_states)
-
-
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if n < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
 
 
 def describe(fp: Footprint) -> list[str]:

@@ -19,7 +19,7 @@ from jeanzay_kit.node.script_rules import (
     refusal,
     resume_refusal,
 )
-from jeanzay_kit.project.places import resume_paths
+from jeanzay_kit.project.places import resume_values
 from jeanzay_kit.run_directory import RunDir
 
 
@@ -109,9 +109,8 @@ def check_resume(run_dir: Path, resume_args: Sequence[str]) -> None:
     would read something other than the run's own files; before the script starts."""
     cwd = RunDir(run_dir).script_cwd
     run_real = os.path.realpath(run_dir)
-    absolute = [v.split("=", 1)[-1] for v in resume_args if v.split("=", 1)[-1].startswith("/")]
     targets = []
-    for value in [*resume_paths(resume_args), *absolute]:
+    for value in resume_values(resume_args):
         real = os.path.realpath(os.path.join(cwd, value))
         try:
             mtime = os.stat(real).st_mtime

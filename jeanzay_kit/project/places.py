@@ -26,6 +26,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from jeanzay_kit.values import human_bytes
+
 # An option whose value is where the script writes: nanoGPT's --out_dir, Hugging Face's
 # --output_dir, timm's --output, --save_dir, --checkpoint_dir, --ckpt_path, --log_dir,
 # Hydra-style out_dir=... . Matched on the option's name without its dashes.
@@ -118,15 +120,22 @@ def config_paths(args: Sequence[str]) -> list[str]:
     ]
 
 
-def resume_paths(resume_args: Sequence[str]) -> list[str]:
-    """The relative paths job.resume_args names (`--resume out/last.pth.tar`): what a run
-    resumes from is its own output, so each is an output place. A word without a folder
-    or a suffix (`--init_from=resume`) is a flag's value, not a path."""
+def resume_values(resume_args: Sequence[str]) -> list[str]:
+    """The paths job.resume_args names, relative or absolute, as written (`--resume
+    out/last.pth.tar`, `--resume_from=/scratch/x.pt`). A word without a folder or a
+    suffix (`--init_from=resume`) is a flag's value, not a path."""
     return [
-        path
+        value
         for _, value in _split_options(resume_args)
-        if (path := relative_path(value)) is not None and ("/" in path or "." in path)
+        if (value.startswith("/") or relative_path(value) is not None)
+        and ("/" in value or "." in value)
     ]
+
+
+def resume_paths(resume_args: Sequence[str]) -> list[str]:
+    """The project-relative paths of resume_values: what a run resumes from is its own
+    output, so each is an output place."""
+    return [p for v in resume_values(resume_args) if (p := relative_path(v)) is not None]
 
 
 def _glob_prefix(pattern: Sequence[str], parts: Sequence[str]) -> int | None:
@@ -214,14 +223,7 @@ class Part:
             return "nothing"
         tops = ", ".join(t for t, _ in self.tops.most_common(most))
         more = ", ..." if len(self.tops) > most else ""
-        return f"{self.files} file(s), {size_text(self.bytes)} ({tops}{more})"
-
-
-def size_text(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
+        return f"{self.files} file(s), {human_bytes(self.bytes)} ({tops}{more})"
 
 
 @dataclass
@@ -236,7 +238,7 @@ class SnapshotPlan:
     def summary(self, where: str) -> str:
         """One line: what was frozen and what is reached in place, sizes and counts."""
         return (
-            f"{self.frozen_part.files} file(s), {size_text(self.frozen_part.bytes)} "
+            f"{self.frozen_part.files} file(s), {human_bytes(self.frozen_part.bytes)} "
             f"frozen in {where} (reached in place: {self.in_place.describe()}; never "
             f"frozen, the run's own output places: {self.outputs.describe()})"
         )

@@ -66,6 +66,11 @@ class SnapshotRules:
     limits: Limits = Limits(SNAPSHOT_MAX_FILE_BYTES, SNAPSHOT_MAX_FOLDER_FILES)
     toolkit_dirs: Sequence[str] = ()  # more folders the toolkit writes (tune.dir)
 
+    def named_places(self) -> list[str]:
+        """The output places the command names: its output options' and job.resume_args'
+        paths (job.script_outputs' globs aside)."""
+        return [*command_paths(self.args)[0], *resume_paths(self.resume_args)]
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -189,11 +194,10 @@ def plan_of(root: Path, rules: SnapshotRules) -> tuple[SnapshotPlan, str]:
             sized.append((name, (root / name).stat().st_size))
         except OSError:  # gone since git listed it
             continue
-    outputs, _ = command_paths(rules.args)
     plan = plan_snapshot(
         sized,
         rules.outputs,
-        [*outputs, *resume_paths(rules.resume_args)],
+        rules.named_places(),
         config_paths(rules.args),
         rules.limits,
     )
@@ -257,7 +261,7 @@ def _link_data(tmp: Path, root: Path, names: Sequence[str], rules: SnapshotRules
     that reads a file next to its module (`Path(__file__).parent / "vocab.bpe"`, a
     compiled extension) finds it from the snapshot too, in place. A data folder with no
     code in it is one link, whatever it holds."""
-    outputs = [*command_paths(rules.args)[0], *resume_paths(rules.resume_args)]
+    outputs = rules.named_places()
     folders = {""} | {"/".join(n.split("/")[:i]) for n in names for i in range(1, n.count("/") + 1)}
     for folder in sorted(folders):
         try:

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.launch.footprint import Footprint, describe, human_bytes
+from jeanzay_kit.launch.footprint import Footprint, describe
+from jeanzay_kit.values import human_bytes
 
 
 @pytest.mark.parametrize(

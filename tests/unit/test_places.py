@@ -16,8 +16,10 @@ from jeanzay_kit.project.places import (
     output_place,
     plan_snapshot,
     resume_paths,
+    resume_values,
 )
 from jeanzay_kit.project.snapshot import SnapshotRules, take_snapshot
+from tests.helpers import write_files
 
 
 @pytest.mark.parametrize(
@@ -60,6 +62,9 @@ def test_named_places_and_resume_paths() -> None:
         "output/train/tiny/last.pth.tar"
     ]
     assert resume_paths(["--init_from=resume", "--resume_from=ckpt.pt"]) == ["ckpt.pt"]
+    assert resume_values(["--resume", "/scratch/r/last.pth.tar", "--init_from=resume"]) == [
+        "/scratch/r/last.pth.tar"
+    ]
     assert config_paths(["--config", "exp.conf", "--lr=1", "--cfg=a/b.x"]) == ["exp.conf", "a/b.x"]
 
 
@@ -92,7 +97,7 @@ def test_a_plan_freezes_small_code_and_leaves_data_and_outputs() -> None:
     plan = plan_snapshot(files, SCRIPT_OUTPUTS, [], ["exp.conf"], Limits(256 * 1024, 4))
     assert plan.frozen == ["train.py", "exp.conf"]
     assert plan.in_place.files == 7 and plan.outputs.files == 1
-    assert "2 file(s), 11.8 KiB frozen in S" in plan.summary("S")
+    assert "2 file(s), 12.1 KB frozen in S" in plan.summary("S")
 
 
 def _git(root: Path, *args: str) -> None:
@@ -112,9 +117,7 @@ def test_a_timm_style_project_freezes_kilobytes(tmp_path: Path) -> None:
         "pretrained/resnet.pth": "w" * 8000,
     }
     files.update({f"data/train/c{c}/{i}.jpg": "j" * 3000 for c in range(2) for i in range(20)})
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, files)
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "train.py")
     _git(tmp_path, "-c", "user.name=u", "-c", "user.email=u@x", "commit", "-q", "-m", "one")
@@ -145,12 +148,32 @@ def test_a_package_reads_a_file_beside_its_module_from_the_snapshot(tmp_path: Pa
         "out/ckpt.pt": "c",
         "train.py": "import pkg\n",
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text)
+    write_files(tmp_path, files)
     snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py", "**/*.bpe"]))
     vocab, data = snap.path / "pkg" / "vocab.bpe", snap.path / "data"
     assert vocab.is_symlink() and vocab.resolve() == (tmp_path / "pkg" / "vocab.bpe").resolve()
     assert data.is_symlink() and (data / "train.bin").read_text() == "t"
     assert not (snap.path / "out").exists() and not (snap.path / "logs").exists()
     assert not (snap.path / "pkg" / "__init__.py").is_symlink()  # the code: a copy
+
+
+@pytest.mark.parametrize(
+    "tree",
+    [
+        ["output/train/tiny/last.pth.tar", "outline.txt", "model.pt", "pretrained/w.pt"],
+        ["out-shakespeare/ckpt.pt", "checkpoints/e3/w.bin", "data/train.bin", "lightning_logs/v"],
+        ["runs/a/events", "wandb/x", ".hydra/config.yaml", "notes.ckpt", "src/a.ckpt"],
+    ],
+)
+def test_the_working_directory_and_the_snapshot_see_the_same_output_places(
+    tmp_path: Path, tree: list[str]
+) -> None:
+    """The script's working directory expands job.script_outputs on disk (node/
+    script_cwd.py output_places); the snapshot matches them by name (output_place): one
+    rule, so both must name the same places."""
+    from jeanzay_kit.node.script_cwd import output_places
+
+    write_files(tmp_path, dict.fromkeys(tree, "x"))
+    on_disk = set(output_places(tmp_path, SCRIPT_OUTPUTS, []))
+    by_name = {output_place(n, SCRIPT_OUTPUTS) for n in tree} - {None}
+    assert on_disk == by_name

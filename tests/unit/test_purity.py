@@ -43,6 +43,7 @@ PURE = [
     "node/signal_rules.py",
     "node/script_watch_rules.py",
     "node/script_cwd_rules.py",
+    "project/places.py",
     "runtime/stall.py",
     "ending_rules.py",
     "node/health_rules.py",

@@ -12,6 +12,7 @@ from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.node.script_cwd import prepare_script_cwd, start_line
 from jeanzay_kit.node.script_cwd_rules import shadow_plan
 from jeanzay_kit.project.places import command_paths, is_output_option
+from tests.helpers import write_files
 
 
 @pytest.mark.parametrize(
@@ -172,9 +173,7 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
         "checkpoints/llama/lit_model.pth": "w",
         "config/train_shakespeare_char.py": "batch_size = 4",
     }
-    for rel, text in files.items():
-        (project / rel).parent.mkdir(parents=True, exist_ok=True)
-        (project / rel).write_text(text)
+    write_files(project, files)
     run_dir = project / "outputs" / "jzk-1"
     named = ["config/train_shakespeare_char.py", "checkpoints/llama/model.safetensors"]
     cwd, shadow = prepare_script_cwd(
