@@ -85,6 +85,20 @@ def wait_for_line(
         time.sleep(0.5)
 
 
+def wait_for_file(
+    path: Path, log: Path, job_id: str, env: dict[str, str], timeout: float = 180
+) -> None:
+    """Until `path` exists (a file the job writes: a line in its log may come from a rank
+    that does not write it); fails at once when the job has left the queue."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline or not in_queue(job_id, env):
+            err = log.with_suffix(".err")
+            text = "".join(p.read_text()[-3000:] for p in (log, err) if p.exists())
+            pytest.fail(f"job {job_id} never wrote {path}:\n{text or 'no log'}")
+        time.sleep(0.5)
+
+
 def wait_until_step(run_dir: Path, step: int, log: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

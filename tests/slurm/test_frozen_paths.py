@@ -24,6 +24,7 @@ from tests.slurm.cluster import (
     sbatch,
     submit_script,
     wait_for,
+    wait_for_file,
     wait_for_line,
 )
 
@@ -52,10 +53,12 @@ def test_a_timm_style_script_resumes_its_own_checkpoint_on_slurm(slurm, tmp_path
     )
     assert frozen == ["train.py"]  # the code: no data/, no output/, no pretrained/
 
-    wait_for_line(log, "epoch 2 done", job_id, slurm)
+    # Rank 0 alone saves: wait for its file, not for a line any rank may print first.
+    saves = run_dir / "cwd" / "output" / "train" / "tiny"
+    wait_for_file(saves / "checkpoint-2.pth.tar", log, job_id, slurm)
     assert run(["scancel", "--signal=USR1", job_id], slurm).returncode == 0
     wait_for_line(log, "Loaded checkpoint", job_id, slurm, timeout=240)
-    wait_for_line(log, "epoch 6 done", job_id, slurm, timeout=240)
+    wait_for_file(saves / "checkpoint-6.pth.tar", log, job_id, slurm, timeout=240)
     high = tmp_path / "high.sbatch"  # needs both nodes: Slurm preempts the low job
     high.write_text("#!/bin/bash\n#SBATCH -p high -N 2 -n 2 -o /dev/null\nsleep 3\n")
     high_id = sbatch(high, slurm, tmp_path)
