@@ -3,7 +3,11 @@
 #   - a virtual environment in .venv with the package (editable) and its dev tools;
 #   - Debian's slurm-client, whose scontrol the hostlist tests compare against, and the
 #     packages of the local test cluster (scripts/slurm-local): slurmctld, slurmd, munge,
-#     slurmdbd, mariadb-server. Installing them starts no service (Debian's policy-rc.d).
+#     slurmdbd, mariadb-server;
+#   - Debian's openssh-server, whose sshd the laptop-mode tests start on their own port
+#     (tests/slurm/ssh_server.py) to stand for the cluster's login node.
+#   Installing them starts no service where Debian's policy-rc.d forbids it (containers, CI);
+#   the tests start their own daemons either way.
 # Re-running it is cheap: pip is skipped while pyproject.toml is unchanged.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,10 +60,10 @@ fi
 # "installed", not merely known to dpkg (a removed package keeps a status entry).
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-# Debian packages: the client (needed), then the test cluster's daemons (tests skip
-# without them, so a failure there is reported, not fatal).
+# Debian packages: the client (needed), then the test cluster's daemons and the sshd of the
+# laptop-mode tests (tests skip without them, so a failure there is reported, not fatal).
 apt_packages=(slurm-client)
-cluster_packages=(slurmctld slurmd munge slurmdbd mariadb-server)
+cluster_packages=(slurmctld slurmd munge slurmdbd mariadb-server openssh-server)
 missing=()
 for pkg in "${apt_packages[@]}"; do
     installed "$pkg" || missing+=("$pkg")
@@ -87,13 +91,13 @@ for pkg in "${cluster_packages[@]}"; do
 done
 if [ ${#cluster_missing[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
     # Only as root: the local cluster needs root anyway.
-    say "installing the local test cluster's ${cluster_missing[*]} (no service is started)"
+    say "installing the local test cluster's ${cluster_missing[*]}"
     if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
         "${cluster_missing[@]}" >/dev/null 2>&1; then
         DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null 2>&1 || true
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
             "${cluster_missing[@]}" >/dev/null 2>&1 ||
-            echo "setup: could not install ${cluster_missing[*]}: the Slurm tests will skip" >&2
+            echo "setup: could not install ${cluster_missing[*]}: the Slurm and ssh tests will skip" >&2
     fi
 fi
 say "done: .venv/bin/python train.py runs the default job; bash scripts/test.sh the tests"
