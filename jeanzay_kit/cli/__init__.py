@@ -33,6 +33,8 @@ COMMANDS = (
     ("clusters", "clusters"),
     ("cluster", "cluster"),
     ("ckpt", "ckpt"),
+    ("remote", "remote"),
+    ("pull", "pull"),
 )
 
 
@@ -59,11 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_train(argv[1:])
         except BrokenPipeError:  # `jzk train --help | head`
             return 0
+    # Laptop mode (cli/remote.py): `--on HOST`, or a run the laptop submitted elsewhere.
+    from jeanzay_kit.cli.remote import check_with_code, forward, split_on
+
+    argv, host = split_on(argv)
+    try:
+        forwarded = forward(argv, host)
+    except JzkError as err:
+        report_error(f"jzk {argv[0] if argv else ''}".strip(), err)
+        return err.exit_code
+    if forwarded is not None:
+        return forwarded
     # `jzk submit|render|validate|check [OVERRIDES] -- ARGS`: the script's arguments.
     before, script_args = split_script_args(argv)
     parser = build_parser()
     args = parser.parse_args(before)
+    args.on = host
+    args.argv = argv[1:]
     try:
+        check_with_code(args.command, host)
         if script_args is not None and not hasattr(args, "overrides"):
             parser.error(f"jzk {args.command} takes no script arguments after `--`")
         if hasattr(args, "overrides"):

@@ -24,6 +24,10 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
+    if getattr(args, "on", None):  # laptop mode: rendered there, for that cluster's paths
+        from jeanzay_kit.cli.remote import run_there
+
+        return run_there(args, spec)
     script = render(spec, args.overrides, args.array)
     if args.array:
         from jeanzay_kit.slurm.sbatch import array_run_dir

@@ -64,13 +64,29 @@ def run(args: argparse.Namespace) -> int:
 
     if args.dir is not None and _is_study(Path(args.dir)):
         return _study_status(Path(args.dir))
+    remote = []
+    if args.dir is None:  # laptop mode: the runs this laptop submitted elsewhere too
+        from jeanzay_kit.cli.remote import remote_runs_here, show_remote
+
+        remote = remote_runs_here(getattr(args, "on", None))
     while True:
-        ended = _show(args.dir, as_json=args.json)
+        if remote:
+            ended = _show_if_any(args.json) & show_remote(remote, args.json)
+        else:
+            ended = _show(args.dir, as_json=args.json)
         if args.watch is None or ended:
             return 0
         time.sleep(max(1.0, args.watch))
         if not args.json:
             print(f"\n--- {time.strftime('%H:%M:%S')} (every {args.watch:g} s; Ctrl-C stops)")
+
+
+def _show_if_any(as_json: bool) -> bool:
+    """This machine's runs beside remote ones: none here is no error then."""
+    try:
+        return _show(None, as_json)
+    except JzkError:
+        return True
 
 
 def _show(directory: str | None, as_json: bool) -> bool:

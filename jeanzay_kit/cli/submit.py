@@ -49,6 +49,18 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="print only the job ids, one per line, first to last (as sbatch --parsable): "
         "for scripts that chain other jobs after this one",
     )
+    submit.add_argument(
+        "--json",
+        action="store_true",
+        help="after the usual lines, one JSON object: jobs, run_dir, script, log (laptop "
+        "mode reads it)",
+    )
+    submit.add_argument(
+        "--on",
+        metavar="HOST",
+        help="submit on that cluster from this laptop, over ssh: validated here, the code "
+        "sent, submitted there (`jzk remote setup HOST` first; docs/remote.md)",
+    )
     add_config_args(submit)
     submit.set_defaults(run=run)
 
@@ -62,6 +74,10 @@ def run(args: argparse.Namespace) -> int:
             f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: pick "
             "a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
         )
+    if getattr(args, "on", None):
+        from jeanzay_kit.cli.remote import run_there
+
+        return run_there(args, spec)
     if args.test_only:
         return ask_slurm(spec, args.overrides)
     if args.chain < 1:
@@ -86,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
         job_id = sbatch(str(path.resolve()), cwd=str(workdir), hold=args.hold, after=previous)
         jobs.append(job_id)
         _record(run_dir, job_id, args.overrides, spec, path, previous)
-    if args.parsable:
+    if args.parsable and not getattr(args, "json", False):
         print("\n".join(jobs))
         return 0
     res = spec.resources
@@ -100,6 +116,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"  status: jzk status {run_dir}")
     if args.hold:
         print(f"  held: it starts after `scontrol release {jobs[0]}`")
+    if getattr(args, "json", False):
+        import json
+
+        record = {"jobs": jobs, "run_dir": str(run_dir.resolve()), "script": str(path.resolve())}
+        print(json.dumps(record | {"log": str(log.resolve())}))
     return 0
 
 

@@ -445,6 +445,11 @@ def run(args: argparse.Namespace) -> int:
     if args.multirun:
         return run_sweep(args)
     spec = build_spec(args)
+    if getattr(args, "on", None):  # laptop mode: checked here, then there (--slurm)
+        print(describe_spec(spec))
+        from jeanzay_kit.cli.remote import run_there
+
+        return run_there(args, spec)
     print(describe_spec(spec))
     for note in spec.notes:
         print(f"note: {note}")

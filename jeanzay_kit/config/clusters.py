@@ -6,6 +6,7 @@ this module only gives them a type. Pure: built from plain mappings, no I/O.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -96,6 +97,11 @@ class ClusterProfile:
     container_allowed_dir: str | None = None
     max_array_size: int = 1001  # Slurm's default MaxArraySize
     description: str = ""
+    # Laptop mode (cluster.remote): the toolkit's folder on the login node, the Python
+    # its venv is made from, and shell lines run there before every command.
+    remote_workdir: str = "~/jzk"
+    remote_python: str = "python3"
+    remote_setup: tuple[str, ...] = ()
 
     @property
     def loaded_modules(self) -> tuple[str, ...]:
@@ -300,6 +306,7 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
                 f"is not one of the partitions of {name} ({', '.join(partitions)})",
             )
         )
+    remote = _remote(data.get("remote"))
     return ClusterProfile(
         name=name,
         scheduler=d.text("scheduler") or "slurm",
@@ -324,4 +331,31 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
         container_allowed_dir=d.text("container_allowed_dir"),
         max_array_size=d.count("max_array_size", 1001) or 1001,
         description=d.text("description") or "",
+        remote_workdir=remote[0],
+        remote_python=remote[1],
+        remote_setup=remote[2],
     )
+
+
+REMOTE_KEYS = ("workdir", "python", "setup")
+# A work folder written into the login node's command line: a path, a leading ~ and
+# $VARIABLES, nothing the shell would split or run.
+_WORKDIR = re.compile(
+    r"^(~/?)?([A-Za-z0-9_./@+:-]|\$[A-Za-z_][A-Za-z0-9_]*|\$\{[A-Za-z_][A-Za-z0-9_]*\})*$"
+)
+
+
+def _remote(node: object) -> tuple[str, str, tuple[str, ...]]:
+    """cluster.remote's keys, checked (docs/remote.md)."""
+    d = _Keys("cluster.remote", _check_keys("cluster.remote", node or {}, REMOTE_KEYS))
+    workdir = d.text("workdir") or "~/jzk"
+    if not _WORKDIR.match(workdir):
+        raise SpecError(
+            Problem(
+                "cluster.remote.workdir",
+                workdir,
+                "may hold only a path, a leading ~ and $VARIABLES (no spaces, quotes or ;)",
+                "e.g. $WORK/jzk",
+            )
+        )
+    return workdir, d.text("python") or "python3", d.texts("setup")

@@ -34,6 +34,17 @@ from typing import Any, Optional, Union
 
 
 @dataclass
+class RemoteConfig:
+    """Laptop mode (docs/remote.md): where the toolkit lives on the cluster's login node."""
+
+    # The toolkit's folder there (its venv, the projects' code, their runs); $VARS and ~
+    # expand on the login node. null: ~/jzk (Jean Zay's profiles: $WORK/jzk).
+    workdir: Optional[str] = None
+    python: str = "python3"  # the interpreter its venv is made from, after the module lines
+    setup: list[str] = field(default_factory=list)  # shell lines before every remote command
+
+
+@dataclass
 class ClusterConfig:
     """A site: how jobs are submitted there and the limits sbatch would enforce (docs/sites.md)."""
 
@@ -66,6 +77,7 @@ class ClusterConfig:
     # name -> {max_time, max_gpus_per_job}; empty: QoS names are passed through unchecked.
     qos: dict[str, Any] = field(default_factory=dict)
     default_qos: Optional[str] = None  # what Slurm applies without --qos
+    remote: RemoteConfig = field(default_factory=RemoteConfig)  # from a laptop over ssh
 
 
 @dataclass

@@ -42,6 +42,9 @@ from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenan
 from jeanzay_kit.run_directory import RunDir
 
 SNAPSHOTS = "code"
+# A project received from a laptop (remote/code_archive.py) lists its code files here:
+# its snapshots freeze exactly them, as chosen on the laptop.
+RECEIVED = ".jzk-received.json"
 # The toolkit's and Hydra's own output folders: never code, whatever .gitignore says.
 OUTPUT_DIRS = ("outputs", "multirun")
 # Folders never copied from a project that is no git repository.
@@ -155,6 +158,9 @@ def _candidate_files(
     root: Path, include: Sequence[str], log_dir: str, exclude: Sequence[str]
 ) -> tuple[list[str], str]:
     exclude = [*exclude, *([log_dir] if log_dir and not Path(log_dir).is_absolute() else [])]
+    received = _received_files(root)
+    if received is not None:
+        return [n for n in received if not _inside(n, exclude)], "laptop"
     if git.is_repository(root):
         return [n for n in git.project_files(root) if not _inside(n, exclude)], "git"
     skip = _SKIP_DIRS | {Path(log_dir).parts[0] if log_dir else "logs"}
@@ -172,6 +178,16 @@ def _candidate_files(
             ):
                 found.add(rel.as_posix())
     return sorted(found), "snapshot_include"
+
+
+def _received_files(root: Path) -> list[str] | None:
+    import json
+
+    try:
+        files = json.loads((root / RECEIVED).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return sorted(str(f) for f in files if (root / str(f)).is_file())
 
 
 def _too_big(root: Path, what: str) -> JzkError:

@@ -119,6 +119,7 @@ ROOM_ORDER = [
     "tune",
     "analysis",
     "doctor",
+    "remote",  # laptop mode: the laptop's ssh to the login node, and the login node's side
     "cli",
 ]
 HELPERS = {
