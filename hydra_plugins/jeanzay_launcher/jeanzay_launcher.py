@@ -25,6 +25,7 @@ hydra-submitit-launcher does, and the launcher takes hydra-submitit-launcher's k
 
 import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,9 @@ class JeanzayLauncherConf:
     array_parallelism: int = 256
     # submitit's job files (pickled task, its stdout/stderr); %j is the job id.
     submitit_folder: str = "${hydra.sweep.dir}/.submitit/%j"
+    # Laptop mode (docs/remote.md): the cluster's ssh host (`jzk remote setup HOST` once).
+    # The points are validated here, the code sent, and the same sweep launched there.
+    on: str | None = None
 
     # ---- a Hydra app of yours only (launch/app_rules.py): hydra-submitit-launcher's keys,
     # with its meaning; unset (null): its default (HSL_DEFAULTS: timeout_min 60, nodes 1,
@@ -102,8 +106,10 @@ class JeanzayLauncher(Launcher):
         poll_seconds: float,
         array_parallelism: int,
         submitit_folder: str,
+        on: str | None = None,
         **app_keys: Any,
     ) -> None:
+        self.on = on
         self.wait = wait
         self.poll_seconds = poll_seconds
         self.array_parallelism = array_parallelism
@@ -159,6 +165,8 @@ class JeanzayLauncher(Launcher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         sweep_dir = Path(str(self.config.hydra.sweep.dir)).absolute()
         app_task, points = self._points(job_overrides, initial_job_idx, sweep_dir)
+        if self.on:
+            return self._launch_there(points, initial_job_idx)
         max_size = min(p.spec.cluster.max_array_size for p in points)
         code_dir = _snapshot(points[0].spec)
         plans = plan_arrays(points, max_size, self.array_parallelism, code_dir)
@@ -189,6 +197,37 @@ class JeanzayLauncher(Launcher):
         failed = [by_num[n][0]["job_id"] for n, (s, _) in outcomes.items() if s != "COMPLETED"]
         if failed:
             raise RunsFailed(f"{len(failed)} run(s) failed: jobs {', '.join(failed)}")
+        return returns
+
+    def _launch_there(self, points: list[Any], initial_job_idx: int) -> list[JobReturn]:
+        """hydra.launcher.on=HOST: every point was validated here; the sweep itself runs
+        on the login node (its first batch launches them all there)."""
+        from jeanzay_kit.errors import LaunchError
+        from jeanzay_kit.remote.laptop import remote_of, sweep_on
+
+        assert self.config is not None
+        if self._must_wait():
+            raise LaunchError(
+                f"hydra.launcher.on={self.on} with a sweeper that waits for the runs' values "
+                "(or hydra.launcher.wait=true): it would hold this laptop's connection for "
+                "the whole sweep. HINT: `jzk submit --on` each point, or run the sweep on "
+                "the login node"
+            )
+        if initial_job_idx == 0:
+            remote = remote_of(points[0].spec, self.on or "", dict(os.environ))
+            sweep_on(remote, points[0].spec, Path.cwd(), sys.argv)
+        returns = []
+        for point in points:
+            ret = JobReturn(
+                overrides=list(point.overrides),
+                cfg=None,
+                hydra_cfg=self.config,
+                working_dir=point.run_dir,
+                task_name=str(self.config.hydra.job.name),
+            )
+            ret.status = JobStatus.COMPLETED
+            ret.return_value = {"on": self.on, "overrides": list(point.overrides)}
+            returns.append(ret)
         return returns
 
     def _points(
@@ -310,7 +349,8 @@ class JeanzayLauncher(Launcher):
             try:
                 with composer.point(overrides, num) as sweep_config:
                     run_dir, plain = resolved_point(sweep_config, str(sweep_dir))
-                spec = build_job_spec(plain)
+                # job.python=auto: the interpreter that runs the sweep, as `jzk submit`'s.
+                spec = build_job_spec(plain, interpreter=sys.executable)
             except (HydraException, OmegaConfBaseException) as err:
                 # A value Hydra refuses (train.steps=many): listed with the other points'
                 # problems, in the words `jzk validate` uses, naming the key.
@@ -347,7 +387,7 @@ def _spec_of(composer: Any, num: int, sweep_dir: Path) -> Any:
 
         with composer.point(list(overrides), num) as sweep_config:
             _, plain = resolved_point(sweep_config, str(sweep_dir))
-        return build_job_spec(plain)
+        return build_job_spec(plain, interpreter=sys.executable)
 
     return spec_of
 
@@ -435,8 +475,6 @@ def _toolkit_spec(overrides: Sequence[str]) -> Any:
     a command of yours (job.entry): the trainer's own sections play no part. Composed
     beside the running Hydra app, whose global state is put back afterwards. A refusal
     is returned (not raised): points of the same request share it."""
-    import sys
-
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.hydra_config import HydraConfig
     from hydra.core.utils import JobRuntime

@@ -172,28 +172,11 @@ def show_remote(runs: list[RemoteRun], as_json: bool) -> bool:
     import json
 
     from jeanzay_kit.launch.status import ENDED
-    from jeanzay_kit.remote.laptop import remote_known
 
     groups: dict[tuple[str, str], list[RemoteRun]] = {}
     for run in runs:
         groups.setdefault((run.host, run.project), []).append(run)
-    rows: list[dict[str, object]] = []
-    for (host, project), members in groups.items():
-        wanted = {r.run_dir: r for r in members}
-        out = remote_known(host, dict(os.environ)).run(["status", "--json"], cwd=project)
-        for line in (out.stdout or "").splitlines():
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and obj.get("run_dir") in wanted:
-                rows.append(obj | {"host": host, "run": wanted[obj["run_dir"]].name})
-        seen = {r["run_dir"] for r in rows}
-        rows += [
-            {"host": host, "run": r.name, "run_dir": r.run_dir, "job_id": (r.jobs or ["?"])[-1],
-             "state": "UNKNOWN"}
-            for r in members if r.run_dir not in seen
-        ]  # fmt: skip
+    rows = [row for (host, project), group in groups.items() for row in _rows(host, project, group)]
     if as_json:
         for row in rows:
             print(json.dumps(row), flush=True)
@@ -204,6 +187,43 @@ def show_remote(runs: list[RemoteRun], as_json: bool) -> bool:
         for cells in table:
             print("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     return all(r.get("state") in ENDED or r.get("state") == "STOPPED" for r in rows)
+
+
+def _rows(host: str, project: str, runs: list[RemoteRun]) -> list[dict[str, object]]:
+    """What `jzk status --json` says there of these runs (a sweep: each point); a run it
+    does not list is UNKNOWN."""
+    import json
+
+    from jeanzay_kit.remote.laptop import remote_known
+
+    out = remote_known(host, dict(os.environ)).run(["status", "--json"], cwd=project)
+    rows: list[dict[str, object]] = []
+    for line in (out.stdout or "").splitlines():
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            continue
+        name = _registered_name(str(obj.get("run_dir")), runs) if isinstance(obj, dict) else None
+        if name is not None:
+            rows.append(obj | {"host": host, "run": name})
+    listed = {str(r["run"]).partition("/")[0] for r in rows}
+    for run in runs:
+        if run.name not in listed:
+            job = run.jobs[-1] if run.jobs else "?"
+            rows.append({"host": host, "run": run.name, "run_dir": run.run_dir, "job_id": job,
+                         "state": "UNKNOWN"})  # fmt: skip
+    return rows
+
+
+def _registered_name(run_dir: str, runs: list[RemoteRun]) -> str | None:
+    """A run's name in the laptop's table: a run it submitted, or a point of a sweep it
+    launched (`<sweep>/<point>`); None: not one of the laptop's."""
+    for run in runs:
+        if run_dir == run.run_dir:
+            return run.name
+        if run_dir.startswith(run.run_dir + "/"):
+            return f"{run.name}/{run_dir[len(run.run_dir) + 1 :]}"
+    return None
 
 
 def _cells(row: dict[str, object]) -> tuple[str, ...]:

@@ -234,3 +234,60 @@ def submit_on(remote: Remote, spec: JobSpec, root: Path, argv: Sequence[str]) ->
     name = run.name
     print(f"  from here: jzk status {name}   jzk logs -f {name}   jzk pull {name}")
     return 0
+
+
+# -- python train.py -m hydra.launcher.on=HOST -------------------------------------------
+
+
+def sweep_argv(argv: Sequence[str], root: Path) -> tuple[str, list[str]]:
+    """The sweep's own command line as the login node runs it in the project's folder
+    there: (program, argv), without hydra.launcher.on (it would send it on again) and
+    without a hydra.sweep.dir of this machine's."""
+    script, rest = argv[0], list(argv[1:])
+    kept = [
+        a
+        for a in rest
+        if not a.lstrip("+~").startswith("hydra.launcher.on=")
+        and not (a.startswith("hydra.sweep.dir=") and Path(a.split("=", 1)[1]).is_absolute())
+    ]
+    if Path(script).name == "jzk":
+        return "jzk", kept
+    try:
+        relative = Path(script).resolve().relative_to(root.resolve())
+    except ValueError:
+        raise JzkError(
+            f"{script} is not in the project {root}: hydra.launcher.on sends the project's "
+            "code, so the sweep's script must be part of it. HINT: run it from the project"
+        ) from None
+    return "python", [relative.as_posix(), *kept]
+
+
+def sweep_on(remote: Remote, spec: JobSpec, root: Path, argv: Sequence[str]) -> list[str]:
+    """`python train.py -m ... hydra.launcher.on=HOST`: the points were validated here;
+    the code is sent, and the same sweep is launched on the login node from the project's
+    folder there (its launcher submits the arrays). Returns the job ids it printed."""
+    import re
+
+    project = ship_code(remote, spec, root)
+    program, there = sweep_argv(argv, root)
+    out = remote.run(there, cwd=project, timeout=1800, program=program)
+    text = (out.stdout or "") + (out.stderr or "")
+    print(text.rstrip("\n"), file=sys.stderr)
+    if out.returncode != 0:
+        raise remote_failure(out, f"the sweep on {remote.host.label}")
+    found = re.search(r"manifest: (\S+manifest\.jsonl)", text)
+    if found is None:
+        raise JzkError(f"the sweep on {remote.host.label} said no manifest: {text[-300:]}")
+    sweep_dir = str(Path(found.group(1)).parent)
+    jobs = list(dict.fromkeys(re.findall(r"#\d+ job (\d+)", text)))
+    run = registry.RemoteRun(
+        host=remote.host.label,
+        name=Path(sweep_dir).name,
+        run_dir=sweep_dir,
+        project=project,
+        jobs=jobs,
+        submitted_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    )
+    registry.record_run(state_dir(dict(os.environ)), run)
+    print(f"  from here: jzk status {run.name}   jzk logs {run.name}", file=sys.stderr)
+    return jobs

@@ -92,18 +92,23 @@ def _shell_path(workdir: str) -> str:
 
 
 def remote_line(
-    setup: Sequence[str], workdir: str, argv: Sequence[str], cwd: str | None = None
+    setup: Sequence[str],
+    workdir: str,
+    argv: Sequence[str],
+    cwd: str | None = None,
+    program: str = "jzk",
 ) -> str:
     """The one shell line the login node runs: the profile's set-up lines (module loads),
-    the work folder as $JZK_REMOTE, and the toolkit's own command from its venv there.
-    cwd: relative to the work folder. `argv` is quoted word by word."""
+    the work folder as $JZK_REMOTE, and the toolkit's own command from its venv there
+    (program: jzk, or python for a user's script). cwd: relative to the work folder.
+    `argv` is quoted word by word."""
     parts = [*setup, f"export JZK_REMOTE={_shell_path(workdir)}"]
     missing = f"echo {NOT_SET_UP}; exit {NOT_SET_UP_EXIT}"
     parts.append(f'if [ ! -x "$JZK_REMOTE/venv/bin/jzk" ]; then {missing}; fi')
     if cwd is not None:
         parts.append(f'mkdir -p "$JZK_REMOTE"/{shlex.quote(cwd)}')
         parts.append(f'cd "$JZK_REMOTE"/{shlex.quote(cwd)}')
-    parts.append(f'exec "$JZK_REMOTE/venv/bin/jzk" {shlex.join(argv)}')
+    parts.append(f'exec "$JZK_REMOTE/venv/bin/{program}" {shlex.join(argv)}')
     return "; ".join(parts)
 
 

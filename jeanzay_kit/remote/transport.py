@@ -89,10 +89,12 @@ class Remote:
         stdin: IO[bytes] | None = None,
         capture: bool = True,
         timeout: float | None = 600,
+        program: str = "jzk",
     ) -> subprocess.CompletedProcess[str]:
-        """`jzk ARGV` on the login node (in $JZK_REMOTE/cwd). capture=False: its output
-        goes to this terminal as it comes (a submission, `logs -f`)."""
-        return self._call(remote_line(self.setup, self.workdir, argv, cwd), stdin, capture, timeout)
+        """`jzk ARGV` (or the venv's `python ARGV`) on the login node, in $JZK_REMOTE/cwd.
+        capture=False: its output goes to this terminal as it comes (`logs -f`)."""
+        line = remote_line(self.setup, self.workdir, argv, cwd, program)
+        return self._call(line, stdin, capture, timeout)
 
     def shell(
         self, script: str, stdin: IO[bytes] | None = None, timeout: float = 600

@@ -22,7 +22,7 @@ import pytest
 
 from jeanzay_kit.remote.ssh_rules import control_dir
 from jeanzay_kit.remote.transport import state_dir
-from tests.slurm.cluster import JZK, REPO, Reference, wait_until_step
+from tests.slurm.cluster import JZK, PYTHON, REPO, Reference, wait_until_step
 from tests.slurm.ssh_server import NO_SERVER_HOST, WRONG_KEY_HOST
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
@@ -112,10 +112,7 @@ def job_args(lap: Laptop, name: str, *more: str) -> list[str]:
 
 
 def remote_state(lap: Laptop, name: str) -> dict:
-    out = lap.jzk("status", "--json")
-    assert out.returncode == 0, out.stderr
-    rows = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
-    (row,) = [r for r in rows if r.get("run") == name]
+    (row,) = [r for r in all_remote_rows(lap) if r.get("run") == name]
     return row
 
 
@@ -161,6 +158,40 @@ def test_submit_preempt_resume_follow_pull_from_the_laptop(laptop: Laptop, tmp_p
     assert not (local / "checkpoints").exists()
     report = lap.jzk("report", str(local))
     assert report.returncode == 0, report.stderr
+
+
+def test_a_sweep_from_python_train_py_on_the_laptop_runs_there(laptop: Laptop) -> None:
+    """`python train.py -m ... hydra.launcher.on=HOST`: the points validated on the laptop
+    (a bad one refused before any connection), the sweep launched on the login node, its
+    points followed from the laptop by `jzk status`."""
+    lap = laptop
+    argv = [PYTHON, "train.py", "-m", *lap.overrides, f"hydra.launcher.on={lap.ssh.host}",
+            "job.name=sweep", "resources.gpus_per_node=2", "train.steps=40",
+            "optim.lr=0.1,0.05"]  # fmt: skip
+    bad = subprocess.run([*argv, "resources.partition=nope"], cwd=lap.project, env=lap.env,
+                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert bad.returncode == 2 and "resources.partition=nope" in bad.stderr, bad.stderr[-2000:]
+    lap.close_master()
+    before = lap.ssh.authentications()
+    out = subprocess.run(argv, cwd=lap.project, env=lap.env, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert lap.ssh.authentications() - before == 1
+    assert "from here: jzk status sweep" in out.stderr, out.stderr[-2000:]
+    deadline = time.monotonic() + 300
+    while True:
+        rows = [r for r in all_remote_rows(lap) if str(r["run"]).startswith("sweep/")]
+        if len(rows) == 2 and all(r["state"] in ("COMPLETED", "FAILED") for r in rows):
+            break
+        assert time.monotonic() < deadline, rows
+        time.sleep(3)
+    assert [r["state"] for r in rows] == ["COMPLETED", "COMPLETED"], rows
+
+
+def all_remote_rows(lap: Laptop) -> list[dict]:
+    out = lap.jzk("status", "--json")
+    assert out.returncode == 0, out.stderr
+    return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
 
 
 def test_cancel_from_the_laptop_by_the_runs_name(laptop: Laptop) -> None:
