@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 # Commands that act on a run there: their whole command line goes to the login node.
 FORWARDED = ("status", "logs", "cancel", "report", "ckpt")
 # Commands that compose a request: validated here, the code sent, then run there.
-WITH_CODE = ("submit", "render", "validate")
+WITH_CODE = ("submit", "render", "validate", "tune")
 
 
 def add(sub: argparse._SubParsersAction) -> None:

@@ -46,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.extras import require
 
     require("optuna", "jzk tune")
+    if getattr(args, "on", None):  # laptop mode: the study is created and run there
+        from jeanzay_kit.cli.common import build_spec
+        from jeanzay_kit.cli.remote import run_there
+
+        return run_there(args, build_spec(args))
     stop = StopRequest()  # Ctrl-C or a signal: each task saves its trial and stops
     from jeanzay_kit.tune.setup import prepare_study
     from jeanzay_kit.tune.study import summary_lines

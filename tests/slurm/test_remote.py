@@ -22,6 +22,7 @@ import pytest
 
 from jeanzay_kit.remote.ssh_rules import control_dir
 from jeanzay_kit.remote.transport import state_dir
+from tests.mounts import tmpfs
 from tests.slurm.cluster import JZK, PYTHON, REPO, Reference, wait_until_step
 from tests.slurm.ssh_server import NO_SERVER_HOST, WRONG_KEY_HOST
 
@@ -249,3 +250,25 @@ def test_a_connection_cut_while_the_code_travels_leaves_the_code_as_it_was(lapto
     assert b"arrived broken" in cut.stderr and b"Traceback" not in cut.stderr
     assert (project / ".jzk-received.json").read_text() == before
     assert not list((lap.ssh.work / "jzk" / "code-archives").glob(".*.tmp"))
+
+
+def test_a_full_filesystem_there_is_one_line_and_no_run(laptop: Laptop, tmp_path: Path) -> None:
+    """The cluster's work folder full (its archives' folder on a 64 KiB filesystem): the
+    code does not fit; one line says where and what to check; nothing is submitted."""
+    lap = laptop
+    project = tmp_path / "big project"
+    project.mkdir()
+    shutil.copy(REPO / "train.py", project / "train.py")
+    (project / "tables.py").write_text(f"TABLE = {os.urandom(100_000).hex()!r}\n")  # code
+    runs = state_dir(lap.env) / "runs.jsonl"
+    before = runs.read_text() if runs.exists() else ""
+    uid = lap.ssh.work.stat().st_uid
+    with tmpfs(lap.ssh.work / "jzk" / "code-archives", f"size=64k,uid={uid},mode=0755"):
+        out = subprocess.run(
+            [JZK, "submit", "--on", lap.ssh.host, *job_args(lap, "full")], cwd=project,
+            env=lap.env, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert out.returncode == 2, out.stdout + out.stderr
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and "could not be stored" in lines[0] and "quota" in lines[0], lines
+    assert (runs.read_text() if runs.exists() else "") == before
