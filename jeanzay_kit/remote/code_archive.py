@@ -11,12 +11,14 @@ the laptop no longer has. Outputs and logs there are never touched.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import json
 import os
 import shutil
 import tarfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,10 +47,13 @@ def code_key(root: Path, names: Sequence[str]) -> str:
 
 def pack(root: Path, names: Sequence[str]) -> CodeArchive:
     """The files `names` (relative to root) as a gzip'ed tar, reproducible: no owner, no
-    times, sorted, so the same code is the same key and the same bytes."""
+    times (the gzip header's too), sorted, so the same code is the same key and bytes."""
     buf = io.BytesIO()
     total = 0
-    with tarfile.open(fileobj=buf, mode="w:gz", compresslevel=6) as tar:
+    with (
+        gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0) as gz,
+        tarfile.open(fileobj=gz, mode="w") as tar,
+    ):
         for name in sorted(names):
             data = (root / name).read_bytes()
             total += len(data)
@@ -84,7 +89,7 @@ def unpack(project: Path, key: str, stream: BinaryIO, archives: Path) -> int:
     try:
         with tmp.open("wb") as out:
             shutil.copyfileobj(stream, out)
-        names = _safe_names(tmp)
+        names = _safe_names(tmp, key)
         os.replace(tmp, path)
     except OSError as err:
         raise JzkError(
@@ -97,18 +102,27 @@ def unpack(project: Path, key: str, stream: BinaryIO, archives: Path) -> int:
     return len(names)
 
 
-def _safe_names(path: Path) -> list[str]:
+def _safe_names(path: Path, key: str) -> list[str]:
+    """The archive's file names, once every byte has been read (gzip's checksum checked)
+    and its content hashes to `key`: a damaged archive is never unpacked or recorded."""
+    digests: dict[str, bytes] = {}
     try:
         with tarfile.open(path, "r:gz") as tar:
-            members = tar.getmembers()
-    except (tarfile.TarError, EOFError) as err:
+            for m in tar:
+                if not m.isfile() or m.name.startswith("/") or ".." in Path(m.name).parts:
+                    raise JzkError(
+                        f"the code archive holds {m.name!r}, not a project file: refused"
+                    )
+                data = tar.extractfile(m)
+                digests[m.name] = hashlib.sha256(data.read() if data else b"").digest()
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as err:
         raise JzkError(f"the code archive arrived broken ({err}): send it again") from None
-    names = []
-    for m in members:
-        if not m.isfile() or m.name.startswith("/") or ".." in Path(m.name).parts:
-            raise JzkError(f"the code archive holds {m.name!r}, not a project file: refused")
-        names.append(m.name)
-    return names
+    digest = hashlib.sha256()
+    for name in sorted(digests):
+        digest.update(name.encode() + b"\0" + digests[name])
+    if digest.hexdigest()[:16] != key:
+        raise JzkError(f"the code archive arrived broken (its content is not {key}): send it again")
+    return sorted(digests)
 
 
 def _sync(project: Path, names: list[str], archive: Path, key: str) -> None:

@@ -248,7 +248,9 @@ def sweep_argv(argv: Sequence[str], root: Path) -> tuple[str, list[str]]:
         a
         for a in rest
         if not a.lstrip("+~").startswith("hydra.launcher.on=")
-        and not (a.startswith("hydra.sweep.dir=") and Path(a.split("=", 1)[1]).is_absolute())
+        and not (
+            a.lstrip("+~").startswith("hydra.sweep.dir=") and Path(a.split("=", 1)[1]).is_absolute()
+        )
     ]
     if Path(script).name == "jzk":
         return "jzk", kept

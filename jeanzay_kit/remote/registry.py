@@ -92,10 +92,9 @@ def remote_runs(state: Path) -> list[RemoteRun]:
 
 def find_run(state: Path, target: str) -> RemoteRun | None:
     """The remote run `target` names: its run name, its run directory there, or a job id."""
+    bare = target.rstrip("/") or target
     matches = [
-        r
-        for r in remote_runs(state)
-        if target in (r.name, r.run_dir, r.run_dir.rstrip("/")) or target in r.jobs
+        r for r in remote_runs(state) if bare in (r.name, r.run_dir.rstrip("/")) or target in r.jobs
     ]
     if len(matches) > 1:
         hosts = ", ".join(f"{r.host}:{r.run_dir}" for r in matches)

@@ -45,8 +45,10 @@ def parse_host(text: str) -> Host:
     if not text or text.startswith("-") or any(c.isspace() for c in text):
         raise ValueError(f"{text!r} is not a host: give an ~/.ssh/config alias or user@host[:port]")
     name, sep, port = text.rpartition(":")
-    if sep and port.isdigit() and name:
+    if sep and port.isdigit() and name and ":" not in name:
         return Host(name, int(port))
+    if text.startswith(":") or text.endswith(":") or text.count(":") > 1:
+        raise ValueError(f"{text!r} is not a host: give an ~/.ssh/config alias or user@host[:port]")
     return Host(text)
 
 
