@@ -122,16 +122,49 @@ def _show(directory: str | None, as_json: bool) -> bool:
             )
     shown = list(dict.fromkeys(v.key for v in views))
     now = [states[i].state if i in states else "UNKNOWN" for i in shown]
+    waiting = _pending(views, states)
     if as_json:
-        for obj in status.run_objects(views, states, hours, usage):
+        for obj in status.run_objects(views, states, hours, usage, waiting):
             print(json.dumps(obj), flush=True)
     else:
         print(status.status_table(views, states))
+        for job, facts in waiting.items():
+            print(f"\njob {job} waits ({facts['pending_reason']}): {facts['pending_why']}")
         used = f"; {sum(hours.values()):.2f} GPU hours" if hours else ""
         print("\n" + status.summary(now) + used, flush=True)
     for note in notes:
         print(note, file=sys.stderr)
     return all(s in status.ENDED or s == "STOPPED" for s in now)
+
+
+def _pending(views: list[RunView], states: dict) -> dict[str, dict[str, object]]:
+    """Why each pending job waits (slurm/pending.py): one squeue, one sprio for those
+    behind others, one sacct for the jobs they depend on; {} when none is pending."""
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.launch.status import parse_sacct
+    from jeanzay_kit.slurm import pending
+    from jeanzay_kit.slurm.commands import sacct_text, sprio_text, squeue_pending_text
+
+    ids = [v.key for v in views if v.key in states and states[v.key].state == "PENDING"]
+    if not ids:
+        return {}
+    try:
+        waiting = pending.parse_pending(squeue_pending_text(ids))
+        behind = [j for j, w in waiting.items() if w.reason == "Priority"]
+        parts = pending.parse_sprio(sprio_text(behind)) if behind else {}
+        needed = sorted({d for w in waiting.values() for d in pending.dependency_jobs(w)})
+        after = {j: s.state for j, s in parse_sacct(sacct_text(needed)).items()} if needed else {}
+    except SlurmCommandError:
+        return {}
+    out: dict[str, dict[str, object]] = {}
+    for job, w in waiting.items():
+        w = replace(w, priority=parts.get(job, {}))
+        out[job] = {
+            "pending_reason": w.reason,
+            "pending_why": pending.pending_why(w, after),
+            "start_estimate": w.start_estimate,
+        }
+    return out
 
 
 def slurm_states(

@@ -254,13 +254,22 @@ def run_ledger(view: RunView, run: RunUsage | None) -> dict[str, object]:
     }
 
 
+NOT_PENDING: dict[str, object] = {
+    "pending_reason": None,
+    "pending_why": None,
+    "start_estimate": None,
+}
+
+
 def run_objects(
     views: Sequence[RunView],
     states: Mapping[str, JobState],
     hours: Mapping[str, float],
     usage: Mapping[str, Usage] | None = None,
+    pending: Mapping[str, Mapping[str, object]] | None = None,
 ) -> list[dict[str, object]]:
-    """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json")."""
+    """`jzk status --json`: one object per run (docs/slurm.md, "jzk status --json").
+    pending: per job, pending_reason, pending_why and start_estimate (a pending job)."""
     out: list[dict[str, object]] = []
     runs = run_usage(views, usage or {}, states)
     for view in views:
@@ -286,6 +295,7 @@ def run_objects(
                 "evidence": said_end(view, st)[1],
                 "restart_storm": p.storm,
                 "overrides": list(view.overrides),
+                **(pending or {}).get(view.key, NOT_PENDING),
                 **run_ledger(view, runs.get(view.run_dir or "")),
             }
         )

@@ -161,6 +161,25 @@ def squeue_text(runner: CommandRunner | None = None) -> str:
     return _checked(["squeue", "--me", "-h", "-r", "-o", SQUEUE_FORMAT], runner).stdout
 
 
+def squeue_pending_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
+    """The pending ones of these jobs: reason, Slurm's start estimate, when the scheduler
+    last looked at them, dependency (slurm/pending.py PENDING_FORMAT)."""
+    from jeanzay_kit.slurm.pending import PENDING_FORMAT
+
+    argv = ["squeue", "-h", "-r", "-t", "PD", "-j", ",".join(job_ids), "-O", PENDING_FORMAT]
+    return _checked(argv, runner).stdout
+
+
+def sprio_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
+    """The parts of these pending jobs' priority (priority/multifactor sites); empty
+    where the site's priority plugin has none (sprio then refuses)."""
+    argv = ["sprio", "-h", "-j", ",".join(job_ids), "-o", "%i|%Y|%A|%F|%J|%P|%Q"]
+    try:
+        return _checked(argv, runner).stdout
+    except SlurmCommandError:
+        return ""
+
+
 def sacct_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
     argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", SACCT_FIELDS]
     return _checked(argv, runner).stdout

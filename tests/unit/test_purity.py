@@ -44,6 +44,8 @@ PURE = [
     "node/script_watch_rules.py",
     "node/script_cwd_rules.py",
     "project/places.py",
+    "slurm/pending.py",
+    "remote/ssh_rules.py",
     "runtime/stall.py",
     "ending_rules.py",
     "node/health_rules.py",

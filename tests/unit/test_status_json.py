@@ -86,6 +86,10 @@ def test_one_object_per_run_with_the_contracts_keys() -> None:
         "lost_steps",
         "startup_s",
         "queue_wait_s",
+        # a pending job's wait (issue 67): null for one that is not pending
+        "pending_reason",
+        "pending_why",
+        "start_estimate",
     }
     assert (first["state"], first["steps"], first["gpu_hours"]) == ("COMPLETED", 10, 12.0)
     assert (unknown["state"], unknown["gpu_hours"], unknown["checkpoint"]) == (
