@@ -123,6 +123,7 @@ def _show(directory: str | None, as_json: bool) -> bool:
     shown = list(dict.fromkeys(v.key for v in views))
     now = [states[i].state if i in states else "UNKNOWN" for i in shown]
     waiting = _pending(views, states)
+    trust = estimate_trust(waiting) if waiting else None  # recorded with --json too
     if as_json:
         for obj in status.run_objects(views, states, hours, usage, waiting):
             print(json.dumps(obj), flush=True)
@@ -130,6 +131,8 @@ def _show(directory: str | None, as_json: bool) -> bool:
         print(status.status_table(views, states))
         for job, facts in waiting.items():
             print(f"\njob {job} waits ({facts['pending_reason']}): {facts['pending_why']}")
+        if trust:
+            print(trust)
         used = f"; {sum(hours.values()):.2f} GPU hours" if hours else ""
         print("\n" + status.summary(now) + used, flush=True)
     for note in notes:
@@ -159,12 +162,57 @@ def _pending(views: list[RunView], states: dict) -> dict[str, dict[str, object]]
     out: dict[str, dict[str, object]] = {}
     for job, w in waiting.items():
         w = replace(w, priority=parts.get(job, {}))
+        made = f" (made at {w.evaluated_at})" if w.start_estimate and w.evaluated_at else ""
         out[job] = {
             "pending_reason": w.reason,
-            "pending_why": pending.pending_why(w, after),
+            "pending_why": pending.pending_why(w, after).replace(
+                f"estimate: {w.start_estimate}.", f"estimate: {w.start_estimate}{made}."
+            ),
             "start_estimate": w.start_estimate,
         }
     return out
+
+
+# Slurm's estimates this user has seen, kept to say how far to trust the next ones.
+_ESTIMATES = "start_estimates.jsonl"
+_KEPT_ESTIMATES = 20
+
+
+def estimate_trust(waiting: dict[str, dict[str, object]]) -> str | None:
+    """Record the first estimate seen of each pending job; say how far the estimates of
+    this user's last jobs were from their real starts (sacct), or None."""
+    import json
+    import os
+
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.remote.transport import state_dir
+    from jeanzay_kit.slurm import pending
+    from jeanzay_kit.slurm.commands import sacct_starts_text
+
+    path = state_dir(dict(os.environ)) / _ESTIMATES
+    seen: dict[str, str] = {}
+    try:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            seen.setdefault(str(record["job"]), str(record["estimate"]))
+    except (OSError, ValueError, KeyError):
+        pass
+    new = {j: str(f["start_estimate"]) for j, f in waiting.items() if f.get("start_estimate")}
+    fresh = {j: e for j, e in new.items() if j not in seen}
+    if fresh:
+        seen.update(fresh)
+        kept = list(seen.items())[-_KEPT_ESTIMATES:]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps({"job": j, "estimate": e}) + "\n" for j, e in kept))
+    done = [j for j in seen if j not in waiting]
+    if not done:
+        return None
+    try:
+        rows = [line.split("|") for line in sacct_starts_text(done).splitlines()]
+    except SlurmCommandError:
+        return None
+    starts = {r[0]: r[1] for r in rows if len(r) == 2}
+    return pending.trust_line(pending.estimate_errors({j: seen[j] for j in done}, starts))
 
 
 def slurm_states(

@@ -170,6 +170,12 @@ def squeue_pending_text(job_ids: Sequence[str], runner: CommandRunner | None = N
     return _checked(argv, runner).stdout
 
 
+def sacct_starts_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
+    """`JobID|Start` of these jobs (their newest start; Unknown before the first)."""
+    argv = ["sacct", "-X", "-n", "-P", "-j", ",".join(job_ids), "-o", "JobID,Start"]
+    return _checked(argv, runner).stdout
+
+
 def sprio_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
     """The parts of these pending jobs' priority (priority/multifactor sites); empty
     where the site's priority plugin has none (sprio then refuses)."""

@@ -212,3 +212,38 @@ def _dependency_why(waiting: Waiting, states: Mapping[str, str]) -> str:
             f"it will never start. HINT: jzk cancel {waiting.job_id}, then submit it again"
         )
     return f"it starts after {named or 'the job it depends on'} ends (its dependency)"
+
+
+def estimate_errors(estimates: Mapping[str, str], starts: Mapping[str, str]) -> list[float]:
+    """Seconds each started job began after Slurm's first estimate of its start (negative:
+    before it), for the jobs of `estimates` (job -> estimate) that `starts` (sacct's
+    Start) says have started."""
+    from datetime import datetime
+
+    out = []
+    for job, estimate in estimates.items():
+        start = starts.get(job)
+        if start is None or _time(start) is None:
+            continue
+        delta = datetime.fromisoformat(start) - datetime.fromisoformat(estimate)
+        out.append(delta.total_seconds())
+    return out
+
+
+def trust_line(errors: list[float]) -> str | None:
+    """How good Slurm's estimates were for this user's last jobs, or None without any."""
+    if not errors:
+        return None
+    ordered = sorted(errors)
+    median = ordered[len(ordered) // 2]
+    return (
+        f"Slurm's start estimates for your last {len(ordered)} job(s) were off by "
+        f"{_signed(median)} (median; from {_signed(ordered[0])} to {_signed(ordered[-1])})"
+    )
+
+
+def _signed(seconds: float) -> str:
+    word = "late" if seconds > 0 else "early"
+    s = abs(seconds)
+    text = f"{s / 3600:.1f} h" if s >= 5400 else f"{s / 60:.0f} min" if s >= 60 else f"{s:.0f} s"
+    return f"{text} {word}" if s >= 1 else "0 s"

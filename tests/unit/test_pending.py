@@ -9,10 +9,12 @@ import pytest
 from jeanzay_kit.slurm.pending import (
     Waiting,
     dependency_jobs,
+    estimate_errors,
     limit_why,
     parse_pending,
     parse_sprio,
     pending_why,
+    trust_line,
 )
 
 
@@ -84,3 +86,14 @@ def test_a_dependency_names_its_job_and_its_state() -> None:
 @pytest.mark.parametrize("reason", ["Priority", "Resources", "Dependency", "BeginTime"])
 def test_not_a_limit_code_is_no_limit(reason: str) -> None:
     assert limit_why(reason) is None
+
+
+def test_how_far_the_estimates_were_from_the_real_starts() -> None:
+    estimates = {"1": "2026-11-28T10:00:00", "2": "2026-11-28T10:00:00", "3": "2026-11-28T10:00:00"}
+    starts = {"1": "2026-11-28T10:30:00", "2": "2026-11-28T09:50:00", "3": "Unknown"}
+    errors = estimate_errors(estimates, starts)
+    assert sorted(errors) == [-600.0, 1800.0]  # job 3 has not started: not counted
+    line = trust_line(errors)
+    assert line is not None and "your last 2 job(s)" in line
+    assert "from 10 min early to 30 min late" in line
+    assert trust_line([]) is None
