@@ -25,6 +25,7 @@ COMMANDS = (
     ("validate", "validate"),
     ("render", "render"),
     ("submit", "submit"),
+    ("plan", "plan"),
     ("tune", "tune"),
     ("status", "status"),
     ("logs", "logs"),

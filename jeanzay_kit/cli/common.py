@@ -13,6 +13,7 @@ from jeanzay_kit.errors import JzkError, RenderError
 from jeanzay_kit.launch.request import spec_of, workdir_of
 from jeanzay_kit.project.job_code import snapshot_code, unwritable_log_dir
 from jeanzay_kit.slurm.sbatch import render_sbatch
+from jeanzay_kit.slurm.test_only import TestOnlyAnswer
 
 OVERRIDES_HELP = (
     "Hydra overrides, e.g. cluster=jeanzay_h100 cluster.account=abc@h100 "
@@ -37,16 +38,26 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
 
 def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
     """`sbatch --test-only` on the rendered script: what Slurm itself says of the request."""
-    import tempfile
-
-    from jeanzay_kit.slurm.commands import sbatch_test_only
-    from jeanzay_kit.slurm.test_only import read_test_only
-
     if not spec.cluster.is_slurm:
         raise JzkError(
             f"cluster={spec.cluster.name} is not a Slurm cluster: there is no Slurm to ask. "
             "HINT: pick a Slurm profile (`jzk clusters`)"
         )
+    answer = slurm_answer(spec, overrides)
+    if answer.accepted:
+        print(f"\nSlurm accepts it (sbatch --test-only): {answer.message}")
+        return 0
+    hint = f". HINT: change {answer.hint}" if answer.hint else ""
+    raise JzkError(f"Slurm refuses this request (sbatch --test-only): {answer.message}{hint}")
+
+
+def slurm_answer(spec: JobSpec, overrides: Sequence[str]) -> TestOnlyAnswer:
+    """`sbatch --test-only` of the request's script (no snapshot, nothing submitted)."""
+    import tempfile
+
+    from jeanzay_kit.slurm.commands import sbatch_test_only
+    from jeanzay_kit.slurm.test_only import read_test_only
+
     workdir = workdir_of(spec)
     try:
         script = render_sbatch(spec, rendered_by=overrides, workdir=str(workdir))
@@ -56,12 +67,7 @@ def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
         path = Path(tmp) / f"{spec.job.name}.sbatch"
         path.write_text(script)
         result = sbatch_test_only(str(path), cwd=tmp)
-    answer = read_test_only(result.returncode, result.stderr or result.stdout)
-    if answer.accepted:
-        print(f"\nSlurm accepts it (sbatch --test-only): {answer.message}")
-        return 0
-    hint = f". HINT: change {answer.hint}" if answer.hint else ""
-    raise JzkError(f"Slurm refuses this request (sbatch --test-only): {answer.message}{hint}")
+    return read_test_only(result.returncode, result.stderr or result.stdout)
 
 
 def render(
