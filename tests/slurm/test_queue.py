@@ -1,0 +1,108 @@
+"""The queue read for the user (issue 67), on the local Slurm cluster made busy: a held
+job, a dependency that can never be met, a maintenance reservation ahead that a job's
+time limit crosses. `jzk status --json` says each one's reason in words, with Slurm's
+start estimate; `jzk plan` shows the rows that train the same run, and its shorter row
+really starts before the request as asked (both submitted, their states compared)."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.slurm.cluster import JZK, PYTHON, REPO, run, sbatch, wait_for
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
+
+TOOLKIT = [f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}", "job.entry_kind=toolkit"]
+
+
+def submit(env: dict[str, str], cwd: Path, *argv: str) -> tuple[str, Path]:
+    out = run([JZK, "submit", "cluster=slurm_local", *argv, *TOOLKIT], env, cwd)
+    assert out.returncode == 0, out.stderr
+    job = re.search(r"submitted job (\d+)", out.stdout).group(1)
+    run_dir = Path(re.search(r"run dir (.+)$", out.stdout, re.M).group(1))
+    return job, cwd / run_dir
+
+
+def pending_row(env: dict[str, str], run_dir: Path, reason: str, timeout: float = 60) -> dict:
+    """`jzk status --json RUN_DIR` once Slurm gives the job `reason`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = run([JZK, "status", "--json", str(run_dir)], env)
+        assert out.returncode == 0, out.stderr
+        (row,) = [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
+        if str(row.get("pending_reason") or "").startswith(reason):
+            return row
+        assert time.monotonic() < deadline, row
+        time.sleep(1)
+
+
+def test_a_held_job_and_a_dependency_never_met_are_said_in_words(slurm, tmp_path: Path) -> None:
+    held, held_dir = submit(slurm, tmp_path, "job.name=held", "--hold")
+    row = pending_row(slurm, held_dir, "JobHeld")
+    assert f"scontrol release {held}" in row["pending_why"], row
+    assert row["state"] == "PENDING" and row["start_estimate"] is None
+
+    failing = tmp_path / "fails.sbatch"
+    failing.write_text("#!/bin/bash\n#SBATCH -o /dev/null\nexit 3\n")
+    first = sbatch(failing, slurm, tmp_path)
+    _, after_dir = submit(slurm, tmp_path, "job.name=after", f"job.dependency=afterok:{first}")
+    wait_for(first, slurm, timeout=60)
+    row = pending_row(slurm, after_dir, "DependencyNeverSatisfied")
+    assert "will never start" in row["pending_why"] and f"job {first}" in row["pending_why"], row
+    table = run([JZK, "status", str(after_dir)], slurm)
+    assert "waits (DependencyNeverSatisfied): " in table.stdout, table.stdout
+    run(["scancel", held, row["job_id"]], slurm)
+
+
+def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
+    slurm, tmp_path: Path
+) -> None:
+    """A maintenance on every node in 40 minutes: a 60-minute job crosses it and waits
+    (ReqNodeNotAvail); `jzk plan` offers two chained 30-minute jobs, which Slurm starts
+    now. Both submitted: the plan's row runs, the request as asked waits."""
+    made = run(
+        ["scontrol", "create", "reservation", "reservationname=jzk_maint",
+         "starttime=now+40minutes", "duration=30", "nodes=ALL", "users=root",
+         "flags=maint,ignore_jobs"],
+        slurm,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    try:
+        asked = ["job.name=asked", "resources.time=01:00:00", "train.steps=100000"]
+        plan = run(
+            [JZK, "plan", "cluster=slurm_local", *asked, *TOOLKIT, "--json"], slurm, tmp_path
+        )
+        assert plan.returncode == 0, plan.stderr
+        rows = json.loads(plan.stdout.strip().splitlines()[-1])
+        assert rows[0]["label"] == "as asked" and rows[0]["chain"] == 1
+        (chained,) = [r for r in rows if r["chain"] == 2]
+        assert chained["overrides"] == ["resources.time=00:30:00"]
+        # Slurm's estimates: the chained row before the maintenance, the request after it.
+        assert chained["start_estimate"] < rows[0]["start_estimate"], rows
+        assert all(r["refused"] is None for r in rows), rows
+
+        job, run_dir = submit(slurm, tmp_path, *asked)
+        row = pending_row(slurm, run_dir, "ReqNodeNotAvail")
+        assert "reservation" in row["pending_why"] and "resources.time" in row["pending_why"]
+        applied = run(
+            [JZK, "plan", "cluster=slurm_local", *asked, "job.name=asked2", *TOOLKIT, "--apply",
+             str(chained["number"])],
+            slurm, tmp_path,
+        )  # fmt: skip
+        assert applied.returncode == 0 and "2 chained" in applied.stdout, applied.stderr
+        first = re.search(r"submitted job (\d+)", applied.stdout).group(1)
+        chain = re.findall(r"\b(\d+)\b", applied.stdout.split("chained after it", 1)[-1])[:1]
+        deadline = time.monotonic() + 60
+        while run(["squeue", "-h", "-j", first, "-o", "%T"], slurm).stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        state = run(["squeue", "-h", "-j", job, "-o", "%T"], slurm).stdout.strip()
+        assert state == "PENDING"  # the request as asked still waits for the maintenance
+        run(["scancel", job, first, *chain], slurm)
+    finally:
+        run(["scontrol", "delete", "reservation=jzk_maint"], slurm)
