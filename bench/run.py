@@ -540,6 +540,95 @@ def app_sweep_figures(r: dict) -> list[Figure]:
     ]
 
 
+def remote_figures(r: dict) -> list[Figure]:
+    rounds, s, a, c = r["rounds"], r["summary"], r["archive"], r["commands"]
+    login = s["login_node_s"]
+    logins = ", ".join(f"{k} {v['logins']}" for k, v in c.items())
+    calls = ", ".join(f"{k} {v['ssh_calls']}" for k, v in c.items())
+    open_ = c["submit --on (master open)"]
+    wire = [x["what"] for x in open_["calls"] if not x["what"].startswith("check")]
+    most = float(max(v["logins"] for v in c.values()))
+    project = r["project"]
+    return [
+        Figure(
+            "remote_submit_overhead",
+            "laptop mode: `jzk submit --on HOST` from the laptop's project (its code already "
+            "there) / the same `jzk submit` typed on the login node (`ssh HOST 'cd <project "
+            "there> && <venv>/bin/jzk submit ...'`), one warm master connection, a local sshd",
+            s["overhead_ratio"],
+            [x["ratio"] for x in rounds],
+            f"{s['ours_s']:.2f} s",
+            f"{login:.2f} s (on the login node)",
+            "",
+        ),
+        Figure(
+            "remote_first_submit_vs_login",
+            "laptop mode: the first `jzk submit --on` (the code packed and sent) / the same "
+            "submission on the login node",
+            s["first_vs_login_node"],
+            [s["first_vs_login_node"]],
+            f"{s['first_submit_s']:.2f} s",
+            f"{login:.2f} s (on the login node)",
+            "",
+        ),
+        Figure(
+            "remote_logins_per_command",
+            "laptop mode: ssh logins (sshd's log) of a command, the most of: "
+            + logins
+            + " (from a closed master unless said)",
+            most,
+            [most],
+            f"{most:.0f}",
+            "",
+            "<= 1",
+            ratio=False,
+        ),
+        Figure(
+            "remote_ssh_calls_per_submit",
+            "laptop mode: ssh processes `jzk submit --on` starts, master open ("
+            + ", ".join(wire)
+            + " over the wire, the rest `-O check`); every command: "
+            + calls,
+            float(open_["ssh_calls"]),
+            [float(open_["ssh_calls"])],
+            f"{open_['ssh_calls']} ({open_['over_the_wire']} over the wire)",
+            "",
+            "",
+            ratio=False,
+        ),
+        Figure(
+            "remote_archive_bytes_ratio",
+            f"laptop mode: the code archive on the wire / the frozen tree it became there "
+            f"(logs/code/<hash>), a project of {project['py_files']} .py files",
+            s["archive_vs_frozen_bytes"],
+            [s["archive_vs_frozen_bytes"]],
+            f"{a['wire_bytes']} B, {a['files']} files",
+            f"{a['frozen_bytes']} B, {a['frozen_files']} files (frozen there)",
+            "< 1",
+        ),
+        Figure(
+            "remote_wire_vs_project_bytes",
+            f"laptop mode: the code archive / the laptop's project with its data/ of "
+            f"{project['data_files']} small files ({a['data_files_sent']} of them sent)",
+            s["wire_vs_project_bytes"],
+            [s["wire_vs_project_bytes"]],
+            f"{a['wire_bytes']} B",
+            f"{project['bytes']} B, {project['files']} files (the project here)",
+            "",
+        ),
+    ]
+
+
+def remote_needs() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (the local Slurm cluster, sshd, a second user): sudo .venv/bin/python"
+    if not os.access("/usr/sbin/sshd", os.X_OK):
+        return "no /usr/sbin/sshd: apt-get install openssh-server (scripts/setup.sh does)"
+    if shutil.which("slurmctld") is None and shutil.which("apt-get") is None:
+        return "no Slurm packages and no apt-get to install them"
+    return None
+
+
 def hsl_needs() -> str | None:
     try:
         import hydra_plugins.hydra_submitit_launcher  # noqa: F401
@@ -681,6 +770,22 @@ BENCHES = [
         ["--rounds", "3", "--points", "100"],
         app_sweep_figures,
         needs=hsl_needs,
+    ),
+    Bench(
+        "remote",
+        "bench_remote.py",
+        [
+            "remote_submit_overhead",
+            "remote_first_submit_vs_login",
+            "remote_logins_per_command",
+            "remote_ssh_calls_per_submit",
+            "remote_archive_bytes_ratio",
+            "remote_wire_vs_project_bytes",
+        ],
+        ["--rounds", "3"],
+        ["--rounds", "5"],
+        remote_figures,
+        needs=remote_needs,
     ),
     Bench(
         "gpu",
