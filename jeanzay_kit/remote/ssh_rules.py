@@ -20,8 +20,10 @@ PERSIST = "10m"
 # Seconds ssh waits for the TCP connection (ConnectTimeout): an unregistered IP address on
 # Jean Zay is dropped silently, so without it ssh would wait for the system's timeout.
 CONNECT_TIMEOUT_S = 15
-# A unix socket's path is at most 108 bytes (sun_path); OpenSSH appends a random suffix.
-MAX_SOCKET_DIR = 60
+# A unix socket's path is at most 107 characters (sun_path, 108 bytes with its NUL); in
+# the folder, OpenSSH writes "/" + %C (40 hex) + "." + 16 random characters while it
+# makes the master: 58 after the folder's own name.
+MAX_SOCKET_DIR = 107 - 58
 # Printed by the login-node side when jzk is not installed there (remote_line).
 NOT_SET_UP = "JZK-REMOTE-NOT-SET-UP"
 NOT_SET_UP_EXIT = 97  # an exit code jzk itself never uses

@@ -112,17 +112,18 @@ def test_ssh_argv(host: Host, config: str | None, batch: bool) -> None:
 
 @pytest.mark.parametrize(
     "state",
-    ["/home/me/.local/state/jzk", "/home/me/.local/state/jzk/", "/" + "s" * 55],
+    ["/home/me/.local/state/jzk", "/home/me/.local/state/jzk/", "/" + "s" * 44],
 )
 def test_control_dir_short_state(state: str) -> None:
     got = control_dir(state, 1000)
     assert got == state.rstrip("/") + "/ssh"
     assert len(got) <= MAX_SOCKET_DIR
+    assert len(got) + len("/" + "f" * 40 + "." + "r" * 16) <= 107  # OpenSSH's temporary name
 
 
 @pytest.mark.parametrize(
     ("state", "uid"),
-    [("/" + "s" * 56, 1000), ("/very/long/" + "x" * 200, 4294967294), ("/a" * 40, 0)],
+    [("/" + "s" * 45, 1000), ("/very/long/" + "x" * 200, 4294967294), ("/a" * 40, 0)],
 )
 def test_control_dir_long_state(state: str, uid: int) -> None:
     got = control_dir(state, uid)
