@@ -21,7 +21,9 @@ TOOLKIT = [f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}", "job.entry_
 
 
 def submit(env: dict[str, str], cwd: Path, *argv: str) -> tuple[str, Path]:
-    out = run([JZK, "submit", "cluster=slurm_local", *argv, *TOOLKIT], env, cwd)
+    flags = [a for a in argv if a.startswith("--")]
+    overrides = [a for a in argv if not a.startswith("--")]
+    out = run([JZK, "submit", *flags, "cluster=slurm_local", *overrides, *TOOLKIT], env, cwd)
     assert out.returncode == 0, out.stderr
     job = re.search(r"submitted job (\d+)", out.stdout).group(1)
     run_dir = Path(re.search(r"run dir (.+)$", out.stdout, re.M).group(1))
@@ -90,8 +92,8 @@ def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
         row = pending_row(slurm, run_dir, "ReqNodeNotAvail")
         assert "reservation" in row["pending_why"] and "resources.time" in row["pending_why"]
         applied = run(
-            [JZK, "plan", "cluster=slurm_local", *asked, "job.name=asked2", *TOOLKIT, "--apply",
-             str(chained["number"])],
+            [JZK, "plan", "--apply", str(chained["number"]), "cluster=slurm_local", *asked,
+             "job.name=asked2", *TOOLKIT],
             slurm, tmp_path,
         )  # fmt: skip
         assert applied.returncode == 0 and "2 chained" in applied.stdout, applied.stderr
