@@ -162,31 +162,14 @@ def remote_runs_here(host: str | None = None) -> list[RemoteRun]:
     return [r for r in runs if host is None or r.host == host]
 
 
-# A remote run's row: what `jzk status --json` says there, the same columns as here.
-_COLUMNS = ("run", "host", "job", "state", "step", "loss", "eta")
-
-
-def show_remote(runs: list[RemoteRun], as_json: bool) -> bool:
-    """The laptop's remote runs, one `jzk status --json` per host and project (one squeue
-    and one sacct there); True when every one has ended."""
-    import json
-
-    from jeanzay_kit.launch.status import ENDED
-
+def collect_remote(runs: list[RemoteRun]) -> list[dict[str, object]]:
+    """What `jzk status --json` says on each cluster of the laptop's remote runs (a
+    sweep: each point), with `host` and `run` (their name here) added: one call per
+    host and project there (one squeue and one sacct)."""
     groups: dict[tuple[str, str], list[RemoteRun]] = {}
     for run in runs:
         groups.setdefault((run.host, run.project), []).append(run)
-    rows = [row for (host, project), group in groups.items() for row in _rows(host, project, group)]
-    if as_json:
-        for row in rows:
-            print(json.dumps(row), flush=True)
-    else:
-        table: list[tuple[str, ...]] = [_COLUMNS, *(_cells(r) for r in rows)]
-        widths = [max(len(row[i]) for row in table) for i in range(len(_COLUMNS))]
-        print("\nremote runs (laptop mode):")
-        for cells in table:
-            print("  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    return all(r.get("state") in ENDED or r.get("state") == "STOPPED" for r in rows)
+    return [row for (host, project), group in groups.items() for row in _rows(host, project, group)]
 
 
 def _rows(host: str, project: str, runs: list[RemoteRun]) -> list[dict[str, object]]:
@@ -224,12 +207,3 @@ def _registered_name(run_dir: str, runs: list[RemoteRun]) -> str | None:
         if run_dir.startswith(run.run_dir + "/"):
             return f"{run.name}/{run_dir[len(run.run_dir) + 1 :]}"
     return None
-
-
-def _cells(row: dict[str, object]) -> tuple[str, ...]:
-    step = f"{row.get('step')}/{row.get('steps')}" if row.get("step") is not None else "-"
-    loss, eta_s = row.get("loss"), row.get("eta_s")
-    loss_text = f"{loss:.4g}" if isinstance(loss, int | float) else "-"
-    eta = f"{eta_s / 60:.0f} min" if isinstance(eta_s, int | float) else "-"
-    cells = (row["run"], row["host"], row.get("job_id", "?"), row.get("state", "?"))
-    return (*(str(c) for c in cells), step, loss_text, eta)

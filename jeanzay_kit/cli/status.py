@@ -66,14 +66,11 @@ def run(args: argparse.Namespace) -> int:
         return _study_status(Path(args.dir))
     remote = []
     if args.dir is None:  # laptop mode: the runs this laptop submitted elsewhere too
-        from jeanzay_kit.cli.remote import remote_runs_here, show_remote
+        from jeanzay_kit.cli.remote import remote_runs_here
 
         remote = remote_runs_here(getattr(args, "on", None))
     while True:
-        if remote:
-            ended = _show_if_any(args.json) & show_remote(remote, args.json)
-        else:
-            ended = _show(args.dir, as_json=args.json)
+        ended = _show(args.dir, as_json=args.json, remote=remote)
         if args.watch is None or ended:
             return 0
         time.sleep(max(1.0, args.watch))
@@ -81,53 +78,34 @@ def run(args: argparse.Namespace) -> int:
             print(f"\n--- {time.strftime('%H:%M:%S')} (every {args.watch:g} s; Ctrl-C stops)")
 
 
-def _show_if_any(as_json: bool) -> bool:
-    """This machine's runs beside remote ones: none here is no error then."""
-    try:
-        return _show(None, as_json)
-    except JzkError:
-        return True
-
-
-def _show(directory: str | None, as_json: bool) -> bool:
-    """Print the runs once; True when every one has ended."""
+def _show(directory: str | None, as_json: bool, remote: list | None = None) -> bool:
+    """Print the runs once, this machine's and the laptop's remote ones (laptop mode) in
+    one table; True when every one has ended."""
     import json
 
     from jeanzay_kit.launch import status
-    from jeanzay_kit.launch.run_files import ledger_record, run_progress
-    from jeanzay_kit.node.outcome import read_signal
 
-    views = [
-        replace(
-            view,
-            checkpoint=(kept := _newest_complete_step(view.run_dir or "")),
-            record=ledger_record(Path(view.run_dir or ""), kept),
-            progress=run_progress(
-                Path(view.run_dir or ""),
-                job_id=None if view.job_id == "local" else view.job_id,
-                log=Path(str(record["log"])) if record.get("log") else None,
-            ),
-        )
-        for record in status_records(directory)
-        for view in [status.run_view(record)]
-    ]
+    views = _local_views(directory, bool(remote))
     ids = list(dict.fromkeys(v.job_id for v in views if v.job_id != "local"))
     usage: dict = {}
     states, hours, notes = slurm_states(ids, usage)
-    for view in views:
-        if view.job_id == "local":
-            signum = read_signal(Path(view.run_dir or ""))
-            states[view.key] = status.JobState(
-                "local", _local_state(view), "-", "this machine", f"0:{signum}" if signum else ""
-            )
-    shown = list(dict.fromkeys(v.key for v in views))
-    now = [states[i].state if i in states else "UNKNOWN" for i in shown]
+    _local_states(views, states)
     waiting = _pending(views, states)
     trust = estimate_trust(waiting) if waiting else None  # recorded with --json too
+    there = _remote_rows(remote or [])
     if as_json:
         for obj in status.run_objects(views, states, hours, usage, waiting):
             print(json.dumps(obj), flush=True)
-    else:
+        for row in there:
+            print(json.dumps(row), flush=True)
+    for row in there:  # one table: the remote runs as HOST:ID
+        view, state = status.remote_view(row)
+        views.append(view)
+        states[view.key] = state
+        if row.get("pending_reason"):
+            waiting[view.key] = {k: row.get(k) for k in status.NOT_PENDING}
+    now = [states[v.key].state if v.key in states else "UNKNOWN" for v in views]
+    if not as_json:
         print(status.status_table(views, states))
         for job, facts in waiting.items():
             print(f"\njob {job} waits ({facts['pending_reason']}): {facts['pending_why']}")
@@ -138,6 +116,54 @@ def _show(directory: str | None, as_json: bool) -> bool:
     for note in notes:
         print(note, file=sys.stderr)
     return all(s in status.ENDED or s == "STOPPED" for s in now)
+
+
+def _remote_rows(remote: list) -> list[dict[str, object]]:
+    if not remote:
+        return []
+    from jeanzay_kit.cli.remote import collect_remote
+
+    return collect_remote(remote)
+
+
+def _local_views(directory: str | None, optional: bool) -> list[RunView]:
+    """This machine's runs (none is no error beside remote ones: `optional`)."""
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.launch.run_files import ledger_record, run_progress
+
+    try:
+        records = status_records(directory)
+    except JzkError:
+        if optional:
+            return []
+        raise
+    return [
+        replace(
+            view,
+            checkpoint=(kept := _newest_complete_step(view.run_dir or "")),
+            record=ledger_record(Path(view.run_dir or ""), kept),
+            progress=run_progress(
+                Path(view.run_dir or ""),
+                job_id=None if view.job_id == "local" else view.job_id,
+                log=Path(str(record["log"])) if record.get("log") else None,
+            ),
+        )
+        for record in records
+        for view in [status.run_view(record)]
+    ]
+
+
+def _local_states(views: list[RunView], states: dict) -> None:
+    """A run on this machine: its state from its own directory."""
+    from jeanzay_kit.launch import status
+    from jeanzay_kit.node.outcome import read_signal
+
+    for view in views:
+        if view.job_id == "local":
+            signum = read_signal(Path(view.run_dir or ""))
+            states[view.key] = status.JobState(
+                "local", _local_state(view), "-", "this machine", f"0:{signum}" if signum else ""
+            )
 
 
 def _pending(views: list[RunView], states: dict) -> dict[str, dict[str, object]]:

@@ -200,6 +200,45 @@ def run_view(record: Mapping[str, object]) -> RunView:
     )
 
 
+def remote_view(row: Mapping[str, object]) -> tuple[RunView, JobState]:
+    """A run on another cluster (laptop mode) as this table shows it, from what `jzk
+    status --json` said there (`host` and `run` added): its job as HOST:ID."""
+    host = str(row.get("host", "?"))
+    job = f"{host}:{row.get('job_id', '?')}"
+
+    def number(key: str) -> float | None:
+        value = row.get(key)
+        return float(value) if isinstance(value, int | float) else None
+
+    step, total = number("step"), number("steps")
+    checkpoint = str(row.get("checkpoint") or "")
+    progress = RunProgress(
+        step=None if step is None else int(step),
+        total=None if total is None else int(total),
+        loss=number("loss"),
+        eta_s=number("eta_s"),
+        restarts=int(number("restarts") or 0),
+        last_line=str(row["last_line"]) if row.get("last_line") else None,
+        verdict=str(row["verdict"]) if row.get("verdict") else None,
+        evidence=str(row["evidence"]) if row.get("evidence") else None,
+    )
+    view = RunView(
+        job_id=job,
+        run_dir=f"{host}:{row.get('run_dir')}",
+        overrides=strings(row.get("overrides")),
+        checkpoint=int(checkpoint[5:]) if checkpoint.startswith("step-") else None,
+        progress=progress,
+    )
+    state = JobState(
+        job,
+        str(row.get("state") or "UNKNOWN"),
+        str(row.get("elapsed") or "-"),
+        str(row.get("where") or ""),
+        str(row.get("exit_code") or ""),
+    )
+    return view, state
+
+
 @dataclass(frozen=True)
 class RunUsage:
     """sacct's figures of every job that wrote one run directory, together: a run

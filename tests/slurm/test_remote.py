@@ -143,6 +143,8 @@ def test_submit_preempt_resume_follow_pull_from_the_laptop(laptop: Laptop, tmp_p
         time.sleep(3)
     assert row["state"] == "COMPLETED", row
     assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()
+    table = lap.jzk("status")  # one table: the remote run as HOST:JOB, with its progress
+    assert f"{lap.ssh.host}:{job_id}" in table.stdout and "400/400" in table.stdout, table.stdout
 
     # The same code again: not sent again.
     again = lap.jzk("submit", "--on", lap.ssh.host, "--test-only", *job_args(lap, "lap", *TRAINING))

@@ -169,3 +169,22 @@ def test_an_out_of_memory_end_is_said_with_the_estimate_made_at_submission(
         f"45: out of GPU memory: CUDA out of memory (estimated before the queue: "
         f"{kept['gpu_memory']})"
     )
+
+
+def test_a_remote_runs_row_joins_the_table_as_host_and_job() -> None:
+    """Laptop mode: what `jzk status --json` said on the cluster, in this machine's table."""
+    from jeanzay_kit.launch.status import remote_view, status_table
+
+    row = {"host": "jean-zay", "run": "lap-1", "run_dir": "/w/p/outputs/lap-1", "job_id": "77",
+           "state": "RUNNING", "elapsed": "0:42", "where": "n1", "step": 40, "steps": 400,
+           "loss": 0.5, "eta_s": 120.0, "restarts": 1, "checkpoint": "step-50",
+           "overrides": ["cluster=jeanzay_h100"]}  # fmt: skip
+    view, state = remote_view(row)
+    assert view.key == "jean-zay:77" and state.state == "RUNNING" and view.checkpoint == 50
+    table = status_table([view], {view.key: state})
+    line = table.splitlines()[1]
+    assert (
+        line.startswith("jean-zay:77")
+        and "40/400" in line
+        and "jean-zay:/w/p/outputs/lap-1" in line
+    )
