@@ -46,6 +46,15 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="show it again every SECONDS (default 10) until every run has ended; one "
         "squeue and one sacct call a refresh, however many runs",
     )
+    status.add_argument(
+        "--hours",
+        nargs="*",
+        default=None,
+        metavar="OVERRIDE",
+        help="the account's allocation instead (cluster.allocation of the profile the "
+        "overrides choose, e.g. --hours cluster=jeanzay_h100 cluster.account=abc@h100): "
+        "used, left, the burn rate over the last 7 days and the day the hours run out",
+    )
     status.set_defaults(run=run)
 
 
@@ -62,6 +71,12 @@ def _newest_complete_step(run_dir: str) -> int | None:
 def run(args: argparse.Namespace) -> int:
     import time
 
+    if args.hours is not None:
+        from jeanzay_kit.launch.allocation import standing_text
+        from jeanzay_kit.launch.request import spec_of
+
+        print(standing_text(spec_of([*([args.dir] if args.dir else []), *args.hours], None)))
+        return 0
     if args.dir is not None and _is_study(Path(args.dir)):
         return _study_status(Path(args.dir))
     remote = []

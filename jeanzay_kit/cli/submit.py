@@ -84,6 +84,10 @@ def run(args: argparse.Namespace) -> int:
         raise JzkError(f"--chain {args.chain}: give the number of jobs, 1 or more")
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
+    from jeanzay_kit.launch.allocation import check_request
+
+    res = spec.resources  # the allocation first: its refusal leaves not even the run's folder
+    check_request(spec, res.total_gpus * res.time_minutes / 60 * args.chain)
     refuse_before_writing(spec, run_dir)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.node.script_siblings import earlier_run_line

@@ -102,6 +102,12 @@ class ClusterProfile:
     remote_workdir: str = "~/jzk"
     remote_python: str = "python3"
     remote_setup: tuple[str, ...] = ()
+    # The account's allocation on this pool (cluster.allocation): GPU hours granted (None:
+    # not declared), since when, the site's blocking ratio, and whether to go over it.
+    allocation_hours: float | None = None
+    allocation_since: str | None = None
+    allocation_blocked_at: float = 1.0
+    allocation_go_over: bool = False
 
     @property
     def loaded_modules(self) -> tuple[str, ...]:
@@ -307,6 +313,7 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
             )
         )
     remote = _remote(data.get("remote"))
+    allocation = _allocation(data.get("allocation"))
     return ClusterProfile(
         name=name,
         scheduler=d.text("scheduler") or "slurm",
@@ -334,7 +341,39 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
         remote_workdir=remote[0],
         remote_python=remote[1],
         remote_setup=remote[2],
+        allocation_hours=allocation[0],
+        allocation_since=allocation[1],
+        allocation_blocked_at=allocation[2],
+        allocation_go_over=allocation[3],
     )
+
+
+ALLOCATION_KEYS = ("hours", "since", "blocked_at", "go_over")
+
+
+def _allocation(node: object) -> tuple[float | None, str | None, float, bool]:
+    """cluster.allocation's keys, checked (docs/queue.md): hours, since, blocked_at, go_over."""
+    data = _check_keys("cluster.allocation", node or {}, ALLOCATION_KEYS)
+    d = _Keys("cluster.allocation", data)
+    numbers: list[float | None] = []
+    for key, least in (("hours", 0.0), ("blocked_at", 1.0)):
+        value = data.get(key, None if key == "hours" else 1.0)
+        if value is None:
+            numbers.append(None)
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < least:
+            raise SpecError(
+                Problem(f"cluster.allocation.{key}", value, f"must be a number >= {least:g}")
+            )
+        numbers.append(float(value))
+    since = d.text("since")
+    if since is not None and not re.match(r"^\d{4}-\d\d-\d\d$", since):
+        raise SpecError(
+            Problem(
+                "cluster.allocation.since", since, "must be a day, YYYY-MM-DD", "e.g. 2026-05-01"
+            )
+        )
+    return numbers[0], since, numbers[1] or 1.0, d.flag("go_over", False)
 
 
 REMOTE_KEYS = ("workdir", "python", "setup")

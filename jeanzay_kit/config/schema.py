@@ -45,6 +45,17 @@ class RemoteConfig:
 
 
 @dataclass
+class AllocationConfig:
+    """The account's hours on this cluster's pool (docs/queue.md); hours null: none
+    declared, nothing checked."""
+
+    hours: Optional[float] = None  # GPU hours granted to cluster.account on this pool
+    since: Optional[str] = None  # the day the allocation began (YYYY-MM-DD); null: 1 year ago
+    blocked_at: float = 1.0  # the site stops the account's jobs past hours x this
+    go_over: bool = False  # true: submit a request even past what is left
+
+
+@dataclass
 class ClusterConfig:
     """A site: how jobs are submitted there and the limits sbatch would enforce (docs/sites.md)."""
 
@@ -78,6 +89,7 @@ class ClusterConfig:
     qos: dict[str, Any] = field(default_factory=dict)
     default_qos: Optional[str] = None  # what Slurm applies without --qos
     remote: RemoteConfig = field(default_factory=RemoteConfig)  # from a laptop over ssh
+    allocation: AllocationConfig = field(default_factory=AllocationConfig)  # the hours granted
 
 
 @dataclass

@@ -176,6 +176,14 @@ def sacct_starts_text(job_ids: Sequence[str], runner: CommandRunner | None = Non
     return _checked(argv, runner).stdout
 
 
+def sacct_account_text(account: str | None, since: str, runner: CommandRunner | None = None) -> str:
+    """Every attempt since `since` of the account's jobs, all its users (or this user's
+    jobs without an account): `JobID|ElapsedRaw|AllocTRES|End` (launch/allocation_rules.py)."""
+    who = ["--allusers", "-A", account] if account else []
+    argv = ["sacct", "-X", "-n", "-P", "--duplicates", *who, "-S", since, "-E", "now"]
+    return _checked([*argv, "-o", "JobID,ElapsedRaw,AllocTRES,End"], runner).stdout
+
+
 def sprio_text(job_ids: Sequence[str], runner: CommandRunner | None = None) -> str:
     """The parts of these pending jobs' priority (priority/multifactor sites); empty
     where the site's priority plugin has none (sprio then refuses)."""

@@ -108,3 +108,43 @@ def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
         run(["scancel", job, first, *chain], slurm)
     finally:
         run(["scontrol", "delete", "reservation=jzk_maint"], slurm)
+
+
+def hand_sum(env: dict[str, str], since: str) -> float:
+    """This user's GPU hours since `since`, summed here from sacct's own rows."""
+    out = run(["sacct", "-X", "-n", "-P", "--duplicates", "-S", since, "-E", "now", "-o",
+               "ElapsedRaw,AllocTRES"], env).stdout  # fmt: skip
+    total = 0.0
+    for line in out.splitlines():
+        raw, _, tres = line.partition("|")
+        gpus = sum(int(t.split("=")[1]) for t in tres.split(",") if t.startswith("gres/gpu="))
+        total += int(raw or 0) * gpus / 3600
+    return total
+
+
+def test_the_allocation_against_sacct_and_a_request_past_it(slurm, tmp_path: Path) -> None:
+    """`jzk status --hours` gives the GPU hours sacct holds since the allocation began
+    (summed by hand here); a request past what is left is refused before anything is
+    written, and submitted with cluster.allocation.go_over=true."""
+    since = time.strftime("%Y-%m-%d")
+    job, _ = submit(
+        slurm, tmp_path, "job.name=spent", "train.steps=20", "resources.gpus_per_node=2"
+    )
+    wait_for(job, slurm, timeout=120)
+    profile = ["cluster=slurm_local", "cluster.allocation.hours=1000",
+               f"cluster.allocation.since={since}"]  # fmt: skip
+    before = hand_sum(slurm, since)
+    hours = run([JZK, "status", "--hours", *profile], slurm, tmp_path)
+    after = hand_sum(slurm, since)
+    assert hours.returncode == 0, hours.stderr
+    used = float(re.search(r"used +([\d,.]+)", hours.stdout).group(1).replace(",", ""))
+    assert before > 0 and round(before, 1) - 0.05 <= used <= round(after, 1) + 0.05, hours.stdout
+    assert "runs out" in hours.stdout and "burn" in hours.stdout
+
+    tight = ["cluster.allocation.hours=0.001", f"cluster.allocation.since={since}"]
+    refused = run([JZK, "submit", "cluster=slurm_local", *tight, "job.name=over", *TOOLKIT],
+                  slurm, tmp_path)  # fmt: skip
+    assert refused.returncode == 2 and "cluster.allocation.go_over=true" in refused.stderr
+    assert not list((tmp_path / "outputs").glob("over-*")), "a refused request wrote its run"
+    went, _ = submit(slurm, tmp_path, *tight, "cluster.allocation.go_over=true", "job.name=over")
+    run(["scancel", went], slurm)

@@ -45,6 +45,7 @@ PURE = [
     "node/script_cwd_rules.py",
     "project/places.py",
     "slurm/pending.py",
+    "launch/allocation_rules.py",
     "remote/ssh_rules.py",
     "runtime/stall.py",
     "ending_rules.py",
