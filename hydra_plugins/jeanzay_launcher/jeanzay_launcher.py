@@ -167,6 +167,11 @@ class JeanzayLauncher(Launcher):
         app_task, points = self._points(job_overrides, initial_job_idx, sweep_dir)
         if self.on:
             return self._launch_there(points, initial_job_idx)
+        from jeanzay_kit.launch.allocation import check_request
+
+        # Every point to its time limit: what the sweep takes at most of the allocation.
+        hours = sum(p.spec.resources.total_gpus * p.spec.resources.time_minutes for p in points)
+        check_request(points[0].spec, hours / 60)
         max_size = min(p.spec.cluster.max_array_size for p in points)
         code_dir = _snapshot(points[0].spec)
         plans = plan_arrays(points, max_size, self.array_parallelism, code_dir)

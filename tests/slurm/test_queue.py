@@ -148,3 +148,9 @@ def test_the_allocation_against_sacct_and_a_request_past_it(slurm, tmp_path: Pat
     assert not list((tmp_path / "outputs").glob("over-*")), "a refused request wrote its run"
     went, _ = submit(slurm, tmp_path, *tight, "cluster.allocation.go_over=true", "job.name=over")
     run(["scancel", went], slurm)
+    # A sweep: all its points together, refused before any is queued.
+    sweep = run([PYTHON, str(REPO / "train.py"), "-m", "cluster=slurm_local", *tight,
+                 "optim.lr=0.1,0.2", f"job.python={PYTHON}",
+                 f"hydra.sweep.dir={tmp_path / 'sweep'}"], slurm, tmp_path)  # fmt: skip
+    assert sweep.returncode == 2 and "cluster.allocation.go_over=true" in sweep.stderr, sweep.stderr
+    assert not (tmp_path / "sweep" / "manifest.jsonl").exists()
