@@ -55,6 +55,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         "overrides choose, e.g. --hours cluster=jeanzay_h100 cluster.account=abc@h100): "
         "used, left, the burn rate over the last 7 days and the day the hours run out",
     )
+    status.add_argument(
+        "--plan",
+        action="store_true",
+        help="for the run's queued job: `jzk plan` of the overrides it was submitted with "
+        "(what would start sooner; `jzk plan ... --apply N` submits a row)",
+    )
     status.set_defaults(run=run)
 
 
@@ -77,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
 
         print(standing_text(spec_of([*([args.dir] if args.dir else []), *args.hours], None)))
         return 0
+    if args.plan:
+        return _plan_of(args)
     if args.dir is not None and _is_study(Path(args.dir)):
         return _study_status(Path(args.dir))
     remote = []
@@ -91,6 +99,22 @@ def run(args: argparse.Namespace) -> int:
         time.sleep(max(1.0, args.watch))
         if not args.json:
             print(f"\n--- {time.strftime('%H:%M:%S')} (every {args.watch:g} s; Ctrl-C stops)")
+
+
+def _plan_of(args: argparse.Namespace) -> int:
+    """`jzk status --plan RUN_DIR`: the plan of the newest submission of the run."""
+    from jeanzay_kit.cli import plan
+
+    if args.dir is None:
+        raise JzkError("--plan needs the run: jzk status --plan RUN_DIR")
+    records = [r for r in status_records(args.dir) if r.get("job_id") != "local"]
+    if not records:
+        raise JzkError(f"{args.dir} has no submitted job: nothing is queued to plan")
+    overrides = [str(o) for o in records[-1].get("overrides") or []]  # the newest job
+    print(f"plan of {args.dir}: {' '.join(overrides)}")
+    return plan.run(
+        argparse.Namespace(overrides=overrides, config_dir=None, json=args.json, apply=None)
+    )
 
 
 def _show(directory: str | None, as_json: bool, remote: list | None = None) -> bool:

@@ -91,6 +91,9 @@ def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
         job, run_dir = submit(slurm, tmp_path, *asked)
         row = pending_row(slurm, run_dir, "ReqNodeNotAvail")
         assert "reservation" in row["pending_why"] and "resources.time" in row["pending_why"]
+        replan = run([JZK, "status", "--plan", "--json", str(run_dir)], slurm, tmp_path)
+        again = json.loads(replan.stdout.strip().splitlines()[-1])
+        assert [r["chain"] for r in again] == [r["chain"] for r in rows], replan.stderr
         applied = run(
             [JZK, "plan", "--apply", str(chained["number"]), "cluster=slurm_local", *asked,
              "job.name=asked2", *TOOLKIT],
