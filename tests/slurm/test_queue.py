@@ -61,6 +61,30 @@ def test_a_held_job_and_a_dependency_never_met_are_said_in_words(slurm, tmp_path
     run(["scancel", held, row["job_id"]], slurm)
 
 
+def test_busy_nodes_say_resources_with_slurms_estimate_and_when_it_was_made(
+    slurm, tmp_path: Path
+) -> None:
+    """Both nodes taken by another job (2 minutes long): a job waits for Resources (or
+    Priority), and the backfill scheduler's estimate comes with the time it was made."""
+    blocker = tmp_path / "blocker.sbatch"
+    blocker.write_text("#!/bin/bash\n#SBATCH -N 2 --exclusive -t 2 -o /dev/null\nsleep 100\n")
+    busy = sbatch(blocker, slurm, tmp_path)
+    try:
+        job, run_dir = submit(slurm, tmp_path, "job.name=waits", "resources.time=00:05:00")
+        deadline = time.monotonic() + 60
+        while True:
+            row = pending_row(slurm, run_dir, "")
+            if row["pending_reason"] in ("Resources", "Priority") and row["start_estimate"]:
+                break
+            assert time.monotonic() < deadline, row
+            time.sleep(1)
+        assert f"Slurm's estimate: {row['start_estimate']} (made at " in row["pending_why"], row
+        table = run([JZK, "status", str(run_dir)], slurm)
+        assert f"job {job} waits ({row['pending_reason']})" in table.stdout, table.stdout
+    finally:
+        run(["scancel", busy, *([job] if "job" in locals() else [])], slurm)
+
+
 def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
     slurm, tmp_path: Path
 ) -> None:

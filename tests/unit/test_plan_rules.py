@@ -1,0 +1,56 @@
+"""`jzk plan`'s alternatives (issue 67 point 3; launch/plan_rules.py): which rows a request
+gets, what each row costs and ends by, and that an alternative that does not pass
+validation is never shown (cli/plan.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from jeanzay_kit.launch.plan_rules import Alternative, Request, alternatives, plan_table, row_of
+
+QOS = [("qos_t3", 1200, 512), ("qos_t4", 6000, 16), ("qos_dev", 120, 32)]
+
+
+@pytest.mark.parametrize(
+    ("req", "labels"),
+    [
+        (Request(480, 2, 4, "qos_t3", QOS, 6000),
+         ["as asked", "2 chained jobs of 04:00:00", "4 chained jobs of 02:00:00", "QoS qos_t4",
+          "1 node(s), twice the time"]),
+        # 40 minutes: no chain of jobs shorter than 30 minutes; one node: no fewer nodes.
+        (Request(40, 1, 4, "qos_dev", QOS, 6000), ["as asked", "QoS qos_t3", "QoS qos_t4"]),
+        # a script that does not resume: no chain, no fewer nodes (its batch is its own).
+        (Request(480, 2, 4, "qos_t3", QOS, 6000, resumes=False, keeps_global_batch=False),
+         ["as asked", "QoS qos_t4"]),
+        # twice the time passes the longest limit: the fewer-nodes row is chained.
+        (Request(1200, 2, 4, "qos_t3", QOS[:1], 1200),
+         ["as asked", "2 chained jobs of 10:00:00", "4 chained jobs of 05:00:00",
+          "1 node(s), twice the time, 2 chained jobs"]),
+    ],
+)  # fmt: skip
+def test_the_rows_a_request_gets(req: Request, labels: list[str]) -> None:
+    assert [a.label for a in alternatives(req)] == labels
+
+
+def test_a_qos_too_small_for_the_request_is_not_offered() -> None:
+    # 64 GPUs: qos_t4 allows 16 a job; 3 hours: qos_dev allows 2.
+    labels = [a.label for a in alternatives(Request(180, 16, 4, "qos_t3", QOS, 6000))]
+    assert not any(label.startswith("QoS") for label in labels)
+
+
+def test_a_rows_end_and_hours_count_every_job_of_its_chain() -> None:
+    alt = Alternative("2 chained jobs of 04:00:00", ("resources.time=04:00:00",), 2)
+    row = row_of(1, alt, 240, 8, "2026-11-28T10:00:00")
+    assert row.end_estimate == "2026-11-28T18:00:00" and row.gpu_hours == 64.0
+    table = plan_table([row, row_of(0, Alternative("as asked", ()), 480, 8, None, "no")])
+    assert "resources.time=04:00:00 --chain 2" in table and "refused" in table
+
+
+def test_an_alternative_that_does_not_validate_is_never_shown() -> None:
+    from jeanzay_kit.cli.plan import _row
+
+    args = argparse.Namespace(overrides=["cluster=jeanzay_h100", "cluster.account=abc@h100"],
+                              config_dir=None)  # fmt: skip
+    assert _row(args, Alternative("QoS nope", ("resources.qos=qos_does_not_exist",)), 3) is None
