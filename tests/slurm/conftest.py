@@ -43,6 +43,9 @@ def slurm() -> Iterator[dict[str, str]]:
     )
     if up.returncode != 0:
         logs = "\n".join(p.read_text()[-1500:] for p in (state / "log").glob("*.log"))
+        # What did start (munge, MariaDB, slurmdbd) goes: it would hold the fixed ports.
+        subprocess.run([str(SCRIPT), "down", str(state)], capture_output=True, timeout=60)
+        shutil.rmtree(state, ignore_errors=True)
         pytest.skip(f"scripts/slurm-local up failed ({up.returncode}): {up.stderr}\n{logs}")
     env = dict(os.environ, SLURM_CONF=str(state / "etc" / "slurm.conf"))
     try:

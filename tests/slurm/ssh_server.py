@@ -334,6 +334,7 @@ def serve(slurm_env: dict[str, str]) -> Iterator[SshCluster]:
         wrong_key = tmp / "id_ed25519_wrong"
         keygen(wrong_key, "a key the cluster does not know")
         home, work = fresh_home(pw, public)
+        add_association(slurm_env)
         site_packages = purelib()
         problem = access_problem(pw, slurm_env, site_packages)
         if problem:
@@ -354,6 +355,16 @@ def serve(slurm_env: dict[str, str]) -> Iterator[SshCluster]:
             stop_sshd(proc)
         kill_user_processes()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def add_association(slurm_env: dict[str, str]) -> None:
+    """The user's Slurm association (the cluster enforces them, as a site does:
+    scripts/slurm-local), in root's account, with the QoS the tests use."""
+    for argv in (
+        ["sacctmgr", "-i", "add", "user", USER, "account=root"],
+        ["sacctmgr", "-i", "modify", "user", USER, "set", "qos+=gpu2"],
+    ):
+        subprocess.run(argv, env=slurm_env, capture_output=True, text=True, timeout=60)
 
 
 class AccessError(RuntimeError):

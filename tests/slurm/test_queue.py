@@ -69,6 +69,7 @@ def test_busy_nodes_say_resources_with_slurms_estimate_and_when_it_was_made(
     blocker = tmp_path / "blocker.sbatch"
     blocker.write_text("#!/bin/bash\n#SBATCH -N 2 --exclusive -t 2 -o /dev/null\nsleep 100\n")
     busy = sbatch(blocker, slurm, tmp_path)
+    queued: list[str] = []
     try:
         job, run_dir = submit(slurm, tmp_path, "job.name=waits", "resources.time=00:05:00")
         deadline = time.monotonic() + 60
@@ -81,8 +82,31 @@ def test_busy_nodes_say_resources_with_slurms_estimate_and_when_it_was_made(
         assert f"Slurm's estimate: {row['start_estimate']} (made at " in row["pending_why"], row
         table = run([JZK, "status", str(run_dir)], slurm)
         assert f"job {job} waits ({row['pending_reason']})" in table.stdout, table.stdout
+        # A second one behind it: Priority, with sprio's parts (priority/multifactor).
+        queued.append(job)
+        second, second_dir = submit(slurm, tmp_path, "job.name=behind", "resources.time=00:05:00")
+        queued.append(second)
+        row = pending_row(slurm, second_dir, "Priority")
+        assert "its priority" in row["pending_why"] and "age" in row["pending_why"], row
     finally:
-        run(["scancel", busy, *([job] if "job" in locals() else [])], slurm)
+        run(["scancel", busy, *queued], slurm)
+
+
+def test_a_qos_limit_per_user_is_said_with_the_limit(slurm, tmp_path: Path) -> None:
+    """The QoS gpu2 (scripts/slurm-local) lets a user hold 2 GPUs: a second job of it
+    waits for the first (QOSMaxGRESPerUser), said as such."""
+    qos = ["resources.qos=gpu2", "resources.time=00:05:00", "train.steps=100000"]
+    first, _ = submit(slurm, tmp_path, "job.name=holds", "resources.gpus_per_node=2", *qos)
+    queued = [first]
+    try:
+        second, second_dir = submit(
+            slurm, tmp_path, "job.name=capped", "resources.gpus_per_node=1", *qos
+        )
+        queued.append(second)
+        row = pending_row(slurm, second_dir, "QOSMaxGRESPerUser")
+        assert "lets one user hold only so many GPUs" in row["pending_why"], row
+    finally:
+        run(["scancel", *queued], slurm)
 
 
 def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
