@@ -540,6 +540,37 @@ def app_sweep_figures(r: dict) -> list[Figure]:
     ]
 
 
+def sweep_validate_figures(r: dict) -> list[Figure]:
+    rounds, s, n = r["rounds"], r["summary"], r["points"]
+    seconds = [x["validate"] for x in rounds]
+    ratios = [x["ratio"] for x in rounds]
+    return [
+        Figure(
+            "sweep_validate_10k_s",
+            f"`jzk validate -m` of a {n:,}-point sweep (cluster=slurm_local optim.lr=range): "
+            "every point composed, checked and priced (the ceiling line), from an empty cache",
+            median(seconds),
+            seconds,
+            f"{median(seconds):.1f} s ({s['validate_s_per_1000']:.2f} s per 1,000 points)",
+            f"{s['scratch_s_per_1000']:.0f} s per 1,000 points composing each from scratch "
+            "(before)",
+            "< 60 s",
+            ratio=False,
+        ),
+        Figure(
+            "sweep_validate_vs_launcher",
+            f"`jzk validate -m` of {n:,} points / `python train.py -m`'s own checks of the "
+            "same points before it submits (PointConfigs, resolve, JobSpec, fit; each a "
+            "whole process)",
+            median(ratios),
+            ratios,
+            f"{s['validate_s']:.1f} s",
+            f"{s['launcher_s']:.1f} s (the launcher's checks)",
+            "<= 1.5",
+        ),
+    ]
+
+
 def remote_figures(r: dict) -> list[Figure]:
     rounds, s, a, c = r["rounds"], r["summary"], r["archive"], r["commands"]
     login = s["login_node_s"]
@@ -770,6 +801,14 @@ BENCHES = [
         ["--rounds", "3", "--points", "100"],
         app_sweep_figures,
         needs=hsl_needs,
+    ),
+    Bench(
+        "sweep_validate",
+        "bench_sweep_validate.py",
+        ["sweep_validate_10k_s", "sweep_validate_vs_launcher"],
+        ["--rounds", "1"],
+        ["--rounds", "3"],
+        sweep_validate_figures,
     ),
     Bench(
         "remote",

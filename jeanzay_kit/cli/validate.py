@@ -412,25 +412,32 @@ def _fit_line(spec: JobSpec, overrides: list[str], config_dir: str | None) -> st
 
 
 def run_sweep(args: argparse.Namespace) -> int:
-    """Each point checked (the first shown in full), then the ceiling: points x GPUs x time."""
-    from jeanzay_kit.launch.request import spec_of
+    """Each point checked (the first shown in full), then the ceiling: points x GPUs x time.
+
+    Points are composed once per distinct group choice (launch/point_configs.py: the
+    launcher's way), each checked as `jzk validate` checks one request, the fit check
+    asked once a point (its answer kept on disk by the whole config: launch/fit_check.py)."""
+    from jeanzay_kit.launch.point_configs import sweep_compositions
     from jeanzay_kit.launch.sweep_points import ceiling_gpu_hours, sweep_points
 
     refuse_hydra_dirs(args.overrides)
     points = sweep_points(args.overrides)
-    specs = []
-    for number, point in enumerate(points):
-        try:
-            specs.append(spec_of(point, args.config_dir))
-        except JzkError:
-            print(f"point {number} of {len(points)}: {' '.join(point)}", file=sys.stderr)
-            raise
-    print(describe_spec(specs[0]))
-    for number, (point, spec) in enumerate(zip(points, specs, strict=True)):
-        fit = _fit_line(spec, point, args.config_dir)
-        if fit:
-            print(f"point {number}: {fit.split(maxsplit=2)[2]}")
-    shapes = [(s.resources.total_gpus, s.resources.time_minutes) for s in specs]
+    first, shapes, fits = None, [], []
+    with sweep_compositions(args.config_dir):
+        for number, point in enumerate(points):
+            try:
+                spec, fit = _checked_point(point, args.config_dir)
+            except JzkError:
+                print(f"point {number} of {len(points)}: {' '.join(point)}", file=sys.stderr)
+                raise
+            first = first or spec
+            shapes.append((spec.resources.total_gpus, spec.resources.time_minutes))
+            if fit:
+                fits.append(f"point {number}: {fit.split(maxsplit=2)[2]}")
+    assert first is not None  # a sweep has one point at least
+    print(describe_spec(first))
+    for line in fits:
+        print(line)
     ceiling = ceiling_gpu_hours(shapes)
     print(f"\nsweep           {len(points)} point(s), each checked; the first is shown above")
     print(
@@ -439,6 +446,15 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     print("\nOK: every point fits the profile.")
     return 0
+
+
+def _checked_point(point: list[str], config_dir: str | None) -> tuple[JobSpec, str | None]:
+    """The point's request as spec_of checks it, and its fit line (the fit check once,
+    where spec_of and _fit_line would each ask it)."""
+    from jeanzay_kit.launch.request import spec_of
+
+    spec = spec_of(point, config_dir, fit=False)
+    return spec, _fit_line(spec, point, config_dir)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from jeanzay_kit.config.compose_errors import compose_error
 from jeanzay_kit.errors import ConfigError
@@ -236,6 +237,21 @@ def load_profile(path: Path) -> dict[str, Any] | None:
     return cast(dict[str, Any], OmegaConf.to_container(merged, resolve=True))
 
 
+class SweepPoints(Protocol):
+    """The points of a sweep composed once per group choice, as the sweep launcher does
+    (launch/point_configs.sweep_compositions): what compose_config gives, sooner."""
+
+    def serves(self, directory: Path, config_name: str) -> bool: ...
+
+    def resolved(self, overrides: Sequence[str]) -> dict[str, Any]: ...
+
+
+# Set inside a sweep_compositions block (`jzk validate -m`): compose_config of its tree
+# asks it (it writes nothing to the composition cache: a sweep's thousands of points
+# would push out what is kept for other commands).
+SWEEP_POINTS: ContextVar[SweepPoints | None] = ContextVar("jzk_sweep_points", default=None)
+
+
 def compose_config(
     overrides: Sequence[str] = (),
     config_dir: str | Path | None = None,
@@ -250,6 +266,9 @@ def compose_config(
     from jeanzay_kit.config.resolvers import register_resolvers
 
     register_resolvers()
+    sweep = SWEEP_POINTS.get()
+    if sweep is not None and sweep.serves(primary_dir(config_dir, config_name), config_name):
+        return sweep.resolved(overrides)  # a point of `jzk validate -m`
     raw = compose_unresolved(overrides, config_dir, config_name)
     try:
         container = OmegaConf.to_container(OmegaConf.create(raw), resolve=True)
@@ -267,12 +286,7 @@ def compose_unresolved(
     from jeanzay_kit.config.command_line import quote_argument_lists
 
     overrides = quote_argument_lists(overrides)  # job.args=[--lr=0.1] as users type it
-    directory = Path(config_dir or PACKAGE_CONFIG_DIR).resolve()
-    if not (directory / f"{config_name}.yaml").is_file():
-        raise ConfigError(
-            f"no {config_name}.yaml in {directory}. HINT: --config-dir names a complete "
-            "config tree; a project's own options go in ./conf/<group>/<name>.yaml"
-        )
+    directory = primary_dir(config_dir, config_name)
     roots = config_roots(os.environ, Path.cwd(), config_dir)
     check_group_choices(overrides, roots)
     folder = compose_cache.cache_folder(os.environ)
@@ -283,6 +297,17 @@ def compose_unresolved(
         if folder:
             compose_cache.store(folder, key, raw)
     return raw
+
+
+def primary_dir(config_dir: str | Path | None, config_name: str) -> Path:
+    """The primary config tree, refused when it lacks the config asked for."""
+    directory = Path(config_dir or PACKAGE_CONFIG_DIR).resolve()
+    if not (directory / f"{config_name}.yaml").is_file():
+        raise ConfigError(
+            f"no {config_name}.yaml in {directory}. HINT: --config-dir names a complete "
+            "config tree; a project's own options go in ./conf/<group>/<name>.yaml"
+        )
+    return directory
 
 
 def _compose_unresolved(directory: Path, config_name: str, overrides: list[str]) -> dict[str, Any]:
