@@ -84,11 +84,7 @@ def run(args: argparse.Namespace) -> int:
         raise JzkError(f"--chain {args.chain}: give the number of jobs, 1 or more")
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
-    from jeanzay_kit.launch.allocation import check_request
-
-    res = spec.resources  # the allocation first: its refusal leaves not even the run's folder
-    check_request(spec, res.total_gpus * res.time_minutes / 60 * args.chain)
-    refuse_before_writing(spec, run_dir)
+    refuse_before_writing(spec, run_dir, args.chain)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.node.script_siblings import earlier_run_line
         from jeanzay_kit.node.script_task import script_command
@@ -173,12 +169,18 @@ def _gpu_memory(spec: JobSpec, overrides: list[str]) -> dict[str, str]:
     return {} if fit is None else {"gpu_memory": fit.figure()}
 
 
-def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
+def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:
     """Every refusal of a submission, before anything is written (the code's snapshot,
     the script): a refused or failed submission leaves the project as it was."""
     from jeanzay_kit.ckpt.store import check_resume_early
     from jeanzay_kit.ckpt.writable import check_writable
+    from jeanzay_kit.launch.allocation import check_request
     from jeanzay_kit.launch.run_owner import check_no_live_owner
+
+    # The allocation first: its refusal leaves not even the run's folder (check_writable
+    # makes it). Every job of the chain to its time limit.
+    res = spec.resources
+    check_request(spec, res.total_gpus * res.time_minutes / 60 * chain)
 
     # A changed config meeting another experiment's checkpoints: refused now, not after
     # the job has waited in the queue. A script task's run directory is checked against

@@ -282,13 +282,10 @@ def _named(prefix: str, value: object) -> Mapping[str, object]:
     return value
 
 
-def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
-    """Build a profile from the `cluster` node of the composed config."""
-    d = _Keys("cluster", data)
-    name = d.text("name") or "?"
+def _partitions(name: str, node: object) -> dict[str, Partition]:
     partitions = {
         str(pname): _partition(str(pname), p)
-        for pname, p in _named("cluster.partitions", data.get("partitions")).items()
+        for pname, p in _named("cluster.partitions", node).items()
     }
     if not partitions:
         raise SpecError(
@@ -299,6 +296,14 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
                 "describe at least one partition in conf/cluster/<profile>.yaml",
             )
         )
+    return partitions
+
+
+def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
+    """Build a profile from the `cluster` node of the composed config."""
+    d = _Keys("cluster", data)
+    name = d.text("name") or "?"
+    partitions = _partitions(name, data.get("partitions"))
     qos = {
         str(qname): _qos(str(qname), q)
         for qname, q in _named("cluster.qos", data.get("qos")).items()

@@ -143,7 +143,7 @@ def trace_key(spec: JobSpec) -> str:
             "model": cfg.get("model"),
             "data": cfg.get("data"),
             "loss": cfg.get("loss"),
-            "optim": cfg.get("optim"),
+            "optim": _memory_of_optim(cfg.get("optim")),
             "precision": spec.train.precision,
             "ckpt": spec.train.activation_checkpointing,
             "micro": traced_micro_batch(spec),
@@ -153,6 +153,19 @@ def trace_key(spec: JobSpec) -> str:
             "code": code_stamps(spec),
         }
     )
+
+
+# The optimizer's values that change no memory (a number in its update, its schedule):
+# a sweep of learning rates shares one trace (a 1,000-point sweep traced 1,000 times).
+_NO_MEMORY = ("lr", "betas", "weight_decay", "warmup_steps", "min_lr_ratio", "grad_clip")
+
+
+def _memory_of_optim(optim: Any) -> Any:
+    """optim without the values that change no memory (momentum stays: SGD keeps a
+    buffer only with it; fused stays: its kernels' workspace)."""
+    if not isinstance(optim, dict):
+        return optim
+    return {k: v for k, v in optim.items() if k not in _NO_MEMORY}
 
 
 def _read(folder: Path | None, name: str) -> Any:

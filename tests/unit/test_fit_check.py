@@ -196,3 +196,17 @@ def test_a_sweep_of_train_py_states_each_points_figure_and_refuses_one_that_cann
     # The point that fits is said with its figure (what the launcher logs of each point).
     assert re.search(r"#1 \(.*model.n_embd=128.*\): gpu memory .* per GPU", out), out[-3000:]
     assert not (tmp_path / "sweep" / "manifest.jsonl").exists()
+
+
+def test_a_sweep_of_learning_rates_shares_one_trace() -> None:
+    """optim's values that change no memory are not in the trace's key (a 1,000-point
+    lr sweep traced once, not 1,000 times); the optimizer and its momentum are."""
+    from jeanzay_kit.launch.fit_check import trace_key
+    from jeanzay_kit.launch.request import spec_of
+
+    def key(*more: str) -> str:
+        return trace_key(spec_of(["cluster=jeanzay_h100", "cluster.account=abc@h100", *more], None))
+
+    assert key("optim.lr=0.1", "optim.warmup_steps=5") == key("optim.lr=0.2")
+    assert key("optim=sgd") != key()
+    assert key("optim=sgd", "optim.momentum=0.0") != key("optim=sgd")
