@@ -444,8 +444,18 @@ def run_sweep(args: argparse.Namespace) -> int:
         f"ceiling         {ceiling:,.1f} GPU hours if every point runs to its time limit "
         "(points x GPUs x resources.time; requeues add to it)"
     )
+    _allocation(first, ceiling)
     print("\nOK: every point fits the profile.")
     return 0
+
+
+def _allocation(spec: JobSpec, hours: float) -> None:
+    """What the request takes of the allocation left (cluster.allocation), refused past it
+    as `jzk submit` would refuse it; nothing without a declared allocation."""
+    from jeanzay_kit.launch.allocation import check_request
+
+    if spec.cluster.allocation_hours is not None:
+        check_request(spec, hours)
 
 
 def _checked_point(point: list[str], config_dir: str | None) -> tuple[JobSpec, str | None]:
@@ -482,6 +492,7 @@ def run(args: argparse.Namespace) -> int:
     fit = _fit_line(spec, args.overrides, args.config_dir)
     if fit:
         print(fit)
+    _allocation(spec, spec.resources.total_gpus * spec.resources.time_minutes / 60)
     print("\nOK: the request fits the profile.")
     if args.slurm:
         return ask_slurm(spec, args.overrides)

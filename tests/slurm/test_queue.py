@@ -205,3 +205,6 @@ def test_the_allocation_against_sacct_and_a_request_past_it(slurm, tmp_path: Pat
                  f"hydra.sweep.dir={tmp_path / 'sweep'}"], slurm, tmp_path)  # fmt: skip
     assert sweep.returncode == 2 and "cluster.allocation.go_over=true" in sweep.stderr, sweep.stderr
     assert not (tmp_path / "sweep" / "manifest.jsonl").exists()
+    checked = run([JZK, "validate", "-m", "cluster=slurm_local", *tight, "optim.lr=0.1,0.2"],
+                  slurm, tmp_path)  # fmt: skip
+    assert checked.returncode == 2 and "takes at most" in checked.stderr, checked.stderr
