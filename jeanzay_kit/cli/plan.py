@@ -17,8 +17,10 @@ from jeanzay_kit.launch.plan_rules import (
     Request,
     Row,
     alternatives,
+    other_pools,
     plan_table,
     row_of,
+    with_alternative,
 )
 
 
@@ -57,7 +59,28 @@ def request_of(spec: JobSpec) -> Request:
         longest_minutes=longest,
         resumes=not script or bool(spec.job.resume_args),
         keeps_global_batch=not script,
+        pools=other_pools(res.account, cluster.account_suffix, _profiles(), cluster.name),
     )
+
+
+def _profiles() -> list[tuple[str, str | None]]:
+    """(name, account suffix) of the Slurm profiles that load alone (cli/clusters.py)."""
+    from jeanzay_kit.cli.clusters import profile_options
+    from jeanzay_kit.config.clusters import profile_from_dict
+    from jeanzay_kit.config.compose import load_profile
+
+    out = []
+    for option in profile_options(None):
+        data = load_profile(option.root.path / "cluster" / f"{option.name}.yaml")
+        if data is None:
+            continue
+        try:
+            prof = profile_from_dict(data)
+        except JzkError:
+            continue
+        if prof.is_slurm:
+            out.append((option.name, prof.account_suffix))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,7 +114,7 @@ def _row(args: argparse.Namespace, alt: Alternative, number: int) -> Row | None:
     from jeanzay_kit.launch.fit_check import check
     from jeanzay_kit.launch.request import spec_of
 
-    overrides = [*args.overrides, *alt.overrides]
+    overrides = with_alternative(args.overrides, alt)
     try:
         spec = spec_of(overrides, args.config_dir)
 
@@ -122,7 +145,7 @@ def _apply(args: argparse.Namespace, rows: list[Row]) -> int:
     row = chosen[0]
     print(f"submitting row {row.number} ({row.label})")
     sub = argparse.Namespace(
-        overrides=[*args.overrides, *row.overrides],
+        overrides=with_alternative(args.overrides, Alternative(row.label, row.overrides)),
         config_dir=args.config_dir,
         chain=row.chain,
         hold=False,

@@ -7,6 +7,8 @@ Which alternatives (issue 67, docs/queue.md):
 - a shorter time limit in a chain of jobs (`--chain N`): each job resumes the run where
   the last one stopped, and a short job fits the backfill scheduler's gaps;
 - another QoS of the profile whose limits hold the request;
+- another pool the project holds (Jean Zay: the same project's account on V100, A100 or
+  H100: `abc@h100` -> `abc@a100`), the request otherwise the same;
 - half the nodes, the global batch kept by gradient accumulation (the toolkit's own
   loop only: it keeps train.global_batch_size), for twice the time (chained when that
   passes the longest limit).
@@ -43,6 +45,9 @@ class Request:
     longest_minutes: int = 0  # the longest limit any QoS or the partition allows
     resumes: bool = True  # a chain resumes the run (the toolkit's loop, a script's resume_args)
     keeps_global_batch: bool = True  # fewer nodes keep the global batch (toolkit's loop)
+    # Other pools the account's project holds (Jean Zay: V100, A100, H100, each its own
+    # account): (profile, account).
+    pools: Sequence[tuple[str, str]] = ()
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,10 @@ def alternatives(req: Request) -> list[Alternative]:
             and (max_gpus is None or gpus <= max_gpus)
         ):
             out.append(Alternative(f"QoS {name}", (f"resources.qos={name}",)))
+    for profile, account in req.pools:
+        out.append(
+            Alternative(f"pool {profile}", (f"cluster={profile}", f"cluster.account={account}"))
+        )
     if req.nodes > 1 and req.keeps_global_batch:
         nodes, minutes = req.nodes // 2, req.minutes * 2
         chain = 1
@@ -95,6 +104,35 @@ def alternatives(req: Request) -> list[Alternative]:
                 )
             )
     return out
+
+
+def other_pools(
+    account: str | None,
+    suffix: str | None,
+    profiles: Sequence[tuple[str, str | None]],
+    current: str,
+) -> list[tuple[str, str]]:
+    """(profile, account) of each other profile whose accounts end with their own suffix
+    (Jean Zay's `<project>@<arch>`), for this request's project."""
+    if not account or not suffix or not account.endswith(suffix):
+        return []
+    project = account[: -len(suffix)]
+    return [
+        (name, project + other)
+        for name, other in profiles
+        if other and name != current and other != suffix
+    ]
+
+
+def with_alternative(overrides: Sequence[str], alt: Alternative) -> list[str]:
+    """The request's overrides with the alternative's; another pool replaces the
+    profile and the account (Hydra takes one `cluster=`)."""
+    if any(o.startswith("cluster=") for o in alt.overrides):
+        kept = [
+            o for o in overrides if not o.lstrip("+~").startswith(("cluster=", "cluster.account="))
+        ]
+        return [*kept, *alt.overrides]
+    return [*overrides, *alt.overrides]
 
 
 def row_of(

@@ -54,3 +54,17 @@ def test_an_alternative_that_does_not_validate_is_never_shown() -> None:
     args = argparse.Namespace(overrides=["cluster=jeanzay_h100", "cluster.account=abc@h100"],
                               config_dir=None)  # fmt: skip
     assert _row(args, Alternative("QoS nope", ("resources.qos=qos_does_not_exist",)), 3) is None
+
+
+def test_another_pool_of_the_same_project_replaces_profile_and_account() -> None:
+    from jeanzay_kit.launch.plan_rules import other_pools, with_alternative
+
+    profiles = [("jeanzay_h100", "@h100"), ("jeanzay_a100", "@a100"), ("generic", None)]
+    pools = other_pools("abc@h100", "@h100", profiles, "jeanzay_h100")
+    assert pools == [("jeanzay_a100", "abc@a100")]
+    assert other_pools("abc", "@h100", profiles, "jeanzay_h100") == []  # not <project>@<arch>
+    alt = Alternative("pool jeanzay_a100", ("cluster=jeanzay_a100", "cluster.account=abc@a100"))
+    asked = ["cluster=jeanzay_h100", "cluster.account=abc@h100", "resources.nodes=2"]
+    assert with_alternative(asked, alt) == ["resources.nodes=2", *alt.overrides]
+    labels = [a.label for a in alternatives(Request(60, 1, 4, None, (), 60, pools=pools))]
+    assert "pool jeanzay_a100" in labels
