@@ -328,6 +328,7 @@ def serve(slurm_env: dict[str, str]) -> Iterator[SshCluster]:
     kill_user_processes()
     tmp = Path(tempfile.mkdtemp(prefix="jzk-sshd-"))  # 0700, root's
     proc = None
+    mounted: Path | None = None
     try:
         laptop_key = tmp / "id_ed25519"
         public = keygen(laptop_key, "the laptop's key")
@@ -336,6 +337,17 @@ def serve(slurm_env: dict[str, str]) -> Iterator[SshCluster]:
         home, work = fresh_home(pw, public)
         add_association(slurm_env)
         site_packages = purelib()
+        if blocked(site_packages, pw, "rx"):
+            # The checkout sits under a folder the user cannot cross (CI's, root's home):
+            # the packages are shown at a path it can reach, read-only, as a site's module
+            # tree is; nothing of the checkout's permissions changes.
+            view = tmp.with_name(tmp.name + "-site")
+            view.mkdir(mode=0o755)
+            view.chmod(0o755)
+            mounted = view
+            subprocess.run(["mount", "--bind", site_packages, str(view)], check=True)
+            subprocess.run(["mount", "-o", "remount,bind,ro", str(view)], check=True)
+            site_packages = str(view)
         problem = access_problem(pw, slurm_env, site_packages)
         if problem:
             raise AccessError(problem)
@@ -354,6 +366,9 @@ def serve(slurm_env: dict[str, str]) -> Iterator[SshCluster]:
         if proc is not None:
             stop_sshd(proc)
         kill_user_processes()
+        if mounted is not None:
+            subprocess.run(["umount", str(mounted)], capture_output=True, timeout=60)
+            mounted.rmdir()
         shutil.rmtree(tmp, ignore_errors=True)
 
 
