@@ -99,9 +99,31 @@ def check_resources(
         total_gpus=0 if partition.cpu_only else nodes * gpn,
         preemption=lead,
     )
+    shortest = check_time_min(c, res.get("time_min"), minutes)
     return Resources(
-        account, partition, constraint, qos, nodes, gpn, ntasks, cpus or 1, minutes, mem
-    )
+        account, partition, constraint, qos, nodes, gpn, ntasks, cpus or 1, minutes, mem,
+        shortest,
+    )  # fmt: skip
+
+
+def check_time_min(c: Collector, value: object, minutes: int) -> int | None:
+    """resources.time_min: a Slurm time no longer than resources.time, or None."""
+    if value is None:
+        return None
+    try:
+        shortest = parse_time(value)
+    except TimeFormatError as err:
+        c.add("resources.time_min", value, f"is not a Slurm time: {err}", "use HH:MM:SS")
+        return None
+    if shortest > minutes:
+        c.add(
+            "resources.time_min",
+            value,
+            f"is longer than resources.time ({format_time(minutes)})",
+            "the shortest limit the job accepts is at most its time limit",
+        )
+        return None
+    return shortest
 
 
 def check_partition(

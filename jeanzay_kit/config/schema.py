@@ -101,6 +101,9 @@ class ResourcesConfig:
     gpus_per_node: Union[int, str] = "auto"
     cpus_per_task: Union[int, str] = "auto"  # auto: the node's CPU share of the task's GPUs
     time: str = "01:00:00"  # HH:MM:SS, D-HH:MM:SS or minutes
+    # --time-min: backfill may start the job sooner with a limit down to this (the run
+    # saves at its limit and resumes: docs/queue.md); null: the job gets resources.time.
+    time_min: Optional[str] = None
     qos: Optional[str] = "auto"  # auto: the shortest QoS whose limits fit; null: none
     partition: Optional[str] = None  # null: the profile's default partition
     constraint: Optional[str] = None  # -C; null: the partition's default

@@ -82,10 +82,15 @@ class Resources:
     cpus_per_task: int
     time_minutes: int
     mem: str | None
+    time_min_minutes: int | None = None  # --time-min: None, none asked
 
     @property
     def time(self) -> str:
         return format_time(self.time_minutes)
+
+    @property
+    def time_min(self) -> str | None:
+        return None if self.time_min_minutes is None else format_time(self.time_min_minutes)
 
     @property
     def total_gpus(self) -> int:

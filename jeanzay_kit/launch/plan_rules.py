@@ -6,6 +6,8 @@ Which alternatives (issue 67, docs/queue.md):
 - as asked;
 - a shorter time limit in a chain of jobs (`--chain N`): each job resumes the run where
   the last one stopped, and a short job fits the backfill scheduler's gaps;
+- a `--time-min` (resources.time_min) of half the limit: backfill may start the job
+  sooner with a limit between the two; the run saves at its limit and requeues;
 - another QoS of the profile whose limits hold the request;
 - another pool the project holds (Jean Zay: the same project's account on V100, A100 or
   H100: `abc@h100` -> `abc@a100`), the request otherwise the same;
@@ -77,6 +79,14 @@ def alternatives(req: Request) -> list[Alternative]:
                         parts,
                     )
                 )
+        half = req.minutes // 2
+        if half >= MIN_CHAIN_MINUTES:
+            out.append(
+                Alternative(
+                    f"time-min {format_time(half)} (backfill may start it sooner, shorter)",
+                    (f"resources.time_min={format_time(half)}",),
+                )
+            )
     gpus = req.nodes * req.gpus_per_node
     for name, max_minutes, max_gpus in req.qos_limits:
         if (

@@ -47,6 +47,8 @@ def sbatch_flags(spec: JobSpec) -> list[SbatchFlag]:
     if spec.cluster.hint:
         flags.append(SbatchFlag("hint", spec.cluster.hint, "cluster.hint"))
     flags.append(SbatchFlag("time", spec.resources.time, "resources.time"))
+    if spec.resources.time_min:
+        flags.append(SbatchFlag("time-min", spec.resources.time_min, "resources.time_min"))
     if spec.job.dependency:
         flags.append(SbatchFlag("dependency", spec.job.dependency, "job.dependency"))
     for arg in spec.job.sbatch_args:  # validated: long options the toolkit does not own

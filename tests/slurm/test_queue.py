@@ -134,6 +134,7 @@ def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
         assert chained["overrides"] == ["resources.time=00:30:00"]
         # Slurm's estimates: the chained row before the maintenance, the request after it.
         assert chained["start_estimate"] < rows[0]["start_estimate"], rows
+        (shorter,) = [r for r in rows if r["overrides"] == ["resources.time_min=00:30:00"]]
         assert all(r["refused"] is None for r in rows), rows
 
         job, run_dir = submit(slurm, tmp_path, *asked)
@@ -156,6 +157,21 @@ def test_a_reservation_ahead_and_the_plans_shorter_row_that_starts_now(
             time.sleep(1)
         state = run(["squeue", "-h", "-j", job, "-o", "%T"], slurm).stdout.strip()
         assert state == "PENDING"  # the request as asked still waits for the maintenance
+        # The time-min row: backfill starts it now, with a limit that ends before it.
+        backfilled = run(
+            [JZK, "plan", "--apply", str(shorter["number"]), "cluster=slurm_local", *asked,
+             "job.name=asked3", *TOOLKIT],
+            slurm, tmp_path,
+        )  # fmt: skip
+        assert backfilled.returncode == 0, backfilled.stderr
+        third = re.search(r"submitted job (\d+)", backfilled.stdout).group(1)
+        chain.append(third)
+        deadline = time.monotonic() + 60
+        while run(["squeue", "-h", "-j", third, "-o", "%T"], slurm).stdout.strip() != "RUNNING":
+            assert time.monotonic() < deadline, run(["squeue", "-j", third], slurm).stdout
+            time.sleep(1)
+        limit = run(["squeue", "-h", "-j", third, "-o", "%l"], slurm).stdout.strip()
+        assert limit and limit != "1:00:00", limit  # started with less than it asked
         run(["scancel", job, first, *chain], slurm)
     finally:
         run(["scontrol", "delete", "reservation=jzk_maint"], slurm)

@@ -17,7 +17,8 @@ QOS = [("qos_t3", 1200, 512), ("qos_t4", 6000, 16), ("qos_dev", 120, 32)]
     ("req", "labels"),
     [
         (Request(480, 2, 4, "qos_t3", QOS, 6000),
-         ["as asked", "2 chained jobs of 04:00:00", "4 chained jobs of 02:00:00", "QoS qos_t4",
+         ["as asked", "2 chained jobs of 04:00:00", "4 chained jobs of 02:00:00",
+          "time-min 04:00:00 (backfill may start it sooner, shorter)", "QoS qos_t4",
           "1 node(s), twice the time"]),
         # 40 minutes: no chain of jobs shorter than 30 minutes; one node: no fewer nodes.
         (Request(40, 1, 4, "qos_dev", QOS, 6000), ["as asked", "QoS qos_t3", "QoS qos_t4"]),
@@ -27,6 +28,7 @@ QOS = [("qos_t3", 1200, 512), ("qos_t4", 6000, 16), ("qos_dev", 120, 32)]
         # twice the time passes the longest limit: the fewer-nodes row is chained.
         (Request(1200, 2, 4, "qos_t3", QOS[:1], 1200),
          ["as asked", "2 chained jobs of 10:00:00", "4 chained jobs of 05:00:00",
+          "time-min 10:00:00 (backfill may start it sooner, shorter)",
           "1 node(s), twice the time, 2 chained jobs"]),
     ],
 )  # fmt: skip
@@ -68,3 +70,27 @@ def test_another_pool_of_the_same_project_replaces_profile_and_account() -> None
     assert with_alternative(asked, alt) == ["resources.nodes=2", *alt.overrides]
     labels = [a.label for a in alternatives(Request(60, 1, 4, None, (), 60, pools=pools))]
     assert "pool jeanzay_a100" in labels
+
+
+@pytest.mark.parametrize(
+    ("time_min", "said"),
+    [
+        ("00:30:00", None),
+        ("02:00:00", "is longer than resources.time"),
+        ("soon", "not a Slurm time"),
+    ],
+)
+def test_time_min_is_checked_and_rendered(time_min: str, said: str | None) -> None:
+    from jeanzay_kit.errors import SpecError
+    from jeanzay_kit.launch.request import spec_of
+    from jeanzay_kit.slurm.sbatch import render_sbatch
+
+    asked = ["cluster=jeanzay_h100", "cluster.account=abc@h100", "resources.time=01:00:00",
+             f"resources.time_min={time_min}"]  # fmt: skip
+    if said is not None:
+        with pytest.raises(SpecError, match=said):
+            spec_of(asked, None)
+        return
+    spec = spec_of(asked, None)
+    assert spec.resources.time_min == "00:30:00"
+    assert "#SBATCH --time-min=00:30:00" in render_sbatch(spec, workdir="/w")
