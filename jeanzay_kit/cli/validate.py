@@ -422,18 +422,25 @@ def run_sweep(args: argparse.Namespace) -> int:
 
     refuse_hydra_dirs(args.overrides)
     points = sweep_points(args.overrides)
-    first, shapes, fits = None, [], []
+    first, shapes, fits, bad = None, [], [], 0
     with sweep_compositions(args.config_dir):
         for number, point in enumerate(points):
             try:
                 spec, fit = _checked_point(point, args.config_dir)
-            except JzkError:
+            except JzkError as err:  # every bad point said, as the launcher lists them
                 print(f"point {number} of {len(points)}: {' '.join(point)}", file=sys.stderr)
-                raise
+                print(f"  {err}", file=sys.stderr)
+                bad += 1
+                continue
             first = first or spec
             shapes.append((spec.resources.total_gpus, spec.resources.time_minutes))
             if fit:
                 fits.append(f"point {number}: {fit.split(maxsplit=2)[2]}")
+    if bad:
+        raise JzkError(
+            f"{bad} of {len(points)} sweep point(s) fail the checks above: nothing of the sweep "
+            "is valid until each is fixed"
+        )
     assert first is not None  # a sweep has one point at least
     print(describe_spec(first))
     for line in fits:

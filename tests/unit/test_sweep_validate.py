@@ -117,3 +117,14 @@ def test_validate_names_the_bad_point(
     point = sweep_points(sweep)[int(where.split()[1])]
     assert f"{where}: {' '.join(point)}" in done.stderr
     assert says in done.stderr
+
+
+def test_validate_lists_every_bad_point_not_the_first_only(tmp_path: Path) -> None:
+    sweep = [*H100, "resources.nodes=1,900", "model=mlp,image_cnn"]
+    done = subprocess.run(
+        [JZK, "validate", "-m", *sweep], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stdout
+    assert "point 2 of 4" in done.stderr and "point 3 of 4" in done.stderr
+    assert "point 0 of 4" not in done.stderr and "point 1 of 4" not in done.stderr
+    assert "2 of 4 sweep point(s) fail the checks above" in done.stderr
