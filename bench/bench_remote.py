@@ -147,27 +147,17 @@ def what_call(argv: str) -> str:
     return "other command"
 
 
-def cluster_overrides(site_packages: str) -> list[str]:
-    """The cluster's profile as its user keeps it (tests/slurm/test_remote.py's)."""
-    return [
-        "cluster=slurm_local",
-        "cluster.remote.workdir='~/work/jzk'",
-        "cluster.remote.python=/usr/bin/python3",
-        f"cluster.remote.setup=['export PYTHONPATH={site_packages}']",
-    ]
-
-
 class Laptop:
     def __init__(self, ssh, root: Path) -> None:
         self.ssh = ssh
-        # Short: a socket path is at most 107 bytes and ssh appends 58 to the folder
-        # (ssh_rules.MAX_SOCKET_DIR allows 60: a longer state folder fails, see the report).
+        # Short, so the ssh sockets live in the laptop's own state folder
+        # (ssh_rules.MAX_SOCKET_DIR), as on a real laptop.
         self.home = root / "h"
         self.home.mkdir()
         self.env = ssh.laptop_env(self.home)
         self.env.pop("SLURM_CONF", None)  # the laptop has no Slurm
         self.project = root / "proj"
-        self.overrides = cluster_overrides(ssh.site_packages)
+        self.overrides = ssh.remote_profile()
         self.calls_log = ssh_shim(root / "shim")
         self.shim_env = dict(self.env, PATH=f"{self.calls_log.parent}:{self.env['PATH']}")
         from jeanzay_kit.remote.ssh_rules import control_dir

@@ -221,19 +221,10 @@ class JeanzayLauncher(Launcher):
         if initial_job_idx == 0:
             remote = remote_of(points[0].spec, self.on or "", dict(os.environ))
             sweep_on(remote, points[0].spec, Path.cwd(), sys.argv)
-        returns = []
-        for point in points:
-            ret = JobReturn(
-                overrides=list(point.overrides),
-                cfg=None,
-                hydra_cfg=self.config,
-                working_dir=point.run_dir,
-                task_name=str(self.config.hydra.job.name),
-            )
-            ret.status = JobStatus.COMPLETED
-            ret.return_value = {"on": self.on, "overrides": list(point.overrides)}
-            returns.append(ret)
-        return returns
+        return [
+            self._queued(point, {"on": self.on, "overrides": list(point.overrides)})
+            for point in points
+        ]
 
     def _points(
         self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int, sweep_dir: Path
@@ -255,6 +246,20 @@ class JeanzayLauncher(Launcher):
         self, point: Any, record: dict[str, Any], outcomes: dict[int, Any], app_task: Any
     ) -> JobReturn:
         """What Hydra's sweeper gets for one point."""
+        ret = self._queued(point, record)
+        if point.num not in outcomes:
+            return ret
+        state, value = outcomes[point.num]
+        if state == "COMPLETED" and app_task is not None:
+            return value  # the task's own JobReturn, as hydra-submitit-launcher gives
+        ret.status = JobStatus.COMPLETED if state == "COMPLETED" else JobStatus.FAILED
+        ret.return_value = value if state == "COMPLETED" else RuntimeError(value)
+        return ret
+
+    def _queued(self, point: Any, value: object) -> JobReturn:
+        """A point whose run is queued: Hydra's sweeper reads every return value, and
+        without wait the launcher's job is done once the run is queued (its value: the
+        manifest line, or where it was sent)."""
         assert self.config is not None
         ret = JobReturn(
             overrides=list(point.overrides),
@@ -266,17 +271,8 @@ class JeanzayLauncher(Launcher):
             working_dir=point.run_dir,
             task_name=str(self.config.hydra.job.name),
         )
-        if point.num not in outcomes:
-            # Hydra's sweeper reads every return value: without wait, the launcher's
-            # job is done once the run is queued, and its value is the manifest line.
-            ret.status = JobStatus.COMPLETED
-            ret.return_value = record
-            return ret
-        state, value = outcomes[point.num]
-        if state == "COMPLETED" and app_task is not None:
-            return value  # the task's own JobReturn, as hydra-submitit-launcher gives
-        ret.status = JobStatus.COMPLETED if state == "COMPLETED" else JobStatus.FAILED
-        ret.return_value = value if state == "COMPLETED" else RuntimeError(value)
+        ret.status = JobStatus.COMPLETED
+        ret.return_value = value
         return ret
 
     def _app_points(

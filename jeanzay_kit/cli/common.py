@@ -36,13 +36,17 @@ def build_spec(args: argparse.Namespace) -> JobSpec:
     return spec_of(args.overrides, args.config_dir)
 
 
+def require_slurm(
+    spec: JobSpec, what: str, hint: str = "pick a Slurm profile (`jzk clusters`)"
+) -> None:
+    """A command that needs Slurm, on a profile that has none: one line saying so."""
+    if not spec.cluster.is_slurm:
+        raise JzkError(f"cluster={spec.cluster.name} is not a Slurm cluster: {what}. HINT: {hint}")
+
+
 def ask_slurm(spec: JobSpec, overrides: Sequence[str]) -> int:
     """`sbatch --test-only` on the rendered script: what Slurm itself says of the request."""
-    if not spec.cluster.is_slurm:
-        raise JzkError(
-            f"cluster={spec.cluster.name} is not a Slurm cluster: there is no Slurm to ask. "
-            "HINT: pick a Slurm profile (`jzk clusters`)"
-        )
+    require_slurm(spec, "there is no Slurm to ask")
     answer = slurm_answer(spec, overrides)
     if answer.accepted:
         print(f"\nSlurm accepts it (sbatch --test-only): {answer.message}")

@@ -9,7 +9,7 @@ import json
 import os
 from dataclasses import asdict
 
-from jeanzay_kit.cli.common import add_config_args, build_spec, slurm_answer
+from jeanzay_kit.cli.common import add_config_args, build_spec, require_slurm, slurm_answer
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.plan_rules import (
@@ -85,11 +85,7 @@ def _profiles() -> list[tuple[str, str | None]]:
 
 def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
-    if not spec.cluster.is_slurm:
-        raise JzkError(
-            f"cluster={spec.cluster.name} is not a Slurm cluster: there is no queue to plan. "
-            "HINT: pick a Slurm profile (`jzk clusters`)"
-        )
+    require_slurm(spec, "there is no queue to plan")
     rows: list[Row] = []
     for alt in alternatives(request_of(spec)):
         row = _row(args, alt, len(rows))

@@ -134,16 +134,17 @@ def check_with_code(command: str, host: str | None) -> None:
 def run_there(args: argparse.Namespace, spec: object) -> int:
     """`jzk submit|render|validate --on HOST ...`, validated here already (the spec):
     the code sent once, then the same command line run in the project's folder there."""
+    from jeanzay_kit.cli.common import require_slurm
     from jeanzay_kit.config.spec import JobSpec
     from jeanzay_kit.launch.request import workdir_of
     from jeanzay_kit.remote.laptop import remote_of, ship_code, submit_on
 
     assert isinstance(spec, JobSpec)
-    if not spec.cluster.is_slurm:
-        raise JzkError(
-            f"cluster={spec.cluster.name} is not a Slurm cluster: --on {args.on} needs the "
-            "profile of that cluster. HINT: cluster=<profile> (`jzk clusters`)"
-        )
+    require_slurm(
+        spec,
+        f"--on {args.on} needs the profile of that cluster",
+        "cluster=<profile> (`jzk clusters`)",
+    )
     remote = remote_of(spec, args.on, dict(os.environ))
     root = workdir_of(spec)
     if args.command == "submit":

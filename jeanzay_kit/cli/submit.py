@@ -7,7 +7,14 @@ import datetime
 import sys
 from pathlib import Path
 
-from jeanzay_kit.cli.common import add_config_args, ask_slurm, build_spec, render, workdir_of
+from jeanzay_kit.cli.common import (
+    add_config_args,
+    ask_slurm,
+    build_spec,
+    render,
+    require_slurm,
+    workdir_of,
+)
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.run_directory import RunDir
@@ -69,11 +76,8 @@ def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.slurm.commands import sbatch
 
     spec = build_spec(args)
-    if not spec.cluster.is_slurm:
-        raise JzkError(
-            f"cluster={spec.cluster.name} is not a Slurm cluster: nothing to submit. HINT: pick "
-            "a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
-        )
+    here = "pick a Slurm profile (`jzk clusters`), or run `python train.py` to train here"
+    require_slurm(spec, "nothing to submit", here)
     if getattr(args, "on", None):
         from jeanzay_kit.cli.remote import run_there
 

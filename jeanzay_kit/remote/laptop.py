@@ -99,7 +99,7 @@ def setup(remote: Remote, python: str, env: dict[str, str], download: bool) -> i
             )
         if sent.returncode != 0:
             raise remote_failure(sent, f"sending {wheel.name} to {remote.host.label}")
-    print(f"  sent {wheel.name} ({wheel.stat().st_size if wheel.exists() else 0} bytes)")
+        print(f"  sent {wheel.name} ({wheel.stat().st_size} bytes)")
     index = "" if download else "--no-index "
     pip = '"$JZK_REMOTE/venv/bin/python" -m pip install -q --disable-pip-version-check'
     made = remote.shell(

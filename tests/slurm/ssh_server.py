@@ -55,6 +55,16 @@ class SshCluster:
         """The environment of a command run on the laptop whose home is `home`."""
         return dict(os.environ, JZK_SSH_CONFIG=str(self.ssh_config), HOME=str(home))
 
+    def remote_profile(self) -> list[str]:
+        """The cluster's profile as its user keeps it: the local cluster, the toolkit's
+        folder in the work folder, the site's packages as a module would bring them."""
+        return [
+            "cluster=slurm_local",
+            "cluster.remote.workdir='~/work/jzk'",
+            "cluster.remote.python=/usr/bin/python3",
+            f"cluster.remote.setup=['export PYTHONPATH={self.site_packages}']",
+        ]
+
     def authentications(self) -> int:
         """How many ssh logins of the user the server has accepted so far."""
         try:

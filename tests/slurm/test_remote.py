@@ -18,7 +18,9 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from jeanzay_kit.remote.ssh_rules import control_dir
 from jeanzay_kit.remote.transport import state_dir
@@ -31,17 +33,6 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 TRAINING = ["train.steps=400", "train.log_every=20", "checkpoint.every_steps=50"]
 
 
-def cluster_overrides(site_packages: str) -> list[str]:
-    """The cluster's profile as this user would keep it: the local cluster, the toolkit's
-    folder in the work folder, the site's packages as a module would bring them."""
-    return [
-        "cluster=slurm_local",
-        "cluster.remote.workdir='~/work/jzk'",
-        "cluster.remote.python=/usr/bin/python3",
-        f"cluster.remote.setup=['export PYTHONPATH={site_packages}']",
-    ]
-
-
 class Laptop:
     """Commands run on the laptop, from the user's project folder, with its own home."""
 
@@ -52,7 +43,7 @@ class Laptop:
         self.env = ssh_cluster.laptop_env(self.home)
         self.env.pop("SLURM_CONF", None)  # the laptop has no Slurm
         self.project = root / "my project"
-        self.overrides = cluster_overrides(ssh_cluster.site_packages)
+        self.overrides = ssh_cluster.remote_profile()
 
     def jzk(self, *argv: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -197,6 +188,66 @@ def all_remote_rows(lap: Laptop) -> list[dict]:
     return [json.loads(x) for x in out.stdout.splitlines() if x.startswith("{")]
 
 
+SCRIPT = """
+import argparse, os
+import numpy as np
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--data", required=True)
+parser.add_argument("--out", default="out")
+parser.add_argument("--iters", type=int, default=30)
+args = parser.parse_args()
+tokens = np.memmap(args.data, dtype=np.uint16, mode="r")
+model = torch.nn.Embedding(256, 4)
+os.makedirs(args.out, exist_ok=True)
+path = os.path.join(args.out, "ckpt.pt")
+start = torch.load(path, weights_only=True)["iter"] + 1 if os.path.exists(path) else 0
+print(f"{len(tokens)} tokens, starting at iter {start}", flush=True)
+for it in range(start, args.iters):
+    loss = model(torch.as_tensor(tokens[it : it + 8].astype(np.int64) % 256)).pow(2).mean()
+    loss.backward()
+torch.save({"iter": args.iters - 1, "model": model.state_dict()}, path + ".tmp")
+os.replace(path + ".tmp", path)
+print("saved", path, flush=True)
+"""
+
+
+def test_a_script_of_the_users_own_runs_there_on_data_that_lives_there(
+    laptop: Laptop, tmp_path: Path
+) -> None:
+    """The usual remote case: a module-level script with its own arguments, sent from the
+    laptop, reading a token file that lives on the cluster (never sent), writing out/ in
+    its run's own folder there."""
+    lap = laptop
+    project = tmp_path / "nanogpt-like"
+    project.mkdir()
+    (project / "train_script.py").write_text(SCRIPT)
+    data = lap.ssh.work / "data" / "tokens.bin"  # on the cluster, the cluster user's
+    data.parent.mkdir(exist_ok=True)
+    np.arange(1000, dtype=np.uint16).tofile(data)
+    shutil.chown(data.parent, lap.ssh.user)
+    shutil.chown(data, lap.ssh.user)
+    out = subprocess.run(
+        [JZK, "submit", "--on", lap.ssh.host, *lap.overrides, "job.name=script",
+         "job.entry=train_script.py", f"job.args=[--data,{data}]", "resources.gpus_per_node=1"],
+        cwd=project, env=lap.env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    name = json.loads((state_dir(lap.env) / "runs.jsonl").read_text().splitlines()[-1])["name"]
+    deadline = time.monotonic() + 180
+    while (row := remote_state(lap, name))["state"] not in ("COMPLETED", "FAILED", "CANCELLED"):
+        assert time.monotonic() < deadline, row
+        time.sleep(2)
+    logs = lap.jzk("logs", name)
+    assert row["state"] == "COMPLETED", logs.stdout[-2000:]
+    assert "1000 tokens, starting at iter 0" in logs.stdout and "saved out/ckpt.pt" in logs.stdout
+    (ckpt,) = (lap.ssh.work / "jzk" / "projects").glob(
+        "nanogpt-like-*/outputs/script-*/cwd/out/ckpt.pt"
+    )
+    assert torch.load(ckpt, weights_only=True)["iter"] == 29
+
+
 def test_cancel_from_the_laptop_by_the_runs_name(laptop: Laptop) -> None:
     lap = laptop
     out = lap.jzk("submit", "--on", lap.ssh.host, *job_args(lap, "long", "train.steps=100000"))
@@ -239,7 +290,7 @@ def test_a_connection_cut_while_the_code_travels_leaves_the_code_as_it_was(lapto
     input. The project's code there stays as it was; the next submission sends it whole."""
     lap = laptop
     projects = lap.ssh.work / "jzk" / "projects"
-    (project,) = projects.iterdir()
+    (project,) = projects.glob("my_project-*")  # the laptop fixture's project
     before = (project / ".jzk-received.json").read_text()
     setup = f"export PYTHONPATH={lap.ssh.site_packages}"
     cut = subprocess.run(
