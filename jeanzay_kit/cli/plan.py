@@ -12,6 +12,7 @@ from dataclasses import asdict
 from jeanzay_kit.cli.common import add_config_args, build_spec, require_slurm, slurm_answer
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.launch.allocation import charged_gpus
 from jeanzay_kit.launch.plan_rules import (
     Alternative,
     Request,
@@ -121,7 +122,7 @@ def _row(args: argparse.Namespace, alt: Alternative, number: int) -> Row | None:
     except JzkError:
         return None
     answer = slurm_answer(spec, overrides)
-    gpus = spec.resources.nodes * spec.resources.gpus_per_node
+    gpus = charged_gpus(spec)
     refused = None if answer.accepted else answer.message
     return row_of(number, alt, spec.resources.time_minutes, gpus, answer.start, refused)
 

@@ -178,13 +178,12 @@ def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:
     the script): a refused or failed submission leaves the project as it was."""
     from jeanzay_kit.ckpt.store import check_resume_early
     from jeanzay_kit.ckpt.writable import check_writable
-    from jeanzay_kit.launch.allocation import check_request
+    from jeanzay_kit.launch.allocation import check_request, request_hours
     from jeanzay_kit.launch.run_owner import check_no_live_owner
 
     # The allocation first: its refusal leaves not even the run's folder (check_writable
     # makes it). Every job of the chain to its time limit.
-    res = spec.resources
-    check_request(spec, res.total_gpus * res.time_minutes / 60 * chain)
+    check_request(spec, request_hours(spec, jobs=chain))
 
     # A changed config meeting another experiment's checkpoints: refused now, not after
     # the job has waited in the queue. A script task's run directory is checked against

@@ -151,10 +151,10 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
             "(hydra/sweeper=optuna, docs/tuning.md)"
         )
     tasks = spec.tune.tasks
-    from jeanzay_kit.launch.allocation import check_request
+    from jeanzay_kit.launch.allocation import check_request, request_hours
 
-    res = spec.resources  # every task to its time limit: what the study takes at most
-    check_request(spec, tasks * res.total_gpus * res.time_minutes / 60)
+    # Every task to its time limit: what the study takes at most.
+    check_request(spec, request_hours(spec, jobs=tasks))
     script = render(spec, overrides, array=f"0-{tasks - 1}", rerender="jzk tune", tune=True)
     path = study_dir / "tune.sbatch"
     path.write_text(script)

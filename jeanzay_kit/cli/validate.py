@@ -417,6 +417,7 @@ def run_sweep(args: argparse.Namespace) -> int:
     Points are composed once per distinct group choice (launch/point_configs.py: the
     launcher's way), each checked as `jzk validate` checks one request, the fit check
     asked once a point (its answer kept on disk by the whole config: launch/fit_check.py)."""
+    from jeanzay_kit.launch.allocation import charged_gpus
     from jeanzay_kit.launch.point_configs import sweep_compositions
     from jeanzay_kit.launch.sweep_points import ceiling_gpu_hours, sweep_points
 
@@ -433,7 +434,7 @@ def run_sweep(args: argparse.Namespace) -> int:
                 bad += 1
                 continue
             first = first or spec
-            shapes.append((spec.resources.total_gpus, spec.resources.time_minutes))
+            shapes.append((charged_gpus(spec), spec.resources.time_minutes))
             if fit:
                 fits.append(f"point {number}: {fit.split(maxsplit=2)[2]}")
     if bad:

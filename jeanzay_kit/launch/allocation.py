@@ -22,10 +22,33 @@ def account_standing(spec: JobSpec, today: date | None = None) -> rules.Standing
         return None
     today = today or date.today()
     since = cluster.allocation_since or (today - timedelta(days=365)).isoformat()
-    by_day = rules.gpu_hours_by_day(sacct_account_text(spec.resources.account, since))
+    text = sacct_account_text(spec.resources.account, since)
+    by_day = rules.gpu_hours_by_day(text, node_shape(spec))
     if date.max in by_day:  # running attempts: used today
         by_day[today] = by_day.get(today, 0.0) + by_day.pop(date.max)
     return rules.standing(cluster.allocation_hours, by_day, today, cluster.allocation_blocked_at)
+
+
+def node_shape(spec: JobSpec) -> rules.NodeShape:
+    part = spec.resources.partition
+    return rules.NodeShape(part.gpus_per_node, part.cpus_per_node)
+
+
+def charged_gpus(spec: JobSpec) -> int:
+    """The GPUs the request is charged for (allocation_rules.charged_gpus): all its nodes'
+    GPUs when job.sbatch_args asks --exclusive."""
+    res = spec.resources
+    if res.partition.cpu_only:
+        return 0  # CPU hours: not this allocation's
+    exclusive = "--exclusive" in spec.job.sbatch_args
+    cpus = res.ntasks_per_node * res.cpus_per_task
+    return rules.charged_gpus(res.nodes, res.gpus_per_node, cpus, node_shape(spec), exclusive)
+
+
+def request_hours(spec: JobSpec, jobs: int = 1) -> float:
+    """The most GPU hours the request is charged: its charged GPUs x its time limit x the
+    jobs (a chain's, a study's tasks)."""
+    return charged_gpus(spec) * spec.resources.time_minutes / 60 * jobs
 
 
 def check_request(spec: JobSpec, request_hours: float) -> None:

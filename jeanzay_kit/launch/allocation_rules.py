@@ -5,6 +5,7 @@ Pure: the edge (launch/allocation.py) reads sacct and the profile (cluster.alloc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -36,17 +37,57 @@ class Standing:
         return None if days > MAX_DAYS else today + timedelta(days=days)
 
 
-def gpu_hours_by_day(sacct: str) -> dict[date, float]:
-    """Rows of `sacct -X -n -P -o JobID,ElapsedRaw,AllocTRES,End` (every attempt): GPU
-    hours by the day each attempt ended (a running one: today, by its End 'Unknown')."""
+@dataclass(frozen=True)
+class NodeShape:
+    """One node of the pool, as the site counts it: its GPUs and CPUs (None: unknown)."""
+
+    gpus: int | None
+    cpus: int | None
+
+    @property
+    def cpus_per_gpu(self) -> int | None:
+        return self.cpus // self.gpus if self.gpus and self.cpus else None
+
+
+def charged_gpus(
+    nodes: int, gpus_per_node: int, cpus_per_node: int, node: NodeShape, exclusive: bool
+) -> int:
+    """The GPUs a site counting as IDRIS does charges for a request: a job asking more
+    CPUs than its GPUs' share of a node is counted as the matching share of the node's
+    GPUs, and an exclusive job as all its nodes' GPUs (IDRIS, "Computing hours accounting
+    and the idracct command"). A pool whose shape is unknown: the GPUs asked."""
+    if node.gpus is None:
+        return nodes * gpus_per_node
+    if exclusive:
+        return nodes * node.gpus
+    share = math.ceil(cpus_per_node / node.cpus_per_gpu) if node.cpus_per_gpu else 0
+    return nodes * min(node.gpus, max(gpus_per_node, share))
+
+
+def tres_charged_gpus(tres: str, node: NodeShape) -> float:
+    """The GPUs charged for one attempt by its AllocTRES (cpu=...,gres/gpu=...,node=...):
+    the GPUs allocated, or the CPUs' share of the nodes' GPUs where that is more."""
     from jeanzay_kit.launch.status import tres_gpus
 
+    gpus = tres_gpus(tres)
+    counts = dict(item.partition("=")[::2] for item in tres.split(","))
+    cpus, nodes = counts.get("cpu", ""), counts.get("node", "1")
+    if not gpus or not node.cpus_per_gpu or not cpus.isdigit() or not nodes.isdigit():
+        return gpus
+    per_node = math.ceil(int(cpus) / max(int(nodes), 1) / node.cpus_per_gpu)
+    return max(gpus, int(nodes) * min(node.gpus or per_node, per_node))
+
+
+def gpu_hours_by_day(sacct: str, node: NodeShape = NodeShape(None, None)) -> dict[date, float]:
+    """Rows of `sacct -X -n -P -o JobID,ElapsedRaw,AllocTRES,End` (every attempt): GPU
+    hours charged (tres_charged_gpus) by the day each attempt ended (a running one:
+    today, by its End 'Unknown')."""
     out: dict[date, float] = {}
     for line in sacct.splitlines():
         cells = line.strip().split("|")
         if len(cells) != 4 or not cells[1].isdigit():
             continue
-        hours = int(cells[1]) * tres_gpus(cells[2]) / 3600
+        hours = int(cells[1]) * tres_charged_gpus(cells[2], node) / 3600
         try:
             day = datetime.fromisoformat(cells[3]).date()
         except ValueError:

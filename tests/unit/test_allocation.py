@@ -9,12 +9,18 @@ from datetime import date
 import pytest
 
 from jeanzay_kit.errors import SpecError
+from jeanzay_kit.launch.allocation import charged_gpus, request_hours
 from jeanzay_kit.launch.allocation_rules import (
+    NodeShape,
     gpu_hours_by_day,
     over_allocation,
     request_line,
     standing,
     standing_lines,
+    tres_charged_gpus,
+)
+from jeanzay_kit.launch.allocation_rules import (
+    charged_gpus as rule_charged_gpus,
 )
 from jeanzay_kit.launch.request import spec_of
 
@@ -75,3 +81,50 @@ def test_a_slow_burn_never_runs_out() -> None:
     s = standing(1e6, {TODAY: 0.001}, TODAY)
     assert s.runs_out(TODAY) is None
     assert "never at this rate" in "\n".join(standing_lines(s, TODAY, "abc"))
+
+
+H100 = NodeShape(gpus=4, cpus=96)  # 24 CPUs per GPU
+
+
+@pytest.mark.parametrize(
+    ("nodes", "gpus", "cpus", "node", "exclusive", "charged"),
+    [
+        (1, 1, 24, H100, False, 1),  # the GPU's share of CPUs: the GPU
+        (1, 1, 48, H100, False, 2),  # half the node's CPUs: half its GPUs
+        (1, 1, 25, H100, False, 2),  # one CPU past the share: a second GPU's share
+        (1, 1, 200, H100, False, 4),  # never more than the node's GPUs
+        (2, 4, 96, H100, False, 8),
+        (1, 1, 24, H100, True, 4),  # exclusive: the whole node
+        (3, 2, 48, H100, True, 12),
+        (2, 2, 500, NodeShape(None, None), False, 4),  # shape unknown: the GPUs asked
+    ],
+)
+def test_a_request_is_charged_as_idris_counts_it(
+    nodes: int, gpus: int, cpus: int, node: NodeShape, exclusive: bool, charged: int
+) -> None:
+    assert rule_charged_gpus(nodes, gpus, cpus, node, exclusive) == charged
+
+
+@pytest.mark.parametrize(
+    ("tres", "charged"),
+    [
+        ("cpu=24,gres/gpu=1,node=1", 1),
+        ("cpu=48,gres/gpu=1,node=1", 2),  # a job submitted with more CPUs than its share
+        ("cpu=96,gres/gpu:h100=1,node=1", 4),
+        ("cpu=192,gres/gpu=8,node=2", 8),
+        ("cpu=8,node=1", 0),  # a CPU job: no GPU hours
+        ("billing=4,gres/gpu=2", 2),  # no CPU count: the GPUs allocated
+    ],
+)
+def test_an_attempt_is_charged_by_its_cpus_share_too(tres: str, charged: int) -> None:
+    assert tres_charged_gpus(tres, H100) == charged
+    day = {date(2026, 11, 27): float(charged)}
+    assert gpu_hours_by_day(f"7|3600|{tres}|2026-11-27T10:00:00", H100) == day
+
+
+def test_an_exclusive_request_is_priced_at_its_nodes_gpus() -> None:
+    base = ["cluster=jeanzay_h100", "cluster.account=abc@h100", "resources.gpus_per_node=1"]
+    shared = spec_of([*base, "resources.time=02:00:00"], None)
+    assert charged_gpus(shared) == 1 and request_hours(shared, jobs=3) == 6.0
+    whole = spec_of([*base, "resources.time=02:00:00", "job.sbatch_args=[--exclusive]"], None)
+    assert charged_gpus(whole) == 4 and request_hours(whole) == 8.0
