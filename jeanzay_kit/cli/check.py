@@ -20,22 +20,40 @@ def add(sub: argparse._SubParsersAction) -> None:
         "line naming the key to change (exit code 2). The same check runs at the start of "
         "every training run.",
     )
+    add_network_args(check)
     add_config_args(check)
     check.set_defaults(run=run)
 
 
+def add_network_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-network",
+        action="store_true",
+        help="on a profile whose compute nodes have no internet (cluster.compute_internet="
+        "false): list the run's network accesses but go on (docs/offline.md)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="a script task (job.entry your script): the seconds of its start tried "
+        "without network before it is stopped (default 30)",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     spec = build_spec(args)
-    # Your project's package is imported as the job imports it: ./ (or JZK_CODE_DIR) first.
-    from jeanzay_kit.project.import_path import put_project_on_path
+    if not spec.cluster.compute_internet:
+        # The whole check in a child without network (offline/check.py).
+        from jeanzay_kit.offline.check import network_check
 
-    put_project_on_path(os.environ, Path.cwd())
-    import torch
+        return network_check(spec, args.overrides, args.config_dir, args.allow_network, args.budget)
+    from jeanzay_kit.offline.probe import watch_here
+    from jeanzay_kit.train.check import check_here
 
-    from jeanzay_kit.train.check import check_contracts
-
-    cpus = spec.loader.cpus_per_process or os.cpu_count() or 1
-    found = check_contracts(spec, torch.device("cpu"), "fp32", cpus)
-    print("\n".join(found.lines()))
-    print("\nOK: the dataset, model and loss meet their contracts (docs/your-model-and-data.md).")
+    # The network on (nodes that have it): its accesses said after the check's lines.
+    watch = watch_here(Path.cwd())
+    lines = check_here(spec, os.environ, Path.cwd())
+    print("\n".join([*lines[:-2], *watch(), *lines[-2:]]))
     return 0

@@ -108,6 +108,13 @@ class ClusterProfile:
     allocation_since: str | None = None
     allocation_blocked_at: float = 1.0
     allocation_go_over: bool = False
+    # Compute nodes without internet (docs/offline.md): false makes `jzk submit` find every
+    # network access of the run before the queue and the job set the libraries' offline
+    # switches; the partition `jzk prefetch` downloads on (None: the login node); the
+    # libraries' cache folder (None: their defaults under ~/.cache; $VARS as the node has them).
+    compute_internet: bool = True
+    prefetch_partition: str | None = None
+    cache_dir: str | None = None
 
     @property
     def loaded_modules(self) -> tuple[str, ...]:
@@ -350,6 +357,9 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
         allocation_since=allocation[1],
         allocation_blocked_at=allocation[2],
         allocation_go_over=allocation[3],
+        compute_internet=d.flag("compute_internet", True),
+        prefetch_partition=d.text("prefetch_partition"),
+        cache_dir=d.text("cache_dir"),
     )
 
 

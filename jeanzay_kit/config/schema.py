@@ -90,6 +90,10 @@ class ClusterConfig:
     default_qos: Optional[str] = None  # what Slurm applies without --qos
     remote: RemoteConfig = field(default_factory=RemoteConfig)  # from a laptop over ssh
     allocation: AllocationConfig = field(default_factory=AllocationConfig)  # the hours granted
+    # Compute nodes without internet (docs/offline.md).
+    compute_internet: bool = True  # false: network accesses found before the queue
+    prefetch_partition: Optional[str] = None  # where `jzk prefetch` runs (null: here)
+    cache_dir: Optional[str] = None  # HF_HOME, TORCH_HOME... below it (null: ~/.cache)
 
 
 @dataclass

@@ -37,7 +37,8 @@ from jeanzay_kit.distributed.script_env import script_argv
 from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.container import CONTAINER_WORD, container_lines, requeue_request_lines
 from jeanzay_kit.slurm.flags import sbatch_flags
-from jeanzay_kit.slurm.shell_words import ARRAY_TASK, ARRAY_TASK_DIR, shell_word
+from jeanzay_kit.slurm.offline_env import offline_exports
+from jeanzay_kit.slurm.shell_words import ARRAY_TASK, ARRAY_TASK_DIR, expanding_word, shell_word
 
 __all__ = ["ARRAY_TASK", "ARRAY_TASK_DIR", "render_sbatch", "shell_word", "sbatch_quote"]
 
@@ -140,6 +141,7 @@ def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
     lines.append(f"export OMP_NUM_THREADS={spec.omp_num_threads}")
     lines.append("# Since Slurm 22.05 srun no longer inherits --cpus-per-task from sbatch")
     lines.append(f"export SRUN_CPUS_PER_TASK={spec.resources.cpus_per_task}")
+    lines.extend(_library_env_lines(spec))
     for name, value in spec.cluster.env.items():
         if not _ENV_NAME.match(name):
             raise RenderError(f"cluster.env key {name!r} is not a shell variable name")
@@ -148,6 +150,24 @@ def setup_lines(spec: JobSpec, code_dir: str | None = None) -> list[str]:
         lines.append("# The project's code as it was at submission: every task imports from it")
         lines.append(f"export JZK_CODE_DIR={shell_word(code_dir)}")
     return lines
+
+
+def _library_env_lines(spec: JobSpec) -> list[str]:
+    """The libraries' caches (cluster.cache_dir) and, on nodes without internet, their
+    offline switches (slurm/offline_env.py; docs/offline.md)."""
+    cluster = spec.cluster
+    exports = offline_exports(cluster.compute_internet, cluster.cache_dir, cluster.env)
+    if not exports:
+        return []
+    why = (
+        [
+            "# No internet on the compute nodes (cluster.compute_internet=false): the",
+            "# libraries read only their caches (`jzk prefetch` fills them), failing at once",
+        ]
+        if not cluster.compute_internet
+        else ["# The libraries' caches (cluster.cache_dir), where `jzk prefetch` filled them"]
+    )
+    return [*why, *(f"export {k}={expanding_word(v)}" for k, v in exports.items())]
 
 
 def run_dir_check_lines(run_dir: str) -> list[str]:

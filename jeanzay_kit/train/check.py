@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -59,6 +60,20 @@ class CheckReport:
             f"check: batch {self.batch} -> {self.output}, loss {self.loss:.4g}, "
             f"{self.parameters:,} parameters, {self.step_s:.3f} s per micro-batch"
         )
+
+
+def check_here(spec: JobSpec, env: Mapping[str, str], cwd: Path) -> list[str]:
+    """`jzk check`'s work on this machine's CPU, the project imported as the job imports
+    it (./ or JZK_CODE_DIR first): the lines to print; ContractError on a break."""
+    import os
+
+    from jeanzay_kit.project.import_path import put_project_on_path
+
+    put_project_on_path(env, cwd)
+    cpus = spec.loader.cpus_per_process or os.cpu_count() or 1
+    found = check_contracts(spec, torch.device("cpu"), "fp32", cpus)
+    ok = "OK: the dataset, model and loss meet their contracts (docs/your-model-and-data.md)."
+    return [*found.lines(), "", ok]
 
 
 def check_contracts(

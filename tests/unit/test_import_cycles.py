@@ -116,6 +116,7 @@ ROOM_ORDER = [
     "integrations",
     "train_app",
     "launch",
+    "offline",  # compute nodes without internet: the network check, prefetch
     "tune",
     "analysis",
     "doctor",

@@ -10,6 +10,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
 PURE = [
     "errors.py",
+    "offline/network_rules.py",
+    "slurm/offline_env.py",
     "values.py",
     "run_layout.py",
     "beats.py",
