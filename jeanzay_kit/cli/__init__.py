@@ -22,6 +22,7 @@ COMMANDS = (
     ("init", "init"),
     ("train", "train"),
     ("check", "check"),
+    ("prefetch", "prefetch"),
     ("validate", "validate"),
     ("render", "render"),
     ("submit", "submit"),

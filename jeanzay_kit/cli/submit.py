@@ -7,6 +7,7 @@ import datetime
 import sys
 from pathlib import Path
 
+from jeanzay_kit.cli.check import add_network_args
 from jeanzay_kit.cli.common import (
     add_config_args,
     ask_slurm,
@@ -68,6 +69,13 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="submit on that cluster from this laptop, over ssh: validated here, the code "
         "sent, submitted there (`jzk remote setup HOST` first; docs/remote.md)",
     )
+    submit.add_argument(
+        "--prefetch",
+        action="store_true",
+        help="first a prefetch job (jzk prefetch: the run's downloads, where the network "
+        "is), the training job after it (afterok); docs/offline.md",
+    )
+    add_network_args(submit)
     add_config_args(submit)
     submit.set_defaults(run=run)
 
@@ -86,9 +94,16 @@ def run(args: argparse.Namespace) -> int:
         return ask_slurm(spec, args.overrides)
     if args.chain < 1:
         raise JzkError(f"--chain {args.chain}: give the number of jobs, 1 or more")
+    if getattr(args, "prefetch", False):  # the training job waits on the downloads
+        spec = _after_prefetch(args, spec)
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
     refuse_before_writing(spec, run_dir, args.chain)
+    if not spec.cluster.compute_internet and not getattr(args, "prefetch", False):
+        from jeanzay_kit.offline.check import network_check
+
+        allow = getattr(args, "allow_network", False)
+        network_check(spec, args.overrides, args.config_dir, allow, args.budget)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.node.script_siblings import earlier_run_line
         from jeanzay_kit.node.script_task import script_command
@@ -126,6 +141,19 @@ def run(args: argparse.Namespace) -> int:
         record = {"jobs": jobs, "run_dir": str(run_dir.resolve()), "script": str(path.resolve())}
         print(json.dumps(record | {"log": str(log.resolve())}))
     return 0
+
+
+def _after_prefetch(args: argparse.Namespace, spec: JobSpec) -> JobSpec:
+    """Submit the prefetch job (or run it here), then the request waiting on it."""
+    from jeanzay_kit.offline.prefetch import prefetch
+
+    job = prefetch(spec, args.overrides, args.config_dir)
+    if job is None:
+        return spec
+    after = f"afterok:{job}"
+    dependency = f"{spec.job.dependency},{after}" if spec.job.dependency else after
+    args.overrides = [*args.overrides, f"job.dependency={dependency}"]
+    return build_spec(args)
 
 
 def _record(

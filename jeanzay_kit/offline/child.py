@@ -12,6 +12,7 @@ import argparse
 import os
 import runpy
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -21,21 +22,41 @@ from jeanzay_kit.offline import trace
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.offline.child")
-    parser.add_argument("--trace", required=True, type=Path)
+    parser.add_argument("--trace", required=True, help="the trace file; -: a private one")
     parser.add_argument("--mode", choices=(trace.OFFLINE, trace.GUARD, trace.WATCH))
     parser.add_argument("--project", default=os.getcwd())
+    parser.add_argument(
+        "--report", action="store_true", help="print the accesses and the caches at the end"
+    )
     parser.add_argument("what", choices=("check", "script"))
     parser.add_argument("rest", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.trace == "-":
+        import tempfile
+
+        fd, args.trace = tempfile.mkstemp(prefix="jzk-net-", suffix=".jsonl")
+        os.close(fd)
+    args.trace = Path(args.trace)
     if args.mode == trace.OFFLINE:
         trace.loopback_up()
     trace.install(args.trace, args.mode, str(Path(args.project).resolve()))
     rest = args.rest[1:] if args.rest[:1] == ["--"] else args.rest
+    if args.report:  # a prefetch job: `timeout` stops a script's start with SIGTERM
+        signal.signal(signal.SIGTERM, _stopped)
     try:
         return _check(rest) if args.what == "check" else _script(rest)
     except JzkError as err:  # said as `jzk check` says it: one line
         print(f"jzk check: error: {err}", file=sys.stderr)
         return err.exit_code
+    finally:
+        if args.report:
+            from jeanzay_kit.offline.probe import fetched_lines, read_trace
+
+            print("\n".join(fetched_lines(read_trace(args.trace), os.environ)), flush=True)
+
+
+def _stopped(signum: int, frame: object) -> None:
+    raise SystemExit(124)  # as `timeout` says it: stopped at the budget, not failed
 
 
 def _check(words: list[str]) -> int:
@@ -61,7 +82,7 @@ def _script(words: list[str]) -> int:
             runpy.run_module(entry[1], run_name="__main__", alter_sys=True)
         else:
             sys.argv = [*entry, *args]
-            runpy.run_path(entry[0], run_name="__main__")
+            runpy.run_path(str(Path(entry[0]).resolve()), run_name="__main__")
     except SystemExit as end:
         return end.code if isinstance(end.code, int) else (0 if end.code is None else 1)
     return 0

@@ -58,13 +58,14 @@ def describe(host: str, port: int | None, url: str | None, frames: Sequence[Fram
 
 
 def unique(accesses: Sequence[Access]) -> list[Access]:
-    """One row per host and user line (a client's retries, its name lookup and then its
-    connection are one access), the row that knows the URL kept."""
+    """One row per URL (a client's retries are one access), and per host for the accesses
+    no frame named a URL of (a name lookup, then the connection) unless a row names one."""
+    named = {a.host for a in accesses if a.url}
     rows: dict[tuple[str, str | None], Access] = {}
     for a in accesses:
-        key = (a.host, a.user_line)
-        if key not in rows or (a.url and not rows[key].url):
-            rows[key] = a
+        if a.url is None and a.host in named:
+            continue
+        rows.setdefault((a.url or a.host, a.user_line), a)
     return list(rows.values())
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.offline import network_rules as rules
 from jeanzay_kit.offline.trace import GUARD, OFFLINE, WATCH
+from jeanzay_kit.slurm.offline_env import CACHE_FOLDERS
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,26 @@ def _run(argv: list[str], env: Mapping[str, str], cwd: Path, budget_s: float) ->
     except KeyboardInterrupt:
         os.killpg(child.pid, signal.SIGKILL)
         raise
+
+
+def fetched_lines(accesses: Sequence[rules.Access], env: Mapping[str, str]) -> list[str]:
+    """What a prefetch reached, and each cache folder's files and size: on Jean Zay the
+    files count against an inode quota, not only the bytes (docs/offline.md)."""
+    lines = rules.report_lines(accesses, offline=False)
+    for name in (n for n, sub in CACHE_FOLDERS.items() if sub):  # XDG: all of them
+        folder = Path(env.get(name) or _default_cache(name, env))
+        if folder.is_dir():
+            files = [p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()]
+            size = sum(p.stat().st_size for p in files) / 1e6
+            lines.append(f"cache {name}={folder}: {len(files)} files, {size:,.1f} MB")
+    return lines
+
+
+def _default_cache(name: str, env: Mapping[str, str]) -> str:
+    """The libraries' own default folders (XDG's ~/.cache below them)."""
+    xdg = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME", "~")).expanduser() / ".cache")
+    sub = CACHE_FOLDERS[name]
+    return f"{xdg}/{sub}" if sub else xdg
 
 
 def watch_here(project: Path) -> Callable[[], list[str]]:
