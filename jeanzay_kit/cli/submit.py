@@ -99,11 +99,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
     refuse_before_writing(spec, run_dir, args.chain)
-    if not spec.cluster.compute_internet and not getattr(args, "prefetch", False):
-        from jeanzay_kit.offline.check import network_check
-
-        allow = getattr(args, "allow_network", False)
-        network_check(spec, args.overrides, args.config_dir, allow, args.budget)
+    _check_network(args, spec)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.node.script_siblings import earlier_run_line
         from jeanzay_kit.node.script_task import script_command
@@ -141,6 +137,17 @@ def run(args: argparse.Namespace) -> int:
         record = {"jobs": jobs, "run_dir": str(run_dir.resolve()), "script": str(path.resolve())}
         print(json.dumps(record | {"log": str(log.resolve())}))
     return 0
+
+
+def _check_network(args: argparse.Namespace, spec: JobSpec) -> None:
+    """Nodes without internet: every access of the run found here, refused before the
+    queue (offline/check.py); not after a prefetch, which fetched them."""
+    if spec.cluster.compute_internet or getattr(args, "prefetch", False):
+        return
+    from jeanzay_kit.offline.check import network_check
+
+    allow = getattr(args, "allow_network", False)
+    network_check(spec, args.overrides, args.config_dir, allow, args.budget)
 
 
 def _after_prefetch(args: argparse.Namespace, spec: JobSpec) -> JobSpec:
