@@ -43,10 +43,10 @@ from common import Lockstep, paired, pin_rank, write_result  # noqa: E402
 
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
+from jeanzay_kit.ending.preemption import StopRequest  # noqa: E402
 from jeanzay_kit.examples.datasets import StdlibText  # noqa: E402
 from jeanzay_kit.examples.models import TinyGPT  # noqa: E402
 from jeanzay_kit.node.local import free_port, local_rank_infos  # noqa: E402
-from jeanzay_kit.runtime.preemption import StopRequest  # noqa: E402
 from jeanzay_kit.runtime.run import Run  # noqa: E402
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan  # noqa: E402
 from jeanzay_kit.train.loop import train  # noqa: E402

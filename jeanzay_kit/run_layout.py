@@ -75,15 +75,15 @@ ENTRIES: tuple[Entry, ...] = (
           "the trained weights"),
     Entry(MODEL_DIGEST, "file", "train/loop.py (rank 0)", "jzk status, tests",
           "sha256 over every parameter of the final model"),
-    Entry(OUTCOME, "file", "node/outcome.py (the local launcher)", "jzk status, jzk logs -f",
+    Entry(OUTCOME, "file", "ending/outcome.py (the local launcher)", "jzk status, jzk logs -f",
           "how a local run ended: COMPLETED, STOPPED, FAILED"),
     Entry(PROVENANCE, "folder", "project/provenance.py", "the user",
           "code, config and environment the run was started with"),
     Entry(LEASE, "file", "lease.py (the holder)", "jzk status, jzk cancel, jzk logs -f",
           "who writes the run directory now (one writer)"),
-    Entry(RESTARTS, "file", "node/restarts.py", "node/restarts.py",
+    Entry(RESTARTS, "file", "ending/restarts.py", "ending/restarts.py",
           "restarts spent after hangs and crashes"),
-    Entry(ENDINGS, "file", "node/endings.py (the launcher, the batch script's step)",
+    Entry(ENDINGS, "file", "ending/endings.py (the launcher, the batch script's step)",
           "jzk status, jzk report, node/restart_job.py, node/local.py",
           "one line per end of an attempt: its class, evidence, step, nodes, checkpoint"),
     Entry(TRAIN_LOG, "file", "runtime/rank_log.py (every rank), node/local.py", "jzk logs",
@@ -94,7 +94,7 @@ ENTRIES: tuple[Entry, ...] = (
           "TensorBoard event files (metrics.tensorboard)"),
     Entry(WANDB, "folder", "wandb (rank 0)", "wandb sync", "W&B offline runs (metrics.wandb)"),
     Entry(MLFLOW, "folder", "mlflow (rank 0)", "mlflow ui", "MLflow file store (metrics.mlflow)"),
-    Entry(STOP_NOTE, "file", "the batch script (slurm/sbatch.py)", "runtime/preemption.py",
+    Entry(STOP_NOTE, "file", "the batch script (slurm/sbatch.py)", "ending/preemption.py",
           "a signal Slurm sent the batch shell only"),
     Entry(REQUEUE_MARK, "file", "node/script_task.py", "node/script_task.py",
           "a script task asked to be run again"),
@@ -160,7 +160,7 @@ TOOLKIT_NAMES = frozenset(
     }
 )
 # A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress;
-# nor are the temporary files of node/script_files.py claim_run_dir and node/outcome.py.
+# nor are the temporary files of node/script_files.py claim_run_dir and ending/outcome.py.
 _TOOLKIT_PREFIXES = (HANG_PREFIX, f".{COMMAND}.", f".{OUTCOME}.")
 
 

@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.preemption import StopRequest
 
 PROGRAM = "jzk train"
 TRAIN_HELP = """usage: {prog} [KEY=VALUE ...] [-m] [-- YOUR SCRIPT'S ARGUMENTS]

@@ -67,3 +67,40 @@ class Hub:
 
     def stop(self) -> None:
         self.server.shutdown()
+
+
+# A user's model: weights from the Hub, bias from a URL (what models often do).
+HUBNET = '''
+import torch
+from torch import nn
+from huggingface_hub import hf_hub_download
+
+
+class Net(nn.Module):
+    """Weights from the Hub, bias from a URL: what a user's model often does."""
+
+    def __init__(self, bias_url: str) -> None:
+        super().__init__()
+        self.lin = nn.Linear(32, 8)
+        weights = torch.load(hf_hub_download("acme/tiny", "weights.pt"), weights_only=True)
+        bias = torch.hub.load_state_dict_from_url(bias_url, weights_only=True)
+        with torch.no_grad():
+            self.lin.weight.copy_(weights["w"] * 0.01)
+            self.lin.bias.copy_(bias["b"])
+
+    def forward(self, x):
+        return self.lin(x)
+'''
+
+
+def hub_files(root: Path) -> Path:
+    """What the Hub and the URL host serve: the model's weights (acme/tiny), its bias and a
+    vocabulary file."""
+    import torch
+
+    (root / "acme" / "tiny").mkdir(parents=True)
+    (root / "files").mkdir()
+    torch.save({"w": torch.ones(8, 32)}, root / "acme" / "tiny" / "weights.pt")
+    torch.save({"b": torch.zeros(8)}, root / "files" / "bias.pt")
+    (root / "files" / "vocab.txt").write_text("a b c\n")
+    return root

@@ -12,6 +12,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.errors import JzkError
 
 # How often -f looks for new output, and asks Slurm whether the job has ended.
@@ -180,10 +181,9 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
 def _follow_local(run_dir: Path, rank: int | None) -> int:
     """Print what a local run adds to train.log while a live process holds the run
     directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
+    from jeanzay_kit.ending.outcome import read_outcome
     from jeanzay_kit.lease import holder
-    from jeanzay_kit.node.outcome import read_outcome
     from jeanzay_kit.run_directory import RunDir
-    from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
     from jeanzay_kit.runtime.rank_log import lines_of_rank
 
     path = RunDir(run_dir).train_log
@@ -204,7 +204,7 @@ def _follow_local(run_dir: Path, rank: int | None) -> int:
         if not live:
             state = read_outcome(run_dir) or "STOPPED"
             print(f"jzk logs: the run ended {state}", file=sys.stderr)
-            return {"COMPLETED": 0, "STOPPED": EXIT_PREEMPTED}.get(state, 1)
+            return {"COMPLETED": 0, "STOPPED": Exit.STOPPED}.get(state, 1)
         time.sleep(FOLLOW_POLL_S)
 
 

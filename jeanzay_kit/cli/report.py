@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
 def ending_lines(run_dirs: list[str]) -> list[str]:
     """`<run>: data error at step 4: ValueError: ...` for each run whose newest attempt
-    did not complete (node/endings.py), with the fix."""
-    from jeanzay_kit.node.endings import newest_ending
+    did not complete (ending/endings.py), with the fix."""
+    from jeanzay_kit.ending.endings import newest_ending
 
     lines = []
     for run_dir in run_dirs:

@@ -194,8 +194,8 @@ def _local_views(directory: str | None, optional: bool) -> list[RunView]:
 
 def _local_states(views: list[RunView], states: dict) -> None:
     """A run on this machine: its state from its own directory."""
+    from jeanzay_kit.ending.outcome import read_signal
     from jeanzay_kit.launch import status
-    from jeanzay_kit.node.outcome import read_signal
 
     for view in views:
         if view.job_id == "local":
@@ -420,7 +420,7 @@ def _newest(record: dict) -> float:
 def _local_state(view: RunView) -> str:
     """A local run has no scheduler: its files say whether it finished or still beats
     (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
-    from jeanzay_kit.node.outcome import read_outcome
+    from jeanzay_kit.ending.outcome import read_outcome
 
     run_dir = Path(view.run_dir or "")
     ended = read_outcome(run_dir)

@@ -20,8 +20,9 @@ from typing import Any
 
 from jeanzay_kit.cli.common import add_config_args
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -69,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     codes = run_tasks_here(tasks, args.overrides, args.config_dir, stop)
-    failed = [(i, c) for i, c in enumerate(codes) if c not in (0, EXIT_PREEMPTED)]
+    failed = [(i, c) for i, c in enumerate(codes) if c not in (0, Exit.STOPPED)]
     # A task killed after the others had ended left its trial RUNNING with nobody to tell
     # it; a task stopped by a signal (3) keeps its trial to resume it.
     from jeanzay_kit.tune.study import reap_orphans
@@ -84,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"jzk tune: task-{index} ended: {how}", file=sys.stderr, flush=True)
     if failed:
         return 1
-    if EXIT_PREEMPTED in codes:
+    if Exit.STOPPED in codes:
         print("jzk tune: stopped; run the same command again to resume the study", flush=True)
-        return EXIT_PREEMPTED
+        return Exit.STOPPED
     return 0
 
 

@@ -20,10 +20,11 @@ from jeanzay_kit.config.sections import (
     TrainLoop,
     WatchdogSettings,
 )
+from jeanzay_kit.ending.codes import SLURM_NAMES
 from jeanzay_kit.values import strings
 
 OPTIMIZERS = ("adamw", "sgd")
-SIGNALS = ("USR1", "USR2", "TERM")
+SIGNALS = SLURM_NAMES  # preemption.signal: what Slurm sends ahead of the end
 BACKENDS = ("auto", "nccl", "gloo")
 
 

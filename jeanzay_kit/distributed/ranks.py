@@ -83,7 +83,7 @@ class RankInfo:
     array_job_id: str | None = None  # "<SLURM_ARRAY_JOB_ID>_<SLURM_ARRAY_TASK_ID>" in an array
     launcher: str = "local"  # "torchrun" | "srun" | "local"
     # $JZK_REQUEUE_FILE: in a container (job.container), where a requeue is asked of the
-    # batch shell outside it; None: `scontrol requeue` (slurm/commands.py request_requeue).
+    # batch shell outside it; None: `scontrol requeue` (ending/requeue.py requeue_job).
     requeue_file: str | None = None
 
     @property

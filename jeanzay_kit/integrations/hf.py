@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 from transformers import TrainerCallback
 
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
+from jeanzay_kit.ending.codes import SLURM_NAMES, Exit, stop_signals
 
-STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)
+STOP_SIGNALS = stop_signals(SLURM_NAMES)
 
 
 class SaveOnStop(TrainerCallback):
@@ -68,5 +68,5 @@ class SaveOnStop(TrainerCallback):
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
         if self.stopped:  # saved, not finished: the script's code after train() must not run
-            raise SystemExit(EXIT_PREEMPTED)
+            raise SystemExit(Exit.STOPPED)
         return control

@@ -8,7 +8,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from jeanzay_kit.ending_rules import Verdict
+from jeanzay_kit.ending.ending_rules import Verdict
 from jeanzay_kit.launch.ledger import RunRecord, run_record
 from jeanzay_kit.launch.status import RunProgress
 from jeanzay_kit.run_directory import RunDir
@@ -85,8 +85,8 @@ def run_progress(
 
 def _ending(run_dir: Path, job_id: str | None, restarts: int) -> tuple[Verdict | None, bool]:
     """The newest end of an attempt (of that Slurm job when job_id is given) and whether
-    the run's restarts are a storm (node/endings.py)."""
-    from jeanzay_kit.ending_rules import storm, verdict_of
+    the run's restarts are a storm (ending/endings.py)."""
+    from jeanzay_kit.ending.ending_rules import storm, verdict_of
 
     endings = RunDir(run_dir).ending_records()
     endings = [e for e in endings if job_id is None or e.get("job_id") == job_id]

@@ -11,7 +11,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from jeanzay_kit.ending_rules import GPU_OOM, SLURM_STATES, STOPPED, Verdict
+from jeanzay_kit.ending.ending_rules import GPU_OOM, SLURM_STATES, STOPPED, Verdict
 from jeanzay_kit.launch.ledger import RunRecord, ledger
 from jeanzay_kit.values import strings
 
@@ -162,7 +162,7 @@ class RunProgress:
     last_line_age_s: float | None = None
     checkpoint_file: str | None = None  # the script's newest checkpoint-looking file
     checkpoint_age_s: float | None = None
-    # How the newest attempt ended (node/endings.py): its class and its one line.
+    # How the newest attempt ended (ending/endings.py): its class and its one line.
     verdict: str | None = None
     evidence: str | None = None  # `data error at step 4: ValueError: ...`
     fix: str | None = None

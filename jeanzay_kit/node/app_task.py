@@ -24,7 +24,7 @@ A function that runs the toolkit's `session` (docs/your-own-loop.md) gets the po
 run directory as JZK_RUN_DIR, as a script task does: its checkpoints, metrics and
 heartbeats go there, and the lease stays with this task. The session's handler takes
 the signals (one handler a signal and process), stops every rank at the same step
-boundary, saves, and exits EXIT_PREEMPTED; this task then hands the stop to submitit's
+boundary, saves, and exits Exit.STOPPED; this task then hands the stop to submitit's
 handler, which requeues the job as above, and the session resumes exactly.
 """
 
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.runtime_settings import job_signal
+from jeanzay_kit.ending.codes import Exit
 
 # The run directory of a task the toolkit started (distributed/script_env.py names it for
 # script tasks): a session inside reads it (runtime/session_rules.py).
@@ -63,7 +64,6 @@ class AppTask:
         import submitit
 
         from jeanzay_kit.project.import_path import put_project_on_path
-        from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
         env = dict(os.environ)  # read once, here
         put_project_on_path(env, Path.cwd())
@@ -81,7 +81,7 @@ class AppTask:
             if rank0:
                 _write_result(Path(run_dir), ret)
         except SystemExit as stop:
-            if stop.code != EXIT_PREEMPTED:
+            if stop.code != Exit.STOPPED:
                 raise
             if lease is not None:
                 lease.release()
@@ -135,7 +135,7 @@ def _time_limit_handler(env: dict[str, str]) -> tuple[int, Any]:
 
 def _run_again(rank0: bool, signum: int, submitits_handler: Any) -> None:
     """A session in your function stopped at a signal, saved at a step boundary on every
-    rank and exited EXIT_PREEMPTED ("run me again"): rank 0 hands the stop to submitit's
+    rank and exited Exit.STOPPED ("run me again"): rank 0 hands the stop to submitit's
     own handler, which checkpoints this call (checkpoint below) and requeues the job, or
     ends it when `max_num_timeout` is spent, as with hydra-submitit-launcher. After a
     preemption (SIGTERM) Slurm requeues the job by itself; submitit's handler is called

@@ -20,8 +20,8 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_present
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.runtime.preemption import StopRequest
 from jeanzay_kit.train.directions import check_directions
 
 
@@ -121,7 +121,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
             spec, run_dir, env, sys.executable, stop, ending=outcome
         )
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
-    from jeanzay_kit.node.endings import record_local_end
+    from jeanzay_kit.ending.endings import record_local_end
 
     record_local_end(run_dir, outcome.code, outcome.signal, since)
     return outcome.code
@@ -201,8 +201,8 @@ class _Outcome:
 
 @contextmanager
 def recorded_outcome(run_dir: Path) -> Iterator[_Outcome]:
-    """A local run's end in <run_dir>/outcome.json for `jzk status` (node/outcome.py)."""
-    from jeanzay_kit.node.outcome import clear_outcome, record_outcome
+    """A local run's end in <run_dir>/outcome.json for `jzk status` (ending/outcome.py)."""
+    from jeanzay_kit.ending.outcome import clear_outcome, record_outcome
 
     run_dir.mkdir(parents=True, exist_ok=True)
     clear_outcome(run_dir)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.node.health_rules import (
     END,
     GPU_CHECK_SECONDS,
@@ -43,8 +44,6 @@ from jeanzay_kit.node.health_rules import (
     scratch_folders,
 )
 
-EXIT_REQUEUED = 3  # the batch script ends; Slurm starts the job again elsewhere
-EXIT_ENDED = 2  # a refusal: the restart logic leaves it alone
 GATE = "jzk: health gate"
 
 
@@ -153,12 +152,12 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
     """Record each failed node's end, then requeue without them (or end the job); the
     batch script's exit code."""
     from jeanzay_kit.distributed.ranks import array_id
-    from jeanzay_kit.ending_rules import UNHEALTHY, Verdict
+    from jeanzay_kit.ending.ending_rules import UNHEALTHY, Verdict
+    from jeanzay_kit.ending.endings import record_ending
+    from jeanzay_kit.ending.requeue import requeue_job
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.node.endings import record_ending
     from jeanzay_kit.node.restart_job import leave_out
     from jeanzay_kit.run_directory import RunDir
-    from jeanzay_kit.slurm.commands import request_requeue
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     retried = decision.action != END and job is not None
@@ -168,18 +167,18 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
             record_ending(run_dir, verdict, job_id=job, nodes=[node], retried=retried)
     if decision.action == END:
         say(f"{decision.line} (no training started; history in {RunDir(run_dir).endings})")
-        return EXIT_ENDED
+        return Exit.REFUSED
     if job is None:
         say(f"{decision.line}; not a Slurm job: nothing to requeue")
         return 1
     try:
-        request_requeue(job, env.get("JZK_REQUEUE_FILE") or None, runner)
+        requeue_job(job, env.get("JZK_REQUEUE_FILE") or None, runner)
     except SlurmCommandError as err:
         say(f"{decision.line}; could not requeue job {job}: {err}")
         return 1
     left_out = leave_out(run_dir, job, runner, env)
     say(f"{decision.line}; requeued job {job} before any training (no restart spent){left_out}")
-    return EXIT_REQUEUED
+    return Exit.STOPPED
 
 
 def say(line: str) -> None:
@@ -189,8 +188,8 @@ def say(line: str) -> None:
 def earlier_checks(run_dir: Path, env: Mapping[str, str]) -> list[set[str]]:
     """What each node this job left out before failed (its unhealthy_node endings)."""
     from jeanzay_kit.distributed.ranks import array_id
-    from jeanzay_kit.ending_rules import UNHEALTHY
-    from jeanzay_kit.node.endings import read_endings
+    from jeanzay_kit.ending.ending_rules import UNHEALTHY
+    from jeanzay_kit.ending.endings import read_endings
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     if job is None:

@@ -27,27 +27,26 @@ from pathlib import Path
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
-from jeanzay_kit.node.endings import (
+from jeanzay_kit.ending.codes import Exit, stop_signals
+from jeanzay_kit.ending.endings import (
     classify_attempt,
     judge,
     record_ending,
     verdict_line,
 )
+from jeanzay_kit.ending.preemption import StopRequest
+from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
-from jeanzay_kit.node.restarts import read_restarts, record_restart
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.heartbeat import EXIT_HUNG
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 from jeanzay_kit.runtime.stall import made_progress
 
 # What every worker imports before its first step (torch's optimizers import
 # torch._dynamo when the first one is built): the fork server of CPU workers imports
 # them once, not once per worker.
 WORKER_IMPORTS = ("torch", "torch._dynamo", "jeanzay_kit.train.loop", "jeanzay_kit.runtime.session")
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
+FORWARDED = stop_signals()
 # What a worker ends with when an exception escaped run_worker (which printed it, naming
 # the rank): Python's own code for an uncaught exception.
-EXIT_RAISED = 1
 
 
 def _worker(
@@ -77,7 +76,7 @@ def _worker(
         # Already said by the rank (node/worker.py _leave): not a second traceback from
         # multiprocessing's own handler.
         sys.stderr.flush()
-        os._exit(EXIT_RAISED)
+        os._exit(Exit.RAISED)
 
 
 def worker_context(cpu_only: bool) -> ForkServerContext | SpawnContext:
@@ -170,10 +169,10 @@ def _first_failure(procs: list[BaseProcess], pending: set[int]) -> int | None:
 
 def _cause(ended: list[tuple[int, int]]) -> int:
     """Of the workers seen ended at one look, the one that caused it: a rank whose peer
-    was killed raises (EXIT_RAISED) right after, often before the launcher looks, so a
+    was killed raises (Exit.RAISED) right after, often before the launcher looks, so a
     rank that ended otherwise (killed by a signal, an exit code of its own) comes first,
     then the lowest rank."""
-    return min(ended, key=lambda e: (e[1] == EXIT_RAISED, e[0]))[0]
+    return min(ended, key=lambda e: (e[1] == Exit.RAISED, e[0]))[0]
 
 
 def _terminate(procs: list[BaseProcess]) -> None:
@@ -198,8 +197,8 @@ def launch_local(
     cpu_only: bool = False,
 ) -> int:
     """Run the workers; after a hang or a crash, run them again from the newest complete
-    checkpoint while preemption.max_restarts allows (node/restarts.py) and a restart can
-    help (node/endings.py: a failure that repeats ends the run at once). Every end of an
+    checkpoint while preemption.max_restarts allows (ending/restarts.py) and a restart can
+    help (ending/endings.py: a failure that repeats ends the run at once). Every end of an
     attempt is classified into <run_dir>/endings.jsonl."""
     from jeanzay_kit.runtime.startup import process_start_time
 
@@ -214,7 +213,7 @@ def launch_local(
             cpu_only=cpu_only, launched=launched or since,
         )  # fmt: skip
         launched = None
-        if code not in (1, EXIT_HUNG) or (stop is not None and stop.signum):
+        if code not in (1, Exit.HUNG) or (stop is not None and stop.signum):
             if code != 0:  # a completed run's rank 0 records its end (node/worker_start.py)
                 with contextlib.suppress(OSError):
                     record_ending(run_dir, classify_attempt(run_dir, code, since), since=since)
@@ -230,7 +229,7 @@ def _say(line: str) -> None:
 def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> bool:
     """After a failed attempt: classify and record its end, then restart it (True) or
     say why not (False)."""
-    reason = "hang" if code == EXIT_HUNG else "crash"
+    reason = "hang" if code == Exit.HUNG else "crash"
     limit = spec.preemption.max_restarts
     verdict = classify_attempt(run_dir, code, since)
     if not made_progress(RunDir(run_dir).beats(), since):
@@ -336,12 +335,12 @@ def _failure_code(index: int, proc: BaseProcess, run_dir: Path, since: float) ->
     """What the run ends with when worker `index` ended first with a non-zero code, said
     in one line where the worker has not said it."""
     code, pid = proc.exitcode or 0, proc.pid or 0
-    if code in (EXIT_PREEMPTED, 2, EXIT_HUNG):
+    if code in (Exit.STOPPED, 2, Exit.HUNG):
         # 3: every worker saved, the checkpoint is sealed; 2: a refusal rank 0 explained;
         # 4: the watchdog named the rank and dumped the stacks.
         return code
     rank = describe_rank(index, pid, run_dir, since)
-    if code == EXIT_RAISED:
+    if code == Exit.RAISED:
         print(
             f"{report.TRAIN}: {rank} failed (its traceback is above); the others were stopped.",
             file=sys.stderr,

@@ -3,7 +3,7 @@
 The rendered script runs `python -m jeanzay_kit.node.restart_job` when srun ends with
 an error: a hang (the watchdog's exit 4), a crashed rank (srun's --kill-on-bad-exit has
 already ended the others), a lost node. The restart is recorded in
-`<run_dir>/restarts.json` (node/restarts.py) and the job requeued: it resumes from its
+`<run_dir>/restarts.json` (ending/restarts.py) and the job requeued: it resumes from its
 newest complete checkpoint. A refusal (exit 2) or a preemption stop (exit 3, already
 requeued by rank 0) is left alone, and a run out of budget stops with a message saying so.
 """
@@ -22,25 +22,24 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.distributed.ranks import array_id
-from jeanzay_kit.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
-from jeanzay_kit.errors import HostlistError, SlurmCommandError
-from jeanzay_kit.node.endings import (
+from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.ending.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
+from jeanzay_kit.ending.endings import (
     classify_attempt,
     judge,
     read_endings,
     record_ending,
     verdict_line,
 )
-from jeanzay_kit.node.restarts import read_restarts, record_restart
+from jeanzay_kit.ending.restarts import read_restarts, record_restart
+from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 from jeanzay_kit.runtime.stall import made_progress
 
-EXIT_REFUSED = 2
-NOT_RESTARTED = (0, EXIT_REFUSED, EXIT_PREEMPTED)
+NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
 # A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
 # it, and a death by the time-limit warning SIGUSR1, into RunDir.requeue_mark).
-SCRIPT_REQUEUE = (EXIT_PREEMPTED,)
+SCRIPT_REQUEUE = (Exit.STOPPED,)
 
 
 def wrote_since(run_dir: Path, since: float | None) -> bool:
@@ -71,7 +70,7 @@ def restart_after_failure(
     script: the step ran the user's own command (job.entry a script), which asks for a
     requeue with exit 3 (or was ended by the time-limit signal it did not handle) and
     shows progress by writing in its run directory (a checkpoint)."""
-    from jeanzay_kit.slurm.commands import request_requeue
+    from jeanzay_kit.ending.requeue import requeue_job
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     request_file = env.get("JZK_REQUEUE_FILE") or None  # in a container: slurm/container.py
@@ -82,19 +81,19 @@ def restart_after_failure(
         words = mark.read_text(errors="replace").split()
         how = f"killed by {words[1]}, which it does not handle" if len(words) > 1 else "exit 3"
         mark.unlink(missing_ok=True)
-        status = EXIT_PREEMPTED
+        status = Exit.STOPPED
     if script and status in SCRIPT_REQUEUE:
         _record(run_dir, status, since, job, retried=job is not None)
         if job is None:
             return ""
         try:
-            request_requeue(job, request_file, runner)
+            requeue_job(job, request_file, runner)
         except SlurmCommandError as err:
             return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
         return f"jzk: the script stopped ({how}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         if status != 0:
-            _record(run_dir, status, since, job, retried=status == EXIT_PREEMPTED)
+            _record(run_dir, status, since, job, retried=status == Exit.STOPPED)
         return ""
     return _restart(
         run_dir, status, max_restarts, job=job, runner=runner, since=since, script=script,
@@ -116,7 +115,7 @@ def _restart(
     slurm_log: str = "",
 ) -> str:
     """After a hang or a crash: requeue from the newest checkpoint while the budget
-    allows and a restart can help (node/endings.py judge; no progress in the attempt:
+    allows and a restart can help (ending/endings.py judge; no progress in the attempt:
     it would fail the same way), leaving a node at fault out of the next start.
     request_file: in a container, where the batch shell is asked to requeue."""
     # A script's hang: the tasks that found it ended with 4, but srun reports the
@@ -166,7 +165,7 @@ def _requeue(
 ) -> str:
     """Spend a restart and requeue the job, its nodes at fault left out; or say the
     budget is spent."""
-    from jeanzay_kit.slurm.commands import request_requeue
+    from jeanzay_kit.ending.requeue import requeue_job
 
     done = len(read_restarts(run_dir))
     record_ending(run_dir, verdict, job_id=job, since=since, retried=done < max_restarts)
@@ -179,7 +178,7 @@ def _requeue(
         )
     count = record_restart(run_dir, reason, job)
     try:
-        request_requeue(job, request_file, runner)
+        requeue_job(job, request_file, runner)
     except SlurmCommandError as err:
         return f"jzk: {reason}; could not requeue job {job}: {err}"
     left_out = leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
@@ -263,7 +262,7 @@ def _record(
 
 
 def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | None) -> str:
-    """The line that ends the run when a restart cannot help (node/endings.py judge):
+    """The line that ends the run when a restart cannot help (ending/endings.py judge):
     the same failure at the same step as the attempt before, no new checkpoint since the
     last restart, an out of memory, a NaN, a full disk; "" when it can."""
     decision = judge(run_dir, verdict)
@@ -279,7 +278,7 @@ def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | N
 def job_err_log(job_id: str | None, runner: Any = None) -> str:
     """The tail of the job's stderr log (scontrol's StdErr=): where slurmstepd and srun
     write, and a script's traceback; "" when unknown."""
-    from jeanzay_kit.node.endings import log_tail
+    from jeanzay_kit.ending.endings import log_tail
     from jeanzay_kit.slurm.commands import show_text
 
     if not job_id:

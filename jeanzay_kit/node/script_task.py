@@ -12,7 +12,7 @@ Two ways in:
   stop signals it receives, and stops the others when one fails.
 
 The contract a script may rely on is in docs/slurm.md ("Your own script"): exit
-EXIT_PREEMPTED (3) after saving its own checkpoint to be requeued and started again in the
+Exit.STOPPED (3) after saving its own checkpoint to be requeued and started again in the
 same JZK_RUN_DIR.
 """
 
@@ -41,6 +41,8 @@ from jeanzay_kit.distributed.script_env import (
     script_argv,
     script_env,
 )
+from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_files import (
     check_resume,
@@ -52,11 +54,10 @@ from jeanzay_kit.node.script_files import (
 from jeanzay_kit.node.script_port import agreed_port
 from jeanzay_kit.node.script_rules import ScriptCommand, requeue_note
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest, signal_name
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
-STOPPED = (EXIT_PREEMPTED, -signal.SIGUSR1)
+STOPPED = (Exit.STOPPED, -signal.SIGUSR1)
 # How long the other ranks of a sweep's task wait for rank 0's requeue to end the job.
 REQUEUE_WAIT_S = 60.0
 
@@ -123,10 +124,10 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
 
 
 def say_if_complete(run_dir: Path, command: ScriptCommand) -> None:
-    """One line when the run's newest end is its script's completion (node/endings.py):
+    """One line when the run's newest end is its script's completion (ending/endings.py):
     the same command again does not resume, it runs the script again in place."""
-    from jeanzay_kit.ending_rules import COMPLETED
-    from jeanzay_kit.node.endings import newest_ending
+    from jeanzay_kit.ending.ending_rules import COMPLETED
+    from jeanzay_kit.ending.endings import newest_ending
     from jeanzay_kit.node.script_rules import rerun_note
 
     ended = newest_ending(run_dir)
@@ -271,7 +272,7 @@ def slurm_task(
     run directory and the task exits 0. srun's --kill-on-bad-exit would otherwise
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
-    a hung script (stall_seconds, 0: not watched) ends the task with EXIT_HUNG."""
+    a hung script (stall_seconds, 0: not watched) ends the task with Exit.HUNG."""
     from jeanzay_kit.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
@@ -351,13 +352,13 @@ def _run_slurm_script(
 
 
 def record_done(run_dir: Path, env: Mapping[str, str], note: str | None = None) -> None:
-    """Task 0's command exited 0: the run's newest end is "completed" (node/endings.py),
+    """Task 0's command exited 0: the run's newest end is "completed" (ending/endings.py),
     as the toolkit's loop records its own (node/worker_start.py say_done); without it
     `jzk status` kept saying the stop before the requeue, with its "run the same command
     again". A peer that fails after it is recorded later by the restart step, and wins.
     note: a rank died at exit after the work was done (ending_rules.done_at_exit)."""
-    from jeanzay_kit.ending_rules import COMPLETED, Verdict
-    from jeanzay_kit.node.endings import record_ending
+    from jeanzay_kit.ending.ending_rules import COMPLETED, Verdict
+    from jeanzay_kit.ending.endings import record_ending
 
     done = Verdict(COMPLETED, f"done: {note}" if note else "done: the command exited 0")
     try:
@@ -413,11 +414,10 @@ def requeue_stopped(
     info: RankInfo, runner: Any = None, sleep: Callable[[float], None] = time.sleep
 ) -> int:
     """After the command stopped to be run again: task 0 requeues the job (without it,
-    the command said so and the job ends); every task ends with EXIT_PREEMPTED."""
+    the command said so and the job ends); every task ends with Exit.STOPPED."""
     from jeanzay_kit import report
+    from jeanzay_kit.ending.requeue import ask_from_every_rank, requeue_job
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.runtime.requeue import ask_from_every_rank
-    from jeanzay_kit.slurm.commands import request_requeue
 
     ask_from_every_rank(info)
     if info.rank != 0:
@@ -425,17 +425,17 @@ def requeue_stopped(
             # Rank 0 is running `scontrol requeue`, which ends this job: exiting first
             # with 3 would make srun's --kill-on-bad-exit end rank 0 mid-requeue.
             sleep(REQUEUE_WAIT_S)
-        return EXIT_PREEMPTED
+        return Exit.STOPPED
     if info.requeue_id is None:
         print("jzk: the command stopped to be run again (exit 3): run it again", flush=True)
-        return EXIT_PREEMPTED
+        return Exit.STOPPED
     try:
-        request_requeue(info.requeue_id, info.requeue_file, runner)
+        requeue_job(info.requeue_id, info.requeue_file, runner)
     except SlurmCommandError as err:
         report.error("jzk", f"could not requeue job {info.requeue_id}: {err}. HINT: resubmit it")
         return 1
     print(f"jzk: the command stopped to be run again: requeued job {info.requeue_id}", flush=True)
-    return EXIT_PREEMPTED
+    return Exit.STOPPED
 
 
 def launch_local(
@@ -447,7 +447,7 @@ def launch_local(
     ending: Any = None,
 ) -> int:
     """`resources.gpus_per_node` processes of the command on this machine; the exit code
-    the run ends with (0, EXIT_PREEMPTED when stopped by a signal or asking to be run
+    the run ends with (0, Exit.STOPPED when stopped by a signal or asking to be run
     again, else 1). ending: its `signal` is set to the signal a process died of (0: none)."""
     from jeanzay_kit.node.local import local_start_mark
     from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
@@ -487,14 +487,14 @@ def launch_local(
         how = (
             signal_name(sent)
             or (died and f"killed by {signal_name(died)}, which it does not handle")
-            or f"exit {EXIT_PREEMPTED}"
+            or f"exit {Exit.STOPPED}"
         )
         print(
             f"jzk train: stopped ({how}); run the same command to "
             f"go on: {stop_note(script, run_dir, start, requeued=False, cwd=cwd)}",
             flush=True,
         )
-        return EXIT_PREEMPTED
+        return Exit.STOPPED
     return 0
 
 

@@ -1,8 +1,8 @@
 """A Slurm task's watch over its script (node/script_task.py runs the command, this
 supervises it): stop signals passed on exactly once, output relayed and timed, a beat
 written, and a hung script named, its Python stacks dumped and its task ended with
-EXIT_HUNG so the restart budget decides (node/restart_job.py). Edge: signals, processes,
-threads and files; the rules are node/signal_rules.py and node/script_watch_rules.py.
+Exit.HUNG so the restart budget decides (node/restart_job.py). Edge: signals, processes,
+threads and files; the rules are ending/signal_rules.py and node/script_watch_rules.py.
 """
 
 from __future__ import annotations
@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import IO
 
 from jeanzay_kit.beats import ScriptBeat
-from jeanzay_kit.ending_rules import died_at_exit, done_at_exit, peers_undecided
+from jeanzay_kit.ending.codes import Exit, stop_signals
+from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
+from jeanzay_kit.ending.preemption import NOTE_CHECK_S, stop_note
+from jeanzay_kit.ending.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_files import newest_script_write, write_script_beat
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
-from jeanzay_kit.node.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.heartbeat import EXIT_HUNG
-from jeanzay_kit.runtime.preemption import NOTE_CHECK_S, stop_note
 
-STOP_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT)
+STOP_SIGNALS = stop_signals()
 TICK_S = 0.2
 # After SIGABRT (the stacks), the command has this long to write them and end.
 DUMP_WAIT_S = 10.0
@@ -100,7 +100,7 @@ def supervise(
     command: Sequence[str], env: Mapping[str, str], watch: Watch, cwd: Path | None = None
 ) -> Ended:
     """Run `command` (in `cwd`) to its end under the watch; its exit code (negative:
-    killed by that signal), or EXIT_HUNG when the watch found the script hung and ended
+    killed by that signal), or Exit.HUNG when the watch found the script hung and ended
     it; and whether it died at exit (its last beat says both to the other tasks)."""
     env = dict(env)
     # Python's own dump of every thread's stack on SIGABRT: how a hang is shown.
@@ -296,7 +296,7 @@ def _end_hung(
         deadline = time.monotonic() + DUMP_WAIT_S
         while not report.exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-    return EXIT_HUNG
+    return Exit.HUNG
 
 
 def _signal(child: subprocess.Popen, signum: int) -> None:

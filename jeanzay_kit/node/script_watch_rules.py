@@ -18,12 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jeanzay_kit.beats import ScriptBeat
+from jeanzay_kit.ending.codes import WARNING_NAMES, stop_signals
 from jeanzay_kit.progress import format_duration
 
 # The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
 # Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is
 # nothing left to watch.
-WARNINGS = (signal.SIGUSR1, signal.SIGUSR2)
+WARNINGS = stop_signals(WARNING_NAMES)
 
 
 @dataclass

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.entry import runs_script
+from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
 
 def _kind(config: dict[str, Any]) -> str:
@@ -33,7 +34,7 @@ def run_training(config: dict[str, Any], run_dir: str) -> float | list[float | N
     # The project's code: the sweep's snapshot (JZK_CODE_DIR), else the project's root.
     put_project_on_path(env, Path.cwd())
     code = main(config, env, Path(run_dir), cpu_count=os.cpu_count() or 1, stop=stop)
-    if code == EXIT_PREEMPTED:
+    if code == Exit.STOPPED:
         raise SystemExit(code)  # stopped after a save, and requeued: not a failure
     if code:
         entry = config.get("job", {}).get("entry")

@@ -7,7 +7,7 @@ warning (seen on the local cluster: "task 0: User defined signal 1"), leaving it
 orphaned and srun's --kill-on-bad-exit racing their checkpoint. Here the agent passes
 those signals on to its workers (its direct children; with proctrack/cgroup Slurm signals
 them too, and a second delivery changes nothing) and stays to collect them. Workers that
-all stop with EXIT_PREEMPTED (a complete checkpoint, requeue asked) end the agent with the
+all stop with Exit.STOPPED (a complete checkpoint, requeue asked) end the agent with the
 same code and one line instead of torchrun's failure report; so does a SIGTERM (Slurm ending
 the step on requeue or preemption).
 """
@@ -21,9 +21,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
+from jeanzay_kit.ending.codes import WARNING_NAMES, Exit, stop_signals
 
-FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+FORWARDED = stop_signals(WARNING_NAMES)
 
 
 def _children() -> list[int]:
@@ -54,13 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         run(parse_args(list(sys.argv[1:] if argv is None else argv)))
     except ChildFailedError as err:
         codes = {f.exitcode for f in err.failures.values()}
-        if codes == {EXIT_PREEMPTED}:
+        if codes == {Exit.STOPPED}:
             print(
-                f"torchrun agent: workers stopped after a checkpoint (exit {EXIT_PREEMPTED})",
+                f"torchrun agent: workers stopped after a checkpoint (exit {Exit.STOPPED})",
                 file=sys.stderr,
                 flush=True,
             )
-            return EXIT_PREEMPTED
+            return Exit.STOPPED
         raise
     except SignalException as err:
         # SIGTERM from Slurm (requeue, scancel, preemption): torchrun has already passed it

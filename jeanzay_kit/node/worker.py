@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.runtime import startup
-from jeanzay_kit.runtime.preemption import StopRequest
 
 if TYPE_CHECKING:
     from jeanzay_kit.train.parts import Parts

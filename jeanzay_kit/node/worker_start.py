@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.runtime.preemption import StopRequest
 from jeanzay_kit.runtime.run import Ending
 
 if TYPE_CHECKING:
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def log_and_listen(run_dir: Path, info: RankInfo, stop: StopRequest) -> None:
     """This rank's whole lines, labelled, in <run_dir>/train.log; in a Slurm job, the
-    note of a signal its batch shell alone received (node/signal_rules.py)."""
+    note of a signal its batch shell alone received (ending/signal_rules.py)."""
     from jeanzay_kit.runtime import rank_log
 
     rank_log.install(run_dir, info.rank)
@@ -131,11 +131,11 @@ def _failure_explainer(spec: JobSpec) -> Callable[[BaseException], BaseException
 
 def say_done(run_dir: Path, result: TrainResult, job_id: str | None = None) -> None:
     """Rank 0, after a completed run: its restart budget starts afresh, its end is
-    recorded (node/endings.py: a Slurm job's earlier failure is not its newest end), and
+    recorded (ending/endings.py: a Slurm job's earlier failure is not its newest end), and
     the last line. job_id: the manifest's form ("123", an array task's "123_4")."""
-    from jeanzay_kit.ending_rules import COMPLETED, Verdict
-    from jeanzay_kit.node.endings import record_ending
-    from jeanzay_kit.node.restarts import clear_restarts
+    from jeanzay_kit.ending.ending_rules import COMPLETED, Verdict
+    from jeanzay_kit.ending.endings import record_ending
+    from jeanzay_kit.ending.restarts import clear_restarts
 
     clear_restarts(run_dir)
     done = Verdict(COMPLETED, f"done: {result.steps} steps", step=result.steps)

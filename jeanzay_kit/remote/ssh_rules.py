@@ -14,6 +14,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from jeanzay_kit.ending.codes import Exit
+
 # How long the master connection outlives the last command using it (OpenSSH's
 # ControlPersist): the next jzk command within it authenticates no more.
 PERSIST = "10m"
@@ -26,7 +28,6 @@ CONNECT_TIMEOUT_S = 15
 MAX_SOCKET_DIR = 107 - 58
 # Printed by the login-node side when jzk is not installed there (remote_line).
 NOT_SET_UP = "JZK-REMOTE-NOT-SET-UP"
-NOT_SET_UP_EXIT = 97  # an exit code jzk itself never uses
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def remote_line(
     (program: jzk, or python for a user's script). cwd: relative to the work folder.
     `argv` is quoted word by word."""
     parts = [*setup, f"export JZK_REMOTE={_shell_path(workdir)}"]
-    missing = f"echo {NOT_SET_UP}; exit {NOT_SET_UP_EXIT}"
+    missing = f"echo {NOT_SET_UP}; exit {Exit.NOT_SET_UP}"
     parts.append(f'if [ ! -x "$JZK_REMOTE/venv/bin/jzk" ]; then {missing}; fi')
     if cwd is not None:
         parts.append(f'mkdir -p "$JZK_REMOTE"/{shlex.quote(cwd)}')

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.remote.ssh_rules import (
-    NOT_SET_UP_EXIT,
     Host,
     control_dir,
     parse_host,
@@ -115,7 +115,7 @@ class Remote:
         stdout, stderr = _text(out.stdout), _text(out.stderr)
         if out.returncode == 255:
             raise self.failure(stderr)
-        if out.returncode == NOT_SET_UP_EXIT:
+        if out.returncode == Exit.NOT_SET_UP:
             raise self.not_set_up()
         return subprocess.CompletedProcess(out.args, out.returncode, stdout, stderr)
 
@@ -140,7 +140,7 @@ class Remote:
         err = _text(proc.stderr)
         if proc.returncode == 255:
             raise self.failure(err)
-        if proc.returncode == NOT_SET_UP_EXIT:
+        if proc.returncode == Exit.NOT_SET_UP:
             raise self.not_set_up()
         if proc.returncode != 0:
             said = err.strip().splitlines()

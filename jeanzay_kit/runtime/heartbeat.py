@@ -10,7 +10,7 @@ on a filesystem every node sees) and judges them with runtime/stall.py. It needs
 collective, so a rank blocked in one still detects a frozen peer. On a stall it dumps
 this rank's Python stacks (faulthandler, every thread) into `<run_dir>/hang-<step>/`,
 the lowest live rank writes `report.txt` and prints the verdict, and the process exits
-with EXIT_HUNG: the launcher (node/local.py, or srun's --kill-on-bad-exit) ends the
+with Exit.HUNG: the launcher (node/local.py, or srun's --kill-on-bad-exit) ends the
 rest and the restart budget (preemption.max_restarts) decides what comes next.
 """
 
@@ -27,10 +27,10 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 
 from jeanzay_kit import report
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
 from jeanzay_kit.runtime.stall import Stall, find_stall
 
-EXIT_HUNG = 4  # "a rank stalled; stacks dumped in <run_dir>/hang-<step>/"
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as
 # hang-<step>/flight_recorder/rank_<N> (read with torch.distributed.flight_recorder.fr_trace).
 FLIGHT_DIR = "flight_recorder"
@@ -193,7 +193,7 @@ class Watchdog:
             deadline = time.monotonic() + 2 * self.check_s + 5
             while not verdict.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
-        self._exit(EXIT_HUNG)
+        self._exit(Exit.HUNG)
 
 
 def start_watch(

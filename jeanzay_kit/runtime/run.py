@@ -38,10 +38,10 @@ from jeanzay_kit.distributed.process_group import (
     resolve_backend,
 )
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.ending.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import start_watch
-from jeanzay_kit.runtime.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
 
@@ -284,8 +284,8 @@ class Run:
 
     def requeue_and_exit(self, step: int | None = None) -> None:
         """After the save of a stopped run: close, then rank 0 requeues the job when the
-        time-limit signal stopped it (runtime/requeue.py), every rank exits 3."""
-        from jeanzay_kit.runtime.requeue import after_stop_as_set
+        time-limit signal stopped it (ending/requeue.py), every rank exits 3."""
+        from jeanzay_kit.ending.requeue import after_stop_as_set
 
         saved = self.saved_step if step is None else step
         self.close(failed=False)

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, get_worker_info
 
-from jeanzay_kit.ending_rules import INDEX_NOTE
+from jeanzay_kit.ending.ending_rules import INDEX_NOTE
 
 MASK64 = (1 << 64) - 1
 
@@ -91,7 +91,7 @@ class SeededSamples(Dataset):
                     samples.append(self.dataset[index])
                 except Exception as err:
                     # Named in the traceback (a worker's too), so the run's record says which
-                    # sample failed (ending_rules.py INDEX_NOTE).
+                    # sample failed (ending/ending_rules.py INDEX_NOTE).
                     err.add_note(f"{INDEX_NOTE}{index}")
                     raise
             return samples

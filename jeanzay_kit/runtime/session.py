@@ -16,7 +16,7 @@ the toolkit's own loop uses: the process group (distributed/process_group.py), t
 global-batch plan (runtime/sampler.py) as a torch batch sampler, the checkpointer
 (ckpt/checkpointer.py: atomic, verified, resharded on another world size), heartbeats and
 the hang watchdog (runtime/heartbeat.py), metrics.jsonl and progress lines
-(runtime/metrics.py), and the same end after a signal (runtime/requeue.py after_stop).
+(runtime/metrics.py), and the same end after a signal (ending/requeue.py after_stop).
 docs/your-own-loop.md walks a plain script through it.
 """
 
@@ -41,11 +41,12 @@ from jeanzay_kit.config.runtime_settings import from_env as settings_from_env
 from jeanzay_kit.contracts import MapDataset
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
+from jeanzay_kit.ending.preemption import StopRequest
+from jeanzay_kit.ending.requeue import under_script_task
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.runtime import session_rules as rules
 from jeanzay_kit.runtime.plan_sampler import PlanSampler
-from jeanzay_kit.runtime.preemption import StopRequest
 from jeanzay_kit.runtime.run import Ending, Run, StepVerdict
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.session_checkpointer import SessionCheckpointer
@@ -104,7 +105,7 @@ class Session:
         direction: str | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        # Signals are noted from the very start, never fatal (runtime/preemption.py).
+        # Signals are noted from the very start, never fatal (ending/preemption.py).
         stop = StopRequest()
         env = dict(os.environ if env is None else env)  # the one read
         # The keyword arguments above that are settings; None: not given.
@@ -127,7 +128,7 @@ class Session:
         )
         # A loop run on its own (not a job.entry script, whose wrapper holds it; not
         # the toolkit's loop, whose entry point does) holds its run directory itself.
-        self.run.holds_lease = self.is_main and not rules.under_script_task(env)
+        self.run.holds_lease = self.is_main and not under_script_task(env)
 
     # ---- where this process sits ---------------------------------------------------------
 

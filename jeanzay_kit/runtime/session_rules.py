@@ -28,12 +28,6 @@ def run_dir_for(given: str | None, env: Mapping[str, str], hydra_dir: str | None
     return env.get("JZK_RUN_DIR") or hydra_dir or DEFAULT_RUN_DIR
 
 
-def under_script_task(env: Mapping[str, str]) -> bool:
-    """True when the toolkit started this process as a script task (`job.entry`): its
-    wrapper turns exit 3 into a requeue, so the session must not requeue by itself."""
-    return bool(env.get("JZK_RUN_DIR"))
-
-
 def split_global_batch(batch_size: int, global_batch_size: int | None, world_size: int) -> int:
     """The gradient-accumulation steps of each rank: global_batch_size samples per step,
     batch_size per micro-batch on each of world_size ranks. Without global_batch_size one

@@ -24,7 +24,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import RenderError
 from jeanzay_kit.slurm.shell_words import expanding_word, shell_word
 
-# Where a task asks the batch shell for a requeue (slurm/commands.py request_requeue).
+# Where a task asks the batch shell for a requeue (ending/requeue.py requeue_job).
 REQUEUE_REQUEST = ".jzk-requeue-request"
 CONTAINER_WORD = '"${jzk_container[@]}"'
 

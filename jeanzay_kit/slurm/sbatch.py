@@ -191,7 +191,7 @@ def run_dir_check_lines(run_dir: str) -> list[str]:
 def signal_trap_lines() -> list[str]:
     """The batch shell's traps. Slurm may signal this shell alone (`--signal=B:USR1@120`,
     `scancel --batch`): it notes the signal in the run directory, where every task reads
-    it and passes it on once (node/signal_rules.py). SIGTERM means Slurm is ending the
+    it and passes it on once (ending/signal_rules.py). SIGTERM means Slurm is ending the
     job (scancel, a preemption, a requeue the script asked for itself): nothing is
     requeued from here then. Without traps bash would die of either."""
     note = f'"$JZK_RUN_DIR/{layout.STOP_NOTE}"'

@@ -33,6 +33,7 @@ from torch.utils.data import DataLoader, Sampler, default_collate
 
 from jeanzay_kit.config.sections import LoaderSettings
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.ending.codes import SLURM_NAMES, stop_signals
 from jeanzay_kit.errors import LoaderWorkerDied, is_loader_death
 from jeanzay_kit.runtime.seeded_samples import IndexedSamples, SeededSamples
 from jeanzay_kit.train.batch import to_device
@@ -40,7 +41,7 @@ from jeanzay_kit.train.batch import to_device
 
 def ignore_stop_signals(_worker_id: int) -> None:
     """worker_init_fn: the training process handles preemption, not its loader workers."""
-    for sig in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM):
+    for sig in stop_signals(SLURM_NAMES):
         signal.signal(sig, signal.SIG_IGN)
 
 

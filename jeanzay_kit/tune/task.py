@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit import report
+from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED, StopRequest
 
 PROG = "jzk tune"
 
@@ -92,7 +93,7 @@ def stop_run(proc: subprocess.Popen, launcher: str, run_dir: Path) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    # First thing: a signal is noted, and passed on to the trial's run (runtime/preemption).
+    # First thing: a signal is noted, and passed on to the trial's run (ending/preemption).
     stop = StopRequest()
     parser = argparse.ArgumentParser(prog="python -m jeanzay_kit.tune.task")
     parser.add_argument("--task", required=True, help="this task's name in the study")
@@ -108,7 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config-name", default="config")
     parser.add_argument("overrides", nargs="*")
     args = parser.parse_args(argv)
-    if args.stop_note:  # a signal Slurm sent the batch shell alone (node/signal_rules.py)
+    if args.stop_note:  # a signal Slurm sent the batch shell alone (ending/signal_rules.py)
         stop.watch_note(Path(args.stop_note))
     config = Config(args.config_dir, args.config_name)
     # The environment is read here, once: where this task runs (for reap_orphans), and
@@ -237,7 +238,7 @@ def run_task(
         )
         if end.stopped:
             print(f"{PROG}: {task}: trial {ticket.number} saved and stopped", flush=True)
-            return EXIT_PREEMPTED
+            return Exit.STOPPED
         finish_trial(study, ticket, end.values, end.reason, pruned=end.pruned)
         if end.pruned:
             said = f"PRUNED at step {max(watch.reported)}"
@@ -246,7 +247,7 @@ def run_task(
         else:
             said = f"FAILED: {end.reason}"
         print(f"{PROG}: {task}: trial {ticket.number} {said}", flush=True)
-    return EXIT_PREEMPTED  # stopped between trials: nothing running, nothing lost
+    return Exit.STOPPED  # stopped between trials: nothing running, nothing lost
 
 
 @dataclass(frozen=True)
@@ -293,12 +294,12 @@ def _out_of_time(
     counted = len(study.get_trials(deepcopy=False, states=COUNTED))
     if not requeue_for_more(counted, n_trials, allocation, needed):
         return 0
-    from jeanzay_kit.slurm.commands import requeue
+    from jeanzay_kit.ending.requeue import requeue_job
 
     job = owner.removeprefix("slurm:")
-    requeue(job)
+    requeue_job(job)
     print(f"{PROG}: {task}: too little time left for a new trial; requeued {job}", flush=True)
-    return EXIT_PREEMPTED
+    return Exit.STOPPED
 
 
 def run_trial(
@@ -341,9 +342,9 @@ def run_trial(
     watch.trial.set_user_attr("jzk_run_ended", time.time())
     watch.should_prune()  # the values logged since the last look, the last one included
     code = proc.returncode
-    if code == EXIT_PREEMPTED and pruning and not forwarded:
+    if code == Exit.STOPPED and pruning and not forwarded:
         return TrialEnd(stopped=False, values=None, reason="", pruned=True)
-    if code == EXIT_PREEMPTED or (code != 0 and stop.signum):
+    if code == Exit.STOPPED or (code != 0 and stop.signum):
         # A failure while this task was being ended (its job requeued by the trial's own
         # rank 0, preempted, cancelled) is the end of the task, not the trial's: Slurm
         # may kill the step before its ranks exit 3. Left RUNNING, the trial is taken

@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from jeanzay_kit.offline.probe import namespace_works
 from tests.helpers import write_files
-from tests.hub_server import Hub
+from tests.hub_server import HUBNET, Hub, hub_files
 
 JZK = str(Path(sys.executable).with_name("jzk"))
 # A command in a new network namespace with its loopback up: a node that has no network
@@ -34,27 +33,6 @@ pytestmark = pytest.mark.skipif(
     not namespace_works(), reason="no network namespace on this machine (unshare --net)"
 )
 
-HUBNET = '''
-import torch
-from torch import nn
-from huggingface_hub import hf_hub_download
-
-
-class Net(nn.Module):
-    """Weights from the Hub, bias from a URL: what a user's model often does."""
-
-    def __init__(self, bias_url: str) -> None:
-        super().__init__()
-        self.lin = nn.Linear(32, 8)
-        weights = torch.load(hf_hub_download("acme/tiny", "weights.pt"), weights_only=True)
-        bias = torch.hub.load_state_dict_from_url(bias_url, weights_only=True)
-        with torch.no_grad():
-            self.lin.weight.copy_(weights["w"] * 0.01)
-            self.lin.bias.copy_(bias["b"])
-
-    def forward(self, x):
-        return self.lin(x)
-'''
 SCRIPT = """
 import urllib.request
 
@@ -69,13 +47,7 @@ print("tokens:", len(vocabulary(URL)))
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    root = tmp_path_factory.mktemp("hub")
-    (root / "acme" / "tiny").mkdir(parents=True)
-    (root / "files").mkdir()
-    torch.save({"w": torch.ones(8, 32)}, root / "acme" / "tiny" / "weights.pt")
-    torch.save({"b": torch.zeros(8)}, root / "files" / "bias.pt")
-    (root / "files" / "vocab.txt").write_text("a b c\n")
-    served = Hub(root)
+    served = Hub(hub_files(tmp_path_factory.mktemp("hub")))
     yield served
     served.stop()
 

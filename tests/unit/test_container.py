@@ -14,10 +14,10 @@ from jeanzay_kit.cli.validate import container_warning, describe_spec
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import rank_info_from_env
+from jeanzay_kit.ending.requeue import after_stop
 from jeanzay_kit.errors import LaunchError, RenderError, SpecError
 from jeanzay_kit.launch.arrays import submitit_parameters
 from jeanzay_kit.node.restart_job import restart_after_failure
-from jeanzay_kit.runtime.requeue import after_stop
 from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm.shell_words import expanding_word
 from tests.helpers import bash_prints
@@ -165,7 +165,7 @@ def test_a_restart_inside_a_container_asks_the_shell(tmp_path: Path) -> None:
 def test_a_rank_that_cannot_write_the_request_leaves_the_word_to_rank_0(tmp_path: Path) -> None:
     from dataclasses import replace
 
-    from jeanzay_kit.runtime.requeue import ask_from_every_rank
+    from jeanzay_kit.ending.requeue import ask_from_every_rank
 
     env = {"SLURM_JOB_ID": "42", "JZK_REQUEUE_FILE": str(tmp_path / "gone" / "request")}
     info = replace(rank_info_from_env(env), rank=1)

@@ -1,4 +1,4 @@
-"""The classes of an attempt's end (ending_rules.py), from real log excerpts.
+"""The classes of an attempt's end (ending/ending_rules.py), from real log excerpts.
 
 Each excerpt is what PyTorch, NCCL or Slurm printed in a user's report (the issue or
 thread is named), as train.log or a Slurm log holds it; the classifier must find the
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from jeanzay_kit.ending_rules import (
+from jeanzay_kit.ending.ending_rules import (
     CHECKPOINT_UNREADABLE,
     DATA_ERROR,
     DISK_FULL,
@@ -295,9 +295,9 @@ def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> Non
     shown under the table and in --json; the newest end and its fix are shown too."""
     import json
 
+    from jeanzay_kit.ending.restarts import record_restart
     from jeanzay_kit.launch.run_files import run_progress
     from jeanzay_kit.launch.status import RunView, run_objects, status_table
-    from jeanzay_kit.node.restarts import record_restart
 
     ending = {**DATA.record(), "checkpoint": 20, "job_id": None}
     (tmp_path / "endings.jsonl").write_text("".join(json.dumps(ending) + "\n" for _ in range(4)))
@@ -319,9 +319,9 @@ def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> Non
 def test_a_completed_run_records_its_end_so_an_earlier_failure_is_not_shown(tmp_path) -> None:
     """A Slurm job that failed once, was requeued and completed: its newest end is the
     completion (rank 0 records it), and jzk status shows no failure under it."""
+    from jeanzay_kit.ending.endings import record_ending
     from jeanzay_kit.launch.run_files import run_progress
     from jeanzay_kit.launch.status import RunView, status_table
-    from jeanzay_kit.node.endings import record_ending
     from jeanzay_kit.node.worker_start import say_done
     from jeanzay_kit.train.loop import TrainResult
 

@@ -64,6 +64,16 @@ def test_no_import_cycle_between_modules() -> None:
     assert cycle is None, " -> ".join(cycle or [])
 
 
+# A leaf table imports nothing of the package, so it ties no rooms together: any room may
+# read it (the stop signals and exit codes: config validates preemption.signal with it).
+LEAF_TABLES = {"jeanzay_kit.ending.codes"}
+
+
+def test_a_leaf_table_imports_nothing_of_the_package() -> None:
+    graph = import_graph()
+    assert all(not graph[leaf] for leaf in LEAF_TABLES), {t: graph[t] for t in LEAF_TABLES}
+
+
 def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """Rooms are the subpackages (config, slurm, slurm_syntax, distributed, launch, node,
     train, ckpt, examples...) and each top-level module (errors, report, train_app...):
@@ -78,7 +88,7 @@ def room_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
         if (a := room(source)) is None:
             continue
         rooms.setdefault(a, set())
-        for target in targets:
+        for target in targets - LEAF_TABLES:
             b = room(target)
             if b is not None and b != a:
                 rooms[a].add(b)
@@ -107,9 +117,9 @@ ROOM_ORDER = [
     "distributed",
     "config",
     "slurm",
-    "ending_rules",  # why an attempt ended: the node records it, `jzk status` says it
     "project",
     "ckpt",
+    "ending",  # how an attempt ends: stop signals, exit codes, requeue, why it ended
     "runtime",
     "train",
     "node",

@@ -10,6 +10,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
 PURE = [
     "errors.py",
+    "ending/codes.py",
     "offline/network_rules.py",
     "slurm/offline_env.py",
     "values.py",
@@ -42,7 +43,7 @@ PURE = [
     "lease_rules.py",
     "node/script_rules.py",
     "node/hydra_app_rules.py",
-    "node/signal_rules.py",
+    "ending/signal_rules.py",
     "node/script_watch_rules.py",
     "node/script_cwd_rules.py",
     "project/places.py",
@@ -50,7 +51,7 @@ PURE = [
     "launch/allocation_rules.py",
     "remote/ssh_rules.py",
     "runtime/stall.py",
-    "ending_rules.py",
+    "ending/ending_rules.py",
     "node/health_rules.py",
     "progress.py",
     "runtime/peaks.py",

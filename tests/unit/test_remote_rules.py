@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.errors import JzkError, SpecError
 from jeanzay_kit.remote import registry
 from jeanzay_kit.remote.code_archive import (
@@ -30,7 +31,6 @@ from jeanzay_kit.remote.laptop import setup_lines, sweep_argv
 from jeanzay_kit.remote.ssh_rules import (
     MAX_SOCKET_DIR,
     NOT_SET_UP,
-    NOT_SET_UP_EXIT,
     PERSIST,
     Host,
     control_dir,
@@ -217,7 +217,7 @@ def test_remote_line_not_set_up(tmp_path: Path, programs: tuple[str, ...]) -> No
     if programs:
         _fake_work(work, programs)  # a python but no jzk: still not set up
     out = _bash(remote_line([], str(work), ["status"], "projects/p"), tmp_path, tmp_path)
-    assert out.returncode == NOT_SET_UP_EXIT
+    assert out.returncode == Exit.NOT_SET_UP
     assert out.stdout.decode().strip() == NOT_SET_UP
     assert not (work / "projects").exists()  # stopped before the cwd is made
 

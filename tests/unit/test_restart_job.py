@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.ending.restarts import read_restarts
 from jeanzay_kit.node.restart_job import restart_after_failure
-from jeanzay_kit.node.restarts import read_restarts
 
 
 class Scontrol:

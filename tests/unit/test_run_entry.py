@@ -64,7 +64,7 @@ def test_signals_after_training_are_ignored_until_the_process_exits(tmp_path: Pa
     """A time-limit signal after the last step must not kill a finished task."""
     import signal
 
-    from jeanzay_kit.runtime.preemption import StopRequest
+    from jeanzay_kit.ending.preemption import StopRequest
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM)}
     stop = StopRequest()

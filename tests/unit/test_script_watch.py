@@ -10,9 +10,9 @@ import signal
 import pytest
 
 from jeanzay_kit.beats import ScriptBeat
+from jeanzay_kit.ending.preemption import read_stop_note
+from jeanzay_kit.ending.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_watch_rules import StopSeen, script_hang
-from jeanzay_kit.node.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
-from jeanzay_kit.runtime.preemption import read_stop_note
 
 USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
 
@@ -181,7 +181,7 @@ def test_what_the_watch_makes_of_the_stop_signals(
 
 def test_a_rank_stops_on_the_batch_shells_note(tmp_path) -> None:
     """The toolkit's ranks read the note once a second (StopRequest.watch_note)."""
-    from jeanzay_kit.runtime.preemption import StopRequest
+    from jeanzay_kit.ending.preemption import StopRequest
 
     stop = StopRequest(names=())
     stop.watch_note(tmp_path / ".jzk-signal")

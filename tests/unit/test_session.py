@@ -15,6 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from jeanzay_kit import session
+from jeanzay_kit.ending.requeue import under_script_task
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.runtime import session_rules as rules
 
@@ -146,7 +147,7 @@ def test_a_global_batch_that_does_not_split_is_refused(batch, global_batch, worl
 )
 def test_where_a_session_writes(given, env, hydra_dir, expected) -> None:
     assert rules.run_dir_for(given, env, hydra_dir) == expected
-    assert rules.under_script_task(env) == bool(env)
+    assert under_script_task(env) == bool(env)
 
 
 @pytest.mark.parametrize(

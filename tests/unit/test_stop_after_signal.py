@@ -13,7 +13,7 @@ from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.distributed.script_env import SETTINGS_ENV
-from jeanzay_kit.runtime.requeue import after_stop_as_set
+from jeanzay_kit.ending.requeue import after_stop_as_set
 
 
 @dataclass
@@ -119,7 +119,7 @@ def test_requeue_can_be_turned_off() -> None:
 # are gone; Slurm's time-limit warning may come after the last step) while it exits.
 _HAMMERED_EXIT = """
 import os, subprocess, sys, time
-from jeanzay_kit.runtime.preemption import StopRequest
+from jeanzay_kit.ending.preemption import StopRequest
 stop = StopRequest()
 # (its output away from our pipes: the test reads them to the end, and until this process
 # is reaped, kill still succeeds on it)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.beats import ScriptBeat
-from jeanzay_kit.ending_rules import died_at_exit, done_at_exit, peers_undecided
+from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
 from jeanzay_kit.node import script_watch
 from jeanzay_kit.node.script_files import write_script_beat
 from jeanzay_kit.node.script_watch import Ended, Watch, after_the_work

@@ -13,15 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.ending.codes import STOP_NAMES, stop_signals
+
 # INT: Ctrl-C on a local `jzk train` (the terminal signals every process of the run) is
-# a stop like the others: the loop saves at the next step boundary and exits 3.
-SIGNALS = {
-    "USR1": signal.SIGUSR1,
-    "USR2": signal.SIGUSR2,
-    "TERM": signal.SIGTERM,
-    "INT": signal.SIGINT,
-}
-EXIT_PREEMPTED = 3  # "stopped early after a complete checkpoint: run again to resume"
+# a stop like the others: the loop saves at the next step boundary and exits 3 (codes.py).
+SIGNALS = dict(zip(STOP_NAMES, stop_signals(), strict=True))
 
 
 # How often a rank looks for the batch shell's stop note (watch_note).
@@ -30,7 +26,7 @@ MTIME_SLACK_S = 1.0
 
 
 class StopRequest:
-    def __init__(self, names: tuple[str, ...] = ("USR1", "USR2", "TERM", "INT")):
+    def __init__(self, names: tuple[str, ...] = STOP_NAMES):
         self._signum = 0
         self._created = time.time()
         self._note: Path | None = None
@@ -56,7 +52,7 @@ class StopRequest:
 
     def watch_note(self, path: Path) -> None:
         """Also stop on the batch shell's note of a signal Slurm sent it alone
-        (`--signal=B:USR1@120`, `scancel --batch`; node/signal_rules.py): the rendered
+        (`--signal=B:USR1@120`, `scancel --batch`; ending/signal_rules.py): the rendered
         script writes it at `path` and the ranks read it here. A second copy of a signal
         (the note and Slurm's own) stops once: stopping is a flag."""
         self._note = path

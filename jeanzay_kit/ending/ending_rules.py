@@ -4,7 +4,7 @@ Every end of an attempt gets one class from the evidence the toolkit has: the ex
 and signal of the step, sacct's State (PREEMPTED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY),
 the attempt's part of the log (train.log: each rank's traceback, NCCL's and slurmstepd's
 words) and the step its heartbeats reached. The class and its one line of evidence go
-to the run's record (`endings.jsonl`, node/endings.py), `jzk status` and `jzk report`.
+to the run's record (`endings.jsonl`, ending/endings.py), `jzk status` and `jzk report`.
 
 A retry only where it can help (NVIDIA's resiliency extension counts restarts against
 progress and has a "do not requeue" answer): a preemption, a time limit, a node failure,

@@ -2,7 +2,7 @@
 
 One line per end of an attempt, written by whoever saw it end (the local launcher,
 node/local.py; the batch script's step after srun, node/restart_job.py): the class and
-its one line of evidence (ending_rules.py), the step reached, the nodes, the newest
+its one line of evidence (ending/ending_rules.py), the step reached, the nodes, the newest
 complete checkpoint then. `jzk status` and `jzk report` read the newest; the next
 failure is compared with it (a repeat ends the run instead of a restart).
 """
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.ending_rules import (
+from jeanzay_kit.ending.ending_rules import (
     Decision,
     Verdict,
     attempt_part,
@@ -144,7 +144,7 @@ def record_local_end(run_dir: Path, code: int, signum: int, since: float) -> Non
 def judge(run_dir: Path, verdict: Verdict) -> Decision:
     """Whether restarting after `verdict` can help, against the run's record: the end
     before it (when this attempt was a restart) and the checkpoints since."""
-    from jeanzay_kit.node.restarts import read_restarts
+    from jeanzay_kit.ending.restarts import read_restarts
 
     restarted = bool(read_restarts(run_dir))
     endings = read_endings(run_dir) if restarted else []

@@ -1,5 +1,5 @@
 """The end of a stopped run, for every loop: requeue the job when Slurm's time-limit
-warning asked for it, wait for Slurm after a SIGTERM, exit EXIT_PREEMPTED ("run me
+warning asked for it, wait for Slurm after a SIGTERM, exit Exit.STOPPED ("run me
 again"). The toolkit's loop (node/worker.py) and a session (runtime/session.py) end
 alike."""
 
@@ -8,11 +8,12 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from jeanzay_kit import report
 from jeanzay_kit.config.runtime_settings import RuntimeSettings
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.ending.codes import Exit
 
 
 def after_stop(
@@ -28,9 +29,8 @@ def after_stop(
 ) -> NoReturn:
     """Every rank, once step-`steps` is saved after `stopped_by` (SIGUSR1...): rank 0
     requeues the job when the time-limit signal asked for it, every rank waits for Slurm
-    after a SIGTERM under srun, then exits EXIT_PREEMPTED. The toolkit's loop and a
+    after a SIGTERM under srun, then exits Exit.STOPPED. The toolkit's loop and a
     session (runtime/session.py) end alike."""
-    from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
     # The time-limit warning (preemption.signal, USR1 by default) asks for a requeue.
     # SIGTERM comes from scancel, or from a preemption Slurm requeues by itself.
@@ -65,7 +65,7 @@ def after_stop(
                 flush=True,
             )
         sleep(term_wait_seconds)
-    raise SystemExit(EXIT_PREEMPTED)
+    raise SystemExit(Exit.STOPPED)
 
 
 def after_stop_as_set(
@@ -81,8 +81,6 @@ def after_stop_as_set(
     """after_stop as a run's settings say (preemption.requeue, .signal,
     .term_wait_seconds); a script task of the toolkit is requeued by its wrapper, not by
     the session inside it. runner, sleep: stand-ins in unit tests."""
-    from jeanzay_kit.runtime.session_rules import under_script_task
-
     after_stop(
         info,
         stopped_by,
@@ -98,10 +96,9 @@ def after_stop_as_set(
 def _requeue(info: RankInfo, steps: int, runner) -> None:  # noqa: ANN001
     """Rank 0: requeue the job (scontrol; in a container, ask the batch shell)."""
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.slurm.commands import request_requeue
 
     try:
-        request_requeue(str(info.requeue_id), info.requeue_file, runner)
+        requeue_job(str(info.requeue_id), info.requeue_file, runner)
     except SlurmCommandError as err:
         report.error(
             report.TRAIN,
@@ -118,9 +115,24 @@ def ask_from_every_rank(info: RankInfo) -> None:
     for the requeue too: srun's --kill-on-bad-exit may end rank 0 before it writes, once
     another rank has exited. A failed write is rank 0's to report."""
     from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.slurm.commands import request_requeue
 
     if info.rank == 0 or info.requeue_file is None or info.requeue_id is None:
         return
     with contextlib.suppress(SlurmCommandError):
-        request_requeue(str(info.requeue_id), info.requeue_file)
+        requeue_job(str(info.requeue_id), info.requeue_file)
+
+
+def requeue_job(job_id: str, request_file: str | None = None, runner: Any = None) -> None:
+    """The one path to the next attempt, whatever kind of task asks it (the toolkit's
+    loop, a session, a script task, a Hydra app, a tune trial, the health gate, the
+    restart after a failed step): `scontrol requeue`, or inside a container the batch
+    shell's request file (slurm/container.py). SlurmCommandError when it cannot."""
+    from jeanzay_kit.slurm.commands import request_requeue
+
+    request_requeue(job_id, request_file, runner)
+
+
+def under_script_task(env: Mapping[str, str]) -> bool:
+    """True when the toolkit started this process as a script task (`job.entry`): its
+    wrapper turns exit 3 into a requeue, so the session must not requeue by itself."""
+    return bool(env.get("JZK_RUN_DIR"))

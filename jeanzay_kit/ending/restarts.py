@@ -1,6 +1,6 @@
 """The restart budget of a run: `<run_dir>/restarts.json`, one record per restart.
 
-After a hang (EXIT_HUNG) or a crash, a run with restarts left goes again from its newest
+After a hang (Exit.HUNG) or a crash, a run with restarts left goes again from its newest
 complete checkpoint: cluster=local restarts its workers (node/local.py). The record
 lives in the run directory, so a count survives the process that made it, and a run
 that keeps failing stops after preemption.max_restarts restarts instead of looping. A

@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 
 from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.runtime.preemption import EXIT_PREEMPTED
 
 
 def state_of(exit_code: int) -> str:
     """Slurm's words for how a run ended: COMPLETED, STOPPED (run again to go on), FAILED."""
     if exit_code == 0:
         return "COMPLETED"
-    return "STOPPED" if exit_code == EXIT_PREEMPTED else "FAILED"
+    return "STOPPED" if exit_code == Exit.STOPPED else "FAILED"
 
 
 def clear_outcome(run_dir: Path) -> None:
