@@ -28,6 +28,20 @@ class Exit(IntEnum):
     def __str__(self) -> str:  # "3" in messages, on every Python the package supports
         return str(self.value)
 
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+
+_MEANINGS = {
+    Exit.OK: "the run is done",
+    Exit.RAISED: "an exception: the restart logic may try the attempt again",
+    Exit.REFUSED: "a refusal (a mistake to fix, a fault that cannot pass): never retried",
+    Exit.STOPPED: "stopped after a complete checkpoint, or requeued: it resumes from there",
+    Exit.HUNG: "a rank stalled: stacks in <run_dir>/hang-<step>/, then requeued",
+    Exit.NOT_SET_UP: "laptop mode: the toolkit is not set up on the login node",
+}
+
 
 @dataclass(frozen=True)
 class StopSignal:
@@ -67,5 +81,5 @@ def table_lines() -> list[str]:
     rows = [
         f"SIG{s.name:<5} {s.meaning}: save at the next step, then {s.then}" for s in STOP_SIGNALS
     ]
-    codes = [f"exit {int(e)}  {e.name.lower()}" for e in Exit]
+    codes = [f"exit {int(e):<3} {e.meaning}" for e in Exit]
     return rows + codes

@@ -64,4 +64,6 @@ def test_the_table() -> None:
     assert [int(e) for e in Exit] == [0, 1, 2, 3, 4, 97] and f"exit {Exit.STOPPED}" == "exit 3"
     lines = table_lines()
     assert lines[0].startswith("SIGUSR1") and "requeue and resume" in lines[0]
-    assert "exit 4  hung" in lines
+    assert "exit 4   a rank stalled: stacks in <run_dir>/hang-<step>/, then requeued" in lines
+    documented = (PACKAGE.parent / "docs" / "preemption.md").read_text()
+    assert all(line in documented for line in lines), "docs/preemption.md: render the table"
