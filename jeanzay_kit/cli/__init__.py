@@ -30,6 +30,7 @@ COMMANDS = (
     ("tune", "tune"),
     ("status", "status"),
     ("logs", "logs"),
+    ("cancel", "cancel"),
     ("report", "report"),
     ("doctor", "doctor"),
     ("clusters", "clusters"),

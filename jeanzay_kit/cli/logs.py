@@ -53,17 +53,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         "are kept whole and labelled)",
     )
     logs.set_defaults(run=run_logs)
-    cancel = sub.add_parser(
-        "cancel",
-        help="end a run's Slurm jobs (requeued ones too), or a local run",
-        description="scancel every job of the run that Slurm still holds (a requeued job "
-        "keeps its id); a run on this machine gets SIGTERM (it saves at the next step).",
-    )
-    cancel.add_argument("target", metavar="RUN_DIR|JOB_ID")
-    cancel.set_defaults(run=run_cancel)
 
 
-def _records(target: str) -> list[dict]:
+def run_records(target: str) -> list[dict]:
     from jeanzay_kit.cli.status import status_records
     from jeanzay_kit.launch.log_rules import find_records
 
@@ -91,7 +83,7 @@ def run_logs(args: argparse.Namespace) -> int:
 
     if _is_study(Path(args.target)):
         return _trial_logs(Path(args.target), args)
-    records = _records(args.target)
+    records = run_records(args.target)
     slurm = [r for r in records if r.get("job_id") != "local" and r.get("log")]
     if args.rank is not None or not slurm:
         return _train_logs(records, args)
@@ -252,49 +244,3 @@ def _ended(job_id: str) -> tuple[str, str] | None:
     if found is None or found.state not in status.ENDED:
         return None
     return found.state, found.exit_code
-
-
-def run_cancel(args: argparse.Namespace) -> int:
-    from jeanzay_kit.errors import SlurmCommandError
-    from jeanzay_kit.launch import status
-    from jeanzay_kit.slurm.commands import scancel, squeue_text
-
-    records = _records(args.target)
-    jobs = list(dict.fromkeys(str(r["job_id"]) for r in records if r["job_id"] != "local"))
-    local = [r for r in records if r["job_id"] == "local"]
-    if jobs:
-        try:
-            held = status.parse_squeue(squeue_text())
-        except SlurmCommandError as err:
-            raise JzkError(f"cannot ask Slurm which jobs are live: {err}") from err
-        live = [j for j in jobs if j in held]
-        if live:
-            scancel(live)
-            print(f"cancelled {len(live)} job(s): {' '.join(live)}")
-        else:
-            print(f"no job of {args.target} is queued or running ({' '.join(jobs)})")
-    for record in local:
-        print(_stop_local(Path(str(record["run_dir"]))))
-    return 0
-
-
-def _stop_local(run_dir: Path) -> str:
-    """SIGTERM to the process holding a local run (its lease): it saves and ends."""
-    import os
-    import signal
-    import socket
-
-    from jeanzay_kit.lease_rules import parse_record
-    from jeanzay_kit.run_directory import RunDir
-
-    path = RunDir(run_dir).lease
-    record = parse_record(path.read_text()) if path.exists() else None
-    if record is None or record.released:
-        return f"{run_dir}: no run holds it"
-    if record.host != socket.gethostname():
-        return f"{run_dir}: held by pid {record.pid} on {record.host}: stop it there"
-    try:
-        os.kill(record.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return f"{run_dir}: its holder (pid {record.pid}) is gone"
-    return f"{run_dir}: SIGTERM sent to pid {record.pid} (it saves at the next step and ends)"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 
@@ -172,26 +171,13 @@ def _record(
     after: str | None,
 ) -> None:
     """One line of the run's manifest.jsonl per job (`jzk status` reads it)."""
-    from jeanzay_kit.launch.manifest import append_manifest
+    from jeanzay_kit.launch.manifest import append_manifest, job_record
 
     workdir = workdir_of(spec)
     log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}.out"
-    append_manifest(
-        run_dir,
-        {
-            "job_id": job_id,
-            "overrides": list(overrides),
-            "run_dir": str(run_dir.resolve()),
-            "script": str(script.resolve()),
-            "log": str(log.resolve()),
-            "cluster": spec.cluster.name,
-            "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds"
-            ),
-            **({"after": after} if after else {}),
-            **_gpu_memory(spec, overrides),
-        },
-    )
+    record = job_record(job_id, overrides, run_dir, (script, log), spec.cluster.name)
+    after_it = {"after": after} if after else {}
+    append_manifest(run_dir, {**record, **after_it, **_gpu_memory(spec, overrides)})
 
 
 def _gpu_memory(spec: JobSpec, overrides: list[str]) -> dict[str, str]:

@@ -10,7 +10,6 @@ larger tune.n_trials).
 from __future__ import annotations
 
 import argparse
-import datetime
 import signal
 import subprocess
 import sys
@@ -142,7 +141,7 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
     """One job array of tune.tasks tasks, each a task of the study (slurm/sbatch.py
     tune_step_lines): nothing stays on the login node."""
     from jeanzay_kit.cli.common import render, workdir_of
-    from jeanzay_kit.launch.manifest import append_manifest
+    from jeanzay_kit.launch.manifest import append_manifest, job_record
     from jeanzay_kit.slurm.commands import sbatch
 
     if spec.layout.launcher != "srun":
@@ -163,18 +162,7 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
     job_id = sbatch(str(path.resolve()), cwd=str(workdir))
     log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}_<task>.out"
     append_manifest(
-        study_dir,
-        {
-            "job_id": job_id,
-            "overrides": list(overrides),
-            "run_dir": str(study_dir.resolve()),
-            "script": str(path.resolve()),
-            "log": str(log.resolve()),
-            "cluster": spec.cluster.name,
-            "submitted_at": datetime.datetime.now(datetime.timezone.utc).isoformat(
-                timespec="seconds"
-            ),
-        },
+        study_dir, job_record(job_id, overrides, study_dir, (path, log), spec.cluster.name)
     )
     print(
         f"submitted job array {job_id}: {tasks} task(s), each running trials of study "

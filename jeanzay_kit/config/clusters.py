@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from jeanzay_kit.config.schema import MAX_ARRAY_SIZE
 from jeanzay_kit.errors import Problem, SpecError, TimeFormatError
 from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
@@ -95,7 +96,7 @@ class ClusterProfile:
     container_module: str | None = None
     container_binds: tuple[str, ...] = ()
     container_allowed_dir: str | None = None
-    max_array_size: int = 1001  # Slurm's default MaxArraySize
+    max_array_size: int = MAX_ARRAY_SIZE  # Slurm's MaxArraySize (schema's default)
     description: str = ""
     # Laptop mode (cluster.remote): the toolkit's folder on the login node, the Python
     # its venv is made from, and shell lines run there before every command.
@@ -348,7 +349,7 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
         container_module=d.text("container_module"),
         container_binds=d.texts("container_binds"),
         container_allowed_dir=d.text("container_allowed_dir"),
-        max_array_size=d.count("max_array_size", 1001) or 1001,
+        max_array_size=d.count("max_array_size", MAX_ARRAY_SIZE) or MAX_ARRAY_SIZE,
         description=d.text("description") or "",
         remote_workdir=remote[0],
         remote_python=remote[1],

@@ -9,7 +9,6 @@ runs no Slurm job. The render side is slurm/container.py.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from jeanzay_kit.config.clusters import ClusterProfile
 from jeanzay_kit.config.collector import CONTROL, Collector, only_variables
@@ -23,7 +22,7 @@ _EMPTY_ENV = ("--cleanenv", "-e", "--containall", "-C")
 
 
 def check_container(
-    c: Collector, node: Mapping[str, Any] | None, cluster: ClusterProfile, pytorch_module: bool
+    c: Collector, node: Mapping[str, object] | None, cluster: ClusterProfile, pytorch_module: bool
 ) -> ContainerSettings | None:
     """job.container.*: None when no image is set (the other keys then do nothing)."""
     node = node or {}

@@ -33,6 +33,10 @@ from typing import Any, Optional, Union
 # ruff: noqa: UP007, UP045
 
 
+# Slurm's default MaxArraySize (slurm.conf(5)): the one place the default is written.
+MAX_ARRAY_SIZE = 1001
+
+
 @dataclass
 class RemoteConfig:
     """Laptop mode (docs/remote.md): where the toolkit lives on the cluster's login node."""
@@ -79,7 +83,7 @@ class ClusterConfig:
     container_module: Optional[str] = None  # e.g. singularity (Jean Zay)
     container_binds: list[str] = field(default_factory=list)  # e.g. [$WORK, $SCRATCH]
     container_allowed_dir: Optional[str] = None  # Jean Zay: $SINGULARITY_ALLOWED_DIR
-    max_array_size: int = 1001  # MaxArraySize: a sweep is split into arrays this size
+    max_array_size: int = MAX_ARRAY_SIZE  # a sweep is split into arrays this size
     default_partition: str = "?"  # used when resources.partition is null
     # name -> {gpus_per_node, cpus_per_node, max_time, select, constraints,
     # default_constraint, preemptible, mem_per_node}; optional keys vary per site, so

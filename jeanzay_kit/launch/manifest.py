@@ -8,7 +8,7 @@ writes `<sweep_dir>/manifest.jsonl`; `jzk submit` writes `<run_dir>/manifest.jso
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,29 @@ def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Pat
     text = "".join(json.dumps(dict(record), sort_keys=True) + "\n" for record in records)
     write_durably(path, text.encode())
     return path
+
+
+def job_record(
+    job_id: str,
+    overrides: Sequence[str],
+    run_dir: Path,
+    files: tuple[Path, Path],
+    cluster: str,
+) -> dict[str, Any]:
+    """One job's record (`jzk submit`, `jzk tune`): files is (its script, its log)."""
+    import datetime
+
+    script, log = files
+    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return {
+        "job_id": job_id,
+        "overrides": list(overrides),
+        "run_dir": str(run_dir.resolve()),
+        "script": str(script.resolve()),
+        "log": str(log.resolve()),
+        "cluster": cluster,
+        "submitted_at": now,
+    }
 
 
 def append_manifest(directory: Path, record: Mapping[str, Any]) -> Path:

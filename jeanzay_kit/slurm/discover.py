@@ -18,6 +18,7 @@ import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
+from jeanzay_kit.config.schema import MAX_ARRAY_SIZE
 from jeanzay_kit.slurm_syntax.hostlist import compress_hostlist, expand_hostlist
 from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
@@ -346,7 +347,7 @@ def _profile_head(
         "module_purge: false",
         "pytorch_module: null     # a site module that brings torch, loaded after modules",
         "env: {}                 # e.g. {NCCL_SOCKET_IFNAME: ib0}",
-        f"max_array_size: {int(conf.get('MaxArraySize', '1001') or 1001)}"
+        f"max_array_size: {int(conf.get('MaxArraySize') or MAX_ARRAY_SIZE)}"
         f"  # {SCONTROL_CONFIG}: MaxArraySize",
         f"default_partition: {default.name}  # {SCONTROL_PARTITIONS}: "
         + (

@@ -10,6 +10,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
 PURE = [
     "errors.py",
+    "config/modes.py",
+    "config/container_rules.py",
+    "slurm/container.py",
+    "slurm/shell_words.py",
     "ending/codes.py",
     "offline/network_rules.py",
     "slurm/offline_env.py",
@@ -108,6 +112,37 @@ def test_pure_module_stays_pure(relpath: str) -> None:
             assert node.func.id not in FORBIDDEN_CALLS, (
                 f"{relpath}:{node.lineno} calls {node.func.id}"
             )
+
+
+def test_what_a_pure_module_imports_of_the_package_is_pure() -> None:
+    """The list covers every module its members reach (else a pure module's import of an
+    impure one would go unseen)."""
+    outside = []
+    for relpath in PURE:
+        for name in _imports_of_package(ast.parse((PACKAGE / relpath).read_text())):
+            target = name.removeprefix("jeanzay_kit.").replace(".", "/")
+            found = next(
+                (p for p in (f"{target}.py", f"{target}/__init__.py") if (PACKAGE / p).exists()),
+                None,
+            )
+            if found is not None and found not in PURE and not found.endswith("__init__.py"):
+                outside.append(f"{relpath} -> {found}")
+    assert not outside, outside
+
+
+def _imports_of_package(tree: ast.AST) -> set[str]:
+    found = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("jeanzay_kit")
+        ):
+            found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("jeanzay_kit")}
+    return found
 
 
 def test_the_checker_would_catch_an_impure_module(tmp_path: Path) -> None:
