@@ -1,5 +1,6 @@
-"""README.md's Layout block is true: every folder and file it names exists. A move that
-forgets the README fails here, not in a newcomer's first hour."""
+"""The Layout block (docs/architecture.md, linked from the README's "Where to start
+reading") is true: every folder and file it names exists, every room is shown. A move that
+forgets it fails here, not in a newcomer's first hour."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ NAMED = re.compile(
 
 
 def _layout_block() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "architecture.md").read_text()
     return text.split("## Layout\n", 1)[1].split("```", 2)[1].splitlines()[1:]
 
 
@@ -43,7 +44,7 @@ def test_every_path_the_readme_layout_names_exists() -> None:
     named = named_paths(_layout_block())
     assert len(named) > 40  # the block was read, not skipped
     missing = [name for name, places in named if not any(p.exists() for p in places)]
-    assert not missing, f"README.md's Layout names what is not there: {missing}"
+    assert not missing, f"docs/architecture.md's Layout names what is not there: {missing}"
 
 
 def test_the_layout_shows_every_room_of_the_package() -> None:
@@ -53,4 +54,4 @@ def test_the_layout_shows_every_room_of_the_package() -> None:
         for p in (ROOT / "jeanzay_kit").iterdir()
         if p.is_dir() and not p.name.startswith("__")
     }
-    assert not rooms - rows, f"rooms README.md's Layout does not show: {sorted(rooms - rows)}"
+    assert not rooms - rows, f"rooms docs/architecture.md's Layout does not show: {sorted(rooms - rows)}"
