@@ -109,9 +109,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(JOB_SCRIPT, "file", "jzk submit", "the user", "the sbatch script submitted"),
     Entry(HYDRA, "folder", "Hydra (jzk train)", "the user", "Hydra's record of the config"),
     Entry(SUBMITIT, "folder", "submitit (a sweep point)", "submitit", "submitit's own files"),
-    Entry(COMMAND, "file", "node/script_files.py (a script's first start)",
+    Entry(COMMAND, "file", "script/script_files.py (a script's first start)",
           "node/script_task.py", "the command a script task's run directory belongs to"),
-    Entry(ATTEMPTS, "file", "node/script_files.py", "jzk status, node/script_task.py",
+    Entry(ATTEMPTS, "file", "script/script_files.py", "jzk status, node/script_task.py",
           "a script task's starts"),
     Entry(COMPILE_CACHE, "folder", "torch's Inductor (runtime/compile_cache.py points it here)",
           "torch's Inductor, at every start", "torch.compile's caches on the CPU"),
@@ -160,7 +160,7 @@ TOOLKIT_NAMES = frozenset(
     }
 )
 # A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress;
-# nor are the temporary files of node/script_files.py claim_run_dir and ending/outcome.py.
+# nor are the temporary files of script/script_files.py claim_run_dir and ending/outcome.py.
 _TOOLKIT_PREFIXES = (HANG_PREFIX, f".{COMMAND}.", f".{OUTCOME}.")
 
 

@@ -88,7 +88,7 @@ def render(
     which runs the toolkit's own module: no snapshot of the project's code)."""
     workdir = workdir_of(spec)
     if command is None and spec.job.runs_script and workdir.is_dir():
-        from jeanzay_kit.node.script_task import check_entry
+        from jeanzay_kit.script.entry import check_entry
 
         check_entry(spec.job.entry, workdir)  # before anything is written or submitted
         check_script_run(spec, workdir)
@@ -122,13 +122,13 @@ def render(
 
 def check_script_run(spec: JobSpec, workdir: Path) -> None:
     """Before the queue, for a script task: refuse a run directory that belongs to another
-    command (node/script_files.py), and warn when a requeue would start the script from
-    the beginning (node/script_rules.py resume_warning)."""
+    command (script/script_files.py), and warn when a requeue would start the script from
+    the beginning (script/script_rules.py resume_warning)."""
     if not spec.job.runs_script or not workdir.is_dir():
         return
-    from jeanzay_kit.node.script_files import claim_run_dir
-    from jeanzay_kit.node.script_rules import resume_warning
-    from jeanzay_kit.node.script_task import script_command
+    from jeanzay_kit.script.entry import script_command
+    from jeanzay_kit.script.script_files import claim_run_dir
+    from jeanzay_kit.script.script_rules import resume_warning
 
     run_dir = workdir / spec.checkpoint.run_dir  # an absolute run_dir stays itself
     claim_run_dir(run_dir, script_command(spec), write=False)

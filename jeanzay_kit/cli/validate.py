@@ -261,11 +261,11 @@ def _script_rows(spec: JobSpec) -> list[tuple[str, str]]:
 
 
 def _hydra_app_rows(spec: JobSpec) -> list[tuple[str, str]]:
-    """A script that is a Hydra app: where its output directory is (node/hydra_app_rules.py)."""
+    """A script that is a Hydra app: where its output directory is (script/hydra_app_rules.py)."""
     from pathlib import Path
 
-    from jeanzay_kit.node.hydra_app_rules import RUN_DIR_KEY, given_value
-    from jeanzay_kit.node.script_task import hydra_job, script_command
+    from jeanzay_kit.script.entry import hydra_job, script_command
+    from jeanzay_kit.script.hydra_app_rules import RUN_DIR_KEY, given_value
 
     if hydra_job(script_command(spec), Path(spec.job.workdir or Path.cwd())) is None:
         return []

@@ -392,7 +392,7 @@ class ContainerConfig:
 # out-shakespeare-char/, out/), checkpoint*/ckpt*/snapshot*, TensorBoard's runs/,
 # Lightning's lightning_logs/, wandb/, mlruns/; and *.pt, *.pth, *.ckpt files at the root,
 # as PyTorch's and IDRIS's examples write them; .hydra/, where a Hydra app records each
-# start (node/hydra_app_rules.py). job.script_outputs' default.
+# start (script/hydra_app_rules.py). job.script_outputs' default.
 SCRIPT_OUTPUTS = (
     "out*/",
     "checkpoint*/",

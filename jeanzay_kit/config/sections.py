@@ -48,7 +48,7 @@ class JobSettings:
     snapshot_max_folder_files: int = _JOB.snapshot_max_folder_files
     args: tuple[str, ...] = ()  # your own command's arguments (job.entry a script)
     entry_kind: str = _JOB.entry_kind  # auto | toolkit | script (distributed/script_env.py)
-    resume_args: tuple[str, ...] = ()  # added when an attempt resumes (node/script_rules.py)
+    resume_args: tuple[str, ...] = ()  # added when an attempt resumes (script/script_rules.py)
     args_may_change: tuple[str, ...] = ()  # options left out of the run's identity
     script_outputs: tuple[str, ...] = tuple(_JOB.script_outputs)  # node/script_cwd_rules.py
     dependency: str | None = _JOB.dependency  # sbatch --dependency (slurm/flags.py)

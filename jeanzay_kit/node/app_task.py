@@ -148,8 +148,8 @@ def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
     from jeanzay_kit.distributed.ranks import array_id
     from jeanzay_kit.lease import acquire_for
     from jeanzay_kit.node.entry import record_provenance
-    from jeanzay_kit.node.script_files import record_attempt
     from jeanzay_kit.runtime.run_result import clear_result
+    from jeanzay_kit.script.script_files import record_attempt
 
     lease = acquire_for(run_dir, env, "hydra app (hydra/launcher=jeanzay)")
     clear_result(run_dir)  # a result of an earlier end no longer holds

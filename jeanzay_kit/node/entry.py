@@ -22,6 +22,7 @@ from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_prese
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.script.entry import check_entry, script_command
 from jeanzay_kit.train.directions import check_directions
 
 
@@ -103,18 +104,18 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     if not launched or rank_info_from_env(env).rank == 0:
         record_provenance(run_dir, env)  # a script's run records its code too
     if launched:
-        script = script_task.script_command(spec)
+        script = script_command(spec)
         return script_task.run_task(
             sys.executable, script, env, str(run_dir), settings=script_task.job_settings(spec)
         )
-    from jeanzay_kit.node.script_siblings import earlier_run_line
+    from jeanzay_kit.script.script_siblings import earlier_run_line
 
     # A new run of a script whose other arguments left a run with files beside it: said.
-    earlier = earlier_run_line(run_dir, spec.job.name, script_task.script_command(spec))
+    earlier = earlier_run_line(run_dir, spec.job.name, script_command(spec))
     if earlier:
         print(earlier, file=sys.stderr, flush=True)
     # Another command's run directory is refused before anything is written in it.
-    script_task.claim_run_dir(run_dir, script_task.script_command(spec))
+    script_task.claim_run_dir(run_dir, script_command(spec))
     since = time.time()
     with recorded_outcome(run_dir) as outcome:
         outcome.code = script_task.launch_local(
@@ -139,12 +140,11 @@ def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
     again under the lease (the workers' resume, the script task's claim of the run
     directory): this one is the early answer, not the only guard."""
     if spec.job.runs_script:
-        from jeanzay_kit.node import script_task
-        from jeanzay_kit.node.script_files import claim_run_dir
+        from jeanzay_kit.script.script_files import claim_run_dir
 
-        script_task.check_entry(spec.job.entry, Path.cwd())
+        check_entry(spec.job.entry, Path.cwd())
         # Another command's run directory (command.json): checked here, claimed later.
-        claim_run_dir(run_dir, script_task.script_command(spec), write=False)
+        claim_run_dir(run_dir, script_command(spec), write=False)
         return
     from jeanzay_kit.ckpt.store import check_resume_early
 

@@ -47,7 +47,7 @@ def wrote_since(run_dir: Path, since: float | None) -> bool:
     checkpoint, a session's checkpoints or metrics) after the step started. The
     toolkit's own files (the restart record, a session's heartbeats from its first
     second, hang dumps) are not progress (RunDir.script_files)."""
-    from jeanzay_kit.node.script_files import script_writes
+    from jeanzay_kit.script.script_files import script_writes
 
     return True if since is None else script_writes(run_dir, since)[1]
 

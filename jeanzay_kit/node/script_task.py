@@ -19,7 +19,6 @@ same JZK_RUN_DIR.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shlex
@@ -36,7 +35,6 @@ from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo, array_id, rank_info_from_env
 from jeanzay_kit.distributed.script_env import (
-    entry_problem,
     launcher_env,
     script_argv,
     script_env,
@@ -44,16 +42,17 @@ from jeanzay_kit.distributed.script_env import (
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_files import (
+from jeanzay_kit.node.script_port import agreed_port
+from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.script.entry import hydra_job, script_command
+from jeanzay_kit.script.script_files import (
     check_resume,
     claim_run_dir,
     record_attempt,
     script_writes,
     wrote_since,
 )
-from jeanzay_kit.node.script_port import agreed_port
-from jeanzay_kit.node.script_rules import ScriptCommand, requeue_note
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.script.script_rules import ScriptCommand, requeue_note
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
@@ -62,35 +61,12 @@ STOPPED = (Exit.STOPPED, -signal.SIGUSR1)
 REQUEUE_WAIT_S = 60.0
 
 
-def check_entry(entry: str, base: Path) -> None:
-    """JzkError naming job.entry when it is neither a file (relative to `base`) nor an
-    importable module."""
-    try:
-        words = shlex.split(entry)
-    except ValueError as err:  # an unclosed quote
-        raise JzkError(f"job.entry={entry!r} cannot be read as a command: {err}") from None
-    is_file = bool(words) and (base / words[0]).is_file()
-    module_found = False
-    if len(words) == 2 and words[0] == "-m":
-        # The project's root is importable on the tasks (project/import_path.py).
-        sys.path.insert(0, str(base))
-        try:
-            module_found = importlib.util.find_spec(words[1]) is not None
-        except (ImportError, ValueError):
-            module_found = False
-        finally:
-            sys.path.remove(str(base))
-    problem = entry_problem(entry, is_file, module_found)
-    if problem:
-        raise JzkError(problem)
-
-
 def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int = 0) -> list[str]:
     """The arguments of this attempt: job.args, plus job.resume_args when an earlier
     attempt (files older than `start`, the attempt's start) left the script's files,
     plus, for a Hydra app, its output directory in the run directory
-    (node/hydra_app_rules.py)."""
-    from jeanzay_kit.node import hydra_app_rules as hydra
+    (script/hydra_app_rules.py)."""
+    from jeanzay_kit.script import hydra_app_rules as hydra
 
     claim_run_dir(run_dir, command)
     app = hydra_job(command, Path.cwd())
@@ -128,31 +104,11 @@ def say_if_complete(run_dir: Path, command: ScriptCommand) -> None:
     the same command again does not resume, it runs the script again in place."""
     from jeanzay_kit.ending.ending_rules import COMPLETED
     from jeanzay_kit.ending.endings import newest_ending
-    from jeanzay_kit.node.script_rules import rerun_note
+    from jeanzay_kit.script.script_rules import rerun_note
 
     ended = newest_ending(run_dir)
     if ended is not None and ended.kind == COMPLETED:
         print(f"jzk: {rerun_note(str(run_dir), command.resume_args, ended.evidence)}", flush=True)
-
-
-def hydra_job(command: ScriptCommand, project: Path) -> str | None:
-    """Hydra's job name of the entry when it is a Hydra app (node/hydra_app_rules.py),
-    else None: the script (or `-m` module) of the project, read once."""
-    from jeanzay_kit.node.hydra_app_rules import is_hydra_app, job_name
-
-    words = command.entry.split()
-    if len(words) == 2 and words[0] == "-m":
-        base = project.joinpath(*words[1].split("."))
-        paths = [base.with_name(base.name + ".py"), base / "__main__.py"]
-    else:
-        paths = [project / command.entry]
-    for path in paths:
-        try:
-            source = path.read_text(errors="replace")
-        except OSError:
-            continue
-        return job_name(command.entry) if is_hydra_app(source) else None
-    return None
 
 
 def stop_note(
@@ -163,7 +119,7 @@ def stop_note(
     cwd: Path | None = None,
 ) -> str:
     """What the next attempt will do, after this one stopped to be run again."""
-    from jeanzay_kit.node.hydra_app_rules import stop_hint
+    from jeanzay_kit.script.hydra_app_rules import stop_hint
 
     app = hydra_job(command, Path.cwd())
     # Relative arguments name paths in the script's own working directory.
@@ -548,7 +504,8 @@ def _start_processes(
 def _pump_output(procs: list[subprocess.Popen], run_dir: Path) -> list[threading.Thread]:
     """A thread per pipe: each process's lines to this launcher's stdout/stderr and,
     labelled with its rank, to <run_dir>/train.log."""
-    from jeanzay_kit.runtime.rank_log import Pump, label, open_log
+    from jeanzay_kit.rank_lines import label
+    from jeanzay_kit.runtime.rank_log import Pump, open_log
 
     fd, lock = open_log(run_dir), threading.Lock()
     pumps: list[threading.Thread] = []
@@ -588,14 +545,6 @@ def _stopped_or_done(code: int | None, sent: int) -> bool:
     """Still running, done, asking to be run again, or ended by the stop signal it was
     sent (a script that handles no SIGTERM dies of it: that is the stop, not a crash)."""
     return code is None or code == 0 or code in STOPPED or (sent != 0 and code == -sent)
-
-
-def script_command(spec: JobSpec) -> ScriptCommand:
-    """The job's script task as the run directory sees it."""
-    job = spec.job
-    return ScriptCommand(
-        job.entry, job.args, job.resume_args, job.args_may_change, job.script_outputs
-    )
 
 
 def _stop_others(procs: list[subprocess.Popen]) -> None:

@@ -25,25 +25,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any, TextIO
 
+from jeanzay_kit.rank_lines import label
 from jeanzay_kit.run_directory import RunDir
-
-_LABEL = re.compile(r"^\[rank (\d+)\] ", re.M)
-
-
-def label(rank: int) -> str:
-    return f"[rank {rank}] "
-
-
-def lines_of_rank(text: str, rank: int) -> str:
-    """The lines train.log holds for one rank, their label removed."""
-    prefix = label(rank)
-    return "".join(
-        line[len(prefix) :] for line in text.splitlines(keepends=True) if line.startswith(prefix)
-    )
-
-
-def ranks_in(text: str) -> list[int]:
-    return sorted({int(m.group(1)) for m in _LABEL.finditer(text)})
 
 
 def open_log(run_dir: Path) -> int:

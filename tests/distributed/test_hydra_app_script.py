@@ -1,6 +1,6 @@
 """A Hydra app as a script task (job.entry=my_app.py), written as a user writes one: its
 own project, conf/config.yaml, `@hydra.main`, and a checkpoint saved in Hydra's output
-directory. Stopped and run again, it resumes its epochs there (node/hydra_app_rules.py):
+directory. Stopped and run again, it resumes its epochs there (script/hydra_app_rules.py):
 Hydra's output directory is <run_dir>/cwd at every start, and the toolkit's own .hydra/
 record of the run is never replaced by the app's.
 """

@@ -187,7 +187,7 @@ HYDRA_APP = textwrap.dedent(
 def test_a_hydra_app_requeued_resumes_from_its_output_directory(slurm, tmp_path: Path) -> None:
     """It handles no signal: the time-limit warning kills it, the job is requeued and the
     app starts again with the same Hydra output directory (<run_dir>/cwd), where its
-    checkpoint is (node/hydra_app_rules.py); its 2 tasks meet on the port task 0 chose
+    checkpoint is (script/hydra_app_rules.py); its 2 tasks meet on the port task 0 chose
     (node/script_port.py)."""
     project = tmp_path / "hydra-app"
     (project / "conf").mkdir(parents=True)

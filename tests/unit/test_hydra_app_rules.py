@@ -1,12 +1,12 @@
 """A Hydra app as a script task: recognised from its source, given one output directory
-in its run directory, told the fix when it saved nothing (node/hydra_app_rules.py)."""
+in its run directory, told the fix when it saved nothing (script/hydra_app_rules.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from jeanzay_kit.node import hydra_app_rules as rules
-from jeanzay_kit.node.script_rules import requeue_note, resume_warning
+from jeanzay_kit.script import hydra_app_rules as rules
+from jeanzay_kit.script.script_rules import requeue_note, resume_warning
 
 DECORATED = """
 import hydra

@@ -118,6 +118,7 @@ ROOM_ORDER = [
     "config",
     "slurm",
     "project",
+    "script",  # your own script (job.entry): what both sides know of it
     "ckpt",
     "ending",  # how an attempt ends: stop signals, exit codes, requeue, why it ended
     "runtime",
@@ -148,6 +149,7 @@ HELPERS = {
     "lease_rules",
     "values",
     "extras",  # which optional extra a command needs (imports errors only)
+    "rank_lines",  # train.log's labelled lines: the task side writes, `jzk logs` reads
 }
 
 

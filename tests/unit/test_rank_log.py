@@ -7,15 +7,8 @@ import os
 import threading
 from pathlib import Path
 
-from jeanzay_kit.runtime.rank_log import (
-    LineTee,
-    Pump,
-    label,
-    lines_of_rank,
-    mark_start,
-    open_log,
-    ranks_in,
-)
+from jeanzay_kit.rank_lines import label, lines_of_rank, ranks_in
+from jeanzay_kit.runtime.rank_log import LineTee, Pump, mark_start, open_log
 
 
 def test_a_tee_writes_through_and_copies_whole_lines(tmp_path: Path) -> None:

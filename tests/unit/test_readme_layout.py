@@ -54,4 +54,6 @@ def test_the_layout_shows_every_room_of_the_package() -> None:
         for p in (ROOT / "jeanzay_kit").iterdir()
         if p.is_dir() and not p.name.startswith("__")
     }
-    assert not rooms - rows, f"rooms docs/architecture.md's Layout does not show: {sorted(rooms - rows)}"
+    assert not rooms - rows, (
+        f"rooms docs/architecture.md's Layout does not show: {sorted(rooms - rows)}"
+    )

@@ -62,15 +62,15 @@ def test_records_being_written_or_damaged_are_skipped(tmp_path: Path) -> None:
 
 
 def test_the_login_side_imports_nothing_from_the_task_side() -> None:
-    """Issue 56: launch/ and analysis/ read a run through RunDir and the rules beside it
-    (beats, ending_rules, progress, lease), and name the task side's functions they hand
-    to submitit (launch/sweep.py TaskByName): they import nothing from node/ or runtime/,
-    lazy imports included."""
+    """Issues 56 and 69: launch/, analysis/ and cli/ read a run through RunDir and the
+    rules beside it (beats, ending_rules, progress, lease, rank_lines), and name the task
+    side's functions they hand to submitit (launch/sweep.py TaskByName): they import
+    nothing from node/ or runtime/, lazy imports included."""
     graph = import_graph()
     now = {
         (source, target)
         for source, targets in graph.items()
-        if source.startswith(("jeanzay_kit.launch.", "jeanzay_kit.analysis."))
+        if source.startswith(("jeanzay_kit.launch.", "jeanzay_kit.analysis.", "jeanzay_kit.cli."))
         for target in targets
         if target.startswith(("jeanzay_kit.node", "jeanzay_kit.runtime"))
     }

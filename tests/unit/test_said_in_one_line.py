@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.cli import main
-from jeanzay_kit.node.script_rules import ScriptCommand
-from jeanzay_kit.node.script_siblings import changed_options, earlier_run_line
+from jeanzay_kit.script.script_rules import ScriptCommand
+from jeanzay_kit.script.script_siblings import changed_options, earlier_run_line
 from jeanzay_kit.slurm.discover import Accounting, discover_profile, profile_name
 from tests.unit.test_discover import CONFIG, NODES, PARTITIONS
 

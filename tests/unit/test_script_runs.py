@@ -21,8 +21,13 @@ from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.identity import identity_args, run_hash
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_files import check_resume, claim_run_dir, record_attempt, script_writes
-from jeanzay_kit.node.script_rules import (
+from jeanzay_kit.script.script_files import (
+    check_resume,
+    claim_run_dir,
+    record_attempt,
+    script_writes,
+)
+from jeanzay_kit.script.script_rules import (
     ResumeTarget,
     ScriptCommand,
     requeue_note,

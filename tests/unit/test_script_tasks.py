@@ -207,8 +207,8 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     import sys
 
     from jeanzay_kit.node.local_ranks import free_port
-    from jeanzay_kit.node.script_rules import ScriptCommand
     from jeanzay_kit.node.script_task import run_task
+    from jeanzay_kit.script.script_rules import ScriptCommand
 
     runner = Scontrol()
     env = {

@@ -126,8 +126,8 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
     """A session-API script under a script task: the session writes rank-<N>.json, the
     task's wrapper its own task-<N>.json; each reader sees its own kind only."""
     from jeanzay_kit.beats import Beat
-    from jeanzay_kit.node.script_files import write_script_beat
     from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.script.script_files import write_script_beat
 
     session = Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0)
     RunDir(tmp_path).heartbeats.mkdir()
@@ -145,8 +145,8 @@ def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad
     """A beat file is JSON the run wrote: a value of the wrong type means it is damaged
     (read as it was before, a string rank compared with ints later); both readers skip it."""
     from jeanzay_kit.beats import Beat
-    from jeanzay_kit.node.script_files import write_script_beat
     from jeanzay_kit.run_directory import RunDir, read_beats
+    from jeanzay_kit.script.script_files import write_script_beat
 
     folder = RunDir(tmp_path).heartbeats
     folder.mkdir()

@@ -27,9 +27,9 @@ from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.cli import main
 from jeanzay_kit.launch.run_files import last_line_of, run_progress
 from jeanzay_kit.launch.status import JobState, RunView, ending, run_objects, status_table
-from jeanzay_kit.node.script_files import record_attempt, write_script_beat
 from jeanzay_kit.project.provenance import record_run_provenance
 from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.script.script_files import record_attempt, write_script_beat
 
 NOW = 2_000_000_000.0
 
@@ -219,8 +219,8 @@ def test_a_local_script_run_as_status_shows_it(
 def test_a_sweep_point_s_script_counts_its_starts(tmp_path: Path) -> None:
     """A sweep's task (submitit, node/script_task.py run_task) started twice by a
     requeue: 2 starts, 1 restart, for the manifest's array task id."""
-    from jeanzay_kit.node.script_rules import ScriptCommand
     from jeanzay_kit.node.script_task import run_task
+    from jeanzay_kit.script.script_rules import ScriptCommand
 
     env = {
         "PATH": os.environ.get("PATH", ""),

@@ -116,9 +116,9 @@ def requeue_note(
     hydra_hint: str | None = None,
 ) -> str:
     """What a stop means for the next attempt, in one sentence a user acts on. `wrote`
-    is observed (files the attempt wrote: node/script_files.py wrote_since); `requeued`:
+    is observed (files the attempt wrote: script/script_files.py wrote_since); `requeued`:
     a Slurm job goes on by itself, a local run when its command is run again.
-    hydra_hint: a Hydra app's fix (node/hydra_app_rules.py stop_hint), said instead of
+    hydra_hint: a Hydra app's fix (script/hydra_app_rules.py stop_hint), said instead of
     the script's `--out_dir`."""
     nxt = "the next attempt" if requeued else "the next run of this command"
     if wrote and resume_args:
@@ -155,7 +155,7 @@ def resume_warning(
         return None
     if script_text is not None and "JZK_RUN_DIR" in script_text:
         return None
-    from jeanzay_kit.node.hydra_app_rules import is_hydra_app, stop_hint
+    from jeanzay_kit.script.hydra_app_rules import is_hydra_app, stop_hint
 
     if script_text is not None and is_hydra_app(script_text):
         # Its output directory is <run_dir>/cwd at every start: saving there resumes.

@@ -1,5 +1,5 @@
 """The files of a script task's run directory: whose they are, and which command owns
-the directory. Edge (reads and writes files); the rules are node/script_rules.py."""
+the directory. Edge (reads and writes files); the rules are script/script_rules.py."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from pathlib import Path
 
 from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.node.script_rules import (
+from jeanzay_kit.project.places import resume_values
+from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.script.script_rules import (
     ResumeTarget,
     ScriptCommand,
     command_differences,
     refusal,
     resume_refusal,
 )
-from jeanzay_kit.project.places import resume_values
-from jeanzay_kit.run_directory import RunDir
 
 
 def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> tuple[bool, bool]:
@@ -28,14 +28,14 @@ def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> 
     what the script left to resume from, and whether this attempt saved anything. The
     toolkit's own files (RunDir.script_files) are not the script's, nor,
     for a Hydra app (`hydra_job`: its job name), what Hydra writes at every start
-    (node/hydra_app_rules.py is_hydra_record)."""
+    (script/hydra_app_rules.py is_hydra_record)."""
     mtimes = [mtime for _, mtime in _script_files(run_dir, hydra_job)]
     return any(t < since for t in mtimes), any(t >= since for t in mtimes)
 
 
 def _script_files(run_dir: Path, hydra_job: str | None = None) -> list[tuple[Path, float]]:
     """Every file of the script's under run_dir, with its mtime (hydra_job: script_writes)."""
-    from jeanzay_kit.node.hydra_app_rules import is_hydra_record
+    from jeanzay_kit.script.hydra_app_rules import is_hydra_record
 
     if hydra_job is None:
         return RunDir(run_dir).script_files()
@@ -105,7 +105,7 @@ def first_start(run_dir: Path) -> float | None:
 
 
 def check_resume(run_dir: Path, resume_args: Sequence[str]) -> None:
-    """JzkError (node/script_rules.py resume_refusal) when a path of job.resume_args
+    """JzkError (script/script_rules.py resume_refusal) when a path of job.resume_args
     would read something other than the run's own files; before the script starts."""
     cwd = RunDir(run_dir).script_cwd
     run_real = os.path.realpath(run_dir)

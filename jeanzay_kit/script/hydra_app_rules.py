@@ -115,7 +115,7 @@ def start_line(entry: str, args: Sequence[str], output_dir: str) -> str:
 def is_hydra_record(parts: Sequence[str], job_name: str) -> bool:
     """A file Hydra itself writes at every start of the app in its output directory
     (`cwd/.hydra/*.yaml`, `cwd/<job name>.log`): not the app's progress, so it neither
-    makes an attempt resume nor counts as the app having saved (node/script_files.py)."""
+    makes an attempt resume nor counts as the app having saved (script/script_files.py)."""
     if len(parts) < 2 or parts[0] != layout.SCRIPT_CWD:
         return False
     return parts[1] == layout.HYDRA or (len(parts) == 2 and parts[1] == f"{job_name}.log")

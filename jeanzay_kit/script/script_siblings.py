@@ -12,10 +12,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.node.script_files import newest_script_write
-from jeanzay_kit.node.script_rules import ScriptCommand
 from jeanzay_kit.progress import format_duration
 from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.script.script_files import newest_script_write
+from jeanzay_kit.script.script_rules import ScriptCommand
 
 
 def changed_options(old: Sequence[str], new: Sequence[str]) -> list[str]:
