@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.cli.check import add_network_args
 from jeanzay_kit.cli.common import add_config_args
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.ending.codes import Exit
@@ -38,6 +39,7 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="tell FAIL every trial of the study left RUNNING by a task that is gone (or by "
         "no task of jzk), with its reason, then exit: nothing is trained",
     )
+    add_network_args(tune)
     add_config_args(tune)
     tune.set_defaults(run=run)
 
@@ -60,6 +62,10 @@ def run(args: argparse.Namespace) -> int:
         return fail_stuck(study, prepared.study_dir)
     spec = prepared.spec
     if spec.cluster.is_slurm:
+        if not spec.cluster.compute_internet:  # every access found before the queue
+            from jeanzay_kit.offline.check import network_check
+
+            network_check(spec, args.overrides, args.config_dir, args.allow_network, args.budget)
         return submit_study(spec, prepared.study_dir, args.overrides)
     tasks = spec.tune.tasks
     print(
