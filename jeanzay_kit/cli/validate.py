@@ -16,12 +16,10 @@ from jeanzay_kit.cli.common import (
     refuse_hydra_dirs,
     workdir_of,
 )
-from jeanzay_kit.config.schema import default
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.slurm_syntax.timefmt import format_time
-from jeanzay_kit.values import as_node
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -111,7 +109,7 @@ def _interpreter_rows(spec: JobSpec) -> list[tuple[str, str]]:
     loads = ("module purge; " if spec.cluster.module_purge else "") + (
         f"module load {' '.join(modules)}" if modules else ""
     )
-    asked = as_node(spec.config.get("job")).get("python", default("job.python"))
+    asked = "auto" if "job.python" in spec.auto_keys else spec.job.python
     why = (
         "job.python=auto: the profile's PyTorch module's"
         if asked == "auto" and spec.cluster.pytorch_module
@@ -293,8 +291,7 @@ def _describe_loader(spec: JobSpec) -> str:
 
 
 def _explicit(spec: JobSpec) -> set[str]:
-    value = as_node(spec.config.get("loader")).get("num_workers", default("loader.num_workers"))
-    return set() if value in (None, "auto") else {"loader.num_workers"}
+    return set() if "loader.num_workers" in spec.auto_keys else {"loader.num_workers"}
 
 
 def _describe_loss(spec: JobSpec) -> str:

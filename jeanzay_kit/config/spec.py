@@ -198,7 +198,6 @@ def _assemble(
     interpreter: str | None,
 ) -> JobSpec:
     """The frozen JobSpec from stage 1's values and stage 2's."""
-    res = section(cfg, "resources")
     return JobSpec(
         cluster=cluster,
         job=replace(
@@ -219,11 +218,7 @@ def _assemble(
         model=dict(section(cfg, "model")),
         data=dict(section(cfg, "data")),
         config=_resolved_config(cfg, settled.resources),
-        auto_keys=tuple(
-            f"resources.{k}"
-            for k in ("gpus_per_node", "cpus_per_task", "qos")
-            if res.get(k, "auto") in (None, "auto")
-        ),
+        auto_keys=_auto_keys(cfg),
         resources=settled.resources,
         layout=settled.layout,
         train=settled.train,
@@ -370,6 +365,26 @@ def _without_loop_keys(cfg: Mapping[str, object]) -> tuple[dict[str, object], st
         "own command) does not run: neither checked nor used. HINT: give your script its "
         "own arguments after `--` (or in job.args)"
     )
+
+
+# Keys whose value the toolkit chose ("auto", or null where null means "follow another"):
+# what `jzk validate` says was chosen, and what a later rule must not take as asked.
+AUTO_KEYS = (
+    "resources.gpus_per_node",
+    "resources.cpus_per_task",
+    "resources.qos",
+    "job.python",
+    "loader.num_workers",
+    "eval.micro_batch_size",
+)
+
+
+def _auto_keys(cfg: Mapping[str, object]) -> tuple[str, ...]:
+    def given(key: str) -> object:
+        group, name = key.split(".")
+        return as_node(cfg.get(group)).get(name, schemas.default(key))
+
+    return tuple(key for key in AUTO_KEYS if given(key) in (None, "auto"))
 
 
 def _cpus_per_process(

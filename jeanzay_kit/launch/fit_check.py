@@ -35,7 +35,6 @@ from jeanzay_kit.train.fit_estimate import (
     trace_spec,
     traced_micro_batch,
 )
-from jeanzay_kit.values import as_node
 
 ENV_SWITCH = "JZK_FIT_CHECK"
 # Plans this process could not estimate (the note was printed): not tried again.
@@ -121,8 +120,8 @@ def code_stamps(spec: JobSpec) -> list[object]:
     from importlib.util import find_spec
 
     stamps: list[object] = [_stamp(_PACKAGE / name) for name in _OWN_CODE]
-    for key in ("model", "data"):
-        target = str(as_node(spec.config.get(key)).get("_target_", ""))
+    for node in (spec.model, spec.data):
+        target = str(node.get("_target_", ""))
         module = target.rpartition(".")[0]
         try:
             found = find_spec(module) if module else None

@@ -37,7 +37,6 @@ from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.train.batch import to_device
-from jeanzay_kit.values import as_node
 
 # The recorded choice, in the run directory.
 # Peak memory a trial may reach, as a share of the GPU's: the rest is for the allocator's
@@ -154,9 +153,8 @@ def with_micro_batch(spec: JobSpec, size: int) -> JobSpec:
     micro-batch follows where eval.micro_batch_size is null)."""
     per_replica = spec.train.global_batch_size // spec.layout.dp_size
     train = replace(spec.train, micro_batch_size=size, grad_accum_steps=per_replica // size)
-    eval_node = as_node(spec.config.get("eval"))
     evaluation = spec.eval
-    if eval_node.get("micro_batch_size") is None:
+    if "eval.micro_batch_size" in spec.auto_keys:  # null: it follows the training's
         evaluation = replace(spec.eval, micro_batch_size=size)
     return replace(spec, train=train, eval=evaluation)
 
