@@ -11,11 +11,20 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.slurm.offline_env import cache_env
 from jeanzay_kit.slurm.sbatch import _directive, _slurm_pattern_literal
 from jeanzay_kit.slurm.shell_words import expanding_word, shell_word
+from jeanzay_kit.slurm_syntax.timefmt import format_time
 
-# prepost's default limit on Jean Zay (IDRIS, "Jean Zay: CPU Slurm partitions").
-PREFETCH_TIME = "02:00:00"
+# prepost's default limit on Jean Zay (IDRIS, "Jean Zay: CPU Slurm partitions"), less
+# where the profile declares the partition with a shorter one (a job past it would pend
+# for ever, and the training job after it too).
+PREFETCH_MINUTES = 120
 # A script task's start is run this long, then stopped (exit 124 of timeout: done).
 SCRIPT_BUDGET_S = 600
+
+
+def prefetch_minutes(spec: JobSpec) -> int:
+    declared = spec.cluster.partitions.get(spec.cluster.prefetch_partition or "")
+    limit = declared.max_minutes if declared is not None else None
+    return min(PREFETCH_MINUTES, limit) if limit else PREFETCH_MINUTES
 
 
 def prefetch_name(spec: JobSpec) -> str:
@@ -34,7 +43,7 @@ def render_prefetch(spec: JobSpec, workdir: str, child: Sequence[str]) -> str:
         _directive("partition", cluster.prefetch_partition),
         _directive("nodes", 1),
         _directive("ntasks", 1),
-        _directive("time", PREFETCH_TIME),
+        _directive("time", format_time(prefetch_minutes(spec))),
         _directive("output", f"{logs}/{name}-%j.out"),
         _directive("error", f"{logs}/{name}-%j.err"),
         "",

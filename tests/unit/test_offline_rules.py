@@ -91,4 +91,7 @@ def test_the_jean_zay_job_reads_its_caches_offline_and_prefetch_runs_on_prepost(
     prefetch = render_prefetch(spec, "/work/p", ["python", "-m", "x", "check", "a=b c"])
     assert "#SBATCH --partition=prepost" in prefetch and "#SBATCH --account=abc@h100" in prefetch
     assert "HF_HUB_OFFLINE" not in prefetch  # the network is on there
+    assert "#SBATCH --time=02:00:00" in prefetch  # prepost's default: not in the profile
+    local = spec_of(["cluster=slurm_local", "cluster.prefetch_partition=debug"], None)
+    assert "#SBATCH --time=01:00:00" in render_prefetch(local, "/p", ["x"])  # debug's limit
     assert "cd /work/p\npython -m x check 'a=b c'\n" in prefetch
