@@ -170,6 +170,14 @@ class RunDir:
         return self.root / layout.COMPILE_ARTIFACTS
 
     @property
+    def faults(self) -> Path:
+        return self.root / layout.FAULTS
+
+    @property
+    def rehearsal(self) -> Path:
+        return self.root / layout.REHEARSAL
+
+    @property
     def starts(self) -> Path:
         return self.root / layout.STARTS
 

@@ -44,6 +44,8 @@ COMPILE_CACHE = "compile_cache"  # torch.compile's cache folder, kept with the r
 COMPILE_ARTIFACTS = "compile_cache.bin"  # torch.compile's cache artifacts, one file (CUDA)
 STARTS = "starts.jsonl"  # per rank-0 process: its start-up in parts, its end's saving time
 MICRO_BATCH = "micro_batch.json"  # train.micro_batch_size=auto: the size the run chose
+FAULTS = "faults.json"  # a rehearsal's fault schedule, written before it starts
+REHEARSAL = "rehearsal.json"  # a rehearsal's report: each fault, the digest, the goodput
 # ---- in a run directory or a sweep's / log folder ---------------------------------------
 MANIFEST = "manifest.jsonl"
 
@@ -127,6 +129,10 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(MANIFEST, "file", "launch/manifest.py (jzk submit, the launcher)",
           "jzk status, jzk report, jzk logs, jzk cancel",
           "one record per job: id, run directory, log, overrides (also in sweep folders)"),
+    Entry(FAULTS, "file", "rehearse/rehearsal.py (jzk rehearse)", "the user, a replay",
+          "a rehearsal's fault schedule, written first: the same seed replays it"),
+    Entry(REHEARSAL, "file", "rehearse/rehearsal.py (jzk rehearse)", "the user",
+          "a rehearsal's report: each fault, the final digest, steps lost, goodput"),
 )  # fmt: skip
 
 NAMES = frozenset(e.name for e in ENTRIES)

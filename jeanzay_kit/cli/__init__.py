@@ -28,6 +28,7 @@ COMMANDS = (
     ("submit", "submit"),
     ("plan", "plan"),
     ("tune", "tune"),
+    ("rehearse", "rehearse"),
     ("status", "status"),
     ("logs", "logs"),
     ("cancel", "cancel"),

@@ -128,6 +128,7 @@ ROOM_ORDER = [
     "train_app",
     "launch",
     "offline",  # compute nodes without internet: the network check, prefetch
+    "rehearse",  # a seeded schedule of faults on a run of the user's, here
     "tune",
     "analysis",
     "doctor",

@@ -10,6 +10,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
 PURE = [
     "errors.py",
+    "rehearse/schedule.py",
+    "rehearse/report_rules.py",
     "config/modes.py",
     "config/container_rules.py",
     "slurm/container.py",

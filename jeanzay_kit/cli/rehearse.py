@@ -1,0 +1,55 @@
+"""`jzk rehearse`: a seeded schedule of faults on your run, here, before an allocation
+(rehearse/; docs/rehearse.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from jeanzay_kit.cli.common import add_config_args, build_spec
+
+
+def add(sub: argparse._SubParsersAction) -> None:
+    rehearse = sub.add_parser(
+        "rehearse",
+        help="run your job under a seeded schedule of faults and report what each cost",
+        description="Run the request without faults (the reference), then under a seeded "
+        "schedule of faults injected for real (the time-limit warning, a training process "
+        "killed, one stopped, the warning during start-up), each after some seconds of "
+        "training; then say per fault when it was noticed and by what, when training went "
+        "on, the steps lost, and whether the final model equals the reference's. "
+        "<dir>/run/faults.json is written first; <dir>/run/rehearsal.json keeps the report.",
+    )
+    rehearse.add_argument("--faults", type=int, default=4, metavar="N", help="how many faults")
+    rehearse.add_argument(
+        "--every",
+        type=float,
+        default=20.0,
+        metavar="S",
+        help="seconds of training between them, on average",
+    )
+    rehearse.add_argument("--seed", type=int, default=0, metavar="K", help="the schedule's seed")
+    rehearse.add_argument(
+        "--dir",
+        default=None,
+        help="the rehearsal's folder (default outputs/rehearse-<job.name>-seed<K>)",
+    )
+    rehearse.add_argument("--json", action="store_true", help="the report as JSON on the last line")
+    add_config_args(rehearse)
+    rehearse.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jeanzay_kit.rehearse.rehearsal import Options, rehearse, report_lines
+
+    spec = build_spec(args)
+    folder = Path(args.dir or f"outputs/rehearse-{spec.job.name}-seed{args.seed}")
+    found = rehearse(spec, args.overrides, Options(args.faults, args.every, args.seed, folder))
+    print("\n".join(report_lines(found)))
+    if args.json:
+        print(json.dumps(found))
+    rows = found["faults"]
+    assert isinstance(rows, list)
+    survived = all(r["verdict"] == "ok" for r in rows) and found["digest_equal"] is True
+    return 0 if survived else 1

@@ -1,0 +1,87 @@
+"""`jzk rehearse`: the schedule written first (faults.json), the run without faults, the
+run under the schedule, then rehearsal.json (report_rules.py says what is in it)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rehearse import report_rules as rules
+from jeanzay_kit.rehearse.runner import check_local, rehearse_run, run_here, save_seconds
+from jeanzay_kit.rehearse.schedule import EXPECTED, HANG, KILL_RANK, schedule, to_json
+from jeanzay_kit.run_directory import RunDir
+
+
+@dataclass(frozen=True)
+class Options:
+    faults: int
+    every_s: float
+    seed: int
+    folder: Path
+
+
+def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str, object]:
+    check_local(spec)
+    if opts.faults < 1 or opts.every_s <= 0:
+        raise JzkError("--faults N (1 or more) and --every S (seconds, more than 0)")
+    if opts.folder.exists():
+        raise JzkError(
+            f"{opts.folder} exists: a rehearsal starts afresh. HINT: remove it, or "
+            "--dir another folder (the same --seed replays the same schedule)"
+        )
+    run, reference = RunDir(opts.folder / "run"), opts.folder / "reference"
+    run.root.mkdir(parents=True)
+    plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size)
+    run.faults.write_text(json.dumps(to_json(plan, opts.seed, opts.every_s), indent=1) + "\n")
+    # Each crash or hang spends a restart: the rehearsal gives the run that many more.
+    spent = sum(f.kind in (KILL_RANK, HANG) for f in plan)
+    more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
+    print(f"rehearse: {len(plan)} fault(s), seed {opts.seed}, in {opts.folder}", flush=True)
+    for f in plan:
+        print(f"  {f.number:>2} {f.kind:<9} after {f.after_s:g} s  ({EXPECTED[f.kind]})")
+    print("rehearse: the run without faults first (the reference)", flush=True)
+    ref_s, ref_digest = run_here(more, reference, opts.folder / "reference.log")
+    print(f"rehearse: reference done in {ref_s:.1f} s; now the run under the schedule", flush=True)
+    measured, total_s = rehearse_run(more, run.root, plan, opts.folder / "run.log")
+    rows = [rules.row(m, spec.checkpoint.every_steps) for m in measured]
+    equal = run.model_digest.read_text().strip() == ref_digest
+    totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref_s / total_s)
+    step_s = ref_s / max(spec.train.steps, 1)
+    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, spec.checkpoint.every_steps)
+    if not equal:
+        lines.insert(
+            0, "the final model differs from the run without faults: a resume was not exact"
+        )
+    found = rules.report(rows, totals, lines)
+    run.rehearsal.write_text(json.dumps(found, indent=1) + "\n")
+    return found
+
+
+def report_lines(found: dict[str, object]) -> list[str]:
+    rows = found["faults"]
+    assert isinstance(rows, list)
+    head = ("#", "FAULT", "STEP", "DETECTED", "RESUMED", "LOST")
+    out = [
+        f"{head[0]:>2} {head[1]:<9} {head[2]:>5} {head[3]:>9} {head[4]:>8} {head[5]:>5}  VERDICT"
+    ]
+    for i, r in enumerate(rows):
+        det = "-" if r["detected_s"] is None else f"{r['detected_s']:.1f}s"
+        res = "-" if r["resumed_s"] is None else f"{r['resumed_s']:.1f}s"
+        lost = "-" if r["lost_steps"] is None else str(r["lost_steps"])
+        cells = f"{i:>2} {r['kind']:<9} {r['step']:>5} {det:>9} {res:>8} {lost:>5}"
+        out.append(f"{cells}  {r['verdict']}; {r['by']}")
+    out.append(
+        f"final model equal to the run without faults: {found['digest_equal']}; steps lost: "
+        f"{found['lost_steps']}; goodput {found['goodput']:.2f} (the reference's time over "
+        "the rehearsal's)"
+    )
+    advice = found["advice"]
+    assert isinstance(advice, list)
+    out += [f"change: {a}" for a in advice] or [
+        "change: nothing: every fault was survived as expected"
+    ]
+    return out

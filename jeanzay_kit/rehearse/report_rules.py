@@ -1,0 +1,91 @@
+"""What a rehearsal measured, as its report says it. Pure: the runner (rehearse/runner.py)
+times each fault; here are the verdicts, the totals and the advice (Young's interval)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from jeanzay_kit.rehearse.schedule import PREEMPT, STARTUP
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One fault as the runner saw it (times in seconds from its injection)."""
+
+    kind: str
+    step: int  # the newest step the run had reached when it was injected
+    detected_s: float | None  # until the toolkit acted on it (a save, a restart)
+    by: str  # what noticed it: the stop agreement, the launcher, the watchdog
+    resumed_s: float | None  # until a step past the one it resumed from was logged
+    resumed_from: int | None  # the step the run went on from
+
+
+@dataclass(frozen=True)
+class FaultRow:
+    kind: str
+    step: int
+    detected_s: float | None
+    by: str
+    resumed_s: float | None
+    lost_steps: int | None
+    verdict: str
+
+
+def row(m: Measured, checkpoint_every: int) -> FaultRow:
+    """The verdict: a stop signal loses no step; a crash or a hang at most the checkpoint
+    interval; a run that did not go on failed the fault."""
+    lost = None if m.resumed_from is None else max(m.step - m.resumed_from, 0)
+    if m.resumed_s is None or lost is None:
+        verdict = "not survived: the run did not go on"
+    elif m.kind in (PREEMPT, STARTUP) and lost > 0:
+        verdict = f"lost {lost} step(s) on a stop signal (0 expected)"
+    elif lost > checkpoint_every:
+        verdict = f"lost {lost} steps, more than checkpoint.every_steps={checkpoint_every}"
+    else:
+        verdict = "ok"
+    return FaultRow(m.kind, m.step, m.detected_s, m.by, m.resumed_s, lost, verdict)
+
+
+def young_interval_s(save_s: float, mtbf_s: float) -> float:
+    """Young's checkpoint interval: sqrt(2 x save time x mean time between failures)
+    (J. W. Young, "A first order approximation to the optimum checkpoint interval",
+    Communications of the ACM 17(9), 1974)."""
+    return math.sqrt(2 * save_s * mtbf_s)
+
+
+@dataclass(frozen=True)
+class Totals:
+    digest_equal: bool
+    lost_steps: int
+    goodput: float  # the fault-free run's time over the rehearsal's
+
+
+def advice(
+    rows: Sequence[FaultRow], step_s: float, save_s: float, every_s: float, every_steps: int
+) -> list[str]:
+    """What to change, from the figures: the checkpoint interval against Young's for
+    this fault rate, and every fault that was not survived."""
+    out = [f"fault {i}: {r.kind}: {r.verdict}" for i, r in enumerate(rows) if r.verdict != "ok"]
+    if step_s > 0 and every_s > 0:
+        best = young_interval_s(save_s, every_s) / step_s
+        now = every_steps
+        if now > 2 * best or now < best / 2:
+            out.append(
+                f"checkpoint.every_steps={now}: for a fault every {every_s:g} s, a save of "
+                f"{save_s:.2f} s and a step of {step_s:.3f} s, Young's interval is about "
+                f"{max(round(best), 1)} steps"
+            )
+    return out
+
+
+def report(rows: Sequence[FaultRow], totals: Totals, lines: Sequence[str]) -> dict[str, object]:
+    """rehearsal.json's object (and `jzk rehearse --json`'s last line)."""
+    return {
+        "faults": [asdict(r) for r in rows],
+        "digest_equal": totals.digest_equal,
+        "lost_steps": totals.lost_steps,
+        "goodput": round(totals.goodput, 3),
+        "advice": list(lines),
+    }

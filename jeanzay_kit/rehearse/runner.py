@@ -1,0 +1,223 @@
+"""Run a rehearsal here: the run without faults (the reference), then the same run under
+the schedule, each fault injected for real into its processes (signals to the launcher
+and to one training process), timed from what the run directory records.
+
+Local runs only (cluster=local): the run's processes are this machine's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rehearse import report_rules as rules
+from jeanzay_kit.rehearse.schedule import HANG, KILL_RANK, STARTUP, Fault
+from jeanzay_kit.run_directory import RunDir
+
+POLL_S = 0.2
+# After its recovery a fault must be followed by progress within this (and the watchdog).
+RESUME_GRACE_S = 120.0
+
+
+@dataclass
+class Timeline:
+    """The run's command and what it has done: started with `train.log_every=1`, so
+    metrics.jsonl has every step."""
+
+    argv: list[str]
+    run: RunDir
+    proc: subprocess.Popen[bytes] | None = None
+    log: Path | None = None
+
+    def start(self) -> None:
+        assert self.log is not None
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def step(self) -> int:
+        """The newest step metrics.jsonl holds (0: none yet)."""
+        try:
+            lines = self.run.metrics.read_text().splitlines()
+        except OSError:
+            return 0
+        for line in reversed(lines):
+            try:
+                return int(json.loads(line)["step"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return 0
+
+    def ended(self) -> int | None:
+        return None if self.proc is None else self.proc.poll()
+
+
+def run_here(overrides: Sequence[str], run_dir: Path, log: Path) -> tuple[float, str]:
+    """The run without faults: its time and its model's digest."""
+    started = time.monotonic()
+    with log.open("wb") as out:
+        code = subprocess.call(_argv(overrides, run_dir), stdout=out, stderr=subprocess.STDOUT)
+    if code != 0:
+        raise JzkError(f"the run without faults failed (exit {code}): see {log}")
+    return time.monotonic() - started, RunDir(run_dir).model_digest.read_text().strip()
+
+
+def _argv(overrides: Sequence[str], run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "jeanzay_kit.cli",
+        "train",
+        *overrides,
+        f"job.run_dir={run_dir}",
+        "train.log_every=1",
+    ]
+
+
+def rehearse_run(
+    overrides: Sequence[str], run_dir: Path, plan: Sequence[Fault], log: Path
+) -> tuple[list[rules.Measured], float]:
+    """The run under the schedule: each fault measured; the run's total time (it is
+    started again after each stop, as a requeue would, until it is done)."""
+    line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log)
+    started = time.monotonic()
+    line.start()
+    measured = [_one(line, fault) for fault in plan]
+    while (code := _wait(line)) == 3:
+        line.start()  # a stop after a save: run again, as Slurm's requeue would
+    if code != 0:
+        raise JzkError(f"the rehearsal's run ended with exit {code}: see {log}")
+    return measured, time.monotonic() - started
+
+
+def _wait(line: Timeline) -> int:
+    assert line.proc is not None
+    return line.proc.wait()
+
+
+def _train_for(line: Timeline, seconds: float) -> None:
+    """Let the run train `seconds` (after its first step), starting it again after a stop."""
+    deadline = None
+    while True:
+        if line.ended() is not None:
+            if line.ended() != 3:
+                raise JzkError(f"the run ended (exit {line.ended()}) before the next fault")
+            line.start()
+        if deadline is None and line.step() > 0:
+            deadline = time.monotonic() + seconds
+        if deadline is not None and time.monotonic() >= deadline:
+            return
+        time.sleep(POLL_S)
+
+
+def _one(line: Timeline, fault: Fault) -> rules.Measured:
+    _train_for(line, fault.after_s)
+    if fault.kind == STARTUP:  # a stop, then the warning again while it starts
+        _stop(line)
+        line.start()
+        time.sleep(1.0)
+    step, injected = line.step(), time.monotonic()
+    endings_before = len(_records(line.run.endings))
+    starts_before = len(_starts(line.run))
+    if fault.kind in (KILL_RANK, HANG):
+        pid = _rank_pid(line.run, fault.rank)
+        os.kill(pid, signal.SIGKILL if fault.kind == KILL_RANK else signal.SIGSTOP)
+        detected, by = _detected(line, endings_before, injected)
+    else:
+        assert line.proc is not None
+        line.proc.send_signal(signal.SIGUSR1)
+        code = _wait(line)
+        detected, by = time.monotonic() - injected, f"the stop agreement (exit {code})"
+        line.start()
+    resumed_s, resumed_from = _resumed(line, injected, starts_before)
+    took = None if detected is None else round(detected, 2)
+    return rules.Measured(fault.kind, step, took, by, resumed_s, resumed_from)
+
+
+def _stop(line: Timeline) -> None:
+    assert line.proc is not None
+    line.proc.send_signal(signal.SIGUSR1)
+    _wait(line)
+
+
+def _rank_pid(run: RunDir, rank: int) -> int:
+    beats = [b for b in run.beats() if not b.finished]
+    newest = max((b.token for b in beats), default="", key=lambda t: t)
+    pids = {b.rank: b.pid for b in beats if b.token == newest}
+    if not pids:
+        raise JzkError("no live training process to inject the fault into")
+    return pids.get(rank, next(iter(pids.values())))
+
+
+def _detected(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
+    """Until endings.jsonl records the attempt's end (the launcher or the watchdog)."""
+    deadline = injected + RESUME_GRACE_S + 600
+    while time.monotonic() < deadline:
+        records = _records(line.run.endings)
+        if len(records) > before:
+            new = records[before]
+            return time.monotonic() - injected, f"{new.get('kind')}: {new.get('evidence')}"
+        if line.ended() not in (None, 3):
+            return None, f"the run ended (exit {line.ended()})"
+        time.sleep(POLL_S)
+    return None, "nothing noticed it"
+
+
+def _starts(run: RunDir) -> list[dict[str, object]]:
+    return [r for r in _records(run.starts) if "start_step" in r]
+
+
+def _resumed(line: Timeline, injected: float, before: int) -> tuple[float | None, int | None]:
+    """Until a start after the fault has logged a step past the one it resumed from."""
+    deadline = time.monotonic() + RESUME_GRACE_S
+    while time.monotonic() < deadline:
+        starts = _starts(line.run)
+        if len(starts) > before:
+            start = int(str(starts[-1]["start_step"]))
+            if line.step() > start:
+                return round(time.monotonic() - injected, 2), start
+        if line.ended() not in (None, 3):
+            break
+        if line.ended() == 3:
+            line.start()
+        time.sleep(POLL_S)
+    return None, None
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return []
+    out = []
+    for text in lines:
+        try:
+            out.append(json.loads(text))
+        except ValueError:
+            continue
+    return out
+
+
+def save_seconds(run: RunDir) -> float:
+    """The mean time a save blocked the loop (starts.jsonl's end records)."""
+    blocks = [float(str(r["ckpt_block_s"])) for r in _records(run.starts) if "ckpt_block_s" in r]
+    return sum(blocks) / len(blocks) if blocks else 0.0
+
+
+def check_local(spec: JobSpec) -> None:
+    if spec.cluster.is_slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name}: jzk rehearse runs here (cluster=local) for now; "
+            "a rehearsal on the Slurm cluster is not built yet. HINT: rehearse with "
+            "cluster=local and the same model, data and checkpoint settings"
+        )

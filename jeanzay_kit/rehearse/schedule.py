@@ -1,0 +1,57 @@
+"""A rehearsal's fault schedule: which fault, how long after training went on again.
+Pure: the same seed gives the same schedule (faults.json replays it)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+# The faults a local rehearsal injects, each as the toolkit meets it for real:
+PREEMPT = "preempt"  # the time-limit warning (SIGUSR1): save at a step boundary, exit 3
+KILL_RANK = "kill_rank"  # one training process killed (SIGKILL): a crash
+HANG = "hang"  # one training process stopped (SIGSTOP): the watchdog's case
+STARTUP = "startup"  # the warning while the run starts, before its first step
+KINDS = (PREEMPT, KILL_RANK, HANG, STARTUP)
+# What the toolkit answers with, so the report can say what to expect of each.
+EXPECTED = {
+    PREEMPT: "saved at the next step boundary, stopped (exit 3), resumed: 0 steps lost",
+    KILL_RANK: "restarted from the newest checkpoint (a restart of preemption.max_restarts)",
+    HANG: "named by the watchdog after watchdog.stall_seconds, restarted from a checkpoint",
+    STARTUP: "kept until the first step boundary, saved, stopped (exit 3), resumed",
+}
+
+
+@dataclass(frozen=True)
+class Fault:
+    number: int
+    kind: str
+    after_s: float  # seconds of training after the previous fault's recovery (or the start)
+    rank: int  # the process it hits (kill_rank, hang)
+
+
+def schedule(
+    faults: int, every_s: float, seed: int, ranks: int, kinds: Sequence[str] = KINDS
+) -> list[Fault]:
+    """`faults` faults, each kind as often as the others (in a seeded order), each after
+    a seeded wait of 0.5 to 1.5 x every_s of training."""
+    rng = random.Random(seed)
+    order = [kinds[i % len(kinds)] for i in range(faults)]
+    rng.shuffle(order)
+    return [
+        Fault(i, kind, round(every_s * rng.uniform(0.5, 1.5), 2), rng.randrange(max(ranks, 1)))
+        for i, kind in enumerate(order)
+    ]
+
+
+def to_json(plan: Sequence[Fault], seed: int, every_s: float) -> dict[str, object]:
+    return {"seed": seed, "every_s": every_s, "faults": [asdict(f) for f in plan]}
+
+
+def from_json(data: Mapping[str, object]) -> list[Fault]:
+    rows = data.get("faults")
+    if not isinstance(rows, list):
+        raise ValueError("faults.json: no 'faults' list")
+    return [
+        Fault(int(r["number"]), str(r["kind"]), float(r["after_s"]), int(r["rank"])) for r in rows
+    ]

@@ -1,0 +1,64 @@
+"""A rehearsal's pure parts (issue 70): the seeded schedule (the same seed, the same
+faults: faults.json replays it), each kind as often as the others; the verdict per fault;
+Young's interval in the advice."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from jeanzay_kit.rehearse.report_rules import (
+    Measured,
+    Totals,
+    advice,
+    report,
+    row,
+    young_interval_s,
+)
+from jeanzay_kit.rehearse.schedule import KINDS, from_json, schedule, to_json
+
+
+def test_the_same_seed_replays_the_same_schedule_and_every_kind_comes() -> None:
+    plan = schedule(12, 40.0, seed=7, ranks=2)
+    assert plan == schedule(12, 40.0, seed=7, ranks=2) != schedule(12, 40.0, seed=8, ranks=2)
+    assert sorted(f.kind for f in plan) == sorted(KINDS * 3)
+    assert all(20.0 <= f.after_s <= 60.0 and f.rank in (0, 1) for f in plan)
+    assert from_json(json.loads(json.dumps(to_json(plan, 7, 40.0)))) == plan
+
+
+@pytest.mark.parametrize(
+    ("kind", "step", "resumed_from", "resumed_s", "verdict"),
+    [
+        ("preempt", 120, 120, 4.0, "ok"),
+        ("preempt", 120, 100, 4.0, "lost 20 step(s) on a stop signal (0 expected)"),
+        ("kill_rank", 130, 100, 6.0, "ok"),  # within checkpoint.every_steps=50
+        ("hang", 180, 100, 9.0, "lost 80 steps, more than checkpoint.every_steps=50"),
+        ("kill_rank", 130, None, None, "not survived: the run did not go on"),
+    ],
+)
+def test_the_verdict_of_a_fault(
+    kind: str, step: int, resumed_from: int | None, resumed_s: float | None, verdict: str
+) -> None:
+    measured = Measured(kind, step, 1.0, "the launcher", resumed_s, resumed_from)
+    assert row(measured, checkpoint_every=50).verdict == verdict
+
+
+def test_the_advice_names_youngs_interval_and_each_fault_not_survived() -> None:
+    assert young_interval_s(2.0, 3600.0) == pytest.approx(math.sqrt(14400.0))
+    rows = [row(Measured("hang", 300, 1.0, "watchdog", None, None), 50)]
+    lines = advice(rows, step_s=0.1, save_s=0.5, every_s=40.0, every_steps=1000)
+    assert lines[0].startswith("fault 0: hang: not survived")
+    assert "Young's interval is about 63 steps" in lines[1]  # sqrt(2 * 0.5 * 40) / 0.1
+    found = report(rows, Totals(False, 0, 0.5), lines)
+    assert set(found) == {"faults", "digest_equal", "lost_steps", "goodput", "advice"}
+    assert set(found["faults"][0]) == {  # type: ignore[index]
+        "kind",
+        "step",
+        "detected_s",
+        "by",
+        "resumed_s",
+        "lost_steps",
+        "verdict",
+    }
