@@ -399,7 +399,7 @@ def _check_task(spec: Any, overrides: Sequence[str], spec_of: Any) -> str:
     (launch/fit_check.py, as `jzk validate` checks it): its estimate's line, "" where
     none is made. A JzkError names the problem."""
     if spec.job.runs_script:
-        from jeanzay_kit.node.script_task import check_entry
+        from jeanzay_kit.script.entry import check_entry
 
         check_entry(spec.job.entry, Path.cwd())
     from jeanzay_kit.launch.fit_check import check
