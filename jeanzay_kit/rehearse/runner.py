@@ -22,6 +22,7 @@ from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
 from jeanzay_kit.rehearse.schedule import HANG, KILL_RANK, STARTUP, Fault
 from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.run_layout import HANG_PREFIX
 
 POLL_S = 0.2
 # After its recovery a fault must be followed by progress within this (and the watchdog).
@@ -106,14 +107,15 @@ def _wait(line: Timeline) -> int:
 
 
 def _train_for(line: Timeline, seconds: float) -> None:
-    """Let the run train `seconds` (after its first step), starting it again after a stop."""
-    deadline = None
+    """Let the run train `seconds` from its next logged step on (the process now running
+    has started), starting it again after a stop."""
+    deadline, base = None, line.step()
     while True:
         if line.ended() is not None:
             if line.ended() != 3:
                 raise JzkError(f"the run ended (exit {line.ended()}) before the next fault")
             line.start()
-        if deadline is None and line.step() > 0:
+        if deadline is None and line.step() > base:
             deadline = time.monotonic() + seconds
         if deadline is not None and time.monotonic() >= deadline:
             return
@@ -126,13 +128,16 @@ def _one(line: Timeline, fault: Fault) -> rules.Measured:
         _stop(line)
         line.start()
         time.sleep(1.0)
-    step, injected = line.step(), time.monotonic()
+    step, injected, wall = line.step(), time.monotonic(), time.time()
     endings_before = len(_records(line.run.endings))
     starts_before = len(_starts(line.run))
     if fault.kind in (KILL_RANK, HANG):
         pid = _rank_pid(line.run, fault.rank)
         os.kill(pid, signal.SIGKILL if fault.kind == KILL_RANK else signal.SIGSTOP)
         detected, by = _detected(line, endings_before, injected)
+        fired = _watchdog_fired(line.run, wall)
+        if fault.kind == HANG and fired is not None:  # when it fired, not when it was done
+            detected = fired
     else:
         assert line.proc is not None
         line.proc.send_signal(signal.SIGUSR1)
@@ -151,12 +156,19 @@ def _stop(line: Timeline) -> None:
 
 
 def _rank_pid(run: RunDir, rank: int) -> int:
-    beats = [b for b in run.beats() if not b.finished]
-    newest = max((b.token for b in beats), default="", key=lambda t: t)
-    pids = {b.rank: b.pid for b in beats if b.token == newest}
-    if not pids:
-        raise JzkError("no live training process to inject the fault into")
-    return pids.get(rank, next(iter(pids.values())))
+    """The pid of a live training process of the newest start (its heartbeat is recent)."""
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        now = time.time()
+        beats = [
+            b for b in run.beats() if not b.finished and now - b.wall_time < 3 * b.interval_s + 1
+        ]
+        if beats:
+            newest = max(beats, key=lambda b: b.wall_time).token
+            pids = {b.rank: b.pid for b in beats if b.token == newest}
+            return pids.get(rank, next(iter(pids.values())))
+        time.sleep(POLL_S)
+    raise JzkError("no live training process to inject the fault into")
 
 
 def _detected(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
@@ -175,6 +187,17 @@ def _detected(line: Timeline, before: int, injected: float) -> tuple[float | Non
 
 def _starts(run: RunDir) -> list[dict[str, object]]:
     return [r for r in _records(run.starts) if "start_step" in r]
+
+
+def _watchdog_fired(run: RunDir, since: float) -> float | None:
+    """Seconds from `since` (wall clock) to the watchdog's dump of the ranks' stacks (its
+    hang-<step>/ folder), or None."""
+    made = [
+        p.stat().st_mtime
+        for p in run.root.glob(f"{HANG_PREFIX}*")
+        if p.is_dir() and p.stat().st_mtime >= since
+    ]
+    return round(min(made) - since, 2) if made else None
 
 
 def _resumed(line: Timeline, injected: float, before: int) -> tuple[float | None, int | None]:

@@ -1,0 +1,50 @@
+"""`jzk rehearse` on this machine (issue 70): the toolkit's loop on 2 CPU workers under a
+seeded schedule of four faults, one of each kind (the time-limit warning, a worker killed,
+a worker stopped, the warning during start-up), injected for real. Every fault survived
+within the checkpoint interval (none lost on a stop signal), the final model bitwise the
+run without faults', faults.json the seed's schedule, rehearsal.json the report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.rehearse.schedule import KINDS, from_json, schedule
+
+JZK = str(Path(sys.executable).with_name("jzk"))
+
+
+@pytest.mark.timeout(600)
+def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "rehearsal"
+    argv = [JZK, "rehearse", "train.steps=3000", "checkpoint.every_steps=50"]
+    argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
+    argv += ["--faults", "4", "--every", "2", "--seed", "3"]
+    done = subprocess.run(
+        [*argv, "--dir", str(folder), "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=560,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == json.loads((folder / "run" / "rehearsal.json").read_text())
+    plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
+    assert plan == schedule(4, 2.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
+    assert [f["kind"] for f in found["faults"]] == [f.kind for f in plan]
+    for fault in found["faults"]:
+        assert fault["verdict"] == "ok", found
+        assert fault["detected_s"] is not None and fault["resumed_s"] is not None, fault
+        if fault["kind"] in ("preempt", "startup"):
+            assert fault["lost_steps"] == 0, fault
+        if fault["kind"] == "hang":
+            assert fault["detected_s"] < 5 + 2 * 0.5 + 5, fault  # stall + two beats + slack
+    assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
+    assert "final model equal to the run without faults: True" in done.stdout
