@@ -33,6 +33,7 @@ from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
 from jeanzay_kit.project.places import is_code_name, output_place
 from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.slurm.offline_env import CACHE_FOLDERS, OFFLINE_SWITCHES
 from jeanzay_kit.version import __version__
 
 PROVENANCE_DIR = ".jzk-provenance"  # inside a snapshot
@@ -139,6 +140,9 @@ def record_run_provenance(run_dir: Path, env: Mapping[str, str], cwd: Path) -> P
         "code_dir": str(code),
         "git_commit": source.get("git_commit"),
         "uncommitted_changes": source.get("uncommitted_changes"),
+        # What the libraries that download were told (docs/offline.md): their caches
+        # and offline switches, as the job exported them.
+        "libraries": {k: env[k] for k in (*OFFLINE_SWITCHES, *CACHE_FOLDERS) if k in env},
     }
     history = out / "history.jsonl"
     old = history.read_bytes() if history.exists() else b""

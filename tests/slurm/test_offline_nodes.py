@@ -97,3 +97,16 @@ def test_refused_before_the_queue_then_prefetched_and_trained_offline(
     script = (project / re.search(r"^  script +(.+)$", done.stdout, re.M).group(1)).read_text()
     assert f"#SBATCH --dependency=afterok:{prefetch}" in script, script
     assert "export HF_HUB_OFFLINE=1" in script, script
+    # The model trained offline is the uninterrupted one: the same request trained here,
+    # from the same caches, offline too.
+    run_dir = project / re.search(r"run dir (.+)$", done.stdout, re.M).group(1)
+    training = [o for o in request if not o.startswith(("cluster", "resources.partition"))]
+    here = run(
+        [JZK, "train", *training, f"job.run_dir={tmp_path / 'here'}"],
+        env | {"HF_HUB_OFFLINE": "1"},
+        project,
+        timeout=300,
+    )
+    assert here.returncode == 0, here.stderr[-3000:]
+    digest = (run_dir / "model_final.sha256").read_text()
+    assert digest == (tmp_path / "here" / "model_final.sha256").read_text()

@@ -195,13 +195,15 @@ def test_a_run_copies_its_snapshot_record_and_keeps_a_history(tmp_path: Path) ->
     env = {"JZK_CODE_DIR": str(snap.path.relative_to(tmp_path)), "SLURM_JOB_ID": "7"}
     run_dir = tmp_path / "outputs" / "run"
     record_run_provenance(run_dir, env, tmp_path)
-    record_run_provenance(run_dir, {**env, "SLURM_JOB_ID": "8"}, tmp_path)  # a requeue
+    offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": "/work/.cache/huggingface"}
+    record_run_provenance(run_dir, {**env, **offline, "SLURM_JOB_ID": "8"}, tmp_path)  # a requeue
     out = run_dir / "provenance"
     assert json.loads((out / "source.json").read_text())["code_dir"] == str(snap.path)
     assert "pytest==" in (out / "packages.txt").read_text()
     history = [json.loads(x) for x in (out / "history.jsonl").read_text().splitlines()]
     assert [h["job_id"] for h in history] == ["7", "8"]
     assert {h["code_dir"] for h in history} == {str(snap.path)}
+    assert [h["libraries"] for h in history] == [{}, offline]  # what the libraries were told
 
 
 # ---- jzk init -------------------------------------------------------------------------
