@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.slurm.offline_env import cache_env
-from jeanzay_kit.slurm.sbatch import _directive, _slurm_pattern_literal
+from jeanzay_kit.slurm.sbatch import directive, slurm_pattern_literal
 from jeanzay_kit.slurm.shell_words import expanding_word, shell_word
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
@@ -35,17 +35,17 @@ def render_prefetch(spec: JobSpec, workdir: str, child: Sequence[str]) -> str:
     """The script; `child` is the traced run's command (python -m jeanzay_kit.offline.child
     ... WHAT) as words."""
     cluster, name = spec.cluster, prefetch_name(spec)
-    logs = _slurm_pattern_literal(spec.job.log_dir.rstrip("/") or "/")
-    lines = ["#!/bin/bash", _directive("job-name", name)]
+    logs = slurm_pattern_literal(spec.job.log_dir.rstrip("/") or "/")
+    lines = ["#!/bin/bash", directive("job-name", name)]
     if spec.resources.account:
-        lines.append(_directive("account", spec.resources.account))
+        lines.append(directive("account", spec.resources.account))
     lines += [
-        _directive("partition", cluster.prefetch_partition),
-        _directive("nodes", 1),
-        _directive("ntasks", 1),
-        _directive("time", format_time(prefetch_minutes(spec))),
-        _directive("output", f"{logs}/{name}-%j.out"),
-        _directive("error", f"{logs}/{name}-%j.err"),
+        directive("partition", cluster.prefetch_partition),
+        directive("nodes", 1),
+        directive("ntasks", 1),
+        directive("time", format_time(prefetch_minutes(spec))),
+        directive("output", f"{logs}/{name}-%j.out"),
+        directive("error", f"{logs}/{name}-%j.err"),
         "",
         "# Downloads what the run's start reaches, into the caches the training job reads",
         "# (docs/offline.md); the network is on here, so no offline switch is set.",

@@ -71,12 +71,12 @@ def hydra_override(key: str, value: str) -> str:
     return f"{key}='{text}'"
 
 
-def _slurm_pattern_literal(path: str) -> str:
+def slurm_pattern_literal(path: str) -> str:
     """Escape `%` so Slurm's filename patterns (%j, %x...) leave the user's path alone."""
     return path.replace("%", "%%")
 
 
-def _directive(flag: str, value: object | None = None) -> str:
+def directive(flag: str, value: object | None = None) -> str:
     return f"#SBATCH --{flag}" if value is None else f"#SBATCH --{flag}={sbatch_quote(value)}"
 
 
@@ -335,21 +335,21 @@ def directive_lines(spec: JobSpec, array: str | None, workdir: str | None) -> li
     launcher), with this script's own options in their places: --chdir after the name,
     the array and the log files before the preemption options."""
     log_pattern = "%x-%A_%a" if array else "%x-%j"
-    log_dir = _slurm_pattern_literal(spec.job.log_dir.rstrip("/") or "/")
+    log_dir = slurm_pattern_literal(spec.job.log_dir.rstrip("/") or "/")
     lines = []
     for flag in sbatch_flags(spec):
         if flag.name == "signal":
             if array:
-                lines.append(_directive("array", array))
-            lines.append(_directive("output", f"{log_dir}/{log_pattern}.out"))
-            lines.append(_directive("error", f"{log_dir}/{log_pattern}.err"))
-        lines.append(_directive(flag.name, flag.value))
+                lines.append(directive("array", array))
+            lines.append(directive("output", f"{log_dir}/{log_pattern}.out"))
+            lines.append(directive("error", f"{log_dir}/{log_pattern}.err"))
+        lines.append(directive(flag.name, flag.value))
         if flag.name == "job-name" and workdir:
             # Logs, run directory and entry point are relative to this directory, so the
             # script works the same from wherever it is submitted.
-            lines.append(_directive("chdir", workdir))
+            lines.append(directive("chdir", workdir))
     # Requeued runs append to the same log instead of truncating it.
-    lines.append(_directive("open-mode", "append"))
+    lines.append(directive("open-mode", "append"))
     return lines
 
 
