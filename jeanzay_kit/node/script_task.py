@@ -40,6 +40,7 @@ from jeanzay_kit.distributed.script_env import (
     script_env,
 )
 from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_port import agreed_port
@@ -421,13 +422,15 @@ def launch_local(
     procs = _start_processes(command, infos, {**env, **extra}, cwd, run_dir, spec)
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     pumps = _pump_output(procs, run_dir)
-    failed, sent = _watch_processes(procs, stop)
+    errs = pumps[1::2]  # each process's stderr pump
+    failed, sent = _watch_processes(procs, stop, errs)
     for pump in pumps:
         pump.join(timeout=10)
     codes = [p.returncode for p in procs]
+    at_exit = _died_at_exit(codes, errs, sent)
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
-        failed = next(((r, c) for r, c in enumerate(codes) if not _stopped_or_done(c, sent)), None)
-    died = _note_signal(codes, failed, ending)
+        failed = _after_the_work(codes, at_exit, sent)
+    died = _note_signal([0 if r in at_exit else c for r, c in enumerate(codes)], failed, ending)
     if failed is not None:
         rank, code = failed
         code = code if code is not None else 0  # failed holds an ended process's code
@@ -489,6 +492,9 @@ def _start_processes(
             # they did when it wrote to it directly (a pipe would buffer 8 KB).
             env={
                 "PYTHONUNBUFFERED": "1",
+                # Python's report of how a process died (ending_rules.died_at_exit reads
+                # it), as the Slurm wrapper sets it (node/script_watch.py).
+                "PYTHONFAULTHANDLER": "1",
                 **launcher_env(env, info, run_id),
                 **script_env(info, str(run_dir.resolve()), job_settings(spec)),
             },
@@ -519,11 +525,12 @@ def _pump_output(procs: list[subprocess.Popen], run_dir: Path) -> list[threading
 
 
 def _watch_processes(
-    procs: list[subprocess.Popen], stop: StopRequest
+    procs: list[subprocess.Popen], stop: StopRequest, errs: Sequence[Any]
 ) -> tuple[tuple[int, int | None] | None, int]:
     """Until every process ended: pass each new stop signal on once, and stop the others
-    when one fails. Returns (rank, code) of the first failure (None: none seen while
-    they ran) and the signal sent (0: none)."""
+    when one fails (one that died at exit, after its program ended, is no failure yet:
+    the others finish). Returns (rank, code) of the first failure (None: none seen while
+    they ran) and the signal sent (0: none). errs: each process's stderr pump."""
     sent = 0
     failed: tuple[int, int | None] | None = None
     while any(p.poll() is None for p in procs):
@@ -535,10 +542,41 @@ def _watch_processes(
         for rank, p in enumerate(procs):
             code = p.poll()
             if failed is None and not _stopped_or_done(code, sent):
+                errs[rank].join(timeout=2.0)  # its whole report (a grandchild may hold the pipe)
+                if _died_at_exit([code], [errs[rank]], sent):
+                    continue  # the others finish: _after_the_work decides
                 failed = (rank, code)
                 _stop_others(procs)
         time.sleep(0.05)
     return failed, sent
+
+
+def _died_at_exit(codes: Sequence[int | None], errs: Sequence[Any], sent: int) -> set[int]:
+    """The processes killed by SIGABRT after their program had ended (faulthandler's
+    report in their stderr: ending_rules.died_at_exit; pytorch/pytorch#190489). Under a
+    stop signal every end is the stop's."""
+    if sent:
+        return set()
+    tails = [e.tail.decode("utf-8", "replace") for e in errs]
+    return {i for i, (c, t) in enumerate(zip(codes, tails, strict=True)) if died_at_exit(c, t)}
+
+
+def _after_the_work(
+    codes: list[int | None], at_exit: set[int], sent: int
+) -> tuple[int, int | None] | None:
+    """The first failure among the ended processes, or None. One that died at exit is no
+    failure when each other ended 0 or likewise (ending_rules.done_at_exit): said, no
+    failure counted. A single process that aborts is still a crash."""
+    peers = {r: (c, r in at_exit) for r, c in enumerate(codes)}
+    for rank, code in enumerate(codes):
+        if rank in at_exit:
+            note = done_at_exit(rank, code or 0, True, peers, len(codes))
+            if note is None:
+                return rank, code
+            print(f"jzk train: {note}: not a failure", file=sys.stderr, flush=True)
+        elif not _stopped_or_done(code, sent):
+            return rank, code
+    return None
 
 
 def _stopped_or_done(code: int | None, sent: int) -> bool:

@@ -27,14 +27,13 @@ from jeanzay_kit.ending.preemption import NOTE_CHECK_S, stop_note
 from jeanzay_kit.ending.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
 from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.runtime.rank_log import TAIL_BYTES
 from jeanzay_kit.script.script_files import newest_script_write, write_script_beat
 
 STOP_SIGNALS = stop_signals()
 TICK_S = 0.2
 # After SIGABRT (the stacks), the command has this long to write them and end.
 DUMP_WAIT_S = 10.0
-# The end of the command's output kept to read how it ended (faulthandler's report).
-TAIL_BYTES = 16384
 # How long a task whose command died at exit waits for the others' commands to end
 # (they end in the same moment; one still saving its checkpoint takes longer).
 PEERS_WAIT_S = 120.0

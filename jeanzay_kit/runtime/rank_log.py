@@ -28,6 +28,9 @@ from typing import IO, Any, TextIO
 from jeanzay_kit.rank_lines import label
 from jeanzay_kit.run_directory import RunDir
 
+# The end of a process's output kept to read how it ended (faulthandler's report).
+TAIL_BYTES = 16384
+
 
 def open_log(run_dir: Path) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -108,10 +111,12 @@ class Pump(threading.Thread):
     def __init__(self, pipe: IO[bytes], out: IO[bytes], fd: int, prefix: str, lock: Any):
         super().__init__(daemon=True)
         self.pipe, self.out, self.fd, self.prefix, self.lock = pipe, out, fd, prefix.encode(), lock
+        self.tail = b""  # the end of the output (TAIL_BYTES): how the process ended
 
     def run(self) -> None:
         line = b""  # the current line, for train.log
         for segment in _segments(self.pipe):
+            self.tail = (self.tail + segment)[-TAIL_BYTES:]
             with self.lock:
                 self.out.write(segment)
                 self.out.flush()

@@ -133,3 +133,22 @@ def test_a_stopped_script_says_what_it_saved_and_resumes_its_own_snapshot(projec
     assert code == 0, third
     assert "ran to its end" in third and "runs the script again in place" in third, third
     assert "another job.run_dir" in third
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_that_dies_at_exit_after_the_work_is_no_failure_here(project: Path) -> None:
+    """Issue 65 point 9, locally: rank 1 ran all its epochs, then aborted at exit (torch
+    2.13's gloo under load, pytorch/pytorch#190489; here its own atexit handler,
+    deterministic). The local launcher lets rank 0 finish, says so, and ends 0; an abort
+    while the program still runs stays a failure."""
+    at_exit = "if rank == 1:\n    import atexit\n    atexit.register(os.abort)\n"
+    (project / "multinode.py").write_text(SCRIPT + at_exit)
+    code, out = finished(jzk_train(project, "2", "1"))
+    assert code == 0, out
+    assert "rank 1 died at exit after the work was done (exit 134): not a failure" in out, out
+    assert "Epoch 1 | Batchsize: 32" in out and "were stopped" not in out
+    in_program = SCRIPT.replace("dist.destroy_process_group()", "if rank == 1:\n    os.abort()")
+    (project / "multinode.py").write_text(in_program)
+    code, out = finished(jzk_train(project, "2", "1", "--batch_size", "16"))
+    assert code == 1, out
+    assert "killed by SIGABRT" in out and "died at exit" not in out, out
