@@ -100,7 +100,10 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
     sides = {"toolkit": lambda: toolkit_eval_time(spec, ctx), "hand": lambda: hand_eval_time(ctx)}
     evals = alternate(args.rounds, sides)
     next_dir = fresh_dirs(out_dir / "steps")
-    step_s = [toolkit_step_time(plain, run, next_dir(), args.steps, args.warmup) for _ in range(2)]
+    # toolkit_step_time returns (wall, CPU) per step: the wait is measured against the wall.
+    step_s = [
+        toolkit_step_time(plain, run, next_dir(), args.steps, args.warmup)[0] for _ in range(2)
+    ]
     run.close(False)
     if index != 0:
         return

@@ -178,6 +178,10 @@ class RunDir:
         return self.root / layout.REHEARSAL
 
     @property
+    def kept(self) -> Path:
+        return self.root / layout.KEPT
+
+    @property
     def starts(self) -> Path:
         return self.root / layout.STARTS
 

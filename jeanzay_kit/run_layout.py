@@ -46,6 +46,7 @@ STARTS = "starts.jsonl"  # per rank-0 process: its start-up in parts, its end's 
 MICRO_BATCH = "micro_batch.json"  # train.micro_batch_size=auto: the size the run chose
 FAULTS = "faults.json"  # a rehearsal's fault schedule, written before it starts
 REHEARSAL = "rehearsal.json"  # a rehearsal's report: each fault, the digest, the goodput
+KEPT = "kept"  # checkpoint.dir: the last and best checkpoints copied back (ckpt/kept.py)
 # ---- in a run directory or a sweep's / log folder ---------------------------------------
 MANIFEST = "manifest.jsonl"
 
@@ -133,6 +134,9 @@ ENTRIES: tuple[Entry, ...] = (
           "a rehearsal's fault schedule, written first: the same seed replays it"),
     Entry(REHEARSAL, "file", "rehearse/rehearsal.py (jzk rehearse)", "the user",
           "a rehearsal's report: each fault, the final digest, steps lost, goodput"),
+    Entry(KEPT, "folder", "ckpt/kept.py (rank 0, at each job's end)",
+          "ckpt/kept.py (a resume after a purge), jzk ckpt archive",
+          "with checkpoint.dir: the newest and best checkpoints, copied from the fast tier"),
 )  # fmt: skip
 
 NAMES = frozenset(e.name for e in ENTRIES)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -98,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = workdir_of(spec)
     run_dir = workdir / spec.checkpoint.run_dir
     refuse_before_writing(spec, run_dir, args.chain)
+    _check_storage(spec, workdir)
     _check_network(args, spec)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.script.entry import script_command
@@ -192,6 +194,15 @@ def _gpu_memory(spec: JobSpec, overrides: list[str]) -> dict[str, str]:
 
     fit = check(spec, overrides, no_hint, os.environ)
     return {} if fit is None else {"gpu_memory": fit.figure()}
+
+
+def _check_storage(spec: JobSpec, workdir: Path) -> None:
+    """The files and bytes the job writes on each filesystem, against what is left there
+    (launch/storage.py): refused before the queue, with a change that fits."""
+    from jeanzay_kit.launch.storage import check_storage, request_of
+
+    env = dict(os.environ)
+    check_storage(request_of(spec, workdir, env), spec, env)
 
 
 def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:

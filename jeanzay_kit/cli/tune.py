@@ -10,6 +10,7 @@ larger tune.n_trials).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import subprocess
 import sys
@@ -161,6 +162,7 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
 
     # Every task to its time limit: what the study takes at most.
     check_request(spec, request_hours(spec, jobs=tasks))
+    _check_storage(spec, study_dir)
     script = render(spec, overrides, array=f"0-{tasks - 1}", rerender="jzk tune", tune=True)
     path = study_dir / "tune.sbatch"
     path.write_text(script)
@@ -177,3 +179,16 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
     print(f"  script  {path}\n  logs    {log}\n  study   {study_dir}")
     print(f"  status: jzk status {study_dir}")
     return 0
+
+
+def _check_storage(spec: JobSpec, study_dir: Path) -> None:
+    """Every trial's run directory below the study's folder: its files and bytes, before
+    the queue (launch/storage.py)."""
+    from dataclasses import replace
+
+    from jeanzay_kit.launch.request import workdir_of
+    from jeanzay_kit.launch.storage import check_storage, request_of
+
+    env = dict(os.environ)
+    request = request_of(spec, workdir_of(spec), env, runs=spec.tune.n_trials)
+    check_storage(replace(request, run_dir=str(study_dir.resolve())), spec, env)

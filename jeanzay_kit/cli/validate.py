@@ -370,10 +370,25 @@ def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: b
     )
     for line in describe(footprint):
         print(line)
+    _check_storage(spec, workdir, snapshot_files, footprint.estimated_checkpoint_bytes)
     quota = shutil.which("idr_quota_user")
     if quota:
         done = subprocess.run([quota], capture_output=True, text=True, timeout=30)
         print(f"$ idr_quota_user\n{done.stdout.rstrip()}")
+
+
+def _check_storage(
+    spec: JobSpec, workdir: Path, snapshot_files: int, checkpoint_bytes: int | None, runs: int = 1
+) -> None:
+    """Per filesystem, what the request writes and what is left (launch/storage.py);
+    refused as `jzk submit` would refuse it."""
+    from jeanzay_kit.launch.storage import check_storage, request_of, storage_lines
+
+    env = dict(os.environ)
+    request = request_of(spec, workdir, env, runs, (snapshot_files, 0), checkpoint_bytes)
+    for line in storage_lines(request, spec, env):
+        print(line)
+    check_storage(request, spec, env)
 
 
 def _newest_checkpoint_bytes(folder: Path) -> int | None:
@@ -450,6 +465,8 @@ def run_sweep(args: argparse.Namespace) -> int:
         "(points x GPUs x resources.time; requeues add to it)"
     )
     _allocation(first, ceiling)
+    if not first.job.runs_script:
+        _check_storage(first, workdir_of(first), 0, None, runs=len(points))
     print("\nOK: every point fits the profile.")
     return 0
 

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from jeanzay_kit.config.schema import MAX_ARRAY_SIZE
+from jeanzay_kit.config.storage_rules import StorageTier, storage_tiers
 from jeanzay_kit.errors import Problem, SpecError, TimeFormatError
 from jeanzay_kit.slurm_syntax.timefmt import parse_time
 
@@ -116,6 +117,8 @@ class ClusterProfile:
     compute_internet: bool = True
     prefetch_partition: str | None = None
     cache_dir: str | None = None
+    # The places to write, with their quotas and purge age (config/storage_rules.py).
+    storage: tuple[StorageTier, ...] = ()
 
     @property
     def loaded_modules(self) -> tuple[str, ...]:
@@ -361,6 +364,7 @@ def profile_from_dict(data: Mapping[str, object]) -> ClusterProfile:
         compute_internet=d.flag("compute_internet", True),
         prefetch_partition=d.text("prefetch_partition"),
         cache_dir=d.text("cache_dir"),
+        storage=storage_tiers(data.get("storage")),
     )
 
 

@@ -338,7 +338,7 @@ def check_checkpoint(
         )
     settings = complete(
         CheckpointSettings,
-        nullable=("every_minutes",),  # null: no time-based saves
+        nullable=("every_minutes", "dir"),  # null: no time-based saves; in the run dir
         run_dir=c.line("job.run_dir", run_dir, "use e.g. job.run_dir=outputs/my_run"),
         resume=c.line(
             "resume", resume, "use resume=auto, resume=never or the path of a step-N folder"
@@ -353,6 +353,9 @@ def check_checkpoint(
         on_write_error=c.choice(
             "checkpoint.on_write_error", ckpt.get("on_write_error"), WRITE_ERROR_CHOICES
         ),
+        dir=None
+        if ckpt.get("dir") is None
+        else c.line("checkpoint.dir", ckpt.get("dir"), "e.g. checkpoint.dir=$SCRATCH/ckpt"),
     )
     return settings if raw_minutes is None or every_minutes is not None else None
 

@@ -43,6 +43,7 @@ class RuntimeSettings:
     backend: str = _PARALLEL.backend
     timeout_minutes: float = float(_PARALLEL.timeout_minutes)
     keep_last: int = _CHECKPOINT.keep_last
+    checkpoint_dir: str | None = _CHECKPOINT.dir  # the fast tier's folder (None: run dir)
     allow_config_change: bool = _CHECKPOINT.allow_config_change
     stall_seconds: float = _WATCHDOG.stall_seconds
     heartbeat_seconds: float = _WATCHDOG.heartbeat_seconds
@@ -59,6 +60,7 @@ KEYS: dict[str, str] = {
     "backend": "parallel.backend",
     "timeout_minutes": "parallel.timeout_minutes",
     "keep_last": "checkpoint.keep_last",
+    "checkpoint_dir": "checkpoint.dir",
     "allow_config_change": "checkpoint.allow_config_change",
     "stall_seconds": "watchdog.stall_seconds",
     "heartbeat_seconds": "watchdog.heartbeat_seconds",
@@ -77,6 +79,7 @@ def from_spec(spec: JobSpec) -> RuntimeSettings:
         backend=spec.comm.backend,
         timeout_minutes=float(spec.comm.timeout_minutes),
         keep_last=spec.checkpoint.keep_last,
+        checkpoint_dir=spec.checkpoint.dir,
         allow_config_change=spec.checkpoint.allow_config_change,
         stall_seconds=float(spec.watchdog.stall_seconds),
         heartbeat_seconds=float(spec.watchdog.heartbeat_seconds),

@@ -98,6 +98,9 @@ class ClusterConfig:
     compute_internet: bool = True  # false: network accesses found before the queue
     prefetch_partition: Optional[str] = None  # where `jzk prefetch` runs (null: here)
     cache_dir: Optional[str] = None  # HF_HOME, TORCH_HOME... below it (null: ~/.cache)
+    # The places to write (docs/storage.md): name -> {path, files, bytes, purge_days};
+    # Jean Zay: scratch, work, store, jobscratch. Empty: not declared.
+    storage: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -268,6 +271,11 @@ class CheckpointConfig:
     # auto | min | max: which value of keep_best is the best. auto: min for the loss, the
     # metric's own direction (torchmetrics' higher_is_better) for a metric.
     keep_best_mode: str = "auto"
+    # Where the checkpoints are written (docs/storage.md): a folder on a fast tier, e.g.
+    # $SCRATCH/jzk-checkpoints; <run_dir>/checkpoints then links to the run's folder there,
+    # and the last and best checkpoints are copied to <run_dir>/kept at each job's end.
+    # null: in the run directory.
+    dir: Optional[str] = None
 
 
 # The key `checkpoint.async` is public. A dataclass field named `async` works as long as no

@@ -221,6 +221,8 @@ class CheckpointSettings:
     keep_best: str | None = _CHECKPOINT.keep_best
     # auto | min | max (train/components.py best_direction)
     keep_best_mode: str = _CHECKPOINT.keep_best_mode
+    # checkpoint.dir: the folder on a fast tier the checkpoints go to (None: run_dir)
+    dir: str | None = _CHECKPOINT.dir
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,10 @@ class StepVerdict:
     nonfinite: bool  # some rank's loss is NaN or infinite
 
 
+def _say(line: str) -> None:
+    print(f"jzk: {line}", flush=True)
+
+
 def _as_is(err: BaseException) -> BaseException:
     return err
 
@@ -204,6 +208,8 @@ class Run:
             for ckpt in self.checkpointers:
                 if not failed:
                     ckpt.close()
+            if not failed:
+                self._keep_checkpoints()
         finally:
             if self._watchdog is not None:
                 self._watchdog.stop()
@@ -218,6 +224,30 @@ class Run:
             if self._lease is not None:
                 self._lease.release()
                 self._lease = None
+
+    def _keep_checkpoints(self) -> None:
+        """checkpoint.dir: rank 0 copies the newest and best checkpoints from the fast
+        tier to <run_dir>/kept (ckpt/kept.py) at the end of the job's work; the others
+        wait for it in close's barrier."""
+        if not (self.settings.checkpoint_dir and self.is_main and self.checkpointers):
+            return
+        from jeanzay_kit.ckpt.kept import keep
+
+        keep(self.run_dir, self.checkpointers[0].inner.keep_best, _say)
+
+    def _place_checkpoints(self) -> None:
+        """checkpoint.dir: <run_dir>/checkpoints links to the run's folder on the fast
+        tier, given back the newest kept checkpoint after a purge (rank 0); collective."""
+        if not self.settings.checkpoint_dir:
+            return
+        if self.is_main:
+            from jeanzay_kit.ckpt.kept import fast_root, place
+
+            place(
+                self.run_dir, fast_root(self.settings.checkpoint_dir, self.run_dir, self.env), _say
+            )
+        if dist.is_initialized():
+            dist.barrier()
 
     def end(self, err: BaseException | None) -> None:
         """The end of a `with` block: the last agreement, close, the result of a completed
@@ -448,6 +478,7 @@ class Run:
         after refusing a changed config or layout, say so on rank 0, and note where the run
         stands. The trainer state (step 0 and nothing else for a fresh start) and its
         folder; the caller restores what only it holds (a scheduler, `extra`)."""
+        self._place_checkpoints()
         folder = ckpt.find(which)
         state = TrainerState(0, 0, {}, None, None)
         if folder is not None:

@@ -73,7 +73,9 @@ class Session:
     device: auto | cpu | cuda [cluster.device]. backend: auto (NCCL on GPUs, gloo on the
     CPU) | nccl | gloo [parallel.backend]. timeout_minutes: a collective waiting this
     long fails the run [parallel.timeout_minutes]. keep_last: complete checkpoints kept
-    [checkpoint.keep_last]. stall_seconds: a rank without progress this long is named by
+    [checkpoint.keep_last]. checkpoint_dir: a folder on a fast tier for the checkpoints,
+    the newest and best copied back to <run_dir>/kept at the end [checkpoint.dir].
+    stall_seconds: a rank without progress this long is named by
     the watchdog and the run stops, 0: off [watchdog.stall_seconds]. heartbeat_seconds
     [watchdog.heartbeat_seconds]. requeue: after a stop by the time-limit signal, requeue
     the job under plain srun; a script task of the toolkit is requeued by its wrapper
@@ -96,6 +98,7 @@ class Session:
         backend: str | None = None,
         timeout_minutes: float | None = None,
         keep_last: int | None = None,
+        checkpoint_dir: str | None = None,
         stall_seconds: float | None = None,
         heartbeat_seconds: float | None = None,
         requeue: bool | None = None,

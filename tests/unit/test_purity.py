@@ -11,6 +11,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "jeanzay_kit"
 PURE = [
     "errors.py",
     "rehearse/schedule.py",
+    "config/storage_rules.py",
+    "launch/storage_rules.py",
+    "launch/footprint.py",
     "rehearse/report_rules.py",
     "config/modes.py",
     "config/container_rules.py",

@@ -1,0 +1,112 @@
+"""The storage check before the queue (`jzk validate`, `jzk submit`, `jzk tune`): what the
+request writes on each filesystem (launch/storage_rules.py) against what is left there,
+refused in one line with a change that fits (docs/storage.md).
+
+What is left is the filesystem's own count (statvfs, as `df -i` and `df` show it),
+bounded by the tier's declared quota (cluster.storage). IDRIS's idr_quota_user and
+idr_quota_project are not read: their output format is not published, and they are
+updated once a day (IDRIS, "Disk spaces").
+"""
+
+from __future__ import annotations
+
+import os
+import string
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+
+from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.config.storage_rules import tier_of
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.launch.footprint import Footprint
+from jeanzay_kit.launch.storage_rules import Request, Room, fit_lines, shortfalls, writes
+
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    return string.Template(text).safe_substitute(env)
+
+
+def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
+    """What is left where `path` will be (its nearest existing folder), bounded by the
+    quota of the declared tier holding it."""
+    existing = Path(path)
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    st = os.statvfs(existing)
+    files = st.f_favail if st.f_files else None  # 0 inodes in all: not counted (btrfs...)
+    size = st.f_bavail * st.f_frsize
+    tiers = spec.cluster.storage
+    expanded = {t.name: os.path.abspath(expand(t.path, env)) for t in tiers}
+    name = tier_of(os.path.abspath(path), tiers, expanded)
+    tier = next((t for t in tiers if t.name == name), None)
+    if tier is not None and tier.files is not None:
+        files = tier.files if files is None else min(files, tier.files)
+    if tier is not None and tier.bytes is not None:
+        size = min(size, tier.bytes)
+    return Room(os.stat(existing).st_dev, files, size, name)
+
+
+def request_of(
+    spec: JobSpec,
+    workdir: Path,
+    env: Mapping[str, str],
+    runs: int = 1,
+    snapshot: tuple[int, int] = (0, 0),
+    checkpoint_bytes: int | None = None,
+) -> Request:
+    fp = Footprint(runs, spec.layout.world_size, spec.checkpoint.keep_last, 0, checkpoint_bytes)
+    ckpt_dir = spec.checkpoint.dir
+    return Request(
+        runs=runs,
+        ranks=spec.layout.world_size,
+        keep_last=spec.checkpoint.keep_last,
+        keep_best=spec.checkpoint.keep_best is not None,
+        checkpoint_files=fp.checkpoint_files,
+        checkpoint_bytes=checkpoint_bytes,
+        run_dir=os.path.abspath(workdir / spec.checkpoint.run_dir),
+        checkpoint_dir=None if not ckpt_dir else os.path.abspath(expand(ckpt_dir, env)),
+        log_dir=os.path.abspath(workdir / spec.job.log_dir),
+        snapshot_files=snapshot[0],
+        snapshot_bytes=snapshot[1],
+    )
+
+
+def _shortfalls(request: Request, spec: JobSpec, env: Mapping[str, str]) -> list[str]:
+    planned = writes(request)
+    rooms = {w.where: room_of(w.where, spec, env) for w in planned}
+    return shortfalls(planned, rooms)
+
+
+def storage_lines(request: Request, spec: JobSpec, env: Mapping[str, str]) -> list[str]:
+    planned = writes(request)
+    return fit_lines(planned, {w.where: room_of(w.where, spec, env) for w in planned})
+
+
+def check_storage(request: Request, spec: JobSpec, env: Mapping[str, str]) -> None:
+    """Refuse a request that cannot fit where it writes, with the first change that fits:
+    its checkpoints on the profile's fast tier (a tier with a purge age: scratch), then
+    one checkpoint kept (checkpoint.keep_last=1)."""
+    problems = _shortfalls(request, spec, env)
+    if not problems:
+        return
+    hint = _a_change_that_fits(request, spec, env)
+    raise JzkError(
+        f"the request does not fit where it writes: {'; '.join(problems)}. HINT: "
+        + (hint or "free space or files there, or ask for a larger quota (docs/storage.md)")
+    )
+
+
+def _a_change_that_fits(request: Request, spec: JobSpec, env: Mapping[str, str]) -> str | None:
+    candidates: list[tuple[str, Request]] = []
+    fast = next((t for t in spec.cluster.storage if t.purge_days is not None), None)
+    if fast is not None and request.checkpoint_dir is None:
+        where = f"{fast.path}/jzk-checkpoints"
+        moved = replace(request, checkpoint_dir=os.path.abspath(expand(where, env)))
+        candidates.append((f"checkpoint.dir={where} (the {fast.name} tier)", moved))
+    if request.keep_last > 1:
+        candidates.append(("checkpoint.keep_last=1", replace(request, keep_last=1)))
+    for words, changed in candidates:
+        if not _shortfalls(changed, spec, env):
+            return f"{words}: then it fits"
+    return None

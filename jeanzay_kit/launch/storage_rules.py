@@ -1,0 +1,123 @@
+"""What a request will write on each filesystem, against what is left there.
+
+Jean Zay counts files (inodes) as well as bytes per project: $WORK holds 500k files,
+$STORE 100k (IDRIS, "Disk spaces"), and "Disk quota exceeded" comes from the file count
+long before the bytes for a sweep of small runs or a checkpoint of many shards. Here,
+before the queue: the files and bytes of every place the request writes (checkpoints,
+the run directories, the logs, the code snapshot), summed per filesystem, against the
+room left there (what statvfs says, bounded by the tier's declared quota). Pure: plain
+values in, lines out; launch/storage.py measures and decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from jeanzay_kit.launch.footprint import RUN_FILES
+from jeanzay_kit.values import human_bytes
+
+
+@dataclass(frozen=True)
+class Request:
+    """The parts of a validated request that decide what it writes."""
+
+    runs: int  # run directories (sweep points, array tasks)
+    ranks: int
+    keep_last: int
+    keep_best: bool
+    checkpoint_files: int  # the most files one checkpoint holds (launch/footprint.py)
+    checkpoint_bytes: int | None  # one checkpoint's bytes, when known
+    run_dir: str  # absolute; a sweep's run directories are beside it
+    checkpoint_dir: str | None  # checkpoint.dir, expanded (None: in the run directory)
+    log_dir: str
+    snapshot_files: int = 0
+    snapshot_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class Write:
+    what: str
+    where: str  # the folder written (absolute)
+    files: int
+    bytes: int | None  # None: not known before the first save
+
+
+@dataclass(frozen=True)
+class Room:
+    """What is left on the filesystem holding a place."""
+
+    device: int  # places on one filesystem share it (st_dev)
+    files: int | None  # free inodes (None: the filesystem does not count them)
+    bytes: int | None
+    tier: str | None = None  # the profile's name for it (cluster.storage)
+
+
+def writes(r: Request) -> list[Write]:
+    """Each place the request writes, at its fullest: during a save the new checkpoint is
+    complete before retention drops the oldest (keep_last + 1), and the best one is kept
+    besides; with checkpoint.dir the run directory also holds the kept copies (newest,
+    best)."""
+    per_ckpt = r.checkpoint_files + 1  # its folder too
+    held = r.keep_last + 1 + int(r.keep_best)
+    out = [
+        Write("checkpoint folders", r.checkpoint_dir or r.run_dir, r.runs * held * per_ckpt,
+              _times(r.checkpoint_bytes, r.runs * held)),
+        Write("run directories", r.run_dir, r.runs * (RUN_FILES + r.ranks), None),
+        Write("logs", r.log_dir, r.runs * 2, None),
+    ]  # fmt: skip
+    if r.checkpoint_dir:
+        kept = 1 + int(r.keep_best)
+        out.append(
+            Write("kept checkpoints", r.run_dir, r.runs * kept * per_ckpt,
+                  _times(r.checkpoint_bytes, r.runs * kept))
+        )  # fmt: skip
+    if r.snapshot_files:
+        out.append(Write("code snapshot", r.log_dir, r.snapshot_files, r.snapshot_bytes))
+    return out
+
+
+def _times(each: int | None, n: int) -> int | None:
+    return None if each is None else each * n
+
+
+def shortfalls(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[str]:
+    """One line per filesystem the request does not fit on (files or bytes), naming
+    what it writes there; empty: it fits. rooms: each write's `where` -> its room."""
+    by_device: dict[int, list[Write]] = {}
+    for w in planned:
+        by_device.setdefault(rooms[w.where].device, []).append(w)
+    lines = []
+    for group in by_device.values():
+        room = rooms[group[0].where]
+        files = sum(w.files for w in group)
+        known = [w.bytes for w in group if w.bytes is not None]
+        size = sum(known) if known else None
+        parts = ", ".join(f"{w.what} {w.files:,}" for w in group)
+        place = f"{room.tier} ({group[0].where})" if room.tier else group[0].where
+        if room.files is not None and files > room.files:
+            lines.append(f"{files:,} files on {place} ({parts}) where {room.files:,} are left")
+        if room.bytes is not None and size is not None and size > room.bytes:
+            lines.append(f"{human_bytes(size)} on {place} where {human_bytes(room.bytes)} are left")
+    return lines
+
+
+def fit_lines(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[str]:
+    """`jzk validate`'s lines: per filesystem, what the request writes and what is left."""
+    seen: dict[int, list[Write]] = {}
+    for w in planned:
+        seen.setdefault(rooms[w.where].device, []).append(w)
+    lines = []
+    for group in seen.values():
+        room = rooms[group[0].where]
+        files = sum(w.files for w in group)
+        known = [w.bytes for w in group if w.bytes is not None]
+        size = f", {human_bytes(sum(known))}" if known else ""
+        left_files = "?" if room.files is None else f"{room.files:,}"
+        left_bytes = "?" if room.bytes is None else human_bytes(room.bytes)
+        name = room.tier or group[0].where
+        lines.append(
+            f"storage         {name}: at most {files:,} files{size} "
+            f"({', '.join(w.what for w in group)}); left {left_files} files, {left_bytes}"
+        )
+    return lines
