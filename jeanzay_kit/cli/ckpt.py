@@ -1,4 +1,5 @@
-"""`jzk ckpt list|verify|digest`: inspect the checkpoints of a run directory."""
+"""`jzk ckpt list|verify|digest|archive|restore`: inspect the checkpoints of a run
+directory; pack them into one file on the archive tier and bring them back."""
 
 from __future__ import annotations
 
@@ -34,6 +35,28 @@ def add(sub: argparse._SubParsersAction) -> None:
     )
     c_digest.add_argument("run_dir", metavar="RUN_DIR")
     c_digest.add_argument("--step", type=int, default=None)
+    c_archive = ckpt_sub.add_parser(
+        "archive",
+        help="pack the run's checkpoints into one file (on $STORE)",
+        description="Pack every complete checkpoint of RUN_DIR (checkpoints/ and kept/) into "
+        "one tar file in --to (default $STORE), with the SHA256 of every file, read back "
+        "before it counts (docs/storage.md).",
+    )
+    c_archive.add_argument("run_dir", metavar="RUN_DIR")
+    c_archive.add_argument("--to", default=None, help="the folder of the archive (default $STORE)")
+    c_archive.add_argument(
+        "--remove",
+        action="store_true",
+        help="remove the packed folders once the archive is checked",
+    )
+    c_restore = ckpt_sub.add_parser(
+        "restore",
+        help="unpack an archive into a run directory, checked bit for bit",
+        description="Unpack ARCHIVE (of jzk ckpt archive) into RUN_DIR and check every file "
+        "against its SHA256 and every checkpoint against its manifest.",
+    )
+    c_restore.add_argument("archive", metavar="ARCHIVE")
+    c_restore.add_argument("run_dir", metavar="RUN_DIR")
     ckpt.set_defaults(run=run)
 
 
@@ -62,7 +85,28 @@ def run(args: argparse.Namespace) -> int:
         if not report:
             print("no complete checkpoints")
         return 1 if damaged else 0
+    if args.ckpt_command in ("archive", "restore"):
+        return _archive_or_restore(args)
     step, value = inspection.digest(args.run_dir, args.step)
     print(value)
     print(f"step-{step}", file=sys.stderr)
+    return 0
+
+
+def _archive_or_restore(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from jeanzay_kit.ckpt.archive import archive, restore
+    from jeanzay_kit.errors import JzkError
+
+    if args.ckpt_command == "restore":
+        restore(Path(args.archive), Path(args.run_dir), print)
+        return 0
+    to = args.to or os.environ.get("STORE")
+    if not to:
+        raise JzkError(
+            "jzk ckpt archive: no --to and no $STORE. HINT: --to <folder on the archive tier>"
+        )
+    archive(Path(args.run_dir), Path(to), args.remove, print)
     return 0

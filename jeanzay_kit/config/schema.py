@@ -289,6 +289,7 @@ CheckpointConfig.__annotations__ = {
     "on_write_error": str,
     "keep_best": Optional[str],
     "keep_best_mode": str,
+    "dir": Optional[str],
 }
 setattr(CheckpointConfig, "async", field(default=False, init=False, repr=False, compare=False))
 CheckpointConfig = dataclass(CheckpointConfig)  # type: ignore[misc]

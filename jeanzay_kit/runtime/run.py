@@ -98,6 +98,7 @@ class Run:
     last_loss: float | None = None
     data: dict[str, Any] = field(default_factory=dict)  # the data order, for the resume check
     checkpointers: list[Any] = field(default_factory=list)  # SessionCheckpointer
+    opened: list[Checkpointer] = field(default_factory=list)  # every loop's, for kept/
     saved_step: int = 0  # the newest step a checkpointer of this run saved
     heartbeat: Any = None
     reported: tuple[float, int] | None = None  # s.report's (value, step)
@@ -229,11 +230,11 @@ class Run:
         """checkpoint.dir: rank 0 copies the newest and best checkpoints from the fast
         tier to <run_dir>/kept (ckpt/kept.py) at the end of the job's work; the others
         wait for it in close's barrier."""
-        if not (self.settings.checkpoint_dir and self.is_main and self.checkpointers):
+        if not (self.settings.checkpoint_dir and self.is_main and self.opened):
             return
         from jeanzay_kit.ckpt.kept import keep
 
-        keep(self.run_dir, self.checkpointers[0].inner.keep_best, _say)
+        keep(self.run_dir, self.opened[0].keep_best, _say)
 
     def _place_checkpoints(self) -> None:
         """checkpoint.dir: <run_dir>/checkpoints links to the run's folder on the fast
@@ -425,7 +426,7 @@ class Run:
         config: Mapping[str, Any],
         options: Mapping[str, Any],
     ) -> Checkpointer:
-        return Checkpointer(
+        ckpt = Checkpointer(
             self.run_dir,
             module,
             optimizer,
@@ -436,6 +437,8 @@ class Run:
             keep_last=self.settings.keep_last,
             **options,
         )
+        self.opened.append(ckpt)
+        return ckpt
 
     def save_model(
         self, model: torch.nn.Module | Mapping[str, torch.Tensor] | None, name: str | None = None

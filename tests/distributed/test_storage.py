@@ -1,0 +1,125 @@
+"""Storage tiers for real (issue 71): three small filesystems made here (tmpfs, mounted as
+root, with set inodes and bytes) stand in for Jean Zay's scratch, work and store.
+
+- A run whose checkpoints would exceed work's file count is refused by `jzk validate`
+  before anything starts, with a change that passes (the checkpoints on scratch).
+- A run with its checkpoints on scratch ends with its newest checkpoint kept on work;
+  scratch purged, the next command goes on from the kept one, and ends with the digest
+  of the same commands with nothing purged.
+- `jzk ckpt archive` puts the run's checkpoints in one file on store, and `jzk ckpt
+  restore` brings them back bit for bit.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.conftest import REPO
+from tests.mounts import tmpfs
+
+JZK = str(Path(sys.executable).parent / "jzk")
+TINY = ("train.log_every=5", "train.eval_every=0", "checkpoint.every_steps=10")
+
+
+@pytest.fixture(scope="module")
+def tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    root = tmp_path_factory.mktemp("tiers")
+    with ExitStack() as stack:
+        yield {
+            "scratch": stack.enter_context(tmpfs(root / "scratch", "size=64m")),
+            # 60 inodes: a run's record fits, its checkpoints (4 x 15 files) do not.
+            "work": stack.enter_context(tmpfs(root / "work", "size=64m,nr_inodes=60")),
+            "store": stack.enter_context(tmpfs(root / "store", "size=64m,nr_inodes=8")),
+        }
+
+
+def storage(tiers: dict[str, Path]) -> tuple[str, ...]:
+    """The tiers as a profile declares them (cluster.storage), on the command line."""
+    return (
+        f"+cluster.storage.scratch={{path:'{tiers['scratch']}',purge_days:30}}",
+        f"+cluster.storage.work={{path:'{tiers['work']}',files:500000}}",
+        f"+cluster.storage.store={{path:'{tiers['store']}'}}",
+    )
+
+
+def jzk(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([JZK, *args], cwd=cwd, capture_output=True, text=True, timeout=240)
+
+
+def train(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "train.py", *TINY, *overrides, f"hydra.run.dir={run_dir}"]
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_checkpoints_past_works_file_count_are_refused_before_the_start(tiers) -> None:
+    run_dir = tiers["work"] / "refused"
+    request = ("train.steps=20", *storage(tiers), f"job.run_dir={run_dir}")
+    done = jzk("validate", *request)
+    assert done.returncode != 0, done.stdout
+    err = done.stderr
+    assert "does not fit where it writes" in err and "files on work" in err, err
+    hint = err.split("HINT: ", 1)[1].split(" (the scratch tier)")[0]
+    assert hint == f"checkpoint.dir={tiers['scratch']}/jzk-checkpoints", err
+    passed = jzk("validate", *request, hint)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "storage         scratch:" in passed.stdout and "storage         work:" in passed.stdout
+    assert not run_dir.exists()  # nothing written by the refusal
+
+
+@pytest.mark.timeout(600)
+def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
+    tiers, tmp_path: Path
+) -> None:
+    run_dir = tiers["work"] / "run"
+    on_scratch = (
+        *storage(tiers),
+        f"checkpoint.dir={tiers['scratch']}/ckpt",
+        "checkpoint.keep_last=1",
+    )
+    train(run_dir, "train.steps=30", *on_scratch)
+    link = run_dir / "checkpoints"
+    assert link.is_symlink() and Path(os.readlink(link)).is_relative_to(tiers["scratch"])
+    assert (run_dir / "kept" / "step-30" / "manifest.json").is_file()
+    # The purge: scratch loses every file between two jobs of the run.
+    for child in tiers["scratch"].iterdir():
+        shutil.rmtree(child)
+    again = train(run_dir, "train.steps=40", *on_scratch)
+    assert "(purged?): step 30 copied back" in again.stdout, again.stdout
+    assert "(step 30)" in again.stdout, again.stdout
+    # The same two commands with the checkpoints in the run directory, nothing purged.
+    plain = tmp_path / "plain"
+    train(plain, "train.steps=30", "checkpoint.keep_last=1")
+    train(plain, "train.steps=40", "checkpoint.keep_last=1")
+    digest = (run_dir / "model_final.sha256").read_text()
+    assert digest == (plain / "model_final.sha256").read_text()
+
+    # The archive: one file on store, the run's checkpoints back bit for bit.
+    before = sums(run_dir)
+    packed = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]), "--remove")
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    (archive,) = tiers["store"].iterdir()
+    assert archive.suffix == ".tar" and not list(run_dir.glob("kept/step-*"))
+    restored = jzk("ckpt", "restore", str(archive), str(run_dir))
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert "every file matches its checksum" in restored.stdout
+    assert sums(run_dir) == before
+
+
+def sums(run_dir: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for place in ("checkpoints", "kept")
+        for p in sorted((run_dir / place).rglob("*"))
+        if p.is_file()
+    }
