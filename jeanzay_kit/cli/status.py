@@ -152,9 +152,41 @@ def _show(directory: str | None, as_json: bool, remote: list | None = None) -> b
             print(trust)
         used = f"; {sum(hours.values()):.2f} GPU hours" if hours else ""
         print("\n" + status.summary(now) + used, flush=True)
-    for note in notes:
+    for note in [*notes, *_purge_notes(views)]:
         print(note, file=sys.stderr)
     return all(s in status.ENDED or s == "STOPPED" for s in now)
+
+
+def _purge_notes(views: list) -> list[str]:
+    """A run whose newest checkpoint is on a purged tier (checkpoint.dir on scratch), near
+    its purge age and not kept in the run directory (config/storage_rules.py)."""
+    import os
+    import time
+
+    import yaml
+
+    from jeanzay_kit.ckpt.store import CheckpointStore
+    from jeanzay_kit.config.storage_rules import purge_note, storage_tiers, tier_of
+
+    notes = []
+    for view in views:
+        run = RunDir(Path(view.run_dir)) if view.run_dir else None
+        if run is None or not run.checkpoints.is_symlink() or not run.checkpoints.is_dir():
+            continue
+        step = _newest_complete_step(str(run.root))
+        frozen = run.hydra / "config.yaml"
+        if step is None or not frozen.is_file():
+            continue
+        cluster = (yaml.safe_load(frozen.read_text()) or {}).get("cluster") or {}
+        tiers = storage_tiers(cluster.get("storage"))
+        expanded = {t.name: os.path.expandvars(t.path) for t in tiers}
+        where = str(run.checkpoints.resolve())
+        tier = next((t for t in tiers if t.name == tier_of(where, tiers, expanded)), None)
+        written = CheckpointStore(run.checkpoints).step_dir(step).stat().st_mtime
+        kept = (CheckpointStore(run.kept).step_dir(step) / "manifest.json").is_file()
+        note = purge_note(str(run.root), step, (time.time() - written) / 86400, tier, kept)
+        notes += [note] if note else []
+    return notes
 
 
 def _remote_rows(remote: list) -> list[dict[str, object]]:

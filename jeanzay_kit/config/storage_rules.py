@@ -87,3 +87,25 @@ def tier_of(path: str, tiers: Sequence[StorageTier], expanded: Mapping[str, str]
         if inside and (best is None or len(root) > best[0]):
             best = (len(root), tier.name)
     return None if best is None else best[1]
+
+
+# Days before a tier's purge age at which `jzk status` names a checkpoint there.
+PURGE_MARGIN_DAYS = 7
+
+
+def purge_note(
+    run_dir: str, step: int, age_days: float, tier: StorageTier | None, kept: bool
+) -> str | None:
+    """`jzk status`'s line on a resumable run whose newest checkpoint sits on a purged
+    tier (scratch) and nears its purge age, with the command that keeps it; None when
+    it is safe (no purge, kept on the run directory's tier already, young enough)."""
+    if tier is None or tier.purge_days is None or kept:
+        return None
+    if age_days < tier.purge_days - PURGE_MARGIN_DAYS:
+        return None
+    return (
+        f"{run_dir}: its newest checkpoint, step {step}, is on {tier.name} and was written "
+        f"{age_days:.0f} days ago; {tier.name} removes files unused for {tier.purge_days} "
+        f"days. HINT: jzk ckpt archive {run_dir} --to $STORE (one file), or run it again: "
+        "each job's end keeps its newest checkpoint in <run_dir>/kept"
+    )

@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -91,6 +92,14 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     link = run_dir / "checkpoints"
     assert link.is_symlink() and Path(os.readlink(link)).is_relative_to(tiers["scratch"])
     assert (run_dir / "kept" / "step-30" / "manifest.json").is_file()
+    # 25 days later, were it not kept on work: jzk status names it before scratch's purge.
+    old = time.time() - 25 * 86400
+    os.utime(Path(os.readlink(link)) / "step-30", (old, old))
+    shutil.move(run_dir / "kept", tmp_path / "kept")
+    shown = jzk("status", str(run_dir))
+    assert "step 30, is on scratch and was written 25 days ago" in shown.stderr, shown
+    assert f"jzk ckpt archive {run_dir} --to $STORE" in shown.stderr
+    shutil.move(tmp_path / "kept", run_dir / "kept")
     # The purge: scratch loses every file between two jobs of the run.
     for child in tiers["scratch"].iterdir():
         shutil.rmtree(child)
