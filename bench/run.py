@@ -71,6 +71,9 @@ class Bench:
     quick: list[str]  # the script's options under --quick
     full: list[str]
     figures: Callable[[dict], list[Figure]]
+    # Under --tiny (tests/bench/test_every_bench.py): the smallest sizes that still run
+    # every measured path, so a figure cannot silently stop being measured.
+    tiny: list[str] = field(default_factory=lambda: ["--rounds", "1"])
     needs: Callable[[], str | None] = lambda: None  # why it cannot run here, or None
     rounds_flag: str = "--rounds"
     gpu: bool = False
@@ -701,6 +704,7 @@ BENCHES = [
         ["--steps", "12", "--warmup", "3", "--rounds", "3"],
         ["--rounds", "12"],
         runtime_figures,
+        tiny=["--steps", "3", "--warmup", "1", "--rounds", "1"],
     ),
     Bench(
         "lockstep_control",
@@ -709,6 +713,7 @@ BENCHES = [
         ["--steps", "12", "--warmup", "3", "--rounds", "3"],
         ["--rounds", "12"],
         lockstep_control_figures,
+        tiny=["--steps", "3", "--warmup", "1", "--rounds", "1"],
     ),
     Bench(
         "loader",
@@ -722,6 +727,7 @@ BENCHES = [
         ["--steps", "10", "--warmup", "3", "--rounds", "2"],
         ["--rounds", "12", "--steps", "40"],
         loader_figures,
+        tiny=["--steps", "3", "--warmup", "1", "--rounds", "1"],
     ),
     Bench(
         "eval",
@@ -730,6 +736,7 @@ BENCHES = [
         ["--steps", "10", "--warmup", "3", "--rounds", "2"],
         ["--rounds", "5", "--steps", "20"],
         eval_figures,
+        tiny=["--steps", "3", "--warmup", "1", "--rounds", "1"],
     ),
     Bench(
         "dataparallel",
@@ -738,6 +745,7 @@ BENCHES = [
         ["--rounds", "3", "--steps", "10"],
         ["--rounds", "5"],
         dataparallel_figures,
+        tiny=["--rounds", "1", "--steps", "3", "--warmup", "1"],
     ),
     Bench(
         "checkpoint",
@@ -746,6 +754,7 @@ BENCHES = [
         ["--hidden", "1024", "--rounds", "3", "--resume-rounds", "3"],
         ["--rounds", "7", "--resume-rounds", "11"],
         checkpoint_figures,
+        tiny=["--hidden", "256", "--depth", "2", "--rounds", "1", "--resume-rounds", "1"],
     ),
     Bench(
         "preemption",
@@ -754,6 +763,7 @@ BENCHES = [
         ["--rounds", "2"],
         ["--rounds", "6"],
         preemption_figures,
+        tiny=["--rounds", "1", "--steps", "40", "--every", "10"],
     ),
     Bench(
         "startup",
@@ -778,6 +788,7 @@ BENCHES = [
         ["--rounds", "3", "--steps", "30", "--start-rounds", "3"],
         ["--rounds", "12", "--start-rounds", "5"],
         session_figures,
+        tiny=["--rounds", "1", "--steps", "5", "--start-rounds", "1"],
     ),
     Bench(
         "slurm",
@@ -791,6 +802,7 @@ BENCHES = [
         ["--rounds", "2", "--points", "100", "--big-points", "1000"],
         ["--rounds", "3", "--points", "100", "--big-points", "1000"],
         slurm_figures,
+        tiny=["--rounds", "1", "--points", "10", "--big-points", "20"],
         needs=slurm_needs,
     ),
     Bench(
@@ -800,6 +812,7 @@ BENCHES = [
         ["--rounds", "2", "--points", "100"],
         ["--rounds", "3", "--points", "100"],
         app_sweep_figures,
+        tiny=["--rounds", "1", "--points", "10"],
         needs=hsl_needs,
     ),
     Bench(
@@ -809,6 +822,7 @@ BENCHES = [
         ["--rounds", "1"],
         ["--rounds", "3"],
         sweep_validate_figures,
+        tiny=["--rounds", "1", "--points", "100", "--scratch-points", "2"],
     ),
     Bench(
         "remote",
@@ -843,6 +857,7 @@ BENCHES = [
         ["--rounds", "1", "--steps", "50"],
         ["--rounds", "3", "--steps", "60"],
         gpu_vs_hand_figures,
+        tiny=["--rounds", "1", "--steps", "10"],
         needs=gpu_needs,
         gpu=True,
     ),
@@ -886,7 +901,7 @@ def run_bench(bench: Bench, args) -> tuple[list[Figure], str | None]:
     why = bench.needs()
     if why:
         return [], why
-    options = list(bench.quick if args.quick else bench.full)
+    options = list(bench.tiny if args.tiny else bench.quick if args.quick else bench.full)
     if args.rounds:
         if bench.rounds_flag in options:
             i = options.index(bench.rounds_flag)
@@ -1052,6 +1067,11 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="fewer rounds and steps (< 10 min)")
+    parser.add_argument(
+        "--tiny",
+        action="store_true",
+        help="one round of the smallest sizes: every figure measured, none to trust (tests)",
+    )
     parser.add_argument("--only", nargs="+", metavar="KEY", help="only the benchmarks of these")
     parser.add_argument("--gpu", action="store_true", help="only the GPU benchmarks")
     parser.add_argument("--rounds", type=int, default=0, help="rounds of every benchmark")
@@ -1085,6 +1105,7 @@ def main() -> None:
         [
             "",
             *(["--quick"] if args.quick else []),
+            *(["--tiny"] if args.tiny else []),
             *(["--gpu"] if args.gpu else []),
             *(["--only", *args.only] if args.only else []),
             *([f"--rounds {args.rounds}"] if args.rounds else []),
