@@ -1,0 +1,243 @@
+"""Every command the docs show runs as written (issue 69 point 7): the README's and
+docs/*.md's shell blocks are tested like code.
+
+The convention: each ```bash / ```console block has, on the line just before its fence
+(same indentation), a marker saying where it runs:
+
+    <!-- runs: local -->                 runs here: this test runs it
+    <!-- runs: local, exit 2 -->         ... and every command ends with status 2
+    <!-- runs: local, timeout 120 -->    ... in at most 120 s (default 60)
+    <!-- runs: slurm -->                 needs a Slurm cluster: the local test cluster
+                                         (scripts/slurm-local) or a site; not run here
+    <!-- runs: no (WHY) -->              cannot run here as written: Jean Zay, SSH, an
+                                         install, a placeholder, too slow (WHY says which)
+
+test_every_shell_block_is_marked fails naming file:line for a block without one.
+test_local_blocks_run runs each page's `local` blocks in order, in a fresh copy of the
+repository (one per page: what a new user has after `git clone` and scripts/setup.sh), as
+a user who ran `source .venv/bin/activate`: the venv's bin/ first on PATH, `.venv`
+linked to it. Each block starts in the copy's root in a shell of its own (a page's
+blocks share the folder, not the shell: a block that needs another folder `cd`s there
+itself). A bash block runs under `bash -e -o pipefail` and must end with the marker's
+status (0 unless `exit N`). A console block's `$ ` lines are commands, each run on its
+own; the lines after one are its sample output: each must appear in what it printed,
+spaces collapsed, `...`/`…` standing for any text (a line of only `...` is skipped).
+Slurm- and no-marked blocks do not run here (tests/slurm/ covers the Slurm paths).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^(\s*)```(bash|console|sh|shell)\s*$")
+MARKER = re.compile(r"^\s*<!-- runs: (local|slurm|no)(.*?) -->\s*$")
+ELISION = re.compile(r"\.\.\.|…")
+DEFAULT_TIMEOUT = 60
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int  # the fence's line, 1-based
+    kind: str  # bash or console
+    text: str  # dedented
+    where: str | None  # local, slurm, no; None: no marker
+    options: str
+
+    @property
+    def at(self) -> str:
+        return f"{self.page.relative_to(REPO)}:{self.line}"
+
+    @property
+    def exit_code(self) -> int:
+        found = re.search(r"\bexit (\d+)", self.options)
+        return int(found.group(1)) if found else 0
+
+    @property
+    def timeout(self) -> int:
+        found = re.search(r"\btimeout (\d+)", self.options)
+        return int(found.group(1)) if found else DEFAULT_TIMEOUT
+
+
+def blocks(page: Path) -> list[Block]:
+    lines = page.read_text().splitlines()
+    out: list[Block] = []
+    i = 0
+    while i < len(lines):
+        fence = FENCE.match(lines[i])
+        if not fence:
+            if lines[i].lstrip().startswith("```"):  # another language: skip its body
+                i += 1
+                while i < len(lines) and not lines[i].lstrip().startswith("```"):
+                    i += 1
+            i += 1
+            continue
+        indent = len(fence.group(1))
+        end = i + 1
+        while not lines[end].lstrip().startswith("```"):
+            end += 1
+        body = "\n".join(line[indent:] for line in lines[i + 1 : end])
+        marker = MARKER.match(lines[i - 1]) if i else None
+        out.append(
+            Block(
+                page,
+                i + 1,
+                fence.group(2),
+                body,
+                marker.group(1) if marker else None,
+                marker.group(2).strip() if marker else "",
+            )
+        )
+        i = end + 1
+    return out
+
+
+ALL = [block for page in PAGES for block in blocks(page)]
+
+
+def test_every_shell_block_is_marked() -> None:
+    assert len(ALL) > 80  # the pages were read
+    unmarked = [b.at for b in ALL if b.where is None]
+    assert not unmarked, (
+        "shell blocks without a `<!-- runs: local|slurm|no (why) -->` line just before "
+        f"their fence (tests/docs/test_doc_blocks.py): {unmarked}"
+    )
+    unexplained = [b.at for b in ALL if b.where == "no" and not re.fullmatch(r"\(.+\)", b.options)]
+    assert not unexplained, f"`runs: no` without its reason in parentheses: {unexplained}"
+
+
+def _tracked_files() -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    return [name for name in listed if (REPO / name).is_file()]
+
+
+def _project(tmp: Path) -> tuple[Path, dict[str, str]]:
+    """A fresh clone's worth of files, its .venv the one running this test, and the
+    environment of a shell where it is activated."""
+    root = tmp / "clone"
+    for name in _tracked_files():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, root / name)
+    venv = Path(sys.prefix)
+    (root / ".venv").symlink_to(venv)
+    home = tmp / "home"
+    home.mkdir()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "JZK_", "PYTEST_", "TORCHELASTIC_"))
+        and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
+    env |= {
+        "HOME": str(home),
+        "VIRTUAL_ENV": str(venv),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        # The copy's package, whichever checkout the venv's editable install points at.
+        "PYTHONPATH": str(root),
+        "COLUMNS": "200",
+    }
+    return root, env
+
+
+def _commands(block: Block) -> list[tuple[str, list[str]]]:
+    """(script, sample lines) to run: a bash block is one script; a console block one per
+    `$ ` line (with its `\\` continuations), followed by the lines it shows."""
+    if block.kind != "console":
+        return [(block.text, [])]
+    out: list[tuple[str, list[str]]] = []
+    continued = False
+    for line in block.text.splitlines():
+        if line.startswith("$ ") or continued:
+            command = line[2:] if line.startswith("$ ") and not continued else line
+            if continued:
+                out[-1] = (out[-1][0] + "\n" + command, out[-1][1])
+            else:
+                out.append((command, []))
+            continued = line.endswith("\\")
+        elif out:
+            out[-1][1].append(line)
+    return out
+
+
+def _squeeze(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _missing(samples: list[str], output: str) -> list[str]:
+    printed = [_squeeze(line) for line in output.splitlines()]
+    missing = []
+    for sample in samples:
+        parts = [_squeeze(p) for p in ELISION.split(sample)]
+        parts = [p for p in parts if p]
+        if not parts:
+            continue
+        pattern = re.compile(".*".join(re.escape(p) for p in parts))
+        if not any(pattern.search(line) for line in printed):
+            missing.append(sample)
+    return missing
+
+
+LOCAL_PAGES = sorted({b.page for b in ALL if b.where == "local"}, key=PAGES.index)
+
+
+def _run(block: Block, script: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, Path]:
+    """(exit status, what it printed, the folder it ended in)."""
+    where = Path(env["HOME"]) / ".doc-block-cwd"
+    traced = f"trap 'pwd > {where}' EXIT\n{script}"
+    try:
+        done = subprocess.run(
+            ["bash", "-e", "-o", "pipefail", "-c", traced],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=block.timeout,
+        )
+    except subprocess.TimeoutExpired as e:
+        printed = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+        pytest.fail(
+            f"{block.at}: still running after {block.timeout} s:\n{script}\n"
+            f"--- output ---\n{printed[-3000:]}"
+        )
+    ended = Path(where.read_text().strip()) if where.exists() else cwd
+    return done.returncode, done.stdout + done.stderr, ended
+
+
+@pytest.mark.parametrize("page", LOCAL_PAGES, ids=lambda p: p.name)
+def test_local_blocks_run(page: Path, tmp_path: Path) -> None:
+    root, env = _project(tmp_path)
+    for block in (b for b in blocks(page) if b.where == "local"):
+        cwd = root  # every block starts in the clone's root
+        for script, samples in _commands(block):
+            began = time.monotonic()
+            status, output, cwd = _run(block, script, cwd, env)
+            # A console command that shows output ends with the marker's status; one that
+            # shows none (a `cd`, a `cp`) ends 0. A bash block ends with the marker's.
+            expected = block.exit_code if samples or block.kind != "console" else 0
+            assert status == expected, (
+                f"{block.at}: exit {status}, the doc expects {expected} "
+                f"({time.monotonic() - began:.1f} s):\n{script}\n--- output ---\n"
+                f"{output[-4000:]}"
+            )
+            missing = _missing(samples, output)
+            assert not missing, (
+                f"{block.at}: the sample's lines {missing} are not in what it printed:\n"
+                f"{script}\n--- output ---\n{output[-4000:]}"
+            )
