@@ -236,6 +236,7 @@ def test_local_blocks_run(page: Path, tmp_path: Path) -> None:
                 f"({time.monotonic() - began:.1f} s):\n{script}\n--- output ---\n"
                 f"{output[-4000:]}"
             )
+            print(f"{block.at}: exit {status} in {time.monotonic() - began:.1f} s")
             missing = _missing(samples, output)
             assert not missing, (
                 f"{block.at}: the sample's lines {missing} are not in what it printed:\n"
