@@ -5,7 +5,7 @@ The convention: each ```bash / ```console block has, on the line just before its
 (same indentation), a marker saying where it runs:
 
     <!-- runs: local -->                 runs here: this test runs it
-    <!-- runs: local, exit 2 -->         ... and every command ends with status 2
+    <!-- runs: local, exit 2 -->         ... and ends with status 2 (below)
     <!-- runs: local, timeout 120 -->    ... in at most 120 s (default 60)
     <!-- runs: slurm -->                 needs a Slurm cluster: the local test cluster
                                          (scripts/slurm-local) or a site; not run here
@@ -16,20 +16,26 @@ test_every_shell_block_is_marked fails naming file:line for a block without one.
 test_local_blocks_run runs each page's `local` blocks in order, in a fresh copy of the
 repository (one per page: what a new user has after `git clone` and scripts/setup.sh), as
 a user who ran `source .venv/bin/activate`: the venv's bin/ first on PATH, `.venv`
-linked to it. Each block starts in the copy's root in a shell of its own (a page's
-blocks share the folder, not the shell: a block that needs another folder `cd`s there
-itself). A bash block runs under `bash -e -o pipefail` and must end with the marker's
-status (0 unless `exit N`). A console block's `$ ` lines are commands, each run on its
-own; the lines after one are its sample output: each must appear in what it printed,
-spaces collapsed, `...`/`…` standing for any text (a line of only `...` is skipped).
+linked to it, HOME a folder of the test's. Each block starts in the copy's root in a
+shell of its own: a page's blocks share the folder, not the shell, so a block that needs
+another folder `cd`s there itself (the pages say so at their top). A bash block runs
+under `bash -e -o pipefail` and must end with the marker's status (0 unless `exit N`).
+A console block's `$ ` lines are commands, each run in a shell of its own, in the folder
+the one before it ended in (`$ cd myproj` holds for the rest of the block); the lines
+after one are its sample output: each must appear in what it printed, spaces collapsed,
+`...`/`…` standing for any text (a line of only `...` is skipped). A command that shows
+output ends with the marker's status, one that shows none (`$ cd`, `$ cp`) with 0.
+A timeout is per bash block or console command.
 Slurm- and no-marked blocks do not run here (tests/slurm/ covers the Slurm paths).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -210,26 +216,35 @@ LOCAL_PAGES = sorted({b.page for b in ALL if b.where == "local"}, key=PAGES.inde
 
 
 def _run(block: Block, script: str, cwd: Path, env: dict[str, str]) -> tuple[int, str, Path]:
-    """(exit status, what it printed, the folder it ended in)."""
+    """(exit status, what it printed, the folder it ended in). The shell leads a process
+    group of its own, ended with what it left running (a `&` of the block, or all of it
+    at the timeout)."""
     where = Path(env["HOME"]) / ".doc-block-cwd"
-    traced = f"trap 'pwd > {where}' EXIT\n{script}"
+    where.unlink(missing_ok=True)
+    traced = f"trap 'pwd > \"{where}\"' EXIT\n{script}"
+    shell = subprocess.Popen(
+        ["bash", "-e", "-o", "pipefail", "-c", traced],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
-        done = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", traced],
-            cwd=cwd,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=block.timeout,
-        )
-    except subprocess.TimeoutExpired as e:
-        printed = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else ""
+        output, _ = shell.communicate(timeout=block.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(shell.pid, signal.SIGKILL)
+        output, _ = shell.communicate()
         pytest.fail(
             f"{block.at}: still running after {block.timeout} s:\n{script}\n"
-            f"--- output ---\n{printed[-3000:]}"
+            f"--- output ---\n{output[-3000:]}"
         )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
     ended = Path(where.read_text().strip()) if where.exists() else cwd
-    return done.returncode, done.stdout + done.stderr, ended
+    return shell.returncode, output, ended
 
 
 @pytest.mark.timeout(600)  # the blocks' own timeouts come first (a page: 30 s or so)
