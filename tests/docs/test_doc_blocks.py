@@ -13,6 +13,8 @@ The convention: each ```bash / ```console block has, on the line just before its
                                          install, a placeholder, too slow (WHY says which)
 
 test_every_shell_block_is_marked fails naming file:line for a block without one.
+test_every_jzk_command_and_flag_the_docs_show_exists reads every block, whatever its
+marker: each `jzk ...` names a command and flags of tests/golden/surface.txt.
 test_local_blocks_run runs each page's `local` blocks in order, in a fresh copy of the
 repository (one per page: what a new user has after `git clone` and scripts/setup.sh), as
 a user who ran `source .venv/bin/activate`: the venv's bin/ first on PATH, `.venv`
@@ -34,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -124,6 +127,69 @@ def test_every_shell_block_is_marked() -> None:
 
 
 SKIPPED = {".git", ".venv", "outputs", "multirun", "logs", "__pycache__", ".pytest_cache"}
+
+
+SURFACE = REPO / "tests" / "golden" / "surface.txt"  # every command and flag of jzk
+JZK = re.compile(r"(?:^|[\s(]|bin/)jzk(?=\s|$)")
+SHELL_ENDS = {"|", "||", "&&", ";", "&", ")", ">", "2>&1"}
+
+
+def _surface() -> dict[str, set[str]]:
+    """{command: its flags} from the golden surface (`cmd   jzk ckpt list`, `flag  jzk
+    validate -m, --multirun = false`)."""
+    lines = SURFACE.read_text().splitlines()
+    out: dict[str, set[str]] = {line[6:].strip(): set() for line in lines if line[:4] == "cmd "}
+    for line in lines:
+        if line[:5] != "flag ":
+            continue
+        words = line[6:].split(" = ")[0].split()
+        command = max(
+            (" ".join(words[:n]) for n in range(1, len(words) + 1)),
+            key=lambda c: len(c) if c in out else -1,
+        )
+        out[command] |= {w.rstrip(",") for w in words if w.startswith("-")}
+    return out
+
+
+def _command_lines(block: Block) -> list[str]:
+    """The lines a shell reads: continuations joined; a console block's `$ ` lines."""
+    text = block.text.replace("\\\n", " ")
+    if block.kind == "console":
+        return [line[2:] for line in text.splitlines() if line.startswith("$ ")]
+    return text.splitlines()
+
+
+def test_every_jzk_command_and_flag_the_docs_show_exists() -> None:
+    """Static, so it holds for the blocks that cannot run here too: each `jzk ...` a
+    block shows names a command of the CLI and only that command's flags (`jzk train`'s
+    arguments are Hydra's; words after ` -- ` are the script's)."""
+    surface = _surface()
+    wrong = []
+    for block in ALL:
+        for line in _command_lines(block):
+            for found in JZK.finditer(line):
+                try:
+                    words = shlex.split(line[found.end() :], comments=True)
+                except ValueError:  # an unbalanced quote of a fragment: not checked
+                    continue
+                command, i = "jzk", 0
+                while i < len(words) and f"{command} {words[i]}" in surface:
+                    command, i = f"{command} {words[i]}", i + 1
+                has_subcommands = any(c.startswith(command + " ") for c in surface)
+                if has_subcommands and i < len(words) and re.fullmatch(r"[a-z]+", words[i]):
+                    wrong.append(f"{block.at}: {command} {words[i]} is no command")
+                if command == "jzk train":
+                    continue
+                for word in words[i:]:
+                    if word == "--" or word in SHELL_ENDS:
+                        break
+                    flag = word.split("=")[0]
+                    if re.match(r"--?[a-zA-Z]", flag) and flag not in surface[command] | {
+                        "-h",
+                        "--help",
+                    }:
+                        wrong.append(f"{block.at}: {command} has no {flag}")
+    assert not wrong, wrong
 
 
 def _tracked_files() -> list[str]:
