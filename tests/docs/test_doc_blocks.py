@@ -7,6 +7,7 @@ The convention: each ```bash / ```console block has, on the line just before its
     <!-- runs: local -->                 runs here: this test runs it
     <!-- runs: local, exit 2 -->         ... and ends with status 2 (below)
     <!-- runs: local, timeout 120 -->    ... in at most 120 s (default 60)
+    <!-- runs: local, prints "exit 3" --> ... and its output holds that text
     <!-- runs: slurm -->                 needs a Slurm cluster: the local test cluster
                                          (scripts/slurm-local) or a site; not run here
     <!-- runs: no (WHY) -->              cannot run here as written: Jean Zay, SSH, an
@@ -70,12 +71,18 @@ class Block:
 
     @property
     def exit_code(self) -> int:
-        found = re.search(r"\bexit (\d+)", self.options)
+        found = re.search(r"\bexit (\d+)", re.sub(r'"[^"]*"', "", self.options))
         return int(found.group(1)) if found else 0
 
     @property
+    def prints(self) -> list[str]:
+        """The quoted texts after `prints`: what a bash block's output must hold."""
+        _, _, said = self.options.partition("prints ")
+        return re.findall(r'"([^"]+)"', said)
+
+    @property
     def timeout(self) -> int:
-        found = re.search(r"\btimeout (\d+)", self.options)
+        found = re.search(r"\btimeout (\d+)", re.sub(r'"[^"]*"', "", self.options))
         return int(found.group(1)) if found else DEFAULT_TIMEOUT
 
 
@@ -331,7 +338,7 @@ def test_local_blocks_run(page: Path, tmp_path: Path) -> None:
                 f"{output[-4000:]}"
             )
             print(f"{block.at}: exit {status} in {time.monotonic() - began:.1f} s")
-            missing = _missing(samples, output)
+            missing = _missing(samples or block.prints, output)
             assert not missing, (
                 f"{block.at}: the sample's lines {missing} are not in what it printed:\n"
                 f"{script}\n--- output ---\n{output[-4000:]}"
