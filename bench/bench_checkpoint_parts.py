@@ -4,10 +4,9 @@
 
 1. DCP writers on the bench state (403 MB, 4 threads, checksums on the way, fsync):
    DCP's stock FileSystemWriter (a torch.save record per tensor) vs ours (raw bytes,
-   ckpt/raw_storage.py), through the page cache with and without the writeback hint of
-   ckpt/hashing_fs.py, ours with O_DIRECT (what a save uses where the filesystem has
-   it), and `dd oflag=direct` of the same size; the sides take turns in every round, in
-   a rotating order. MB/s, medians and every round.
+   ckpt/raw_storage.py), each with and without the writeback hint of ckpt/hashing_fs.py,
+   and `dd oflag=direct` of the same size; the sides take turns in every round, in a
+   rotating order. MB/s, medians and every round.
 2. Staging copies for an asynchronous save on CPU: how long the training thread is held
    up by Checkpointer's async save (the call + the wait before the optimizer step) with
    DCP's DefaultStager vs our CpuCopyStager, in turns. DefaultStager copies with
@@ -81,16 +80,6 @@ def writers(state: dict, base: Path, rounds: int) -> dict[str, list[float]]:
 
         return run
 
-    def page_cache(save: Callable[[Path], None]) -> Callable[[Path], None]:
-        def run(path: Path) -> None:
-            hashing_fs.DIRECT_WRITES = False  # through the page cache, fsynced at the end
-            try:
-                save(path)
-            finally:
-                hashing_fs.DIRECT_WRITES = True
-
-        return run
-
     def dd(path: Path) -> None:
         count = max(1, nbytes // (4 << 20))
         args = [f"of={path / 'dd.bin'}", "bs=4M", f"count={count}", "oflag=direct"]
@@ -98,11 +87,10 @@ def writers(state: dict, base: Path, rounds: int) -> dict[str, list[float]]:
 
     sides = {
         "dd oflag=direct": dd,
-        "stock DCP writer": page_cache(no_hint(stock)),
-        "stock DCP writer + writeback hint": page_cache(stock),
-        "raw writer": page_cache(no_hint(raw)),
-        "raw writer + writeback hint": page_cache(raw),
-        "raw writer, O_DIRECT (ours)": raw,
+        "stock DCP writer": no_hint(stock),
+        "stock DCP writer + writeback hint": stock,
+        "raw writer": no_hint(raw),
+        "raw writer + writeback hint (ours)": raw,
     }
     results: dict[str, list[float]] = {name: [] for name in sides}
     names = list(sides)
@@ -153,9 +141,10 @@ def staging(hidden: int, rounds: int, base: Path) -> dict[str, list[float]]:
                 use_async=True,
                 log=lambda _m: None,
             )
-            if make is not None:
-                ck._stager.close()
-                ck._stager = make()
+            if make is not None:  # the other stager in the Checkpointer's background save
+                assert ck._background is not None and ck._background._stager is not None
+                ck._background._stager.close()
+                ck._background._stager = make()
             checkpointers[name] = ck
 
         def train_step(ck: Checkpointer) -> None:

@@ -58,7 +58,9 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
                 beat = Heartbeat(run_dir, info.rank, args.steps, "bench", None, 2.0).start()
                 watch = (beat, Watchdog(beat, run_dir, 300.0).start())
             run.heartbeat = watch[0] if watch else _NoBeat()
-            times[side].append(toolkit_step_time(spec, run, run_dir, args.steps, args.warmup))
+            # toolkit_step_time gives (wall, CPU) per step: the wall time is compared.
+            wall, _cpu = toolkit_step_time(spec, run, run_dir, args.steps, args.warmup)
+            times[side].append(wall)
             if watch:
                 watch[1].stop()
                 watch[0].stop()

@@ -132,3 +132,34 @@ def test_lockstep_pairs_each_step_with_the_baseline_step_just_before_it(monkeypa
     assert lock.means(1) == ((7 / 3, 7 / 3), (1.0, 1.0))
     with pytest.raises(RuntimeError, match="no step after the 4 warm-up steps"):
         lock.means(4)
+
+
+# The bench scripts bench/run.py does not run (their figures live in docs/performance.md's
+# hand-written sections), each on its smallest sizes; their helpers (common.py, drift.py,
+# gpt_hand_loop.py...) are imported by them. bench_gpu*.py need a GPU.
+OTHER_SCRIPTS = {
+    "bench_cli.py": ["--rounds", "1"],
+    "bench_flight_recorder.py": ["--calls", "100", "--rounds", "1", "--size-kb", "16"],
+    "bench_status.py": ["--sizes", "10", "--rounds", "1"],
+    "bench_watchdog.py": ["--steps", "3", "--warmup", "1", "--rounds", "1"],
+    "bench_checkpoint_parts.py": ["--rounds", "1"],
+    "bench_fit.py": ["pipeline"],
+    "bench_tune.py": ["--trials", "2", "--tasks", "1"],
+    "bench_pruning.py": ["--trials", "2", "--steps", "20"],
+}
+
+
+def test_every_bench_script_is_run_by_a_test() -> None:
+    bench = load_run_module()
+    covered = {b.script for b in bench.BENCHES} | set(OTHER_SCRIPTS)
+    scripts = {p.name for p in RUN.parent.glob("bench_*.py")}
+    assert scripts - covered == set(), "add it to OTHER_SCRIPTS or bench/run.py's BENCHES"
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("script", sorted(OTHER_SCRIPTS))
+def test_the_other_bench_scripts_run_on_tiny_sizes(script: str, tmp_path: Path) -> None:
+    argv = [sys.executable, str(RUN.parent / script), *OTHER_SCRIPTS[script]]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=380)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout.strip(), "it printed no figure"

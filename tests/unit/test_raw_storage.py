@@ -120,32 +120,3 @@ def test_a_truncated_file_is_an_error_not_zeros(tmp_path: Path) -> None:
     data.write_bytes(data.read_bytes()[:-100])
     with pytest.raises(CheckpointException, match="ends inside"):
         _load({"w": torch.zeros(64, 64)}, RawReader(tmp_path))
-
-
-@pytest.mark.parametrize(
-    "sizes",
-    [[0], [1], [4095], [4096, 4097], [(16 << 20) + 3, 5], [7, (16 << 20) - 7, 4096 * 3 + 1]],
-)
-def test_direct_writes_give_the_page_caches_bytes_and_checksum(
-    tmp_path, monkeypatch, sizes
-) -> None:
-    """O_DIRECT (the tensors' path to disk) against the page cache: the same file and the
-    same record, for pieces that end inside a block, on a block, past the buffer."""
-    from jeanzay_kit.ckpt import hashing_fs
-
-    pieces = [
-        torch.randint(0, 255, (n,), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
-        for n in sizes
-    ]
-    records = {}
-    for direct in (True, False):
-        monkeypatch.setattr(hashing_fs, "DIRECT_WRITES", direct)
-        fs = hashing_fs.HashingFileSystem()
-        path = tmp_path / f"{direct}.bin"
-        with fs.create_stream(path, "wb") as stream:
-            for piece in pieces:
-                stream.write(piece.numpy().data)
-        records[direct] = (fs.records[str(path)], path.read_bytes())
-    assert records[True][1] == b"".join(p.numpy().tobytes() for p in pieces)
-    assert records[True][0].size == sum(sizes)
-    assert records[True] == (records[False][0], records[False][1])
