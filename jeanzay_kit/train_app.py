@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from jeanzay_kit.ending.preemption import StopRequest
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 PROGRAM = "jzk train"
 TRAIN_HELP = """usage: {prog} [KEY=VALUE ...] [-m] [-- YOUR SCRIPT'S ARGUMENTS]

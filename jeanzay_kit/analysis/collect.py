@@ -16,7 +16,7 @@ from typing import Any
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import read_manifest
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 @dataclass(frozen=True)

@@ -51,8 +51,8 @@ def _stop_local(run_dir: Path) -> str:
     import signal
     import socket
 
-    from jeanzay_kit.lease_rules import parse_record
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.lease_rules import parse_record
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     path = RunDir(run_dir).lease
     record = parse_record(path.read_text()) if path.exists() else None

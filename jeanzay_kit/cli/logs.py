@@ -140,8 +140,8 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
     """<run_dir>/train.log of each run: a local run's output (every start marked), or
     one rank's lines of any run (--rank)."""
     from jeanzay_kit.launch.log_rules import pick_start
-    from jeanzay_kit.rank_lines import lines_of_rank, ranks_in
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.rank_lines import lines_of_rank, ranks_in
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     run_dirs = list(dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir")))
     for run_dir in run_dirs:
@@ -174,9 +174,9 @@ def _follow_local(run_dir: Path, rank: int | None) -> int:
     """Print what a local run adds to train.log while a live process holds the run
     directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
     from jeanzay_kit.ending.outcome import read_outcome
-    from jeanzay_kit.lease import holder
-    from jeanzay_kit.rank_lines import lines_of_rank
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.lease import holder
+    from jeanzay_kit.rundir.rank_lines import lines_of_rank
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     path = RunDir(run_dir).train_log
     offset = path.stat().st_size if path.exists() else 0

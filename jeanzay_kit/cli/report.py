@@ -174,7 +174,7 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     from jeanzay_kit.launch.ledger import ledger, ledger_table, study_total
     from jeanzay_kit.launch.manifest import read_manifest
     from jeanzay_kit.launch.run_files import ledger_record
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     manifest = RunDir(directory).manifest
     arrays = [str(r["job_id"]) for r in read_manifest(manifest)] if manifest.exists() else []

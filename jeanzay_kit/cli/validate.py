@@ -18,7 +18,7 @@ from jeanzay_kit.cli.common import (
 )
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
 

@@ -24,7 +24,7 @@ from jeanzay_kit.ending.ending_rules import (
     decide,
     verdict_of,
 )
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 LOG_TAIL_BYTES = 256 * 1024  # an attempt's end is near the end of the log
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.ending.codes import Exit
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def state_of(exit_code: int) -> str:

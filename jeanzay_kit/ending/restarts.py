@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -14,7 +14,7 @@ from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 from jeanzay_kit.ending.ending_rules import Verdict
 from jeanzay_kit.launch.ledger import RunRecord, run_record
 from jeanzay_kit.launch.status import RunProgress
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def last_metrics(run_dir: Path) -> dict | None:

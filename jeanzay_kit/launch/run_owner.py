@@ -14,9 +14,9 @@ from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import read_manifest
-from jeanzay_kit.lease import holder
-from jeanzay_kit.lease_rules import busy_message
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.lease import holder
+from jeanzay_kit.rundir.lease_rules import busy_message
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.commands import CommandRunner, job_alive
 
 # Resubmissions append to the manifest: the newest few are the ones that may still live.

@@ -146,8 +146,8 @@ def _run_again(rank0: bool, signum: int, submitits_handler: Any) -> None:
 
 def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
     from jeanzay_kit.distributed.ranks import array_id
-    from jeanzay_kit.lease import acquire_for
     from jeanzay_kit.node.entry import record_provenance
+    from jeanzay_kit.rundir.lease import acquire_for
     from jeanzay_kit.runtime.run_result import clear_result
     from jeanzay_kit.script.script_files import record_attempt
 

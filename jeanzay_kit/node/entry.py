@@ -166,8 +166,8 @@ def refuse_if_held(run_dir: Path, env: Mapping[str, str]) -> None:
     run_dir; asked without taking the lease, so a refused command writes nothing. A
     record of this Slurm job (a requeue's earlier attempt) is this job's own."""
     from jeanzay_kit.errors import RunDirBusy
-    from jeanzay_kit.lease import holder
-    from jeanzay_kit.lease_rules import busy_message
+    from jeanzay_kit.rundir.lease import holder
+    from jeanzay_kit.rundir.lease_rules import busy_message
 
     record, held = holder(run_dir)
     if not held or (record is not None and record.job_id == env.get("SLURM_JOB_ID", "-")):
@@ -184,7 +184,7 @@ def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterat
     if launched_by(env) is not None and rank_info_from_env(env).rank != 0:
         yield False
         return
-    from jeanzay_kit.lease import acquire_for
+    from jeanzay_kit.rundir.lease import acquire_for
 
     what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
     lease = acquire_for(run_dir, env, what)

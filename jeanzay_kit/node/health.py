@@ -157,7 +157,7 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
     from jeanzay_kit.ending.requeue import requeue_job
     from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.node.restart_job import leave_out
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     retried = decision.action != END and job is not None

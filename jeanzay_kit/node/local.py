@@ -37,7 +37,7 @@ from jeanzay_kit.ending.endings import (
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import made_progress
 
 # What every worker imports before its first step (torch's optimizers import

@@ -33,7 +33,7 @@ from jeanzay_kit.ending.endings import (
 )
 from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import made_progress
 
 NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jeanzay_kit.node.script_cwd_rules import Shadow, shadow_plan
 from jeanzay_kit.project.places import command_paths, resume_paths
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def _lister(project: Path, copies_only: bool = False) -> Callable[[str], dict[str, bool]]:

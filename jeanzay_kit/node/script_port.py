@@ -34,7 +34,7 @@ from pathlib import Path
 
 from jeanzay_kit.distributed.ranks import RankInfo, candidate_ports
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # How long a task waits for task 0's note: task 0 starts with the others (one srun
 # step), but a container or a slow shared filesystem can delay it.

@@ -44,7 +44,7 @@ from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_port import agreed_port
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.entry import hydra_job, script_command
 from jeanzay_kit.script.script_files import (
     check_resume,
@@ -230,7 +230,7 @@ def slurm_task(
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
     a hung script (stall_seconds, 0: not watched) ends the task with Exit.HUNG."""
-    from jeanzay_kit.lease import acquire_for
+    from jeanzay_kit.rundir.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
@@ -510,7 +510,7 @@ def _start_processes(
 def _pump_output(procs: list[subprocess.Popen], run_dir: Path) -> list[threading.Thread]:
     """A thread per pipe: each process's lines to this launcher's stdout/stderr and,
     labelled with its rank, to <run_dir>/train.log."""
-    from jeanzay_kit.rank_lines import label
+    from jeanzay_kit.rundir.rank_lines import label
     from jeanzay_kit.runtime.rank_log import Pump, open_log
 
     fd, lock = open_log(run_dir), threading.Lock()

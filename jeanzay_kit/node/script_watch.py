@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.ending.codes import Exit, stop_signals
 from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
 from jeanzay_kit.ending.preemption import NOTE_CHECK_S, stop_note
 from jeanzay_kit.ending.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.rank_log import TAIL_BYTES
 from jeanzay_kit.script.script_files import newest_script_write, write_script_beat
 

@@ -32,7 +32,7 @@ def log_and_listen(run_dir: Path, info: RankInfo, stop: StopRequest) -> None:
 
     rank_log.install(run_dir, info.rank)
     if info.requeue_id is not None:
-        from jeanzay_kit.run_directory import RunDir
+        from jeanzay_kit.rundir.run_directory import RunDir
 
         stop.watch_note(RunDir(run_dir).stop_note)
 

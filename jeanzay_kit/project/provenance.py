@@ -32,7 +32,7 @@ from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
 from jeanzay_kit.project.places import is_code_name, output_place
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.offline_env import CACHE_FOLDERS, OFFLINE_SWITCHES
 from jeanzay_kit.version import __version__
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.remote.code_archive import ARCHIVES, received_key, unpack
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.version import __version__
 
 SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scancel")

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # torch's counters (torch._dynamo.utils.counters) of the caches a compile consults.
 HIT_COUNTERS = (("inductor", "fxgraph_cache_hit"), ("aot_autograd", "autograd_cache_hit"))

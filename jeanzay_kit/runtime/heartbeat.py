@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jeanzay_kit import report
 from jeanzay_kit.ending.codes import Exit
-from jeanzay_kit.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
+from jeanzay_kit.rundir.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
 from jeanzay_kit.runtime.stall import Stall, find_stall
 
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from jeanzay_kit.durable_io import read_json_lines
-from jeanzay_kit.progress import (
+from jeanzay_kit.rundir.progress import (
     format_duration,
     input_bound,
     input_bound_note,
@@ -22,7 +22,7 @@ from jeanzay_kit.progress import (
     outlook,
     requeue_note,
 )
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # metrics.jsonl keys -> TensorBoard tags, grouped so the train/eval losses share a panel.
 BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}

@@ -25,8 +25,8 @@ import threading
 from pathlib import Path
 from typing import IO, Any, TextIO
 
-from jeanzay_kit.rank_lines import label
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.rank_lines import label
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # The end of a process's output kept to read how it ended (faulthandler's report).
 TAIL_BYTES = 16384

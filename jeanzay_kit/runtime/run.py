@@ -40,7 +40,7 @@ from jeanzay_kit.distributed.process_group import (
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
@@ -155,7 +155,7 @@ class Run:
     def start(self, before_join: Callable[[torch.device], None] | None = None) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.holds_lease and self._lease is None:
-            from jeanzay_kit.lease import acquire_for
+            from jeanzay_kit.rundir.lease import acquire_for
 
             # One writer per run directory (lease.py), before anything is written.
             self._lease = acquire_for(self.run_dir, self.env, "a session loop")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:

@@ -44,7 +44,7 @@ from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.ending.requeue import under_script_task
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime import session_rules as rules
 from jeanzay_kit.runtime.plan_sampler import PlanSampler
 from jeanzay_kit.runtime.run import Ending, Run, StepVerdict

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 INSTALL_HINT = "pip install 'jeanzay_kit[trackers]'"
 

@@ -10,10 +10,10 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project.places import resume_values
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_rules import (
     ResumeTarget,
     ScriptCommand,

@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.progress import format_duration
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.progress import format_duration
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_files import newest_script_write
 from jeanzay_kit.script.script_rules import ScriptCommand
 

@@ -35,7 +35,7 @@ from jeanzay_kit.config.micro_batch_rules import (
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.train.batch import to_device
 
 # The recorded choice, in the run directory.

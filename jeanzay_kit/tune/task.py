@@ -28,7 +28,7 @@ from jeanzay_kit import report
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 PROG = "jzk tune"
 

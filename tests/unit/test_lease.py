@@ -15,8 +15,8 @@ import pytest
 
 from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.errors import RunDirBusy
-from jeanzay_kit.lease import acquire, holder
-from jeanzay_kit.lease_rules import (
+from jeanzay_kit.rundir.lease import acquire, holder
+from jeanzay_kit.rundir.lease_rules import (
     STALE_SECONDS,
     LeaseRecord,
     Verdict,
@@ -91,7 +91,7 @@ def test_a_failed_save_names_its_own_cause(code, says, never) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from jeanzay_kit.lease import acquire
+from jeanzay_kit.rundir.lease import acquire
 lease = acquire(Path(sys.argv[1]), host="{host}", job_id=sys.argv[2], command="holder")
 print("held", flush=True)
 time.sleep(600)

@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from jeanzay_kit.rank_lines import label, lines_of_rank, ranks_in
+from jeanzay_kit.rundir.rank_lines import label, lines_of_rank, ranks_in
 from jeanzay_kit.runtime.rank_log import LineTee, Pump, mark_start, open_log
 
 

@@ -1,4 +1,4 @@
-"""The run directory as one object (jeanzay_kit/run_directory.py, issue 56): its paths are
+"""The run directory as one object (jeanzay_kit/rundir/run_directory.py, issue 56): its paths are
 run_layout's names, its readers take a run that has not got that far, and the login-node
 side reaches the task side's files through it."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir import run_layout as layout
+from jeanzay_kit.rundir.run_directory import RunDir
 from tests.unit.test_import_cycles import import_graph
 
 
@@ -77,7 +77,7 @@ def test_the_login_side_imports_nothing_from_the_task_side() -> None:
     assert any(s.startswith("jeanzay_kit.launch.") for s in graph)  # the graph was read
     assert not now, (
         f"the login side imports the task side: {sorted(now)}. HINT: read the run through "
-        "jeanzay_kit.run_directory.RunDir (a new record: its reader there), or name a "
+        "jeanzay_kit.rundir.run_directory.RunDir (a new record: its reader there), or name a "
         "task-side function as launch/sweep.py's TaskByName does"
     )
 

@@ -172,7 +172,7 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
 def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path) -> None:
     """The task wrapper turns the script's exit 3 into exit 0 and a mark (srun would
     otherwise kill the ranks still saving); the restart step requeues on the mark."""
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     runner = Scontrol()
     RunDir(tmp_path).requeue_mark.write_text("123\n")

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.cli import main
 from jeanzay_kit.launch.run_files import last_line_of, run_progress
 from jeanzay_kit.launch.status import JobState, RunView, ending, run_objects, status_table
 from jeanzay_kit.project.provenance import record_run_provenance
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_files import record_attempt, write_script_beat
 
 NOW = 2_000_000_000.0

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
 from jeanzay_kit.node import script_watch
 from jeanzay_kit.node.script_watch import Ended, Watch, after_the_work
+from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.script.script_files import write_script_beat
 
 # PyTorch's DDP tutorial on the local Slurm cluster, torch 2.13, gloo: rank 1's stderr

@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from jeanzay_kit.errors import RunDirBusy
-from jeanzay_kit.lease_rules import (
+from jeanzay_kit.rundir.lease_rules import (
     RENEW_SECONDS,
     LeaseRecord,
     Verdict,
@@ -33,7 +33,7 @@ from jeanzay_kit.lease_rules import (
     judge,
     parse_record,
 )
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # A filesystem that does not honour locks says so with one of these (Lustre `noflock`:
 # ENOSYS; NFS without a lock manager: ENOLCK); the record alone decides then.
