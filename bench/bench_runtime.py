@@ -36,6 +36,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import default_collate
 
+from jeanzay_kit.rundir.run_directory import RunDir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -78,7 +80,7 @@ def start_run(spec, info, run_dir: Path) -> Run:
     """The runtime node/worker.py starts for the toolkit's loop (the group with the job's
     mesh as run.ctx, heartbeats, the watchdog), on the CPU (gloo) whatever the
     machine has: no GPU is visible to it."""
-    run = Run.from_spec(spec, info, run_dir, stop=StopRequest(), visible_devices="", env={})
+    run = Run.from_spec(spec, info, RunDir(run_dir), stop=StopRequest(), visible_devices="", env={})
     run.start()
     return run
 

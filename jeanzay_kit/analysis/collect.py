@@ -21,7 +21,7 @@ from jeanzay_kit.rundir.run_directory import RunDir
 
 @dataclass(frozen=True)
 class RunFiles:
-    run_dir: Path
+    run_dir: RunDir
     overrides: tuple[str, ...]
     records: list[dict[str, Any]]
 
@@ -33,11 +33,8 @@ def find_runs(directory: Path) -> list[RunFiles]:
         for record in read_manifest(given.manifest):
             # A resubmitted run appears once per job id: its run directory is the same.
             by_dir[str(record.get("run_dir", ""))] = tuple(record.get("overrides") or ())
-        return [
-            RunFiles(Path(d), overrides, RunDir(Path(d)).metric_records())
-            for d, overrides in by_dir.items()
-            if d
-        ]
+        runs = [(RunDir(Path(d)), overrides) for d, overrides in by_dir.items() if d]
+        return [RunFiles(run, overrides, run.metric_records()) for run, overrides in runs]
     if given.metrics.is_file():
         return [_run_files(given)]
     subdirs = (
@@ -60,4 +57,4 @@ def find_runs(directory: Path) -> list[RunFiles]:
 
 def _run_files(run: RunDir) -> RunFiles:
     """A run directory Hydra ran: its own overrides, its metrics."""
-    return RunFiles(run.root, run.hydra_overrides(), run.metric_records())
+    return RunFiles(run, run.hydra_overrides(), run.metric_records())

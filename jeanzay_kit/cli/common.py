@@ -126,11 +126,12 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
     the beginning (script/script_rules.py resume_warning)."""
     if not spec.job.runs_script or not workdir.is_dir():
         return
+    from jeanzay_kit.rundir.run_directory import RunDir
     from jeanzay_kit.script.entry import script_command
     from jeanzay_kit.script.script_files import claim_run_dir
     from jeanzay_kit.script.script_rules import resume_warning
 
-    run_dir = workdir / spec.checkpoint.run_dir  # an absolute run_dir stays itself
+    run_dir = RunDir(workdir / spec.checkpoint.run_dir)  # an absolute run_dir stays itself
     claim_run_dir(run_dir, script_command(spec), write=False)
     if not (spec.cluster.is_slurm and spec.preemption.requeue):
         return

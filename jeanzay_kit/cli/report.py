@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +86,7 @@ def ending_lines(run_dirs: list[str]) -> list[str]:
 
     lines = []
     for run_dir in run_dirs:
-        verdict = newest_ending(Path(run_dir))
+        verdict = newest_ending(RunDir.of(run_dir))
         if verdict is not None and verdict.kind != "completed":
             lines.append(f"{run_dir}: {verdict.line()}. HINT: {verdict.fix}")
     return lines
@@ -128,7 +129,7 @@ def ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
     states = slurm_states(ids, usage)[0] if ids else {}
     rows = []
     for run_dir, run in status.run_usage(views, usage, states).items():
-        record = ledger_record(Path(run_dir), _newest_complete_step(run_dir))
+        record = ledger_record(RunDir.of(run_dir), _newest_complete_step(run_dir))
         if record is None:
             continue
         one = ledger(record, run.gpu_hours, run.gpus, run.queue_wait_s, ended=not run.live)
@@ -174,7 +175,6 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     from jeanzay_kit.launch.ledger import ledger, ledger_table, study_total
     from jeanzay_kit.launch.manifest import read_manifest
     from jeanzay_kit.launch.run_files import ledger_record
-    from jeanzay_kit.rundir.run_directory import RunDir
 
     manifest = RunDir(directory).manifest
     arrays = [str(r["job_id"]) for r in read_manifest(manifest)] if manifest.exists() else []
@@ -189,7 +189,7 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     numbered = [p for p in directory.glob("trial-*") if p.name[6:].isdigit() and p.is_dir()]
     trials = sorted(numbered, key=lambda p: int(p.name[6:]))
     for trial in trials:
-        record = ledger_record(trial, _newest_complete_step(str(trial)))
+        record = ledger_record(RunDir(trial), _newest_complete_step(str(trial)))
         if record is not None:
             rows.append((trial.name, ledger(record, None, gpus, None, ended=not live)))
     if not rows:

@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "prefetch", False):  # the training job waits on the downloads
         spec = _after_prefetch(args, spec)
     workdir = workdir_of(spec)
-    run_dir = workdir / spec.checkpoint.run_dir
+    run_dir = RunDir(workdir / spec.checkpoint.run_dir)
     refuse_before_writing(spec, run_dir, args.chain)
     _check_network(args, spec)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         if earlier:
             print(earlier, file=sys.stderr, flush=True)
     script = render(spec, args.overrides)
-    path = RunDir(run_dir).job_script
+    path = run_dir.job_script
     path.write_text(script)
     jobs: list[str] = []
     for _ in range(args.chain):
@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         import json
 
-        record = {"jobs": jobs, "run_dir": str(run_dir.resolve()), "script": str(path.resolve())}
-        print(json.dumps(record | {"log": str(log.resolve())}))
+        files = {"run_dir": run_dir.root, "script": path, "log": log}
+        print(json.dumps({"jobs": jobs} | {k: str(v.resolve()) for k, v in files.items()}))
     return 0
 
 
@@ -163,7 +163,7 @@ def _after_prefetch(args: argparse.Namespace, spec: JobSpec) -> JobSpec:
 
 
 def _record(
-    run_dir: Path,
+    run_dir: RunDir,
     job_id: str,
     overrides: list[str],
     spec: JobSpec,
@@ -194,7 +194,7 @@ def _gpu_memory(spec: JobSpec, overrides: list[str]) -> dict[str, str]:
     return {} if fit is None else {"gpu_memory": fit.figure()}
 
 
-def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:
+def refuse_before_writing(spec: JobSpec, run_dir: RunDir, chain: int = 1) -> None:
     """Every refusal of a submission, before anything is written (the code's snapshot,
     the script): a refused or failed submission leaves the project as it was."""
     from jeanzay_kit.ckpt.store import check_resume_early
@@ -212,13 +212,13 @@ def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:
     # checkpoints record the script's hyper-parameters, not this config.
     if not spec.job.runs_script:
         check_resume_early(
-            run_dir,
+            run_dir.root,
             spec.config,
             spec.layout.checkpoint_world(),
             spec.checkpoint.resume,
             spec.checkpoint.allow_config_change,
         )
     # Refused here, not by the job after its wait in the queue.
-    check_writable(run_dir)
+    check_writable(run_dir.root)
     # One writer per run directory: not a second job beside a live one (launch/run_owner.py).
     check_no_live_owner(run_dir, spec.job.dependency)

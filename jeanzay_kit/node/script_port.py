@@ -74,7 +74,7 @@ def is_free(port: int) -> bool:
 
 
 def agreed_port(
-    env: Mapping[str, str], info: RankInfo, run_dir: Path, *, wait_s: float = WAIT_S
+    env: Mapping[str, str], info: RankInfo, run_dir: RunDir, *, wait_s: float = WAIT_S
 ) -> int:
     """The port this task's script gets as MASTER_PORT (see the module docstring)."""
     if info.launcher == "torchrun":
@@ -94,7 +94,7 @@ def agreed_port(
                 )
             )
         return info.master_port
-    note = RunDir(run_dir).script_port
+    note = run_dir.script_port
     token = step_token(env)
     if info.rank == 0:
         return _choose(info, note, token)

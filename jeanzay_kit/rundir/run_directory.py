@@ -36,6 +36,10 @@ class RunDir:
     def of(cls, path: str | Path) -> RunDir:
         return cls(Path(path))
 
+    def __str__(self) -> str:
+        """The folder's path, as a message or a command line names it."""
+        return str(self.root)
+
     # ---- its files and folders (run_layout.ENTRIES says who writes and reads each) -----
     @property
     def checkpoints(self) -> Path:

@@ -91,13 +91,13 @@ class CompileCache:
 
 
 def open_cache(
-    run_dir: Path, device_type: str, env: MutableMapping[str, str] | None = None
+    run_dir: RunDir, device_type: str, env: MutableMapping[str, str] | None = None
 ) -> CompileCache:
     """Before the first compile of this process: point Inductor at the run's folder
     (CPU), or load the run's artifacts into the node's local cache (CUDA). env: this
     process's environment (os.environ), which torch reads its cache folder from."""
     env = os.environ if env is None else env
-    run = RunDir.of(run_dir)
+    run = run_dir
     kind = kind_for(device_type, users_folder(env.get(ENV_KEY)))
     if kind == "folder":
         # torch reads its cache folder from this variable only (and writes it back

@@ -77,7 +77,7 @@ class Run:
 
     settings: RuntimeSettings
     info: RankInfo
-    run_dir: Path
+    run_dir: RunDir
     steps: int | None
     stop: StopRequest
     env: dict[str, str]
@@ -109,7 +109,7 @@ class Run:
         cls,
         spec: JobSpec,
         info: RankInfo,
-        run_dir: Path,
+        run_dir: RunDir,
         *,
         stop: StopRequest,
         visible_devices: str | None,
@@ -153,7 +153,7 @@ class Run:
     # ---- start and end -------------------------------------------------------------------
 
     def start(self, before_join: Callable[[torch.device], None] | None = None) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.root.mkdir(parents=True, exist_ok=True)
         if self.holds_lease and self._lease is None:
             from jeanzay_kit.rundir.lease import acquire_for
 
@@ -323,7 +323,7 @@ class Run:
                 f"the loss is NaN or infinite at step {at} on some rank; nothing was saved "
                 "after it. HINT: lower the learning rate or clip gradients, look at the data "
                 "of this step; the run resumes from its newest checkpoint in "
-                f"{RunDir(self.run_dir).checkpoints}"
+                f"{self.run_dir.checkpoints}"
             )
         if signum and not self.stopped_by:
             self.stopped_by = signal_name(signum)
@@ -396,7 +396,7 @@ class Run:
         options: Mapping[str, Any],
     ) -> Checkpointer:
         return Checkpointer(
-            self.run_dir,
+            self.run_dir.root,
             module,
             optimizer,
             rank=self.info.rank,
@@ -423,7 +423,7 @@ class Run:
             state = get_model_state_dict(
                 model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
-        where = name if name is not None else RunDir(self.run_dir).model_final.name
+        where = name if name is not None else self.run_dir.model_final.name
         digest = [self.write_model(state, where) if self.is_main else None]
         if dist.is_initialized():
             dist.broadcast_object_list(digest, src=0)
@@ -435,7 +435,7 @@ class Run:
         from jeanzay_kit.ckpt.digest import state_digest
 
         digest = state_digest(cast(dict[str, torch.Tensor], state))
-        path, digest_path = RunDir(self.run_dir).saved_model(name)
+        path, digest_path = self.run_dir.saved_model(name)
         torch.save(state, path)
         digest_path.write_text(f"{digest}\n")
         return digest

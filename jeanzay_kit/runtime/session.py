@@ -120,7 +120,9 @@ class Session:
         self.run = Run(
             settings,
             rank_info_from_env(env),
-            Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env, _hydra_dir())),
+            RunDir.of(
+                rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env, _hydra_dir())
+            ),
             steps,
             stop,
             env,
@@ -168,7 +170,7 @@ class Session:
 
     @property
     def run_dir(self) -> Path:
-        return self.run.run_dir
+        return self.run.run_dir.root
 
     @property
     def steps(self) -> int | None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.rundir.progress import format_duration, outlook
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.metrics import MetricsWriter
 
 
@@ -40,7 +41,7 @@ def test_log_lines_show_eta_time_left_and_say_once_that_requeues_are_needed(
 ) -> None:
     out = io.StringIO()  # not a terminal: plain lines, no progress bar
     writer = MetricsWriter(
-        tmp_path,
+        RunDir(tmp_path),
         True,
         total_steps=1000,
         stream=out,

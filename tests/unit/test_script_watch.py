@@ -133,7 +133,7 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
     RunDir(tmp_path).heartbeats.mkdir()
     (RunDir(tmp_path).heartbeats / "rank-0.json").write_text(json.dumps(vars(session)))
     beat = _beat(0, 5.0, line="epoch 1")
-    write_script_beat(tmp_path, beat)
+    write_script_beat(RunDir(tmp_path), beat)
     assert RunDir(tmp_path).script_beats() == [beat]
     assert RunDir(tmp_path).beats() == [session]
 
@@ -153,7 +153,7 @@ def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad
     session = vars(Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0))
     (folder / "rank-0.json").write_text(json.dumps(session))
     (folder / "rank-1.json").write_text(json.dumps(session | {"rank": 1, key: bad}))
-    write_script_beat(tmp_path, _beat(0, 5.0, line="epoch 1"))
+    write_script_beat(RunDir(tmp_path), _beat(0, 5.0, line="epoch 1"))
     (folder / "task-1.json").write_text(json.dumps(vars(_beat(1, 5.0)) | {key: bad}))
     assert [b.rank for b in read_beats(folder)] == [0]
     assert [b.rank for b in RunDir(tmp_path).script_beats()] == [0]
