@@ -37,22 +37,24 @@ def find_runs(directory: Path) -> list[RunFiles]:
         return [RunFiles(run, overrides, run.metric_records()) for run, overrides in runs]
     if given.metrics.is_file():
         return [_run_files(given)]
-    subdirs = (
-        sorted(
-            (p for p in directory.iterdir() if RunDir(p).metrics.is_file()),
-            key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name),
-        )
-        if directory.is_dir()
-        else []
+    inside = [RunDir(p) for p in directory.iterdir()] if directory.is_dir() else []
+    subdirs = sorted(
+        (run for run in inside if run.metrics.is_file()),
+        key=lambda run: _point_order(run.root.name),
     )
     if subdirs:
-        return [_run_files(RunDir(p)) for p in subdirs]
+        return [_run_files(run) for run in subdirs]
     raise JzkError(
         f"{directory} has no {given.manifest.name}, no {given.metrics.name} and no run "
         "directories with one. "
         "HINT: give a run directory (outputs/<job.name>-<hash>) or a sweep directory "
         "(multirun/<job.name>)"
     )
+
+
+def _point_order(name: str) -> tuple[bool, int, str]:
+    """A sweep's numbered points first, in their order (2 before 10), then the rest."""
+    return (not name.isdigit(), int(name) if name.isdigit() else 0, name)
 
 
 def _run_files(run: RunDir) -> RunFiles:

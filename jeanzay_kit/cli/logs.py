@@ -143,9 +143,10 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
     from jeanzay_kit.launch.log_rules import pick_start
     from jeanzay_kit.rundir.rank_lines import lines_of_rank, ranks_in
 
-    run_dirs = list(dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir")))
+    named = dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir"))
+    run_dirs = [RunDir.of(d) for d in named]
     for run_dir in run_dirs:
-        path = RunDir(Path(run_dir)).train_log
+        path = run_dir.train_log
         text = path.read_text(errors="replace") if path.exists() else ""
         if len(run_dirs) > 1:
             print(f"==> {path} <==", flush=True)
@@ -166,7 +167,7 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     sys.stdout.flush()
     if args.follow and run_dirs:
-        return _follow_local(RunDir.of(run_dirs[-1]), args.rank)
+        return _follow_local(run_dirs[-1], args.rank)
     return 0
 
 

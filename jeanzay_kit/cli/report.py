@@ -129,7 +129,8 @@ def ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
     states = slurm_states(ids, usage)[0] if ids else {}
     rows = []
     for run_dir, run in status.run_usage(views, usage, states).items():
-        record = ledger_record(RunDir.of(run_dir), _newest_complete_step(run_dir))
+        folder = RunDir.of(run_dir)
+        record = ledger_record(folder, _newest_complete_step(folder))
         if record is None:
             continue
         one = ledger(record, run.gpu_hours, run.gpus, run.queue_wait_s, ended=not run.live)
@@ -188,10 +189,10 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     # Trials' run directories (tune/files.py trial_dir); a stray trial-old/ is not one.
     numbered = [p for p in directory.glob("trial-*") if p.name[6:].isdigit() and p.is_dir()]
     trials = sorted(numbered, key=lambda p: int(p.name[6:]))
-    for trial in trials:
-        record = ledger_record(RunDir(trial), _newest_complete_step(str(trial)))
+    for trial in map(RunDir, trials):
+        record = ledger_record(trial, _newest_complete_step(trial))
         if record is not None:
-            rows.append((trial.name, ledger(record, None, gpus, None, ended=not live)))
+            rows.append((trial.root.name, ledger(record, None, gpus, None, ended=not live)))
     if not rows:
         return []
     waits = [u.queue_wait_s for u in tasks if u.queue_wait_s is not None]

@@ -64,10 +64,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(run=run)
 
 
-def _newest_complete_step(run_dir: str) -> int | None:
+def _newest_complete_step(run: RunDir) -> int | None:
     from jeanzay_kit.ckpt.store import CheckpointStore
 
-    root = RunDir(Path(run_dir)).checkpoints
+    root = run.checkpoints
     if not root.is_dir():
         return None
     steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
@@ -179,7 +179,7 @@ def _local_views(directory: str | None, optional: bool) -> list[RunView]:
     return [
         replace(
             view,
-            checkpoint=(kept := _newest_complete_step(view.run_dir or "")),
+            checkpoint=(kept := _newest_complete_step(run)),
             record=ledger_record(run, kept),
             progress=run_progress(
                 run,
@@ -200,9 +200,14 @@ def _local_states(views: list[RunView], states: dict) -> None:
 
     for view in views:
         if view.job_id == "local":
-            signum = read_signal(RunDir.of(view.run_dir or ""))
+            run = RunDir.of(view.run_dir or "")
+            signum = read_signal(run)
             states[view.key] = status.JobState(
-                "local", _local_state(view), "-", "this machine", f"0:{signum}" if signum else ""
+                "local",
+                _local_state(view, run),
+                "-",
+                "this machine",
+                f"0:{signum}" if signum else "",
             )
 
 
@@ -402,11 +407,6 @@ def _listed_by_sweep(run_dir: RunDir) -> list[dict]:
     ]
 
 
-def _is_run_dir(path: Path) -> bool:
-
-    return RunDir(path).looks_like_a_run()
-
-
 def _newest(record: dict) -> float:
     """When a run last moved: its metrics, else its folder."""
     run_dir = RunDir.of(str(record.get("run_dir", "")))
@@ -418,12 +418,11 @@ def _newest(record: dict) -> float:
     return 0.0
 
 
-def _local_state(view: RunView) -> str:
+def _local_state(view: RunView, run_dir: RunDir) -> str:
     """A local run has no scheduler: its files say whether it finished or still beats
     (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
     from jeanzay_kit.ending.outcome import read_outcome
 
-    run_dir = RunDir.of(view.run_dir or "")
     ended = read_outcome(run_dir)
     if ended is not None:
         return ended
