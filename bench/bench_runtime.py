@@ -92,7 +92,7 @@ def toolkit_step_time(
     the runtime node/worker.py starts: its run, a run directory per round), after warmup
     steps (metrics.jsonl's step_time_s and step_cpu_s)."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
-    run.run_dir = run_dir  # a fresh directory per round, one group for all
+    run.run_dir = RunDir(run_dir)  # a fresh directory per round, one group for all
     train(replace(spec, train=longer), run)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.
@@ -139,7 +139,7 @@ def lockstep_round(
     ends in the final save, and has no next switch to close it."""
     lock = Lockstep(baseline)
     longer = replace(spec.train, steps=warmup + steps + 1, log_every=LOG_EVERY)
-    run.run_dir = run_dir
+    run.run_dir = RunDir(run_dir)
     with interleaved(lock):
         train(replace(spec, train=longer), run)
     ours, theirs = lock.means(warmup)
