@@ -13,6 +13,7 @@ from jeanzay_kit.cli.common import (
     build_spec,
     render,
     require_slurm,
+    run_dir_of,
     workdir_of,
 )
 from jeanzay_kit.config.spec import JobSpec
@@ -95,8 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise JzkError(f"--chain {args.chain}: give the number of jobs, 1 or more")
     if getattr(args, "prefetch", False):  # the training job waits on the downloads
         spec = _after_prefetch(args, spec)
-    workdir = workdir_of(spec)
-    run_dir = RunDir(workdir / spec.checkpoint.run_dir)
+    workdir, run_dir = workdir_of(spec), run_dir_of(spec)
     refuse_before_writing(spec, run_dir, args.chain)
     _check_network(args, spec)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
