@@ -36,6 +36,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.utils.data import default_collate
 
+from jeanzay_kit.rundir.run_directory import RunDir  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
@@ -78,7 +80,7 @@ def start_run(spec, info, run_dir: Path) -> Run:
     """The runtime node/worker.py starts for the toolkit's loop (the group with the job's
     mesh as run.ctx, heartbeats, the watchdog), on the CPU (gloo) whatever the
     machine has: no GPU is visible to it."""
-    run = Run.from_spec(spec, info, run_dir, stop=StopRequest(), visible_devices="", env={})
+    run = Run.from_spec(spec, info, RunDir(run_dir), stop=StopRequest(), visible_devices="", env={})
     run.start()
     return run
 
@@ -90,7 +92,7 @@ def toolkit_step_time(
     the runtime node/worker.py starts: its run, a run directory per round), after warmup
     steps (metrics.jsonl's step_time_s and step_cpu_s)."""
     longer = replace(spec.train, steps=warmup + steps, log_every=warmup)
-    run.run_dir = run_dir  # a fresh directory per round, one group for all
+    run.run_dir = RunDir(run_dir)  # a fresh directory per round, one group for all
     train(replace(spec, train=longer), run)
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # The first window holds the warmup steps; the next one(s) the measured steps.
@@ -137,7 +139,7 @@ def lockstep_round(
     ends in the final save, and has no next switch to close it."""
     lock = Lockstep(baseline)
     longer = replace(spec.train, steps=warmup + steps + 1, log_every=LOG_EVERY)
-    run.run_dir = run_dir
+    run.run_dir = RunDir(run_dir)
     with interleaved(lock):
         train(replace(spec, train=longer), run)
     ours, theirs = lock.means(warmup)

@@ -28,6 +28,7 @@ from common import write_result  # noqa: E402
 from jeanzay_kit.config.compose import compose_config  # noqa: E402
 from jeanzay_kit.config.spec import build_job_spec  # noqa: E402
 from jeanzay_kit.node.local import local_rank_infos  # noqa: E402
+from jeanzay_kit.rundir.run_directory import RunDir  # noqa: E402
 from jeanzay_kit.runtime.heartbeat import Heartbeat, Watchdog  # noqa: E402
 
 
@@ -55,8 +56,8 @@ def worker(index: int, args, port: int, out_dir: Path) -> None:
             dist.barrier()
             watch = None
             if side == "on":
-                beat = Heartbeat(run_dir, info.rank, args.steps, "bench", None, 2.0).start()
-                watch = (beat, Watchdog(beat, run_dir, 300.0).start())
+                beat = Heartbeat(RunDir(run_dir), info.rank, args.steps, "bench", None, 2.0).start()
+                watch = (beat, Watchdog(beat, RunDir(run_dir), 300.0).start())
             run.heartbeat = watch[0] if watch else _NoBeat()
             # toolkit_step_time gives (wall, CPU) per step: the wall time is compared.
             wall, _cpu = toolkit_step_time(spec, run, run_dir, args.steps, args.warmup)

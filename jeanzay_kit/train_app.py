@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from jeanzay_kit.ending.preemption import StopRequest
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 PROGRAM = "jzk train"
 TRAIN_HELP = """usage: {prog} [KEY=VALUE ...] [-m] [-- YOUR SCRIPT'S ARGUMENTS]
@@ -75,7 +75,7 @@ def run_app(
 
         config = cast(dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
         hydra_cfg = HydraConfig.get()
-        run_dir = Path(hydra_cfg.runtime.output_dir)
+        run_dir = RunDir(Path(hydra_cfg.runtime.output_dir))
         # The environment of the process this task runs in, read once more: a launcher
         # may run it elsewhere (hydra-submitit-launcher pickles this function into a Slurm
         # job, where the command line's environment, a login node's, is not the task's).
@@ -102,7 +102,7 @@ def run_app(
         sys.argv = saved
 
 
-def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: Path) -> None:
+def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: RunDir) -> None:
     """Hydra's record of the run (<run_dir>/.hydra: config, hydra, overrides), written by
     the process that holds the run directory only: the shipped config sets
     hydra.output_subdir=null so that a refused command (another run writes there:
@@ -111,7 +111,7 @@ def _record_hydra(cfg: Any, hydra_cfg: Any, run_dir: Path) -> None:
     naming the overrides the run trained with."""
     from omegaconf import OmegaConf
 
-    out = RunDir(run_dir).hydra
+    out = run_dir.hydra
     out.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(cfg, out / "config.yaml", resolve=False)
     OmegaConf.save(OmegaConf.create({"hydra": hydra_cfg}), out / "hydra.yaml", resolve=False)
@@ -195,7 +195,7 @@ def _is_hydra_key(key: str) -> bool:
 GRID_SWEEPERS = ("BasicSweeper", "JeanzaySweeper")
 
 
-def _run_value(run_dir: Path, sweeper: str, prog: str) -> float | None:
+def _run_value(run_dir: RunDir, sweeper: str, prog: str) -> float | None:
     """The value of result.json; a search (any sweeper that is not a grid) without one is
     told why, in one line, instead of failing on a None deep in its own code."""
     from jeanzay_kit import report
@@ -209,8 +209,7 @@ def _run_value(run_dir: Path, sweeper: str, prog: str) -> float | None:
     why = (
         missing_reason(str(record.get("objective")), record)
         if record
-        else f"the run wrote no {RunDir(run_dir).result} (a script writes it itself: "
-        "docs/tuning.md)"
+        else f"the run wrote no {run_dir.result} (a script writes it itself: docs/tuning.md)"
     )
     err = JzkError(f"the sweeper {sweeper} needs the run's value: {why}")
     report.error(prog, err)

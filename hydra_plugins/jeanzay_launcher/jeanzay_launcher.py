@@ -158,7 +158,7 @@ class JeanzayLauncher(Launcher):
         from jeanzay_kit.launch.arrays import plan_arrays
         from jeanzay_kit.launch.manifest import read_manifest
         from jeanzay_kit.launch.sweep import submit_arrays, wait_for
-        from jeanzay_kit.run_directory import RunDir
+        from jeanzay_kit.rundir.run_directory import RunDir
 
         assert self.config is not None and self.hydra_context is not None
         setup_globals()

@@ -16,12 +16,12 @@ from typing import Any
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import read_manifest
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 @dataclass(frozen=True)
 class RunFiles:
-    run_dir: Path
+    run_dir: RunDir
     overrides: tuple[str, ...]
     records: list[dict[str, Any]]
 
@@ -33,23 +33,17 @@ def find_runs(directory: Path) -> list[RunFiles]:
         for record in read_manifest(given.manifest):
             # A resubmitted run appears once per job id: its run directory is the same.
             by_dir[str(record.get("run_dir", ""))] = tuple(record.get("overrides") or ())
-        return [
-            RunFiles(Path(d), overrides, RunDir(Path(d)).metric_records())
-            for d, overrides in by_dir.items()
-            if d
-        ]
+        runs = [(RunDir(Path(d)), overrides) for d, overrides in by_dir.items() if d]
+        return [RunFiles(run, overrides, run.metric_records()) for run, overrides in runs]
     if given.metrics.is_file():
         return [_run_files(given)]
-    subdirs = (
-        sorted(
-            (p for p in directory.iterdir() if RunDir(p).metrics.is_file()),
-            key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name),
-        )
-        if directory.is_dir()
-        else []
+    inside = [RunDir(p) for p in directory.iterdir()] if directory.is_dir() else []
+    subdirs = sorted(
+        (run for run in inside if run.metrics.is_file()),
+        key=lambda run: _point_order(run.root.name),
     )
     if subdirs:
-        return [_run_files(RunDir(p)) for p in subdirs]
+        return [_run_files(run) for run in subdirs]
     raise JzkError(
         f"{directory} has no {given.manifest.name}, no {given.metrics.name} and no run "
         "directories with one. "
@@ -58,6 +52,11 @@ def find_runs(directory: Path) -> list[RunFiles]:
     )
 
 
+def _point_order(name: str) -> tuple[bool, int, str]:
+    """A sweep's numbered points first, in their order (2 before 10), then the rest."""
+    return (not name.isdigit(), int(name) if name.isdigit() else 0, name)
+
+
 def _run_files(run: RunDir) -> RunFiles:
     """A run directory Hydra ran: its own overrides, its metrics."""
-    return RunFiles(run.root, run.hydra_overrides(), run.metric_records())
+    return RunFiles(run, run.hydra_overrides(), run.metric_records())

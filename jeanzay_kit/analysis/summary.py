@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jeanzay_kit.progress import is_eval_metric
+from jeanzay_kit.rundir.progress import is_eval_metric
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class SummaryRow:
 def input_verdict(run: RunSeries) -> bool:
     """Input-bound when some 3 logged windows in a row waited past the threshold, as the
     run's own note judges (its first window, the workers' start, is not judged)."""
-    from jeanzay_kit.progress import input_bound
+    from jeanzay_kit.rundir.progress import input_bound
 
     shares = [v for _, v in run.data_wait[1:]]
     waits = [v for _, v in run.data_wait_s[1:]]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 SUMS = "SHA256SUMS"
 _CHUNK = 8 << 20

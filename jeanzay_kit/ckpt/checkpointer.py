@@ -50,7 +50,7 @@ from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import CheckpointWriteError, PeerFailed, ResumeError, is_loader_death
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.values import integer
 from jeanzay_kit.version import __version__
 

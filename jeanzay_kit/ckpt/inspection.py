@@ -10,7 +10,7 @@ from typing import Any
 from jeanzay_kit.ckpt.layout import best_step
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.errors import CheckpointNotFound
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.values import as_node
 
 

@@ -22,17 +22,17 @@ from pathlib import Path
 from jeanzay_kit.ckpt.layout import MANIFEST, parse_step_dir, step_dir_name, tmp_dir_name
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.durable_io import fsync_dir
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 Log = Callable[[str], None]
 
 
-def fast_root(checkpoint_dir: str, run_dir: Path, env: Mapping[str, str]) -> Path:
+def fast_root(checkpoint_dir: str, run: RunDir, env: Mapping[str, str]) -> Path:
     """The run's folder below checkpoint.dir: the run directory's name and a digest of
     its absolute path (two runs of one name in two projects never share it)."""
     where = Path(_expand(checkpoint_dir, env)).expanduser()
-    absolute = str(run_dir.resolve())
-    return where / f"{run_dir.name}-{hashlib.sha256(absolute.encode()).hexdigest()[:8]}"
+    absolute = str(run.root.resolve())
+    return where / f"{run.root.name}-{hashlib.sha256(absolute.encode()).hexdigest()[:8]}"
 
 
 def _expand(text: str, env: Mapping[str, str]) -> str:
@@ -42,11 +42,10 @@ def _expand(text: str, env: Mapping[str, str]) -> str:
     return string.Template(text).safe_substitute(env)
 
 
-def place(run_dir: Path, fast: Path, log: Log) -> None:
+def place(run: RunDir, fast: Path, log: Log) -> None:
     """<run_dir>/checkpoints made a link to `fast`, and `fast` given back the newest kept
     checkpoint when it has none as new (a purge). A run that already saved in its run
     directory keeps its checkpoints there (said once)."""
-    run = RunDir(run_dir)
     link = run.checkpoints
     if link.is_dir() and not link.is_symlink():
         if any(link.iterdir()):
@@ -74,11 +73,10 @@ def _restore_newest(kept: CheckpointStore, fast: CheckpointStore, log: Log) -> N
     )
 
 
-def keep(run_dir: Path, keep_best: tuple[str, str] | None, log: Log) -> list[int]:
+def keep(run: RunDir, keep_best: tuple[str, str] | None, log: Log) -> list[int]:
     """Copy the newest complete checkpoint and the best one (keep_best: its metrics key
     and direction) from the fast tier into <run_dir>/kept/, dropping older kept ones;
     the steps kept. Nothing to do when the checkpoints are in the run directory."""
-    run = RunDir(run_dir)
     if not run.checkpoints.is_symlink():
         return []
     fast, kept = CheckpointStore(run.checkpoints), CheckpointStore(run.kept)

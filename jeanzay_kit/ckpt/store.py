@@ -43,7 +43,7 @@ from jeanzay_kit.ckpt.layout import (
 from jeanzay_kit.config.identity import resume_hash
 from jeanzay_kit.durable_io import fsync_dir, write_durably
 from jeanzay_kit.errors import ManifestError, ResumeError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.values import as_node
 
 _CHUNK = 8 << 20

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import RunDirError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 FIX = (
     "set job.run_dir to a directory you can write (on Jean Zay: under $WORK or $SCRATCH; "

@@ -4,10 +4,10 @@ process holding a local run (it saves at the next step boundary and ends)."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from jeanzay_kit.cli.logs import run_records
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -41,20 +41,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             print(f"no job of {args.target} is queued or running ({' '.join(jobs)})")
     for record in local:
-        print(_stop_local(Path(str(record["run_dir"]))))
+        print(_stop_local(RunDir.of(str(record["run_dir"]))))
     return 0
 
 
-def _stop_local(run_dir: Path) -> str:
+def _stop_local(run_dir: RunDir) -> str:
     """SIGTERM to the process holding a local run (its lease): it saves and ends."""
     import os
     import signal
     import socket
 
-    from jeanzay_kit.lease_rules import parse_record
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.lease_rules import parse_record
 
-    path = RunDir(run_dir).lease
+    path = run_dir.lease
     record = parse_record(path.read_text()) if path.exists() else None
     if record is None or record.released:
         return f"{run_dir}: no run holds it"

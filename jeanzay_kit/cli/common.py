@@ -10,7 +10,7 @@ from pathlib import Path
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError, RenderError
-from jeanzay_kit.launch.request import spec_of, workdir_of
+from jeanzay_kit.launch.request import run_dir_of, spec_of, workdir_of
 from jeanzay_kit.project.job_code import snapshot_code, unwritable_log_dir
 from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm.test_only import TestOnlyAnswer
@@ -130,7 +130,7 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
     from jeanzay_kit.script.script_files import claim_run_dir
     from jeanzay_kit.script.script_rules import resume_warning
 
-    run_dir = workdir / spec.checkpoint.run_dir  # an absolute run_dir stays itself
+    run_dir = run_dir_of(spec)
     claim_run_dir(run_dir, script_command(spec), write=False)
     if not (spec.cluster.is_slurm and spec.preemption.requeue):
         return

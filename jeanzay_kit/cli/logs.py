@@ -14,6 +14,7 @@ from pathlib import Path
 
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # How often -f looks for new output, and asks Slurm whether the job has ended.
 FOLLOW_POLL_S = 0.5
@@ -140,12 +141,12 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
     """<run_dir>/train.log of each run: a local run's output (every start marked), or
     one rank's lines of any run (--rank)."""
     from jeanzay_kit.launch.log_rules import pick_start
-    from jeanzay_kit.rank_lines import lines_of_rank, ranks_in
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.rank_lines import lines_of_rank, ranks_in
 
-    run_dirs = list(dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir")))
+    named = dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir"))
+    run_dirs = [RunDir.of(d) for d in named]
     for run_dir in run_dirs:
-        path = RunDir(Path(run_dir)).train_log
+        path = run_dir.train_log
         text = path.read_text(errors="replace") if path.exists() else ""
         if len(run_dirs) > 1:
             print(f"==> {path} <==", flush=True)
@@ -166,19 +167,18 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
         sys.stdout.write(text)
     sys.stdout.flush()
     if args.follow and run_dirs:
-        return _follow_local(Path(run_dirs[-1]), args.rank)
+        return _follow_local(run_dirs[-1], args.rank)
     return 0
 
 
-def _follow_local(run_dir: Path, rank: int | None) -> int:
+def _follow_local(run_dir: RunDir, rank: int | None) -> int:
     """Print what a local run adds to train.log while a live process holds the run
     directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
     from jeanzay_kit.ending.outcome import read_outcome
-    from jeanzay_kit.lease import holder
-    from jeanzay_kit.rank_lines import lines_of_rank
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.lease import holder
+    from jeanzay_kit.rundir.rank_lines import lines_of_rank
 
-    path = RunDir(run_dir).train_log
+    path = run_dir.train_log
     offset = path.stat().st_size if path.exists() else 0
     pending = ""
     while True:

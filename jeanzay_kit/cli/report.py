@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -85,7 +86,7 @@ def ending_lines(run_dirs: list[str]) -> list[str]:
 
     lines = []
     for run_dir in run_dirs:
-        verdict = newest_ending(Path(run_dir))
+        verdict = newest_ending(RunDir.of(run_dir))
         if verdict is not None and verdict.kind != "completed":
             lines.append(f"{run_dir}: {verdict.line()}. HINT: {verdict.fix}")
     return lines
@@ -128,7 +129,8 @@ def ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
     states = slurm_states(ids, usage)[0] if ids else {}
     rows = []
     for run_dir, run in status.run_usage(views, usage, states).items():
-        record = ledger_record(Path(run_dir), _newest_complete_step(run_dir))
+        folder = RunDir.of(run_dir)
+        record = ledger_record(folder, _newest_complete_step(folder))
         if record is None:
             continue
         one = ledger(record, run.gpu_hours, run.gpus, run.queue_wait_s, ended=not run.live)
@@ -174,7 +176,6 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     from jeanzay_kit.launch.ledger import ledger, ledger_table, study_total
     from jeanzay_kit.launch.manifest import read_manifest
     from jeanzay_kit.launch.run_files import ledger_record
-    from jeanzay_kit.run_directory import RunDir
 
     manifest = RunDir(directory).manifest
     arrays = [str(r["job_id"]) for r in read_manifest(manifest)] if manifest.exists() else []
@@ -188,10 +189,10 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     # Trials' run directories (tune/files.py trial_dir); a stray trial-old/ is not one.
     numbered = [p for p in directory.glob("trial-*") if p.name[6:].isdigit() and p.is_dir()]
     trials = sorted(numbered, key=lambda p: int(p.name[6:]))
-    for trial in trials:
-        record = ledger_record(trial, _newest_complete_step(str(trial)))
+    for trial in map(RunDir, trials):
+        record = ledger_record(trial, _newest_complete_step(trial))
         if record is not None:
-            rows.append((trial.name, ledger(record, None, gpus, None, ended=not live)))
+            rows.append((trial.root.name, ledger(record, None, gpus, None, ended=not live)))
     if not rows:
         return []
     waits = [u.queue_wait_s for u in tasks if u.queue_wait_s is not None]

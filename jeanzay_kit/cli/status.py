@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 if TYPE_CHECKING:
     from jeanzay_kit.launch.status import RunView
@@ -64,10 +64,10 @@ def add(sub: argparse._SubParsersAction) -> None:
     status.set_defaults(run=run)
 
 
-def _newest_complete_step(run_dir: str) -> int | None:
+def _newest_complete_step(run: RunDir) -> int | None:
     from jeanzay_kit.ckpt.store import CheckpointStore
 
-    root = RunDir(Path(run_dir)).checkpoints
+    root = run.checkpoints
     if not root.is_dir():
         return None
     steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
@@ -173,7 +173,7 @@ def _purge_notes(views: list) -> list[str]:
         run = RunDir(Path(view.run_dir)) if view.run_dir else None
         if run is None or not run.checkpoints.is_symlink() or not run.checkpoints.is_dir():
             continue
-        step = _newest_complete_step(str(run.root))
+        step = _newest_complete_step(run)
         frozen = run.hydra / "config.yaml"
         if step is None or not frozen.is_file():
             continue
@@ -211,16 +211,17 @@ def _local_views(directory: str | None, optional: bool) -> list[RunView]:
     return [
         replace(
             view,
-            checkpoint=(kept := _newest_complete_step(view.run_dir or "")),
-            record=ledger_record(Path(view.run_dir or ""), kept),
+            checkpoint=(kept := _newest_complete_step(run)),
+            record=ledger_record(run, kept),
             progress=run_progress(
-                Path(view.run_dir or ""),
+                run,
                 job_id=None if view.job_id == "local" else view.job_id,
                 log=Path(str(record["log"])) if record.get("log") else None,
             ),
         )
         for record in records
         for view in [status.run_view(record)]
+        for run in [RunDir.of(view.run_dir or "")]
     ]
 
 
@@ -231,9 +232,14 @@ def _local_states(views: list[RunView], states: dict) -> None:
 
     for view in views:
         if view.job_id == "local":
-            signum = read_signal(Path(view.run_dir or ""))
+            run = RunDir.of(view.run_dir or "")
+            signum = read_signal(run)
             states[view.key] = status.JobState(
-                "local", _local_state(view), "-", "this machine", f"0:{signum}" if signum else ""
+                "local",
+                _local_state(view, run),
+                "-",
+                "this machine",
+                f"0:{signum}" if signum else "",
             )
 
 
@@ -397,15 +403,15 @@ def _records_in(root: Path, depth: int) -> list[dict]:
     """The runs of `root`, newest first; folders are searched `depth` levels down."""
     from jeanzay_kit.launch.manifest import read_manifest
 
-    if RunDir(root).manifest.is_file():
-        return [dict(r) for r in read_manifest(RunDir(root).manifest)]
-    if _is_run_dir(root):
-        listed = _listed_by_sweep(root)
+    run = RunDir(root)
+    if run.manifest.is_file():
+        return [dict(r) for r in read_manifest(run.manifest)]
+    if run.looks_like_a_run():
+        listed = _listed_by_sweep(run)
         if listed:  # a point of a Slurm sweep: its job and log are in the sweep's manifest
             return listed
         # No manifest: a run of this machine, or one another launcher (hydra's submitit
         # launcher, the user's own sbatch) ran on Slurm, as its newest start recorded.
-        run = RunDir(root)
         job = run.newest_start_job() or "local"
         return [{"job_id": job, "run_dir": str(root), "overrides": run.hydra_overrides()}]
     if depth == 0 or not root.is_dir():
@@ -417,15 +423,15 @@ def _records_in(root: Path, depth: int) -> list[dict]:
     return sorted(found, key=_newest, reverse=True)
 
 
-def _listed_by_sweep(run_dir: Path) -> list[dict]:
+def _listed_by_sweep(run_dir: RunDir) -> list[dict]:
     """The lines of the sweep's manifest (in the folder above a point's run directory)
     that name this run directory: `jzk status|logs <one point>` as the sweep sees it."""
     from jeanzay_kit.launch.manifest import read_manifest
 
-    manifest = RunDir(run_dir.parent).manifest
+    manifest = RunDir(run_dir.root.parent).manifest
     if not manifest.is_file():
         return []
-    here = run_dir.resolve()
+    here = run_dir.root.resolve()
     return [
         dict(r)
         for r in read_manifest(manifest)
@@ -433,15 +439,10 @@ def _listed_by_sweep(run_dir: Path) -> list[dict]:
     ]
 
 
-def _is_run_dir(path: Path) -> bool:
-
-    return RunDir(path).looks_like_a_run()
-
-
 def _newest(record: dict) -> float:
     """When a run last moved: its metrics, else its folder."""
-    run_dir = Path(str(record.get("run_dir", "")))
-    for path in (RunDir(run_dir).metrics, run_dir):
+    run_dir = RunDir.of(str(record.get("run_dir", "")))
+    for path in (run_dir.metrics, run_dir.root):
         try:
             return path.stat().st_mtime
         except OSError:
@@ -449,16 +450,15 @@ def _newest(record: dict) -> float:
     return 0.0
 
 
-def _local_state(view: RunView) -> str:
+def _local_state(view: RunView, run_dir: RunDir) -> str:
     """A local run has no scheduler: its files say whether it finished or still beats
     (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
     from jeanzay_kit.ending.outcome import read_outcome
 
-    run_dir = Path(view.run_dir or "")
     ended = read_outcome(run_dir)
     if ended is not None:
         return ended
-    if RunDir(run_dir).model_digest.exists():
+    if run_dir.model_digest.exists():
         return "COMPLETED"
     age = view.progress.oldest_beat_s
     return "RUNNING" if age is not None and age < 60 else "STOPPED"

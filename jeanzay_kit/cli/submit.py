@@ -14,11 +14,12 @@ from jeanzay_kit.cli.common import (
     build_spec,
     render,
     require_slurm,
+    run_dir_of,
     workdir_of,
 )
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -96,8 +97,7 @@ def run(args: argparse.Namespace) -> int:
         raise JzkError(f"--chain {args.chain}: give the number of jobs, 1 or more")
     if getattr(args, "prefetch", False):  # the training job waits on the downloads
         spec = _after_prefetch(args, spec)
-    workdir = workdir_of(spec)
-    run_dir = workdir / spec.checkpoint.run_dir
+    workdir, run_dir = workdir_of(spec), run_dir_of(spec)
     refuse_before_writing(spec, run_dir, args.chain)
     _check_storage(spec, workdir)
     _check_network(args, spec)
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         if earlier:
             print(earlier, file=sys.stderr, flush=True)
     script = render(spec, args.overrides)
-    path = RunDir(run_dir).job_script
+    path = run_dir.job_script
     path.write_text(script)
     jobs: list[str] = []
     for _ in range(args.chain):
@@ -135,8 +135,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "json", False):
         import json
 
-        record = {"jobs": jobs, "run_dir": str(run_dir.resolve()), "script": str(path.resolve())}
-        print(json.dumps(record | {"log": str(log.resolve())}))
+        files = {"run_dir": run_dir.root, "script": path, "log": log}
+        print(json.dumps({"jobs": jobs} | {k: str(v.resolve()) for k, v in files.items()}))
     return 0
 
 
@@ -165,7 +165,7 @@ def _after_prefetch(args: argparse.Namespace, spec: JobSpec) -> JobSpec:
 
 
 def _record(
-    run_dir: Path,
+    run_dir: RunDir,
     job_id: str,
     overrides: list[str],
     spec: JobSpec,
@@ -205,7 +205,7 @@ def _check_storage(spec: JobSpec, workdir: Path) -> None:
     check_storage(request_of(spec, workdir, env), spec, env)
 
 
-def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:
+def refuse_before_writing(spec: JobSpec, run_dir: RunDir, chain: int = 1) -> None:
     """Every refusal of a submission, before anything is written (the code's snapshot,
     the script): a refused or failed submission leaves the project as it was."""
     from jeanzay_kit.ckpt.store import check_resume_early
@@ -223,13 +223,13 @@ def refuse_before_writing(spec: JobSpec, run_dir: Path, chain: int = 1) -> None:
     # checkpoints record the script's hyper-parameters, not this config.
     if not spec.job.runs_script:
         check_resume_early(
-            run_dir,
+            run_dir.root,
             spec.config,
             spec.layout.checkpoint_world(),
             spec.checkpoint.resume,
             spec.checkpoint.allow_config_change,
         )
     # Refused here, not by the job after its wait in the queue.
-    check_writable(run_dir)
+    check_writable(run_dir.root)
     # One writer per run directory: not a second job beside a live one (launch/run_owner.py).
     check_no_live_owner(run_dir, spec.job.dependency)

@@ -149,6 +149,7 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
     tune_step_lines): nothing stays on the login node."""
     from jeanzay_kit.cli.common import render, workdir_of
     from jeanzay_kit.launch.manifest import append_manifest, job_record
+    from jeanzay_kit.rundir.run_directory import RunDir
     from jeanzay_kit.slurm.commands import sbatch
 
     if spec.layout.launcher != "srun":
@@ -169,9 +170,8 @@ def submit_study(spec: JobSpec, study_dir: Path, overrides: list[str]) -> int:
     workdir = workdir_of(spec)
     job_id = sbatch(str(path.resolve()), cwd=str(workdir))
     log = workdir / spec.job.log_dir / f"{spec.job.name}-{job_id}_<task>.out"
-    append_manifest(
-        study_dir, job_record(job_id, overrides, study_dir, (path, log), spec.cluster.name)
-    )
+    study = RunDir(study_dir)  # the study's manifest.jsonl, as a run's
+    append_manifest(study, job_record(job_id, overrides, study, (path, log), spec.cluster.name))
     print(
         f"submitted job array {job_id}: {tasks} task(s), each running trials of study "
         f"{spec.tune.study_name!r} until it has {spec.tune.n_trials}"

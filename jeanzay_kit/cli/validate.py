@@ -14,11 +14,11 @@ from jeanzay_kit.cli.common import (
     build_spec,
     check_script_run,
     refuse_hydra_dirs,
+    run_dir_of,
     workdir_of,
 )
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
 from jeanzay_kit.slurm_syntax.timefmt import format_time
 
 
@@ -350,7 +350,7 @@ def _print_snapshot(spec: JobSpec, workdir: Path) -> int:
     return plan.frozen_part.files
 
 
-def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: bool) -> None:
+def _print_footprint(spec: JobSpec, snapshot_files: int, sizes: bool) -> None:
     """The files and bytes the job adds (launch/footprint.py), then the site's own quota
     report where its command exists (Jean Zay: idr_quota_user)."""
     import shutil
@@ -358,19 +358,18 @@ def _print_footprint(spec: JobSpec, workdir: Path, snapshot_files: int, sizes: b
 
     from jeanzay_kit.launch.footprint import Footprint, describe
 
-    run_dir = workdir / spec.checkpoint.run_dir
     footprint = Footprint(
         runs=1,
         ranks=spec.layout.world_size,
         keep_last=spec.checkpoint.keep_last,
         snapshot_files=snapshot_files,
-        checkpoint_bytes=_newest_checkpoint_bytes(RunDir(run_dir).checkpoints),
+        checkpoint_bytes=_newest_checkpoint_bytes(run_dir_of(spec).checkpoints),
         params=_count_params(spec) if sizes else None,
         optimizer_states=1 if spec.optim.name == "sgd" else 2,  # momentum; AdamW: 2
     )
     for line in describe(footprint):
         print(line)
-    _check_storage(spec, workdir, snapshot_files, footprint.estimated_checkpoint_bytes)
+    _check_storage(spec, workdir_of(spec), snapshot_files, footprint.estimated_checkpoint_bytes)
     quota = shutil.which("idr_quota_user")
     if quota:
         done = subprocess.run([quota], capture_output=True, text=True, timeout=30)
@@ -510,7 +509,7 @@ def run(args: argparse.Namespace) -> int:
     check_script_run(spec, workdir)
     snapshot_files = _print_snapshot(spec, workdir)
     if not spec.job.runs_script:
-        _print_footprint(spec, workdir, snapshot_files, args.sizes)
+        _print_footprint(spec, snapshot_files, args.sizes)
     fit = _fit_line(spec, args.overrides, args.config_dir)
     if fit:
         print(fit)

@@ -24,7 +24,7 @@ from jeanzay_kit.ending.ending_rules import (
     decide,
     verdict_of,
 )
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 LOG_TAIL_BYTES = 256 * 1024  # an attempt's end is near the end of the log
 
@@ -40,25 +40,25 @@ def log_tail(path: Path) -> str:
         return ""
 
 
-def attempt_log(run_dir: Path) -> str:
+def attempt_log(run_dir: RunDir) -> str:
     """The newest attempt's lines of train.log, labels removed."""
     from jeanzay_kit.slurm.sbatch import START_MARK
 
-    return attempt_part(log_tail(RunDir(run_dir).train_log), START_MARK)
+    return attempt_part(log_tail(run_dir.train_log), START_MARK)
 
 
-def attempt_beats(run_dir: Path, since: float | None) -> tuple[int | None, list[str]]:
+def attempt_beats(run_dir: RunDir, since: float | None) -> tuple[int | None, list[str]]:
     """The step the attempt started at `since` reached (its ranks' newest beats), and
     the hosts of its ranks."""
-    beats = [b for b in RunDir(run_dir).beats() if since is None or b.wall_time >= since]
+    beats = [b for b in run_dir.beats() if since is None or b.wall_time >= since]
     step = max((b.step for b in beats), default=None)
     return step, sorted({b.host for b in beats})
 
 
-def newest_checkpoint(run_dir: Path) -> int | None:
+def newest_checkpoint(run_dir: RunDir) -> int | None:
     from jeanzay_kit.ckpt.store import CheckpointStore
 
-    root = RunDir(run_dir).checkpoints
+    root = run_dir.checkpoints
     if not root.is_dir():
         return None
     steps = [e.step for e in CheckpointStore(root).entries() if e.has_manifest]
@@ -66,7 +66,7 @@ def newest_checkpoint(run_dir: Path) -> int | None:
 
 
 def classify_attempt(
-    run_dir: Path,
+    run_dir: RunDir,
     exit_code: int | None,
     since: float | None,
     *,
@@ -91,18 +91,18 @@ def classify_attempt(
     )
 
 
-def read_endings(run_dir: Path) -> list[dict[str, Any]]:
+def read_endings(run_dir: RunDir) -> list[dict[str, Any]]:
     """How each attempt ended, oldest first (endings.jsonl, one JSON object a line)."""
-    return RunDir(run_dir).ending_records()
+    return run_dir.ending_records()
 
 
-def newest_ending(run_dir: Path) -> Verdict | None:
+def newest_ending(run_dir: RunDir) -> Verdict | None:
     endings = read_endings(run_dir)
     return verdict_of(endings[-1]) if endings else None
 
 
 def record_ending(
-    run_dir: Path,
+    run_dir: RunDir,
     verdict: Verdict,
     *,
     job_id: str | None = None,
@@ -121,15 +121,15 @@ def record_ending(
         "retried": retried,
         "time": time.time(),
     }
-    run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(RunDir(run_dir).endings, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    run_dir.root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir.endings, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, (json.dumps(record) + "\n").encode())
     finally:
         os.close(fd)
 
 
-def record_local_end(run_dir: Path, code: int, signum: int, since: float) -> None:
+def record_local_end(run_dir: RunDir, code: int, signum: int, since: float) -> None:
     """A local run of the user's own script (`jzk train job.entry=script.py`): its end,
     classified from its code, the signal a process died of and its train.log, as a Slurm
     job's are (a failed attempt is not restarted here: retried false)."""
@@ -141,7 +141,7 @@ def record_local_end(run_dir: Path, code: int, signum: int, since: float) -> Non
         record_ending(run_dir, verdict, since=since, retried=False)
 
 
-def judge(run_dir: Path, verdict: Verdict) -> Decision:
+def judge(run_dir: RunDir, verdict: Verdict) -> Decision:
     """Whether restarting after `verdict` can help, against the run's record: the end
     before it (when this attempt was a restart) and the checkpoints since."""
     from jeanzay_kit.ending.restarts import read_restarts

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.ending.codes import Exit
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def state_of(exit_code: int) -> str:
@@ -24,11 +23,11 @@ def state_of(exit_code: int) -> str:
     return "STOPPED" if exit_code == Exit.STOPPED else "FAILED"
 
 
-def clear_outcome(run_dir: Path) -> None:
-    RunDir(run_dir).outcome.unlink(missing_ok=True)
+def clear_outcome(run_dir: RunDir) -> None:
+    run_dir.outcome.unlink(missing_ok=True)
 
 
-def record_outcome(run_dir: Path, exit_code: int, signum: int = 0) -> None:
+def record_outcome(run_dir: RunDir, exit_code: int, signum: int = 0) -> None:
     """signum: the signal a process of the run died of (0: none), e.g. a script's
     SIGUSR1 it does not handle, which stops the run (exit 3) but is what happened."""
     record = {
@@ -37,23 +36,23 @@ def record_outcome(run_dir: Path, exit_code: int, signum: int = 0) -> None:
         "signal": signum or None,
         "ended_at": time.time(),
     }
-    write_durably(RunDir(run_dir).outcome, (json.dumps(record) + "\n").encode())
+    write_durably(run_dir.outcome, (json.dumps(record) + "\n").encode())
 
 
-def read_signal(run_dir: Path) -> int:
+def read_signal(run_dir: RunDir) -> int:
     """The signal a process of the last local run died of (0: none, or not recorded)."""
     try:
-        record = json.loads(RunDir(run_dir).outcome.read_text())
+        record = json.loads(run_dir.outcome.read_text())
     except (OSError, ValueError):
         return 0
     signum = record.get("signal") if isinstance(record, dict) else None
     return signum if isinstance(signum, int) and signum > 0 else 0
 
 
-def read_outcome(run_dir: Path) -> str | None:
+def read_outcome(run_dir: RunDir) -> str | None:
     """The recorded state of the last local run, or None (running, or never recorded)."""
     try:
-        record = json.loads(RunDir(run_dir).outcome.read_text())
+        record = json.loads(run_dir.outcome.read_text())
     except (OSError, ValueError):
         return None
     state = record.get("state") if isinstance(record, dict) else None

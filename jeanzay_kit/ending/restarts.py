@@ -11,30 +11,29 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
-def _read(run_dir: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _read(run_dir: RunDir) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(restarts that count against the budget now, those of earlier finished runs)."""
-    return RunDir(run_dir).restart_records()
+    return run_dir.restart_records()
 
 
-def _write(run_dir: Path, restarts: list, history: list) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
+def _write(run_dir: RunDir, restarts: list, history: list) -> None:
+    run_dir.root.mkdir(parents=True, exist_ok=True)
     body = {"restarts": restarts, "history": history}
-    write_durably(RunDir(run_dir).restarts, json.dumps(body, indent=1).encode())
+    write_durably(run_dir.restarts, json.dumps(body, indent=1).encode())
 
 
-def read_restarts(run_dir: Path) -> list[dict[str, Any]]:
+def read_restarts(run_dir: RunDir) -> list[dict[str, Any]]:
     """The restarts that count against preemption.max_restarts now."""
     return _read(run_dir)[0]
 
 
-def record_restart(run_dir: Path, reason: str, job_id: str | None = None) -> int:
+def record_restart(run_dir: RunDir, reason: str, job_id: str | None = None) -> int:
     """Add one restart (of Slurm job `job_id`, the manifest's form: "123" or an array
     task's "123_4"; None: a local run); returns how many the run has had, this one
     included."""
@@ -44,7 +43,7 @@ def record_restart(run_dir: Path, reason: str, job_id: str | None = None) -> int
     return len(current)
 
 
-def clear_restarts(run_dir: Path) -> None:
+def clear_restarts(run_dir: RunDir) -> None:
     """The run finished: its budget starts afresh; what happened moves to the history."""
     current, history = _read(run_dir)
     if current:

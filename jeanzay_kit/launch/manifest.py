@@ -14,12 +14,12 @@ from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
-def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = RunDir(directory).manifest
+def write_manifest(directory: RunDir, records: Iterable[Mapping[str, Any]]) -> Path:
+    directory.root.mkdir(parents=True, exist_ok=True)
+    path = directory.manifest
     text = "".join(json.dumps(dict(record), sort_keys=True) + "\n" for record in records)
     write_durably(path, text.encode())
     return path
@@ -28,7 +28,7 @@ def write_manifest(directory: Path, records: Iterable[Mapping[str, Any]]) -> Pat
 def job_record(
     job_id: str,
     overrides: Sequence[str],
-    run_dir: Path,
+    run_dir: RunDir,
     files: tuple[Path, Path],
     cluster: str,
 ) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def job_record(
     return {
         "job_id": job_id,
         "overrides": list(overrides),
-        "run_dir": str(run_dir.resolve()),
+        "run_dir": str(run_dir.root.resolve()),
         "script": str(script.resolve()),
         "log": str(log.resolve()),
         "cluster": cluster,
@@ -48,9 +48,9 @@ def job_record(
     }
 
 
-def append_manifest(directory: Path, record: Mapping[str, Any]) -> Path:
+def append_manifest(directory: RunDir, record: Mapping[str, Any]) -> Path:
     """Add one run (a resubmission keeps the history of earlier job ids)."""
-    path = RunDir(directory).manifest
+    path = directory.manifest
     records = read_manifest(path) if path.exists() else []
     return write_manifest(directory, [*records, record])
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def spec_of(
@@ -53,3 +54,9 @@ def spec_of(
 def workdir_of(spec: JobSpec) -> Path:
     """Where the job runs: job.workdir, or the directory jzk runs in."""
     return Path(spec.job.workdir) if spec.job.workdir else Path.cwd()
+
+
+def run_dir_of(spec: JobSpec) -> RunDir:
+    """The run directory the job writes, as this side finds it: checkpoint.run_dir under
+    the job's workdir (an absolute run_dir stays itself)."""
+    return RunDir(workdir_of(spec) / spec.checkpoint.run_dir)

@@ -11,18 +11,18 @@ from pathlib import Path
 from jeanzay_kit.ending.ending_rules import Verdict
 from jeanzay_kit.launch.ledger import RunRecord, run_record
 from jeanzay_kit.launch.status import RunProgress
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
-def last_metrics(run_dir: Path) -> dict | None:
-    records = RunDir(run_dir).metric_records()
+def last_metrics(run_dir: RunDir) -> dict | None:
+    records = run_dir.metric_records()
     return records[-1] if records else None
 
 
-def last_evaluation(run_dir: Path) -> dict[str, float] | None:
+def last_evaluation(run_dir: RunDir) -> dict[str, float] | None:
     """The eval values of the newest record that has them (evaluations are sparser than
     logged steps)."""
-    for record in reversed(RunDir(run_dir).metric_records()):
+    for record in reversed(run_dir.metric_records()):
         if "eval_loss" in record:
             return {
                 k: float(v)
@@ -32,11 +32,11 @@ def last_evaluation(run_dir: Path) -> dict[str, float] | None:
     return None
 
 
-def ledger_record(run_dir: Path, kept_step: int | None) -> RunRecord | None:
+def ledger_record(run_dir: RunDir, kept_step: int | None) -> RunRecord | None:
     """The run's own record for its ledger (launch/ledger.py): its starts, the step time
     and saves' blocking of its kept metrics, the step its newest attempt reached; None
     for a run that recorded no start (a script task, or a run from before starts.jsonl)."""
-    run = RunDir(run_dir)
+    run = run_dir
     starts = run.start_records()
     if not starts:
         return None
@@ -45,7 +45,7 @@ def ledger_record(run_dir: Path, kept_step: int | None) -> RunRecord | None:
 
 
 def run_progress(
-    run_dir: Path, now: float | None = None, job_id: str | None = None, log: Path | None = None
+    run_dir: RunDir, now: float | None = None, job_id: str | None = None, log: Path | None = None
 ) -> RunProgress:
     """job_id: count the restarts and starts of that Slurm job only, and show the last
     line that job printed (a run directory resubmitted as several jobs shows each its
@@ -53,7 +53,7 @@ def run_progress(
     log: the job's Slurm log (its manifest record), read when no beat of the job is left."""
     now = time.time() if now is None else now
     record = last_metrics(run_dir) or {}
-    beats = RunDir(run_dir).beats()
+    beats = run_dir.beats()
     running = [b for b in beats if not b.finished]
     total = max((b.total_steps for b in beats), default=None)
     step = max((b.step for b in running), default=record.get("step"))
@@ -61,7 +61,7 @@ def run_progress(
     ages = [now - b.wall_time for b in running]
     if script_beat_age is not None:  # a script task's wrappers beat too
         ages.append(script_beat_age)
-    history = RunDir(run_dir).restart_history()  # a finished run's too
+    history = run_dir.restart_history()  # a finished run's too
     restarts = len([r for r in history if job_id is None or r.get("job_id") == job_id])
     if script.attempts:
         restarts = max(restarts, script.attempts - 1)
@@ -83,19 +83,19 @@ def run_progress(
     )
 
 
-def _ending(run_dir: Path, job_id: str | None, restarts: int) -> tuple[Verdict | None, bool]:
+def _ending(run_dir: RunDir, job_id: str | None, restarts: int) -> tuple[Verdict | None, bool]:
     """The newest end of an attempt (of that Slurm job when job_id is given) and whether
     the run's restarts are a storm (ending/endings.py)."""
     from jeanzay_kit.ending.ending_rules import storm, verdict_of
 
-    endings = RunDir(run_dir).ending_records()
+    endings = run_dir.ending_records()
     endings = [e for e in endings if job_id is None or e.get("job_id") == job_id]
     newest = verdict_of(endings[-1]) if endings else None
     return newest, storm(endings, restarts)
 
 
 def _script_progress(
-    run_dir: Path, now: float, job_id: str | None = None, log: Path | None = None
+    run_dir: RunDir, now: float, job_id: str | None = None, log: Path | None = None
 ) -> tuple[RunProgress, float | None]:
     """A script task's attempts, newest output line and newest checkpoint-looking file
     (node/script_watch.py writes the lines in its beats), and the age of the stalest
@@ -105,7 +105,7 @@ def _script_progress(
     a job's line comes from its own beats (their token starts with its SLURM_JOB_ID,
     node/script_task.py), else from its own log; a run on this machine writes no beat,
     its lines are in train.log."""
-    run = RunDir(run_dir)
+    run = run_dir
     if not run.is_script_run():
         return RunProgress(), None
     attempts = [a for a in run.attempt_records() if job_id is None or _same_job(a, job_id)]
@@ -126,7 +126,7 @@ def _script_progress(
         attempts=len(attempts),
         last_line=last[0] if last else None,
         last_line_age_s=now - last[1] if last else None,
-        checkpoint_file=str(found[0].relative_to(run_dir)) if found else None,
+        checkpoint_file=str(found[0].relative_to(run_dir.root)) if found else None,
         checkpoint_age_s=now - found[1] if found else None,
     ), max((now - b.wall_time for b in running), default=None)
 

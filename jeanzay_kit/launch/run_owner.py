@@ -10,13 +10,12 @@ job.sbatch` shows up there once it runs. A job queued behind them with
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.manifest import read_manifest
-from jeanzay_kit.lease import holder
-from jeanzay_kit.lease_rules import busy_message
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.lease import holder
+from jeanzay_kit.rundir.lease_rules import busy_message
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.commands import CommandRunner, job_alive
 
 # Resubmissions append to the manifest: the newest few are the ones that may still live.
@@ -29,7 +28,7 @@ def dependency_ids(dependency: str | None) -> set[str]:
 
 
 def check_no_live_owner(
-    run_dir: Path, dependency: str | None, runner: CommandRunner | None = None
+    run_dir: RunDir, dependency: str | None, runner: CommandRunner | None = None
 ) -> None:
     """JzkError naming the live job (or local process) that owns run_dir, with the ways
     out, unless this job is queued behind it (job.dependency)."""
@@ -39,7 +38,7 @@ def check_no_live_owner(
     if held and record is not None and not record.job_id:
         raise JzkError(busy_message(str(run_dir), record, time.time()))
     ids: list[str] = []
-    manifest = RunDir(run_dir).manifest
+    manifest = run_dir.manifest
     if manifest.exists():
         ids = [str(r["job_id"]) for r in read_manifest(manifest)][-_NEWEST:]
     if record is not None and record.job_id:

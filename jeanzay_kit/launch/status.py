@@ -469,7 +469,7 @@ def _script_lines(views: Sequence[RunView]) -> list[str]:
 def _duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    from jeanzay_kit.progress import format_duration
+    from jeanzay_kit.rundir.progress import format_duration
 
     return format_duration(seconds)
 
@@ -483,7 +483,7 @@ def summary(states: Iterable[str]) -> str:
 
 def _evaluation(values: Mapping[str, float] | None) -> str:
     """`0.4321 accuracy=0.912`: the eval loss, then each metric of eval.metrics."""
-    from jeanzay_kit.progress import is_eval_metric
+    from jeanzay_kit.rundir.progress import is_eval_metric
 
     if not values or values.get("eval_loss") is None:
         return "-"

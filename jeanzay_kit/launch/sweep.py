@@ -17,7 +17,7 @@ from typing import Any
 from jeanzay_kit.errors import LaunchError
 from jeanzay_kit.launch.arrays import ArrayPlan
 from jeanzay_kit.launch.manifest import write_manifest
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ def submit_arrays(
     the point's overrides, number and run directory; None: the toolkit's trainer."""
     import submitit  # lazy: validating and planning a sweep does not need it
 
+    folder = RunDir(sweep_dir)  # its manifest.jsonl
+
     records: list[dict[str, Any]] = []
     submitted_jobs: list[tuple[dict[str, Any], Any]] = []
     now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -62,11 +64,11 @@ def submit_arrays(
         except Exception as err:  # submitit raises plain exceptions with sbatch's stderr
             # Record what is already queued before reporting the failure.
             if records:
-                write_manifest(sweep_dir, [*earlier, *sorted(records, key=lambda r: r["num"])])
+                write_manifest(folder, [*earlier, *sorted(records, key=lambda r: r["num"])])
             done = ", ".join(r["job_id"] for r in records) or "none"
             raise LaunchError(
                 f"sbatch refused the array of {len(plan.points)} run(s): {err}. Already "
-                f"submitted: {done} (see {RunDir(sweep_dir).manifest})"
+                f"submitted: {done} (see {folder.manifest})"
             ) from err
         for point, job in zip(plan.points, submitted, strict=True):
             record = {
@@ -83,7 +85,7 @@ def submit_arrays(
             records.append(record)
             submitted_jobs.append((record, job))
     submitted_jobs.sort(key=lambda pair: pair[0]["num"])
-    write_manifest(sweep_dir, [*earlier, *(record for record, _ in submitted_jobs)])
+    write_manifest(folder, [*earlier, *(record for record, _ in submitted_jobs)])
     return submitted_jobs
 
 

@@ -38,6 +38,7 @@ from typing import Any
 
 from jeanzay_kit.config.runtime_settings import job_signal
 from jeanzay_kit.ending.codes import Exit
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # The run directory of a task the toolkit started (distributed/script_env.py names it for
 # script tasks): a session inside reads it (runtime/session_rules.py).
@@ -75,11 +76,12 @@ class AppTask:
         # A session inside writes in the point's run directory and leaves the lease and
         # the requeue to this task, as under a script task's wrapper (session_rules.py).
         os.environ[RUN_DIR_ENV] = run_dir
-        lease = _take_run_dir(Path(run_dir), env) if rank0 else None
+        folder = RunDir(Path(run_dir))
+        lease = _take_run_dir(folder, env) if rank0 else None
         try:
             ret = self._run(overrides, num, run_dir, str(job_env.job_id))
             if rank0:
-                _write_result(Path(run_dir), ret)
+                _write_result(folder, ret)
         except SystemExit as stop:
             if stop.code != Exit.STOPPED:
                 raise
@@ -144,10 +146,10 @@ def _run_again(rank0: bool, signum: int, submitits_handler: Any) -> None:
         submitits_handler(signum, None)
 
 
-def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
+def _take_run_dir(run_dir: RunDir, env: dict[str, str]) -> Any:
     from jeanzay_kit.distributed.ranks import array_id
-    from jeanzay_kit.lease import acquire_for
     from jeanzay_kit.node.entry import record_provenance
+    from jeanzay_kit.rundir.lease import acquire_for
     from jeanzay_kit.runtime.run_result import clear_result
     from jeanzay_kit.script.script_files import record_attempt
 
@@ -160,7 +162,7 @@ def _take_run_dir(run_dir: Path, env: dict[str, str]) -> Any:
     return lease
 
 
-def _write_result(run_dir: Path, ret: Any) -> None:
+def _write_result(run_dir: RunDir, ret: Any) -> None:
     from hydra.core.utils import JobStatus
 
     from jeanzay_kit.runtime.run_result import returned_record, write_result

@@ -22,6 +22,7 @@ from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_prese
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.entry import check_entry, script_command
 from jeanzay_kit.train.directions import check_directions
 
@@ -79,7 +80,7 @@ def check_data_paths(data: Mapping[str, Any]) -> None:
         )
 
 
-def record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
+def record_provenance(run_dir: RunDir, env: Mapping[str, str]) -> None:
     """<run_dir>/provenance/: the code this start runs (project/provenance.py). A record
     that cannot be written is reported, never a reason to stop training."""
     import sys
@@ -92,7 +93,7 @@ def record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
         print(f"{report.TRAIN}: warning: provenance not recorded: {err}", file=sys.stderr)
 
 
-def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequest) -> int:
+def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRequest) -> int:
     """job.entry is the user's own command: run it as this task (`srun jzk train ...`, a
     sweep's task; Slurm signals the whole task, the command too), or start
     resources.gpus_per_node processes of it here (node/script_task.py)."""
@@ -106,7 +107,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     if launched:
         script = script_command(spec)
         return script_task.run_task(
-            sys.executable, script, env, str(run_dir), settings=script_task.job_settings(spec)
+            sys.executable, script, env, run_dir, settings=script_task.job_settings(spec)
         )
     from jeanzay_kit.script.script_siblings import earlier_run_line
 
@@ -128,7 +129,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: Path, stop: StopRequ
     return outcome.code
 
 
-def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
+def refuse_before_writing(spec: JobSpec, run_dir: RunDir) -> None:
     """Every refusal the config and the run directory's files decide, made before the
     lease is taken and anything is written there (Hydra's record, the lease's own
     record, provenance): a refused command leaves the run it names as it was, so `jzk
@@ -153,7 +154,7 @@ def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
     # A changed config meeting another experiment's checkpoints.
     ckpt = spec.checkpoint
     check_resume_early(
-        run_dir,
+        run_dir.root,
         spec.config,
         spec.layout.checkpoint_world(),
         ckpt.resume,
@@ -161,13 +162,13 @@ def refuse_before_writing(spec: JobSpec, run_dir: Path) -> None:
     )
 
 
-def refuse_if_held(run_dir: Path, env: Mapping[str, str]) -> None:
+def refuse_if_held(run_dir: RunDir, env: Mapping[str, str]) -> None:
     """RunDirBusy, as the lease's own refusal says it, when another live process writes
     run_dir; asked without taking the lease, so a refused command writes nothing. A
     record of this Slurm job (a requeue's earlier attempt) is this job's own."""
     from jeanzay_kit.errors import RunDirBusy
-    from jeanzay_kit.lease import holder
-    from jeanzay_kit.lease_rules import busy_message
+    from jeanzay_kit.rundir.lease import holder
+    from jeanzay_kit.rundir.lease_rules import busy_message
 
     record, held = holder(run_dir)
     if not held or (record is not None and record.job_id == env.get("SLURM_JOB_ID", "-")):
@@ -176,7 +177,7 @@ def refuse_if_held(run_dir: Path, env: Mapping[str, str]) -> None:
 
 
 @contextmanager
-def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterator[bool]:
+def held_run_dir(run_dir: RunDir, env: Mapping[str, str], spec: JobSpec) -> Iterator[bool]:
     """The run directory's lease (lease.py) for the life of this block, taken by
     the one process that writes it: this one outside a job step, global rank 0 in one
     (its other ranks write only under rank 0's lease). Yields whether this process
@@ -184,7 +185,7 @@ def held_run_dir(run_dir: Path, env: Mapping[str, str], spec: JobSpec) -> Iterat
     if launched_by(env) is not None and rank_info_from_env(env).rank != 0:
         yield False
         return
-    from jeanzay_kit.lease import acquire_for
+    from jeanzay_kit.rundir.lease import acquire_for
 
     what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
     lease = acquire_for(run_dir, env, what)
@@ -200,11 +201,11 @@ class _Outcome:
 
 
 @contextmanager
-def recorded_outcome(run_dir: Path) -> Iterator[_Outcome]:
+def recorded_outcome(run_dir: RunDir) -> Iterator[_Outcome]:
     """A local run's end in <run_dir>/outcome.json for `jzk status` (ending/outcome.py)."""
     from jeanzay_kit.ending.outcome import clear_outcome, record_outcome
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir.root.mkdir(parents=True, exist_ok=True)
     clear_outcome(run_dir)
     outcome = _Outcome()
     try:
@@ -216,7 +217,9 @@ def recorded_outcome(run_dir: Path) -> Iterator[_Outcome]:
         record_outcome(run_dir, outcome.code, outcome.signal)
 
 
-def _train_as_task(spec: JobSpec, env: Mapping[str, str], run_dir: Path, stop: StopRequest) -> None:
+def _train_as_task(
+    spec: JobSpec, env: Mapping[str, str], run_dir: RunDir, stop: StopRequest
+) -> None:
     """This process is a task of srun or torchrun: it is one rank."""
     from jeanzay_kit.node.worker import run_worker
 
@@ -249,7 +252,7 @@ def task_threads(env: Mapping[str, str], cpus: int) -> int:
 
 
 def _train_here(
-    spec: JobSpec, env: Mapping[str, str], run_dir: Path, cpu_count: int, stop: StopRequest
+    spec: JobSpec, env: Mapping[str, str], run_dir: RunDir, cpu_count: int, stop: StopRequest
 ) -> int:
     """cluster=local: start the workers on this machine (main checked the resume)."""
     from jeanzay_kit.node.local import launch_local
@@ -271,7 +274,7 @@ def _train_here(
 def main(
     cfg: dict[str, Any],
     env: Mapping[str, str],
-    run_dir: Path,
+    run_dir: RunDir,
     cpu_count: int = 1,
     stop: StopRequest | None = None,
     on_held: Callable[[], None] | None = None,

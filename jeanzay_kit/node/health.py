@@ -43,6 +43,7 @@ from jeanzay_kit.node.health_rules import (
     node_health_of,
     scratch_folders,
 )
+from jeanzay_kit.rundir.run_directory import RunDir
 
 GATE = "jzk: health gate"
 
@@ -65,11 +66,11 @@ def write_error(folder: Path, node: str, create: bool) -> str:
     return ""
 
 
-def folder_problems(run_dir: Path, env: Mapping[str, str], node: str) -> list[str]:
+def folder_problems(run_dir: RunDir, env: Mapping[str, str], node: str) -> list[str]:
     """The run directory (made if missing, as the training would) and the scratch
     folders (which must exist) take a write on this node."""
     problems = []
-    error = write_error(run_dir, node, create=True)
+    error = write_error(run_dir.root, node, create=True)
     if error:
         problems.append(f"run_dir: {run_dir} cannot be written on {node}: {error}")
     for name, path in scratch_folders(env):
@@ -126,7 +127,7 @@ def timed_gpu_problems(expected: int) -> list[str]:
     return [p for p in found if p]
 
 
-def probe(run_dir: Path, gpus: int, device: str, env: Mapping[str, str]) -> NodeHealth:
+def probe(run_dir: RunDir, gpus: int, device: str, env: Mapping[str, str]) -> NodeHealth:
     started = time.monotonic()
     node = env.get("SLURMD_NODENAME") or socket.gethostname()
     problems = folder_problems(run_dir, env, node)
@@ -148,7 +149,7 @@ def read_answers(text: str) -> list[NodeHealth]:
     return answers
 
 
-def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: Any = None) -> int:
+def act(run_dir: RunDir, decision: GateDecision, env: Mapping[str, str], runner: Any = None) -> int:
     """Record each failed node's end, then requeue without them (or end the job); the
     batch script's exit code."""
     from jeanzay_kit.distributed.ranks import array_id
@@ -157,7 +158,6 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
     from jeanzay_kit.ending.requeue import requeue_job
     from jeanzay_kit.errors import SlurmCommandError
     from jeanzay_kit.node.restart_job import leave_out
-    from jeanzay_kit.run_directory import RunDir
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     retried = decision.action != END and job is not None
@@ -166,7 +166,7 @@ def act(run_dir: Path, decision: GateDecision, env: Mapping[str, str], runner: A
         with contextlib.suppress(OSError):  # the run directory may be what failed
             record_ending(run_dir, verdict, job_id=job, nodes=[node], retried=retried)
     if decision.action == END:
-        say(f"{decision.line} (no training started; history in {RunDir(run_dir).endings})")
+        say(f"{decision.line} (no training started; history in {run_dir.endings})")
         return Exit.REFUSED
     if job is None:
         say(f"{decision.line}; not a Slurm job: nothing to requeue")
@@ -185,7 +185,7 @@ def say(line: str) -> None:
     print(f"{GATE}: {line}", file=sys.stderr, flush=True)
 
 
-def earlier_checks(run_dir: Path, env: Mapping[str, str]) -> list[set[str]]:
+def earlier_checks(run_dir: RunDir, env: Mapping[str, str]) -> list[set[str]]:
     """What each node this job left out before failed (its unhealthy_node endings)."""
     from jeanzay_kit.distributed.ranks import array_id
     from jeanzay_kit.ending.ending_rules import UNHEALTHY
@@ -201,7 +201,7 @@ def earlier_checks(run_dir: Path, env: Mapping[str, str]) -> list[set[str]]:
     ]
 
 
-def gate(run_dir: Path, answers_text: str, env: Mapping[str, str]) -> int:
+def gate(run_dir: RunDir, answers_text: str, env: Mapping[str, str]) -> int:
     from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
 
     nodelist = env.get("SLURM_JOB_NODELIST", "")
@@ -225,13 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     env = dict(os.environ)  # the environment is read here, once
     if args.action == "probe":
-        answer = probe(Path(args.run_dir), args.expect_gpus, args.device, env)
+        answer = probe(RunDir.of(args.run_dir), args.expect_gpus, args.device, env)
         print(json.dumps(answer.record()), flush=True)
         os._exit(0)  # not waiting for a GPU check's thread that hangs
     # Our own `scontrol requeue` sends SIGTERM to the batch step, this process included:
     # it must not cut the line that says what was done.
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    return gate(Path(args.run_dir), sys.stdin.read(), env)
+    return gate(RunDir.of(args.run_dir), sys.stdin.read(), env)
 
 
 if __name__ == "__main__":

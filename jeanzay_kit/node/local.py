@@ -22,7 +22,6 @@ from multiprocessing import forkserver
 from multiprocessing.connection import wait
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
-from pathlib import Path
 
 from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
@@ -37,7 +36,7 @@ from jeanzay_kit.ending.endings import (
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import made_progress
 
 # What every worker imports before its first step (torch's optimizers import
@@ -53,7 +52,7 @@ def _worker(
     index: int,
     spec: JobSpec,
     infos: list[RankInfo],
-    run_dir: Path,
+    run_dir: RunDir,
     threads: int,
     visible: str | None,
     *,
@@ -134,10 +133,10 @@ def _send(procs: list[BaseProcess], signals: set[int]) -> None:
                     os.kill(proc.pid, signum)
 
 
-def describe_rank(index: int, pid: int, run_dir: Path, since: float) -> str:
+def describe_rank(index: int, pid: int, run_dir: RunDir, since: float) -> str:
     """`rank N (pid P on HOST) at step S (phase)`, the step from the rank's heartbeat of
     this attempt (`since`), or `before its first step` when it wrote none."""
-    beats = RunDir(run_dir).beats()
+    beats = run_dir.beats()
     beat = next((b for b in beats if b.rank == index and b.wall_time >= since), None)
     step = f"at step {beat.step} ({beat.phase})" if beat is not None else "before its first step"
     return f"rank {index} (pid {pid} on {socket.gethostname()}) {step}"
@@ -190,7 +189,7 @@ def _terminate(procs: list[BaseProcess]) -> None:
 
 def launch_local(
     spec: JobSpec,
-    run_dir: Path,
+    run_dir: RunDir,
     cpu_count: int = 1,
     visible_devices: str | None = None,
     stop: StopRequest | None = None,
@@ -226,13 +225,13 @@ def _say(line: str) -> None:
     print(f"{report.TRAIN}: {line}", file=sys.stderr, flush=True)
 
 
-def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> bool:
+def _restart_after(spec: JobSpec, run_dir: RunDir, code: int, since: float) -> bool:
     """After a failed attempt: classify and record its end, then restart it (True) or
     say why not (False)."""
     reason = "hang" if code == Exit.HUNG else "crash"
     limit = spec.preemption.max_restarts
     verdict = classify_attempt(run_dir, code, since)
-    if not made_progress(RunDir(run_dir).beats(), since):
+    if not made_progress(run_dir.beats(), since):
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
             f"the run failed ({reason}) before completing any step of this attempt: not "
@@ -247,18 +246,17 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
     if not decision.retry:
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
-            f"the run failed: {verdict_line(verdict, decision)} "
-            f"(history in {RunDir(run_dir).endings.name})"
+            f"the run failed: {verdict_line(verdict, decision)} (history in {run_dir.endings.name})"
         )
         return False
     if len(read_restarts(run_dir)) >= limit:
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
             f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
-            f"(preemption.max_restarts={limit}, history in {RunDir(run_dir).restarts}); "
+            f"(preemption.max_restarts={limit}, history in {run_dir.restarts}); "
             "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
             "the cause, then run the same command again: it resumes from the newest "
-            f"complete checkpoint (delete {RunDir(run_dir).restarts.name} to reset the budget)"
+            f"complete checkpoint (delete {run_dir.restarts.name} to reset the budget)"
         )
         return False
     record_ending(run_dir, verdict, since=since, retried=True)
@@ -270,7 +268,7 @@ def _restart_after(spec: JobSpec, run_dir: Path, code: int, since: float) -> boo
     return True
 
 
-def local_start_mark(run_dir: Path) -> None:
+def local_start_mark(run_dir: RunDir) -> None:
     """`jzk: start N of the run on HOST at TIME` in train.log, as a Slurm job's log has
     for each start of the job (slurm/sbatch.py START_MARK)."""
     from jeanzay_kit.runtime.rank_log import mark_start
@@ -282,7 +280,7 @@ def local_start_mark(run_dir: Path) -> None:
 
 def _launch_once(
     spec: JobSpec,
-    run_dir: Path,
+    run_dir: RunDir,
     cpu_count: int,
     visible_devices: str | None,
     stop: StopRequest | None,
@@ -331,7 +329,7 @@ def _launch_once(
     return _failure_code(failed, procs[failed], run_dir, since)
 
 
-def _failure_code(index: int, proc: BaseProcess, run_dir: Path, since: float) -> int:
+def _failure_code(index: int, proc: BaseProcess, run_dir: RunDir, since: float) -> int:
     """What the run ends with when worker `index` ended first with a non-zero code, said
     in one line where the worker has not said it."""
     code, pid = proc.exitcode or 0, proc.pid or 0

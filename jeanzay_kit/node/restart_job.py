@@ -33,7 +33,7 @@ from jeanzay_kit.ending.endings import (
 )
 from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import made_progress
 
 NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
@@ -42,7 +42,7 @@ NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
 SCRIPT_REQUEUE = (Exit.STOPPED,)
 
 
-def wrote_since(run_dir: Path, since: float | None) -> bool:
+def wrote_since(run_dir: RunDir, since: float | None) -> bool:
     """The user's script made progress: it wrote a file in its run directory (its own
     checkpoint, a session's checkpoints or metrics) after the step started. The
     toolkit's own files (the restart record, a session's heartbeats from its first
@@ -53,7 +53,7 @@ def wrote_since(run_dir: Path, since: float | None) -> bool:
 
 
 def restart_after_failure(
-    run_dir: Path,
+    run_dir: RunDir,
     status: int,
     max_restarts: int,
     *,
@@ -74,7 +74,7 @@ def restart_after_failure(
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
     request_file = env.get("JZK_REQUEUE_FILE") or None  # in a container: slurm/container.py
-    mark = RunDir(run_dir).requeue_mark
+    mark = run_dir.requeue_mark
     how = f"exit {status}"
     if script and mark.exists():  # a task's command exited 3 (node/script_task.py)
         # "<pid> [SIGNAL]": the signal it died of when it did not handle the warning
@@ -102,7 +102,7 @@ def restart_after_failure(
 
 
 def _restart(
-    run_dir: Path,
+    run_dir: RunDir,
     status: int,
     max_restarts: int,
     *,
@@ -120,14 +120,10 @@ def _restart(
     request_file: in a container, where the batch shell is asked to requeue."""
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
-    hung = status == 4 or (
-        script and since is not None and RunDir(run_dir).hang_dir(int(since)).is_dir()
-    )
+    hung = status == 4 or (script and since is not None and run_dir.hang_dir(int(since)).is_dir())
     reason = "hang" if hung else f"failure (srun exit {status})"
     progressed = (
-        wrote_since(run_dir, since)
-        if script
-        else made_progress(RunDir(run_dir).beats(), since or 0)
+        wrote_since(run_dir, since) if script else made_progress(run_dir.beats(), since or 0)
     )
     ended = classify_attempt(run_dir, 4 if hung else status, since, extra_log=slurm_log)
     verdict = at_fault(ended, env or {})
@@ -152,7 +148,7 @@ def _restart(
 
 
 def _requeue(
-    run_dir: Path,
+    run_dir: RunDir,
     verdict: Verdict,
     reason: str,
     max_restarts: int,
@@ -172,7 +168,7 @@ def _requeue(
     if done >= max_restarts:
         return (
             f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
-            f"(preemption.max_restarts, history in {RunDir(run_dir).restarts}): not requeued. "
+            f"(preemption.max_restarts, history in {run_dir.restarts}): not requeued. "
             "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
             "fix the cause and submit the job again: it resumes from its newest checkpoint"
         )
@@ -203,7 +199,7 @@ def at_fault(verdict: Verdict, env: Mapping[str, str]) -> Verdict:
     return replace(verdict, node=node)
 
 
-def leave_out(run_dir: Path, job: str, runner: Any, env: Mapping[str, str]) -> str:
+def leave_out(run_dir: RunDir, job: str, runner: Any, env: Mapping[str, str]) -> str:
     """Leave every node this job's attempts put at fault out of its next start
     (accumulated in endings.jsonl); the words that say so."""
     from jeanzay_kit.slurm.commands import exclude_nodes
@@ -218,9 +214,8 @@ def leave_out(run_dir: Path, job: str, runner: Any, env: Mapping[str, str]) -> s
             f"; could not leave out {','.join(nodes)}: {err}. HINT: if no node is left for "
             f"the job, cancel it (scancel {job}) and submit with other nodes"
         )
-    return (
-        f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {RunDir(run_dir).endings.name})"
-        + (_nodes_left(job, nodes, env, runner))
+    return f", without node(s) {','.join(nodes)} (ExcNodeList, kept in {run_dir.endings.name})" + (
+        _nodes_left(job, nodes, env, runner)
     )
 
 
@@ -251,7 +246,7 @@ def _nodes_left(job: str, excluded: list[str], env: Mapping[str, str], runner: A
 
 
 def _record(
-    run_dir: Path, status: int, since: float | None, job: str | None, retried: bool
+    run_dir: RunDir, status: int, since: float | None, job: str | None, retried: bool
 ) -> None:
     """The end of a step the restart logic leaves alone (a refusal, a stop), recorded."""
     with contextlib.suppress(OSError):
@@ -261,7 +256,7 @@ def _record(
         )  # fmt: skip
 
 
-def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | None) -> str:
+def _no_retry(run_dir: RunDir, verdict: Verdict, job: str | None, since: float | None) -> str:
     """The line that ends the run when a restart cannot help (ending/endings.py judge):
     the same failure at the same step as the attempt before, no new checkpoint since the
     last restart, an out of memory, a NaN, a full disk; "" when it can."""
@@ -271,7 +266,7 @@ def _no_retry(run_dir: Path, verdict: Verdict, job: str | None, since: float | N
     record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
     return (
         f"jzk: {verdict_line(verdict, decision)} (not requeued, no restart spent; history "
-        f"in {RunDir(run_dir).endings})"
+        f"in {run_dir.endings})"
     )
 
 
@@ -305,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     # The environment is read here, once.
     env = dict(os.environ)
     line = restart_after_failure(
-        Path(args.run_dir),
+        RunDir.of(args.run_dir),
         args.status,
         args.max_restarts,
         env=env,

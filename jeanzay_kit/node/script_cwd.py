@@ -18,7 +18,7 @@ from pathlib import Path
 
 from jeanzay_kit.node.script_cwd_rules import Shadow, shadow_plan
 from jeanzay_kit.project.places import command_paths, resume_paths
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def _lister(project: Path, copies_only: bool = False) -> Callable[[str], dict[str, bool]]:
@@ -57,7 +57,7 @@ def output_places(
 
 
 def prepare_script_cwd(
-    run_dir: Path,
+    run_dir: RunDir,
     project: Path,
     code_dir: str | None,
     *,
@@ -71,7 +71,7 @@ def prepare_script_cwd(
     (`outputs`: job.script_outputs; `args`: the command's arguments; `resume_args`:
     job.resume_args); the script's own files there are left as they are. Returns the
     folder and its plan (what it hides, for the start line)."""
-    cwd = RunDir(run_dir).script_cwd
+    cwd = run_dir.script_cwd
     cwd.mkdir(parents=True, exist_ok=True)
     project = project.resolve()
     # The run directory lives under the project (outputs/...): its top folder is linked

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from jeanzay_kit.distributed.ranks import RankInfo, candidate_ports
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # How long a task waits for task 0's note: task 0 starts with the others (one srun
 # step), but a container or a slow shared filesystem can delay it.
@@ -74,7 +74,7 @@ def is_free(port: int) -> bool:
 
 
 def agreed_port(
-    env: Mapping[str, str], info: RankInfo, run_dir: Path, *, wait_s: float = WAIT_S
+    env: Mapping[str, str], info: RankInfo, run_dir: RunDir, *, wait_s: float = WAIT_S
 ) -> int:
     """The port this task's script gets as MASTER_PORT (see the module docstring)."""
     if info.launcher == "torchrun":
@@ -94,7 +94,7 @@ def agreed_port(
                 )
             )
         return info.master_port
-    note = RunDir(run_dir).script_port
+    note = run_dir.script_port
     token = step_token(env)
     if info.rank == 0:
         return _choose(info, note, token)

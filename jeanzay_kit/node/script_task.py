@@ -44,7 +44,7 @@ from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_port import agreed_port
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.entry import hydra_job, script_command
 from jeanzay_kit.script.script_files import (
     check_resume,
@@ -62,7 +62,9 @@ STOPPED = (Exit.STOPPED, -signal.SIGUSR1)
 REQUEUE_WAIT_S = 60.0
 
 
-def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int = 0) -> list[str]:
+def begin_attempt(
+    command: ScriptCommand, run_dir: RunDir, start: float, rank: int = 0
+) -> list[str]:
     """The arguments of this attempt: job.args, plus job.resume_args when an earlier
     attempt (files older than `start`, the attempt's start) left the script's files,
     plus, for a Hydra app, its output directory in the run directory
@@ -85,7 +87,7 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
     tail = command.argv_tail(resuming)
     if app is None:
         return tail
-    output_dir = str(Path.cwd() / RunDir(run_dir).script_cwd)  # an absolute run_dir stays itself
+    output_dir = str(Path.cwd() / run_dir.script_cwd)  # an absolute run_dir stays itself
     if rank == 0:
         print(hydra.start_line(command.entry, command.args, output_dir), flush=True)
 
@@ -94,13 +96,14 @@ def begin_attempt(command: ScriptCommand, run_dir: Path, start: float, rank: int
         # entries show the project's (it may not be made yet: read it from the project).
         bases = (output_dir, os.getcwd())
         return any(
-            os.path.realpath(os.path.join(b, value)) == os.path.realpath(run_dir) for b in bases
+            os.path.realpath(os.path.join(b, value)) == os.path.realpath(run_dir.root)
+            for b in bases
         )
 
     return [*tail, *hydra.app_args(command.args, output_dir, is_run_dir)]
 
 
-def say_if_complete(run_dir: Path, command: ScriptCommand) -> None:
+def say_if_complete(run_dir: RunDir, command: ScriptCommand) -> None:
     """One line when the run's newest end is its script's completion (ending/endings.py):
     the same command again does not resume, it runs the script again in place."""
     from jeanzay_kit.ending.ending_rules import COMPLETED
@@ -114,7 +117,7 @@ def say_if_complete(run_dir: Path, command: ScriptCommand) -> None:
 
 def stop_note(
     command: ScriptCommand,
-    run_dir: Path,
+    run_dir: RunDir,
     start: float,
     requeued: bool = True,
     cwd: Path | None = None,
@@ -124,7 +127,7 @@ def stop_note(
 
     app = hydra_job(command, Path.cwd())
     # Relative arguments name paths in the script's own working directory.
-    script_cwd = RunDir(run_dir).script_cwd
+    script_cwd = run_dir.script_cwd
     wrote = wrote_since(run_dir, start, command.args, cwd or script_cwd, app)
     hint = None if app is None else stop_hint(str(script_cwd), command.args)
     return requeue_note(wrote, command.resume_args, str(run_dir), requeued, hint)
@@ -137,19 +140,19 @@ def attempt_start(env: Mapping[str, str]) -> float:
     return float(value) if value.isdigit() else time.time()
 
 
-def task_env(env: Mapping[str, str], run_dir: str, settings: str = "") -> dict[str, str]:
+def task_env(env: Mapping[str, str], run_dir: RunDir, settings: str = "") -> dict[str, str]:
     """The task's environment as its launcher's process (a Slurm task, a torchrun
     worker: distributed/script_env.py launcher_env) plus torchrun's variables derived
     from the launcher's, and the job's runtime settings (JSON,
     config/runtime_settings.py) for a session."""
     info = rank_info_from_env(env)
-    Path(run_dir).mkdir(parents=True, exist_ok=True)
+    run_dir.root.mkdir(parents=True, exist_ok=True)
     seen = launcher_env(env, info, info.job_id or str(os.getpid()))
-    return {**seen, **script_env(info, str(Path(run_dir).resolve()), settings)}
+    return {**seen, **script_env(info, str(run_dir.root.resolve()), settings)}
 
 
 def own_cwd(
-    run_dir: Path, env: Mapping[str, str], script: ScriptCommand, *tops: str, say: bool = True
+    run_dir: RunDir, env: Mapping[str, str], script: ScriptCommand, *tops: str, say: bool = True
 ) -> tuple[Path, dict[str, str]]:
     """The script's working directory, <run_dir>/cwd showing the project but for its
     output places (node/script_cwd.py), and what its environment adds: JZK_PROJECT_DIR.
@@ -230,18 +233,19 @@ def slurm_task(
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
     a hung script (stall_seconds, 0: not watched) ends the task with Exit.HUNG."""
-    from jeanzay_kit.lease import acquire_for
+    from jeanzay_kit.rundir.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
     start, rank = attempt_start(env), rank_info_from_env(env).rank
     # Task 0 holds the run directory for the job (lease.py): a second job in it
     # is refused before the script starts.
-    lease = acquire_for(Path(run_dir), env, f"script {script.entry}") if rank == 0 else None
+    folder = RunDir.of(run_dir)  # the path from the batch script's command line
+    lease = acquire_for(folder, env, f"script {script.entry}") if rank == 0 else None
     try:
         return _run_slurm_script(
             command,
             env,
-            run_dir,
+            folder,
             script,
             start,
             rank,
@@ -258,7 +262,7 @@ def slurm_task(
 def _run_slurm_script(
     command: Sequence[str],
     env: Mapping[str, str],
-    run_dir: str,
+    run_dir: RunDir,
     script: ScriptCommand,
     start: float,
     rank: int,
@@ -271,19 +275,19 @@ def _run_slurm_script(
     from jeanzay_kit.node.script_watch import Watch, after_the_work, supervise
 
     full_env = task_env(env, run_dir, settings)
-    full_env["MASTER_PORT"] = str(agreed_port(env, rank_info_from_env(env), Path(run_dir)))
-    cwd, extra = own_cwd(Path(run_dir), env, script, say=rank == 0)
+    full_env["MASTER_PORT"] = str(agreed_port(env, rank_info_from_env(env), run_dir))
+    cwd, extra = own_cwd(run_dir, env, script, say=rank == 0)
     full_env.update(extra)
     head = command[: len(command) - len(script.args)]  # python and the entry
-    argv = [*head, *begin_attempt(script, Path(run_dir), start, rank)]
+    argv = [*head, *begin_attempt(script, run_dir, start, rank)]
     command, full = frozen(argv, full_env)
     command = anchored(command, Path.cwd())
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
     if rank == 0:
-        record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"), array_id(env))
-        _record_provenance(Path(run_dir), env)
+        record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
+        _record_provenance(run_dir, env)
     watch = Watch(
-        Path(run_dir), rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
+        run_dir, rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
     )
     ended = supervise(command, full, watch, cwd=cwd)
     code = ended.code
@@ -294,21 +298,21 @@ def _run_slurm_script(
     note = after_the_work(watch, rank_info_from_env(env).world_size, ended)
     if note is not None:
         print(f"jzk: {note}: not a failure, no restart spent", file=sys.stderr, flush=True)
-        record_done(Path(run_dir), env, note)
+        record_done(run_dir, env, note)
         return 0
     if code == 0 and rank == 0:
-        record_done(Path(run_dir), env)
+        record_done(run_dir, env)
     if code in STOPPED:
         # The signal it died of, for the requeue's message (node/restart_job.py).
         died = f" {signal_name(-code)}" if code < 0 else ""
-        RunDir(Path(run_dir)).requeue_mark.write_text(f"{os.getpid()}{died}\n")
+        run_dir.requeue_mark.write_text(f"{os.getpid()}{died}\n")
         if rank == 0:
-            print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
+            print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
         return 0
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
-def record_done(run_dir: Path, env: Mapping[str, str], note: str | None = None) -> None:
+def record_done(run_dir: RunDir, env: Mapping[str, str], note: str | None = None) -> None:
     """Task 0's command exited 0: the run's newest end is "completed" (ending/endings.py),
     as the toolkit's loop records its own (node/worker_start.py say_done); without it
     `jzk status` kept saying the stop before the requeue, with its "run the same command
@@ -324,7 +328,7 @@ def record_done(run_dir: Path, env: Mapping[str, str], note: str | None = None) 
         print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
 
 
-def _record_provenance(run_dir: Path, env: Mapping[str, str]) -> None:
+def _record_provenance(run_dir: RunDir, env: Mapping[str, str]) -> None:
     """<run_dir>/provenance/ for a script's run too: never a reason to stop it."""
     from jeanzay_kit.project.provenance import record_run_provenance
 
@@ -338,7 +342,7 @@ def run_task(
     python: str,
     script: ScriptCommand,
     env: Mapping[str, str],
-    run_dir: str,
+    run_dir: RunDir,
     *,
     runner: Any = None,
     sleep: Callable[[float], None] = time.sleep,
@@ -350,20 +354,20 @@ def run_task(
     runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
     info, start = rank_info_from_env(env), attempt_start(env)
     full_env = task_env(env, run_dir, settings)
-    full_env["MASTER_PORT"] = str(agreed_port(env, info, Path(run_dir)))
-    cwd, extra = own_cwd(Path(run_dir), env, script, say=info.rank == 0)
-    argv = script_argv(python, script.entry, begin_attempt(script, Path(run_dir), start, info.rank))
+    full_env["MASTER_PORT"] = str(agreed_port(env, info, run_dir))
+    cwd, extra = own_cwd(run_dir, env, script, say=info.rank == 0)
+    argv = script_argv(python, script.entry, begin_attempt(script, run_dir, start, info.rank))
     if info.rank == 0:  # `jzk status` counts the starts of a sweep point's script too
-        record_attempt(Path(run_dir), start, env.get("SLURM_JOB_ID"), array_id(env))
+        record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
     command, full = frozen(argv, {**full_env, **extra})
     command = anchored(command, Path.cwd())
     code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
     if code == 0 and info.rank == 0:
-        record_done(Path(run_dir), env)
+        record_done(run_dir, env)
     if code not in STOPPED:
         return 128 - code if code < 0 else code
     if info.rank == 0:
-        print(f"jzk: {stop_note(script, Path(run_dir), start)}", file=sys.stderr, flush=True)
+        print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
     return requeue_stopped(info, runner, sleep)
 
 
@@ -397,7 +401,7 @@ def requeue_stopped(
 
 def launch_local(
     spec: JobSpec,
-    run_dir: Path,
+    run_dir: RunDir,
     env: Mapping[str, str],
     python: str,
     stop: StopRequest,
@@ -476,7 +480,7 @@ def _start_processes(
     infos: list[RankInfo],
     env: Mapping[str, str],
     cwd: Path,
-    run_dir: Path,
+    run_dir: RunDir,
     spec: JobSpec,
 ) -> list[subprocess.Popen]:
     """One process of the command per rank, each as torchrun would start it (its
@@ -496,7 +500,7 @@ def _start_processes(
                 # it), as the Slurm wrapper sets it (node/script_watch.py).
                 "PYTHONFAULTHANDLER": "1",
                 **launcher_env(env, info, run_id),
-                **script_env(info, str(run_dir.resolve()), job_settings(spec)),
+                **script_env(info, str(run_dir.root.resolve()), job_settings(spec)),
             },
             cwd=cwd,
             process_group=0,
@@ -507,10 +511,10 @@ def _start_processes(
     ]
 
 
-def _pump_output(procs: list[subprocess.Popen], run_dir: Path) -> list[threading.Thread]:
+def _pump_output(procs: list[subprocess.Popen], run_dir: RunDir) -> list[threading.Thread]:
     """A thread per pipe: each process's lines to this launcher's stdout/stderr and,
     labelled with its rank, to <run_dir>/train.log."""
-    from jeanzay_kit.rank_lines import label
+    from jeanzay_kit.rundir.rank_lines import label
     from jeanzay_kit.runtime.rank_log import Pump, open_log
 
     fd, lock = open_log(run_dir), threading.Lock()

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.ending.codes import Exit, stop_signals
 from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
 from jeanzay_kit.ending.preemption import NOTE_CHECK_S, stop_note
 from jeanzay_kit.ending.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.rank_log import TAIL_BYTES
 from jeanzay_kit.script.script_files import newest_script_write, write_script_beat
 
@@ -50,7 +50,7 @@ class Ended:
 
 @dataclass(frozen=True)
 class Watch:
-    run_dir: Path
+    run_dir: RunDir
     rank: int
     token: str  # the attempt (the same on every task of the step)
     start: float  # the attempt's start (JZK_STEP_START)
@@ -145,7 +145,7 @@ def after_the_work(watch: Watch, world_size: int, ended: Ended) -> str | None:
     while True:
         peers = {
             b.rank: (b.code, b.at_exit)
-            for b in RunDir(watch.run_dir).script_beats()
+            for b in watch.run_dir.script_beats()
             if b.token == watch.token and b.finished and b.rank != watch.rank
         }
         if not peers_undecided(watch.rank, peers, world_size) or time.monotonic() > deadline:
@@ -166,7 +166,7 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             seen.saw(info.si_signo, now)
         if now >= next_note:  # a stat on the shared filesystem: once a second
             next_note = now + NOTE_CHECK_S
-            note = stop_note(RunDir(watch.run_dir).stop_note)
+            note = stop_note(watch.run_dir.stop_note)
             if note is not None and note[1] != note_seen:
                 note_seen = note[1]
                 relay.received(note[0], False, now)
@@ -214,7 +214,7 @@ def _write_beat(
 
 
 def _hang(watch: Watch, now: float, warned_at: float | None) -> ScriptHang | None:
-    beats = RunDir(watch.run_dir).script_beats()
+    beats = watch.run_dir.script_beats()
 
     def judge(newest_write: float | None) -> ScriptHang | None:
         return script_hang(
@@ -258,7 +258,7 @@ def _end_hung(
     first would wake its peers out of their collective with an error, and their stacks
     would no longer show where they hung. The abort is pending before the command runs
     again (SIGCONT), so its handler runs before anything else can."""
-    folder = RunDir(watch.run_dir).hang_dir(int(watch.start))
+    folder = watch.run_dir.hang_dir(int(watch.start))
     folder.mkdir(parents=True, exist_ok=True)
     beat_s = watch.heartbeat_seconds
     _together(folder, "seen", watch, hang, 3 * beat_s + 2.0)

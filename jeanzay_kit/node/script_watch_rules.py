@@ -17,9 +17,9 @@ import signal
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.ending.codes import WARNING_NAMES, stop_signals
-from jeanzay_kit.progress import format_duration
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.progress import format_duration
 
 # The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
 # Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is

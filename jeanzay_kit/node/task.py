@@ -28,12 +28,14 @@ def run_training(config: dict[str, Any], run_dir: str) -> float | list[float | N
     stop = StopRequest()
     from jeanzay_kit.node.entry import main
     from jeanzay_kit.project.import_path import put_project_on_path
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     # The environment is read here, once.
     env = dict(os.environ)
     # The project's code: the sweep's snapshot (JZK_CODE_DIR), else the project's root.
     put_project_on_path(env, Path.cwd())
-    code = main(config, env, Path(run_dir), cpu_count=os.cpu_count() or 1, stop=stop)
+    folder = RunDir(Path(run_dir))
+    code = main(config, env, folder, cpu_count=os.cpu_count() or 1, stop=stop)
     if code == Exit.STOPPED:
         raise SystemExit(code)  # stopped after a save, and requeued: not a failure
     if code:
@@ -44,5 +46,5 @@ def run_training(config: dict[str, Any], run_dir: str) -> float | list[float | N
 
     # Several objectives (tune.objective as a list): the list, as Hydra's Optuna sweeper
     # takes from a multi-objective run.
-    values = result_values(Path(run_dir))
-    return values if values is not None and len(values) > 1 else result_value(Path(run_dir))
+    values = result_values(folder)
+    return values if values is not None and len(values) > 1 else result_value(folder)

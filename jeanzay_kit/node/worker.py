@@ -10,12 +10,12 @@ reads the environment itself but to hand it to the run.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.preemption import StopRequest
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime import startup
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 def run_worker(
     spec: JobSpec,
     info: RankInfo,
-    run_dir: Path,
+    run_dir: RunDir,
     *,
     visible_devices: str | None,
     threads: int,

@@ -8,7 +8,6 @@ import contextlib
 import os
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jeanzay_kit import report
@@ -16,6 +15,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.run import Ending
 
 if TYPE_CHECKING:
@@ -25,20 +25,18 @@ if TYPE_CHECKING:
     from jeanzay_kit.train.parts import Parts
 
 
-def log_and_listen(run_dir: Path, info: RankInfo, stop: StopRequest) -> None:
+def log_and_listen(run_dir: RunDir, info: RankInfo, stop: StopRequest) -> None:
     """This rank's whole lines, labelled, in <run_dir>/train.log; in a Slurm job, the
     note of a signal its batch shell alone received (ending/signal_rules.py)."""
     from jeanzay_kit.runtime import rank_log
 
     rank_log.install(run_dir, info.rank)
     if info.requeue_id is not None:
-        from jeanzay_kit.run_directory import RunDir
-
-        stop.watch_note(RunDir(run_dir).stop_note)
+        stop.watch_note(run_dir.stop_note)
 
 
 def before_join(
-    spec: JobSpec, info: RankInfo, run_dir: Path, device: torch.device, threads: int
+    spec: JobSpec, info: RankInfo, run_dir: RunDir, device: torch.device, threads: int
 ) -> list[Parts]:
     """Before the process group: this task's line, the start-of-run check (rank 0: the
     parts it tried, which its training uses), the flight recorder."""
@@ -129,7 +127,7 @@ def _failure_explainer(spec: JobSpec) -> Callable[[BaseException], BaseException
     return explain
 
 
-def say_done(run_dir: Path, result: TrainResult, job_id: str | None = None) -> None:
+def say_done(run_dir: RunDir, result: TrainResult, job_id: str | None = None) -> None:
     """Rank 0, after a completed run: its restart budget starts afresh, its end is
     recorded (ending/endings.py: a Slurm job's earlier failure is not its newest end), and
     the last line. job_id: the manifest's form ("123", an array task's "123_4")."""

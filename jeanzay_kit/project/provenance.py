@@ -32,7 +32,7 @@ from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.project import git
 from jeanzay_kit.project.places import is_code_name, output_place
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.offline_env import CACHE_FOLDERS, OFFLINE_SWITCHES
 from jeanzay_kit.version import __version__
 
@@ -114,12 +114,12 @@ def write_submit_provenance(
     (folder / "packages.txt").write_text(packages_freeze())
 
 
-def record_run_provenance(run_dir: Path, env: Mapping[str, str], cwd: Path) -> Path:
+def record_run_provenance(run_dir: RunDir, env: Mapping[str, str], cwd: Path) -> Path:
     """At a run's start (once per start, by one process): copy the snapshot's record,
     or record the live tree the run imports from; append a line to history.jsonl."""
     from jeanzay_kit.project.import_path import CODE_DIR_VAR, project_code_dir
 
-    out = RunDir(run_dir).provenance
+    out = run_dir.provenance
     out.mkdir(parents=True, exist_ok=True)
     code = project_code_dir(env, cwd)
     frozen = code / PROVENANCE_DIR if env.get(CODE_DIR_VAR) else None

@@ -39,7 +39,7 @@ from jeanzay_kit.project.places import (
     resume_paths,
 )
 from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenance
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 SNAPSHOTS = "code"
 # A project received from a laptop (remote/code_archive.py) lists its code files here:

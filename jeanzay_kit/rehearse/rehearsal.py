@@ -13,7 +13,7 @@ from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
 from jeanzay_kit.rehearse.runner import check_local, rehearse_run, run_here, save_seconds
 from jeanzay_kit.rehearse.schedule import EXPECTED, HANG, KILL_RANK, schedule, to_json
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,8 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
 from jeanzay_kit.rehearse.schedule import HANG, KILL_RANK, STARTUP, Fault
-from jeanzay_kit.run_directory import RunDir
-from jeanzay_kit.run_layout import HANG_PREFIX
+from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.rundir.run_layout import HANG_PREFIX
 
 POLL_S = 0.2
 # After its recovery a fault must be followed by progress within this (and the watchdog).

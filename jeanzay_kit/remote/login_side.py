@@ -21,7 +21,7 @@ from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.remote.code_archive import ARCHIVES, received_key, unpack
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.version import __version__
 
 SLURM_COMMANDS = ("sbatch", "squeue", "sacct", "scancel")
@@ -64,21 +64,21 @@ def receive(project: str, key: str) -> int:
     return 0
 
 
-def pack_run(run_dir: Path, checkpoints: bool) -> int:
+def pack_run(run_dir: RunDir, checkpoints: bool) -> int:
     """The run directory's regular files (links left: a script's cwd links to the project)
     as a .tar.gz on stdout; its checkpoints folder only with `checkpoints`."""
-    run = RunDir(run_dir)
-    if not run_dir.is_dir():
+    run = run_dir
+    if not run_dir.root.is_dir():
         raise JzkError(f"{run_dir} is not a run directory on this machine")
     skip = None if checkpoints else run.checkpoints.resolve()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for path in sorted(run_dir.rglob("*")):
+        for path in sorted(run_dir.root.rglob("*")):
             if path.is_symlink() or not path.is_file():
                 continue
             if skip is not None and skip in path.resolve().parents:
                 continue
-            tar.add(path, arcname=path.relative_to(run_dir).as_posix(), recursive=False)
+            tar.add(path, arcname=path.relative_to(run_dir.root).as_posix(), recursive=False)
     sys.stdout.buffer.write(buf.getvalue())
     sys.stdout.buffer.flush()
     return 0

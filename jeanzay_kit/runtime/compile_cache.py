@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # torch's counters (torch._dynamo.utils.counters) of the caches a compile consults.
 HIT_COUNTERS = (("inductor", "fxgraph_cache_hit"), ("aot_autograd", "autograd_cache_hit"))
@@ -91,13 +91,13 @@ class CompileCache:
 
 
 def open_cache(
-    run_dir: Path, device_type: str, env: MutableMapping[str, str] | None = None
+    run_dir: RunDir, device_type: str, env: MutableMapping[str, str] | None = None
 ) -> CompileCache:
     """Before the first compile of this process: point Inductor at the run's folder
     (CPU), or load the run's artifacts into the node's local cache (CUDA). env: this
     process's environment (os.environ), which torch reads its cache folder from."""
     env = os.environ if env is None else env
-    run = RunDir.of(run_dir)
+    run = run_dir
     kind = kind_for(device_type, users_folder(env.get(ENV_KEY)))
     if kind == "folder":
         # torch reads its cache folder from this variable only (and writes it back

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from jeanzay_kit import report
 from jeanzay_kit.ending.codes import Exit
-from jeanzay_kit.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
+from jeanzay_kit.rundir.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
 from jeanzay_kit.runtime.stall import Stall, find_stall
 
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as
@@ -38,13 +38,13 @@ FLIGHT_ENTRIES = "2000"
 # Where NCCL's own watchdog dumps the recorder when a collective times out (prefix + rank).
 
 
-def enable_flight_recorder(run_dir: Path, env: MutableMapping[str, str]) -> None:
+def enable_flight_recorder(run_dir: RunDir, env: MutableMapping[str, str]) -> None:
     """Switch torch's flight recorder on (every backend since torch 2.8), before the process
     group starts; settings the user exported win. env: os.environ, passed in by the worker."""
     env.setdefault("TORCH_FR_BUFFER_SIZE", FLIGHT_ENTRIES)
     env.setdefault("TORCH_NCCL_DUMP_ON_TIMEOUT", "1")
     if "TORCH_FR_DUMP_TEMP_FILE" not in env:
-        folder = RunDir(run_dir).nccl_timeouts
+        folder = run_dir.nccl_timeouts
         folder.mkdir(parents=True, exist_ok=True)
         env["TORCH_FR_DUMP_TEMP_FILE"] = str(folder / "rank_")
 
@@ -69,14 +69,14 @@ def dump_flight_recorder(folder: Path, rank: int) -> str:
 class Heartbeat:
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: RunDir,
         rank: int,
         total_steps: int,
         token: str,
         job_id: str | None,
         interval_s: float,
     ) -> None:
-        self.folder = RunDir(run_dir).heartbeats
+        self.folder = run_dir.heartbeats
         self.folder.mkdir(parents=True, exist_ok=True)
         self.path = self.folder / f"rank-{rank}.json"
         self.rank, self.total_steps, self.token, self.job_id = rank, total_steps, token, job_id
@@ -141,7 +141,7 @@ class Watchdog:
     def __init__(
         self,
         heartbeat: Heartbeat,
-        run_dir: Path,
+        run_dir: RunDir,
         stall_seconds: float,
         exit_process: Callable[[int], None] = os._exit,
     ) -> None:
@@ -171,7 +171,7 @@ class Watchdog:
                 return
 
     def _on_stall(self, stall: Stall) -> None:
-        folder = RunDir(self.run_dir).hang_dir(stall.beat.step)
+        folder = self.run_dir.hang_dir(stall.beat.step)
         folder.mkdir(parents=True, exist_ok=True)
         message = stall.message(self.stall_seconds)
         with open(folder / f"rank-{self.hb.rank}.txt", "w") as out:
@@ -197,7 +197,7 @@ class Watchdog:
 
 
 def start_watch(
-    run_dir: Path,
+    run_dir: RunDir,
     rank: int,
     total_steps: int,
     job_id: str | None,

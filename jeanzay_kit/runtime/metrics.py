@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from jeanzay_kit.durable_io import read_json_lines
-from jeanzay_kit.progress import (
+from jeanzay_kit.rundir.progress import (
     format_duration,
     input_bound,
     input_bound_note,
@@ -22,7 +22,7 @@ from jeanzay_kit.progress import (
     outlook,
     requeue_note,
 )
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # metrics.jsonl keys -> TensorBoard tags, grouped so the train/eval losses share a panel.
 BOARD_TAGS = {"loss": "loss/train", "eval_loss": "loss/eval"}
@@ -50,7 +50,7 @@ class MetricsWriter:
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: RunDir,
         enabled: bool,
         total_steps: int,
         *,
@@ -73,7 +73,7 @@ class MetricsWriter:
         self.enabled = enabled
         self.total_steps = total_steps
         self.stream = stream or sys.stdout
-        self.path = RunDir(run_dir).metrics
+        self.path = run_dir.metrics
         self.end_time, self.allocation_s, self.lead_s = end_time, allocation_s, lead_s
         self._noted_requeues = False
         self.loader = loader
@@ -95,13 +95,13 @@ class MetricsWriter:
 
     def _open(
         self,
-        run_dir: Path,
+        run_dir: RunDir,
         resume_step: int,
         tensorboard: bool,
         trackers: Any,
         tracker_params: dict[str, Any],
     ) -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.root.mkdir(parents=True, exist_ok=True)
         # A fresh run starts a fresh file. A resumed one keeps the records up to the
         # checkpoint and drops any logged after it (they will be logged again).
         kept = []
@@ -125,7 +125,7 @@ class MetricsWriter:
             # purge_step: after a resume TensorBoard hides what an earlier attempt logged
             # past the checkpoint, as metrics.jsonl drops it above.
             self._board = SummaryWriter(
-                str(RunDir(run_dir).tensorboard),
+                str(run_dir.tensorboard),
                 purge_step=resume_step + 1 if resume_step else None,
             )
 

@@ -22,27 +22,26 @@ import os
 import re
 import sys
 import threading
-from pathlib import Path
 from typing import IO, Any, TextIO
 
-from jeanzay_kit.rank_lines import label
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.rank_lines import label
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # The end of a process's output kept to read how it ended (faulthandler's report).
 TAIL_BYTES = 16384
 
 
-def open_log(run_dir: Path) -> int:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    return os.open(RunDir(run_dir).train_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+def open_log(run_dir: RunDir) -> int:
+    run_dir.root.mkdir(parents=True, exist_ok=True)
+    return os.open(run_dir.train_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
-def mark_start(run_dir: Path, marker: str) -> None:
+def mark_start(run_dir: RunDir, marker: str) -> None:
     """An unlabelled line opening an attempt in train.log (`jzk logs --attempt K` counts
     them); `marker` is the launcher's `jzk: start ...` line, without its number: it gets
     the count of the markers already there, plus one."""
     try:
-        old = RunDir(run_dir).train_log.read_text(errors="replace")
+        old = run_dir.train_log.read_text(errors="replace")
     except OSError:
         old = ""
     head = marker.split("{n}")[0]
@@ -92,7 +91,7 @@ class LineTee:
         return getattr(self.original, name)
 
 
-def install(run_dir: Path, rank: int) -> None:
+def install(run_dir: RunDir, rank: int) -> None:
     """This process's sys.stdout and sys.stderr also fill <run_dir>/train.log."""
     try:
         fd = open_log(run_dir)

@@ -40,7 +40,7 @@ from jeanzay_kit.distributed.process_group import (
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
@@ -81,7 +81,7 @@ class Run:
 
     settings: RuntimeSettings
     info: RankInfo
-    run_dir: Path
+    run_dir: RunDir
     steps: int | None
     stop: StopRequest
     env: dict[str, str]
@@ -114,7 +114,7 @@ class Run:
         cls,
         spec: JobSpec,
         info: RankInfo,
-        run_dir: Path,
+        run_dir: RunDir,
         *,
         stop: StopRequest,
         visible_devices: str | None,
@@ -158,9 +158,9 @@ class Run:
     # ---- start and end -------------------------------------------------------------------
 
     def start(self, before_join: Callable[[torch.device], None] | None = None) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.run_dir.root.mkdir(parents=True, exist_ok=True)
         if self.holds_lease and self._lease is None:
-            from jeanzay_kit.lease import acquire_for
+            from jeanzay_kit.rundir.lease import acquire_for
 
             # One writer per run directory (lease.py), before anything is written.
             self._lease = acquire_for(self.run_dir, self.env, "a session loop")
@@ -354,7 +354,7 @@ class Run:
                 f"the loss is NaN or infinite at step {at} on some rank; nothing was saved "
                 "after it. HINT: lower the learning rate or clip gradients, look at the data "
                 "of this step; the run resumes from its newest checkpoint in "
-                f"{RunDir(self.run_dir).checkpoints}"
+                f"{self.run_dir.checkpoints}"
             )
         if signum and not self.stopped_by:
             self.stopped_by = signal_name(signum)
@@ -427,7 +427,7 @@ class Run:
         options: Mapping[str, Any],
     ) -> Checkpointer:
         ckpt = Checkpointer(
-            self.run_dir,
+            self.run_dir.root,
             module,
             optimizer,
             rank=self.info.rank,
@@ -456,7 +456,7 @@ class Run:
             state = get_model_state_dict(
                 model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
             )
-        where = name if name is not None else RunDir(self.run_dir).model_final.name
+        where = name if name is not None else self.run_dir.model_final.name
         digest = [self.write_model(state, where) if self.is_main else None]
         if dist.is_initialized():
             dist.broadcast_object_list(digest, src=0)
@@ -468,7 +468,7 @@ class Run:
         from jeanzay_kit.ckpt.digest import state_digest
 
         digest = state_digest(cast(dict[str, torch.Tensor], state))
-        path, digest_path = RunDir(self.run_dir).saved_model(name)
+        path, digest_path = self.run_dir.saved_model(name)
         torch.save(state, path)
         digest_path.write_text(f"{digest}\n")
         return digest

@@ -18,11 +18,10 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def final_values(records: Iterable[Mapping[str, Any]]) -> dict[str, float | int]:
@@ -135,25 +134,25 @@ def missing_reason(objective: str, values: Mapping[str, Any]) -> str:
 # ---- the files ---------------------------------------------------------------------------
 
 
-def write_result(run_dir: Path, record: Mapping[str, Any]) -> None:
-    write_durably(RunDir(run_dir).result, (json.dumps(record) + "\n").encode())
+def write_result(run_dir: RunDir, record: Mapping[str, Any]) -> None:
+    write_durably(run_dir.result, (json.dumps(record) + "\n").encode())
 
 
-def clear_result(run_dir: Path) -> None:
+def clear_result(run_dir: RunDir) -> None:
     """At a run's start: a result.json left by an earlier end no longer holds."""
-    RunDir(run_dir).result.unlink(missing_ok=True)
+    run_dir.result.unlink(missing_ok=True)
 
 
-def read_result(run_dir: Path) -> dict[str, Any] | None:
+def read_result(run_dir: RunDir) -> dict[str, Any] | None:
     """result.json, or None when the run wrote none (or it is not a JSON object)."""
     try:
-        record = json.loads(RunDir(run_dir).result.read_text())
+        record = json.loads(run_dir.result.read_text())
     except (OSError, ValueError):
         return None
     return record if isinstance(record, dict) else None
 
 
-def result_value(run_dir: Path) -> float | None:
+def result_value(run_dir: RunDir) -> float | None:
     """The run's objective value: result.json's `value` (None: no result, or none)."""
     record = read_result(run_dir)
     value = record.get("value") if record else None
@@ -162,7 +161,7 @@ def result_value(run_dir: Path) -> float | None:
     return float(value)
 
 
-def result_values(run_dir: Path) -> list[float | None] | None:
+def result_values(run_dir: RunDir) -> list[float | None] | None:
     """Each objective's value (result.json's `values`, or its one `value`); None: no
     result.json."""
     record = read_result(run_dir)
@@ -185,7 +184,7 @@ def direction_of(objective: str, direction: str, higher_is_better: bool | None =
 
 
 def write_end_result(
-    run_dir: Path,
+    run_dir: RunDir,
     objectives: Sequence[str],
     directions: Sequence[str],
     reported: Mapping[str, float | int] | None = None,
@@ -193,7 +192,7 @@ def write_end_result(
     """Rank 0, at the end of a completed run, whichever loop ran it: result.json from
     metrics.jsonl's last values, and what the loop reported itself (s.report) over them;
     a note for each objective without a value. Returns the record."""
-    values = {**final_values(RunDir(run_dir).metric_records()), **(reported or {})}
+    values = {**final_values(run_dir.metric_records()), **(reported or {})}
     record = result_record(values, objectives, directions)
     write_result(run_dir, record)
     for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):

@@ -44,7 +44,7 @@ from jeanzay_kit.distributed.ranks import RankInfo, rank_info_from_env
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.ending.requeue import under_script_task
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime import session_rules as rules
 from jeanzay_kit.runtime.plan_sampler import PlanSampler
 from jeanzay_kit.runtime.run import Ending, Run, StepVerdict
@@ -123,7 +123,9 @@ class Session:
         self.run = Run(
             settings,
             rank_info_from_env(env),
-            Path(rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env, _hydra_dir())),
+            RunDir.of(
+                rules.run_dir_for(os.fspath(run_dir) if run_dir else None, env, _hydra_dir())
+            ),
             steps,
             stop,
             env,
@@ -171,7 +173,7 @@ class Session:
 
     @property
     def run_dir(self) -> Path:
-        return self.run.run_dir
+        return self.run.run_dir.root
 
     @property
     def steps(self) -> int | None:

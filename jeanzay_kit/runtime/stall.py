@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# The heartbeat file's record (jeanzay_kit/beats.py, beside the run directory's room);
+# The heartbeat file's record (jeanzay_kit/rundir/beats.py, beside the run directory's room);
 # named here too for the watchdog's readers.
-from jeanzay_kit.beats import FROZEN_BEATS, Beat
+from jeanzay_kit.rundir.beats import FROZEN_BEATS, Beat
 
 # Phases of a session (runtime/session.py) in which a rank waits in a collective for its
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 PARTS = (
     "launch",
@@ -73,7 +73,7 @@ class StartClock:
         self.parts[part] = self.parts.get(part, 0.0) + max(0.0, now - self.last)
         self.last = now
 
-    def imported(self, run_dir: Path, rank: int) -> None:
+    def imported(self, run_dir: RunDir, rank: int) -> None:
         """The worker's imports are done; rank 0 notes the step the previous attempt
         reached, before this start's beats replace its."""
         self.mark("imports")
@@ -131,7 +131,7 @@ def clock() -> StartClock:
     return _CLOCK if _CLOCK is not None and not _CLOCK.written else begin()
 
 
-def write_start(run_dir: Path, extra: dict[str, Any]) -> None:
+def write_start(run_dir: RunDir, extra: dict[str, Any]) -> None:
     """Rank 0, at the end of its first step: one line in starts.jsonl."""
     c = _CLOCK
     if c is None or c.written:
@@ -144,12 +144,12 @@ def write_start(run_dir: Path, extra: dict[str, Any]) -> None:
         "parts": {k: round(v, 3) for k, v in c.parts.items()},
         **extra,
     }
-    path = RunDir.of(run_dir).starts
+    path = run_dir.starts
     with path.open("a") as out:
         out.write(json.dumps(line) + "\n")
 
 
-def write_end(run_dir: Path, saved_at: int, ckpt_block_s: float) -> None:
+def write_end(run_dir: RunDir, saved_at: int, ckpt_block_s: float) -> None:
     """Rank 0, when the loop has ended (done or stopped) and its last save is on disk: one
     line in starts.jsonl with the saving time no metrics record holds (the last save's,
     waited for at the end, the caches, the final weights)."""
@@ -159,12 +159,12 @@ def write_end(run_dir: Path, saved_at: int, ckpt_block_s: float) -> None:
         "end_step": saved_at,
         "ckpt_block_s": round(ckpt_block_s, 3),
     }
-    with RunDir.of(run_dir).starts.open("a") as out:
+    with run_dir.starts.open("a") as out:
         out.write(json.dumps(line) + "\n")
 
 
-def reached_before(run_dir: Path) -> int | None:
+def reached_before(run_dir: RunDir) -> int | None:
     """The step the previous attempt of this run reached (its ranks' last beats, before
     this start's replace them): the steps past the resumed one are trained again."""
-    beats = RunDir.of(run_dir).beats()
+    beats = run_dir.beats()
     return max((b.step for b in beats), default=None)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jeanzay_kit.durable_io import write_durably
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 INSTALL_HINT = "pip install 'jeanzay_kit[trackers]'"
 
@@ -104,11 +104,11 @@ def new_run_id() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(8))
 
 
-def sync_command(run_dir: Path, run_id: str, project: str, entity: str | None) -> list[str]:
+def sync_command(run_dir: RunDir, run_id: str, project: str, entity: str | None) -> list[str]:
     """What uploads every attempt of a W&B offline run as one run (wandb >= 0.19 syncs the
     folders of one id in order of start time)."""
     entity_args = ["--entity", entity] if entity else []
-    folders = sorted(str(p) for p in RunDir(run_dir).wandb.glob(f"offline-run-*-{run_id}"))
+    folders = sorted(str(p) for p in run_dir.wandb.glob(f"offline-run-*-{run_id}"))
     return ["wandb", "sync", "--id", run_id, "--project", project, *entity_args, *folders]
 
 
@@ -122,7 +122,7 @@ class Tracker(Protocol):
 
 
 class WandbTracker:
-    def __init__(self, opts: TrackerOptions, run_dir: Path, run_id: str, params: dict[str, Any]):
+    def __init__(self, opts: TrackerOptions, run_dir: RunDir, run_id: str, params: dict[str, Any]):
         import wandb
 
         self.run_dir, self.run_id, self.opts = run_dir, run_id, opts
@@ -133,7 +133,7 @@ class WandbTracker:
             resume="allow",
             mode="online" if opts.wandb_mode == "online" else "offline",
             dir=str(run_dir),
-            name=run_dir.name,
+            name=run_dir.root.name,
             config=params,
             settings=wandb.Settings(silent=True, console="off"),
         )
@@ -156,8 +156,8 @@ class WandbTracker:
 
 
 class MlflowTracker:
-    def __init__(self, opts: TrackerOptions, run_dir: Path, run_id: str, params: dict[str, Any]):
-        uri = opts.mlflow_uri or RunDir(run_dir).mlflow.resolve().as_uri()
+    def __init__(self, opts: TrackerOptions, run_dir: RunDir, run_id: str, params: dict[str, Any]):
+        uri = opts.mlflow_uri or run_dir.mlflow.resolve().as_uri()
         if uri.startswith("file:"):
             # MLflow 3 keeps its file store in maintenance mode behind this switch; it is
             # the store that needs no server and no database on a shared filesystem.
@@ -177,7 +177,7 @@ class MlflowTracker:
                 if experiment
                 else self.client.create_experiment(opts.mlflow_experiment)
             )
-            run = self.client.create_run(experiment_id, run_name=run_dir.name)
+            run = self.client.create_run(experiment_id, run_name=run_dir.root.name)
             self.run_id = run.info.run_id
             items = [Param(k, str(v)[:6000]) for k, v in params.items()]
             for start in range(0, len(items), 100):  # MLflow takes 100 params a batch
@@ -202,7 +202,7 @@ class Trackers:
 
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: RunDir,
         opts: TrackerOptions,
         params: Mapping[str, Any],
         kept: list[dict[str, Any]],
@@ -210,7 +210,7 @@ class Trackers:
         """params: the run's config and identity (run_dir, job id) as flat keys; kept: the
         metrics.jsonl records the resumed attempt keeps (up to its checkpoint)."""
         self.run_dir = run_dir
-        self.path = RunDir(run_dir).trackers
+        self.path = run_dir.trackers
         self.state: dict[str, dict[str, Any]] = _read_state(self.path)
         self.open: dict[str, Tracker] = {}
         wanted = [("wandb", opts.wandb), ("mlflow", opts.mlflow)]

@@ -25,7 +25,7 @@ import ast
 import re
 from collections.abc import Callable, Sequence
 
-from jeanzay_kit import run_layout as layout
+from jeanzay_kit.rundir import run_layout as layout
 from jeanzay_kit.slurm.sbatch import hydra_override
 
 RUN_DIR_KEY = "hydra.run.dir"

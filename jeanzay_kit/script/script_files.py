@@ -10,10 +10,10 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project.places import resume_values
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_rules import (
     ResumeTarget,
     ScriptCommand,
@@ -23,7 +23,7 @@ from jeanzay_kit.script.script_rules import (
 )
 
 
-def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> tuple[bool, bool]:
+def script_writes(run_dir: RunDir, since: float, hydra_job: str | None = None) -> tuple[bool, bool]:
     """(files of the script's older than `since` are in run_dir, it wrote one since):
     what the script left to resume from, and whether this attempt saved anything. The
     toolkit's own files (RunDir.script_files) are not the script's, nor,
@@ -33,17 +33,17 @@ def script_writes(run_dir: Path, since: float, hydra_job: str | None = None) -> 
     return any(t < since for t in mtimes), any(t >= since for t in mtimes)
 
 
-def _script_files(run_dir: Path, hydra_job: str | None = None) -> list[tuple[Path, float]]:
+def _script_files(run_dir: RunDir, hydra_job: str | None = None) -> list[tuple[Path, float]]:
     """Every file of the script's under run_dir, with its mtime (hydra_job: script_writes)."""
     from jeanzay_kit.script.hydra_app_rules import is_hydra_record
 
     if hydra_job is None:
-        return RunDir(run_dir).script_files()
-    return RunDir(run_dir).script_files(skip=lambda parts: is_hydra_record(parts, hydra_job))
+        return run_dir.script_files()
+    return run_dir.script_files(skip=lambda parts: is_hydra_record(parts, hydra_job))
 
 
 def wrote_since(
-    run_dir: Path, since: float, args: Sequence[str], base: Path, hydra_job: str | None = None
+    run_dir: RunDir, since: float, args: Sequence[str], base: Path, hydra_job: str | None = None
 ) -> bool:
     """Whether the attempt that started at `since` wrote a file: under its run
     directory (its working directory included), or under a path its arguments name
@@ -88,15 +88,15 @@ def _newest_under(folder: Path, limit: int = 5000) -> float:
     return newest
 
 
-def newest_script_write(run_dir: Path) -> float | None:
+def newest_script_write(run_dir: RunDir) -> float | None:
     """When the script last wrote a file in its run directory (None: never)."""
     return max((mtime for _, mtime in _script_files(run_dir)), default=None)
 
 
-def first_start(run_dir: Path) -> float | None:
+def first_start(run_dir: RunDir) -> float | None:
     """When the run's first attempt started (attempts.jsonl's first line), None: never."""
     try:
-        with RunDir(run_dir).attempts.open() as f:
+        with run_dir.attempts.open() as f:
             first = json.loads(f.readline())
     except (OSError, ValueError):
         return None
@@ -104,11 +104,11 @@ def first_start(run_dir: Path) -> float | None:
     return float(start) if isinstance(start, (int, float)) else None
 
 
-def check_resume(run_dir: Path, resume_args: Sequence[str]) -> None:
+def check_resume(run_dir: RunDir, resume_args: Sequence[str]) -> None:
     """JzkError (script/script_rules.py resume_refusal) when a path of job.resume_args
     would read something other than the run's own files; before the script starts."""
-    cwd = RunDir(run_dir).script_cwd
-    run_real = os.path.realpath(run_dir)
+    cwd = run_dir.script_cwd
+    run_real = os.path.realpath(run_dir.root)
     targets = []
     for value in resume_values(resume_args):
         real = os.path.realpath(os.path.join(cwd, value))
@@ -126,7 +126,7 @@ def check_resume(run_dir: Path, resume_args: Sequence[str]) -> None:
 
 
 def record_attempt(
-    run_dir: Path, start: float, job_id: str | None, array_id: str | None = None
+    run_dir: RunDir, start: float, job_id: str | None, array_id: str | None = None
 ) -> None:
     """One line per start of the script in attempts.jsonl (written by task 0): who
     requeued it (the toolkit, Slurm's preemption, the script itself) does not matter,
@@ -135,17 +135,17 @@ def record_attempt(
         {"start": start, "job_id": job_id, "array_id": array_id, "host": socket.gethostname()}
     )
     try:
-        with RunDir(run_dir).attempts.open("a") as f:
+        with run_dir.attempts.open("a") as f:
             f.write(line + "\n")
     except OSError:
         pass  # a status aid: never a reason to fail the task
 
 
-def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> None:
+def claim_run_dir(run_dir: RunDir, command: ScriptCommand, write: bool = True) -> None:
     """The run directory belongs to this command: refuse it (JzkError naming the
     difference) when command.json records another; record this one when there is none
     (write=False: only check, as `jzk submit` does before the queue)."""
-    path = RunDir(run_dir).command
+    path = run_dir.command
     try:
         old = json.loads(path.read_text())
     except FileNotFoundError:
@@ -158,16 +158,16 @@ def claim_run_dir(run_dir: Path, command: ScriptCommand, write: bool = True) -> 
             raise JzkError(refusal(str(run_dir), differences))
         return
     if write:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir.root.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         tmp.write_text(json.dumps(command.record(), indent=1) + "\n")
         os.replace(tmp, path)  # every task writes the same text: the last rename wins
 
 
-def write_script_beat(run_dir: Path, beat: ScriptBeat) -> None:
+def write_script_beat(run_dir: RunDir, beat: ScriptBeat) -> None:
     """Write aside, rename: a reader never sees half a beat. A full or slow filesystem
     must not end the task: the watch goes on without this beat."""
-    path = RunDir(run_dir).script_beat(beat.rank)
+    path = run_dir.script_beat(beat.rank)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")

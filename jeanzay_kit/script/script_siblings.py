@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jeanzay_kit.progress import format_duration
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.progress import format_duration
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_files import newest_script_write
 from jeanzay_kit.script.script_rules import ScriptCommand
 
@@ -40,41 +40,42 @@ def _options(args: Sequence[str]) -> dict[str, str | None]:
 
 
 def earlier_run_line(
-    run_dir: Path, job_name: str, command: ScriptCommand, now: float | None = None
+    run_dir: RunDir, job_name: str, command: ScriptCommand, now: float | None = None
 ) -> str | None:
     """One line when `run_dir` is a new run of the script and another run directory of
     the same job.name and script (other arguments) holds the script's files; None
     otherwise (this run directory exists: it resumes)."""
-    if RunDir(run_dir).command.exists():
+    if run_dir.command.exists():
         return None
     now = time.time() if now is None else now
     entry = command.identity()["entry"]
     found: list[tuple[float, Path, list[str], str]] = []
-    for other in run_dir.parent.glob(f"{glob.escape(job_name)}-*"):
-        if other == run_dir or not other.is_dir():
+    for path in run_dir.root.parent.glob(f"{glob.escape(job_name)}-*"):
+        other = RunDir(path)
+        if other == run_dir or not path.is_dir():
             continue
         try:
-            record = json.loads(RunDir(other).command.read_text())
+            record = json.loads(other.command.read_text())
         except (OSError, ValueError):
             continue
         if not isinstance(record, dict) or record.get("entry") != entry:
             continue
-        checkpoint = RunDir(other).newest_script_checkpoint()
+        checkpoint = other.newest_script_checkpoint()
         written = checkpoint[1] if checkpoint else newest_script_write(other)
         if written is None:
             continue  # it left nothing to lose
-        what = f"{checkpoint[0].relative_to(other)}, " if checkpoint else "files, "
+        what = f"{checkpoint[0].relative_to(path)}, " if checkpoint else "files, "
         args = [str(a) for a in record.get("args") or []]
-        found.append((written, other, args, what + f"written {format_duration(now - written)} ago"))
+        found.append((written, path, args, what + f"written {format_duration(now - written)} ago"))
     if not found:
         return None
-    _, other, args, what = max(found, key=lambda item: item[0])
+    _, where, args, what = max(found, key=lambda item: item[0])
     changed = changed_options(args, command.args)
     may_change = (
         f"job.args_may_change='[{','.join(changed)}]'" if changed else "job.args_may_change"
     )
     return (
-        f"jzk: {other} holds a run of the same script with other arguments "
+        f"jzk: {where} holds a run of the same script with other arguments "
         f"({' '.join(args) or 'none'}) and its files ({what}); this command starts a new run "
         f"in {run_dir}. HINT: to go on in that run with these arguments instead: "
         f"job.run_dir={other} {may_change}"

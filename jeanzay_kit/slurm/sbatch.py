@@ -26,7 +26,6 @@ from dataclasses import replace
 
 import yaml
 
-from jeanzay_kit import run_layout as layout
 from jeanzay_kit.config.collector import CONTROL as _CONTROL
 from jeanzay_kit.config.runtime_settings import from_spec as runtime_settings
 from jeanzay_kit.config.runtime_settings import to_env as settings_text
@@ -35,6 +34,7 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import PORT_BASE, PORT_SPAN
 from jeanzay_kit.distributed.script_env import script_argv
 from jeanzay_kit.errors import RenderError
+from jeanzay_kit.rundir import run_layout as layout
 from jeanzay_kit.slurm.container import CONTAINER_WORD, container_lines, requeue_request_lines
 from jeanzay_kit.slurm.flags import sbatch_flags
 from jeanzay_kit.slurm.offline_env import offline_exports

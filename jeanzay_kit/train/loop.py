@@ -24,6 +24,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.process_group import DistContext
 from jeanzay_kit.errors import CheckpointWriteError, CompileError, NonFiniteLoss
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime import startup
 from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.compile_cache import CompileCache, cache_counts, open_cache
@@ -63,7 +64,7 @@ class Attempt:
     spec: JobSpec
     run: Run  # the runtime (runtime/run.py): agreement, heartbeats, metrics, checkpoints
     ctx: DistContext
-    run_dir: Path
+    run_dir: RunDir
     hb: Any  # the run's heartbeat: the phase a watchdog reports if this rank stalls
     strategy: Strategy
     optimizer: torch.optim.Optimizer
@@ -190,7 +191,7 @@ def prepare(
     )
 
 
-def _compile_cache(spec: JobSpec, ctx: DistContext, run_dir: Path) -> CompileCache | None:
+def _compile_cache(spec: JobSpec, ctx: DistContext, run_dir: RunDir) -> CompileCache | None:
     """Where train.compile applies: the run's kept compiler caches, opened before the
     first compile (runtime/compile_cache.py: a requeue on any node starts warm)."""
     if not compile_wanted(spec.train.compile, ctx.device, spec.layout.mode):
@@ -237,7 +238,7 @@ def open_data(
     return plan, open_batches(spec, ctx, dataset, plan, resumed.step)
 
 
-def _note_nothing_left(run_dir: Path, step: int, steps: int) -> None:
+def _note_nothing_left(run_dir: RunDir, step: int, steps: int) -> None:
     print(
         f"note: the run directory {run_dir} already holds step {step} "
         f"(train.steps={steps}): nothing left to train. HINT: raise train.steps to "

@@ -18,7 +18,6 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -35,7 +34,7 @@ from jeanzay_kit.config.micro_batch_rules import (
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.train.batch import to_device
 
 # The recorded choice, in the run directory.
@@ -175,23 +174,23 @@ def for_check(spec: JobSpec) -> JobSpec:
     return with_micro_batch(spec, largest_at_most(options_of(spec), CPU_FALLBACK))
 
 
-def recorded(run_dir: Path, options: list[int]) -> int | None:
+def recorded(run_dir: RunDir, options: list[int]) -> int | None:
     """The size this run chose at its start, if it is still a valid choice."""
     try:
-        size = json.loads(RunDir(run_dir).micro_batch.read_text())["micro_batch_size"]
+        size = json.loads(run_dir.micro_batch.read_text())["micro_batch_size"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return size if size in options else None
 
 
-def record(run_dir: Path, size: int, line: str) -> None:
+def record(run_dir: RunDir, size: int, line: str) -> None:
     text = json.dumps({"micro_batch_size": size, "why": line}, indent=1) + "\n"
-    write_durably(RunDir(run_dir).micro_batch, text.encode())
+    write_durably(run_dir.micro_batch, text.encode())
 
 
 def choose_on_rank0(
     spec: JobSpec,
-    run_dir: Path,
+    run_dir: RunDir,
     make_trial: Callable[[], Trial] | None,
     start: Callable[[list[int]], tuple[int, str]] | None = None,
 ) -> int:
@@ -201,7 +200,7 @@ def choose_on_rank0(
     if earlier is not None:
         line = (
             f"train.micro_batch_size=auto: {earlier}, as chosen at the run's start "
-            f"({RunDir(run_dir).micro_batch})"
+            f"({run_dir.micro_batch})"
         )
     elif make_trial is None:
         earlier = largest_at_most(options, CPU_FALLBACK)
@@ -240,7 +239,7 @@ def settle(
     compute_loss: Callable[[nn.Module, Any], torch.Tensor],
     autocast: Callable[[], Any],
     dataset: Any,
-    run_dir: Path,
+    run_dir: RunDir,
 ) -> JobSpec:
     """The spec this rank trains with: train.micro_batch_size=auto settled (rank 0
     chooses, every rank agrees); any other spec as it is."""

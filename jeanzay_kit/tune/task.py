@@ -28,7 +28,7 @@ from jeanzay_kit import report
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 PROG = "jzk tune"
 
@@ -82,14 +82,14 @@ class TrialWatch:
         return new and bool(self.trial.should_prune())
 
 
-def stop_run(proc: subprocess.Popen, launcher: str, run_dir: Path) -> None:
+def stop_run(proc: subprocess.Popen, launcher: str, run_dir: RunDir) -> None:
     """Ask a trial's run to save and end without a requeue (SIGINT, docs/preemption.md):
     here the signal to its launcher, which passes it on; on Slurm the note its ranks read
     in the run directory (srun would not pass a single SIGINT on)."""
     if launcher == "local":
         proc.send_signal(signal.SIGINT)
         return
-    RunDir(run_dir).stop_note.write_text("INT\n")
+    run_dir.stop_note.write_text("INT\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,7 +141,7 @@ class Config:
 
 
 def trial_command(
-    launcher: str, python: str, config: Config, overrides: Sequence[str], run_dir: Path
+    launcher: str, python: str, config: Config, overrides: Sequence[str], run_dir: RunDir
 ) -> list[str]:
     """A trial's run: train_app with the trial's values and its own run directory; on
     Slurm a job step of the task's allocation, its tasks started by srun as any job's."""
@@ -219,7 +219,7 @@ def run_task(
             for number in reap_orphans(study, task, prepared.study_dir, owner_gone):
                 print(f"{PROG}: {task}: trial {number} FAILED: its task was killed", flush=True)
             return 0
-        run_dir = trial_dir(prepared.study_dir, ticket.number)
+        run_dir = RunDir(trial_dir(prepared.study_dir, ticket.number))
         how = "resumes" if ticket.resumed else "starts"
         script_args = prepared.script_args
         values = describe_values(ticket.values)
@@ -229,7 +229,7 @@ def run_task(
         watch = TrialWatch(
             ticket.trial,
             None if prepared.settings.several else prepared.settings.objective,
-            RunDir(run_dir).metrics,
+            run_dir.metrics,
             set(ticket.reported),
         )
         objectives = prepared.settings.objectives
@@ -304,7 +304,7 @@ def _out_of_time(
 
 def run_trial(
     command: list[str],
-    run_dir: Path,
+    run_dir: RunDir,
     study_dir: Path,
     watch: TrialWatch,
     launcher: str,
@@ -356,7 +356,7 @@ def run_trial(
     return _result_end(run_dir, objectives)
 
 
-def _result_end(run_dir: Path, objectives: Sequence[str]) -> TrialEnd:
+def _result_end(run_dir: RunDir, objectives: Sequence[str]) -> TrialEnd:
     """A finished run's value for each objective, from its result.json (`value`, or
     `values` in the order of tune.objective), or why it has none."""
     from jeanzay_kit.runtime.run_result import missing_reason, read_result

@@ -76,9 +76,10 @@ from pathlib import Path
 
 import torch
 
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.compile_cache import cache_counts, open_cache
 
-cache = open_cache(Path(sys.argv[1]), "cpu")
+cache = open_cache(RunDir(Path(sys.argv[1])), "cpu")
 scaled = torch.compile(lambda x: torch.tanh(x) * 2)  # one kernel: a cheap compile
 scaled(torch.randn(4, 8))
 cache.keep(is_main=True)

@@ -18,6 +18,7 @@ from jeanzay_kit.ending.requeue import after_stop
 from jeanzay_kit.errors import LaunchError, RenderError, SpecError
 from jeanzay_kit.launch.arrays import submitit_parameters
 from jeanzay_kit.node.restart_job import restart_after_failure
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm.shell_words import expanding_word
 from tests.helpers import bash_prints
@@ -157,7 +158,7 @@ def test_a_restart_inside_a_container_asks_the_shell(tmp_path: Path) -> None:
     request = tmp_path / "request"
     env = {"SLURM_JOB_ID": "42", "JZK_REQUEUE_FILE": str(request)}
     runner = Scontrol()
-    line = restart_after_failure(tmp_path, 4, 3, env=env, runner=runner)
+    line = restart_after_failure(RunDir(tmp_path), 4, 3, env=env, runner=runner)
     assert runner.calls == [] and request.read_text() == "42\n"
     assert "hang; requeued job 42 (1/3)" in line
 

@@ -29,6 +29,7 @@ from jeanzay_kit.ending.ending_rules import (
     storm,
     unprefixed,
 )
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # pytorch/pytorch#16417 (torch 2.2's wording, 'capacity of')
 CUDA_OOM = """[rank 1] Traceback (most recent call last):
@@ -302,8 +303,8 @@ def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> Non
     ending = {**DATA.record(), "checkpoint": 20, "job_id": None}
     (tmp_path / "endings.jsonl").write_text("".join(json.dumps(ending) + "\n" for _ in range(4)))
     for _ in range(3):
-        record_restart(tmp_path, "crash")
-    view = RunView("local", str(tmp_path), progress=run_progress(tmp_path))
+        record_restart(RunDir(tmp_path), "crash")
+    view = RunView("local", str(tmp_path), progress=run_progress(RunDir(tmp_path)))
     table = status_table([view], {})
     assert "local: RESTART STORM: 3 restart(s)" in table, table
     assert "data error at step 4: ValueError: corrupt record 1500" in table, table
@@ -312,7 +313,7 @@ def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> Non
     assert obj["restart_storm"] is True and obj["verdict"] == DATA_ERROR, obj
 
     (tmp_path / "endings.jsonl").write_text(json.dumps({**ending, "checkpoint": 25}) + "\n")
-    calm = RunView("local", str(tmp_path), progress=run_progress(tmp_path))
+    calm = RunView("local", str(tmp_path), progress=run_progress(RunDir(tmp_path)))
     assert "RESTART STORM" not in status_table([calm], {})
 
 
@@ -325,9 +326,9 @@ def test_a_completed_run_records_its_end_so_an_earlier_failure_is_not_shown(tmp_
     from jeanzay_kit.node.worker_start import say_done
     from jeanzay_kit.train.loop import TrainResult
 
-    record_ending(tmp_path, DATA, job_id="42")
-    say_done(tmp_path, TrainResult(steps=30, final_loss=0.5, digest="d"), "42")
-    progress = run_progress(tmp_path, job_id="42")
+    record_ending(RunDir(tmp_path), DATA, job_id="42")
+    say_done(RunDir(tmp_path), TrainResult(steps=30, final_loss=0.5, digest="d"), "42")
+    progress = run_progress(RunDir(tmp_path), job_id="42")
     assert progress.verdict == "completed" and progress.evidence == (
         "completed at step 30: done: 30 steps"
     )

@@ -20,6 +20,7 @@ from jeanzay_kit.config.micro_batch_rules import (
 )
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.peaks import device_peak, peak_flops
 from jeanzay_kit.train import micro_batch
 from jeanzay_kit.train.gpu_settings import compile_wanted, fused_wanted
@@ -196,14 +197,14 @@ def test_auto_is_chosen_once_recorded_and_taken_again_on_resume(tmp_path: Path) 
         calls.append(1)
         return _trial(Tiny(7), FakeMemory(10**9, 1))
 
-    assert micro_batch.choose_on_rank0(spec, tmp_path, make_trial) == 6
+    assert micro_batch.choose_on_rank0(spec, RunDir(tmp_path), make_trial) == 6
     assert json.loads((tmp_path / "micro_batch.json").read_text())["micro_batch_size"] == 6
     # The resumed run takes the recorded size without measuring again...
-    assert micro_batch.choose_on_rank0(spec, tmp_path, make_trial) == 6
+    assert micro_batch.choose_on_rank0(spec, RunDir(tmp_path), make_trial) == 6
     assert len(calls) == 1
     # ...unless it no longer divides the per-replica batch (another number of GPUs).
     other = _spec("train.micro_batch_size=auto", "train.global_batch_size=40")
-    assert micro_batch.choose_on_rank0(other, tmp_path, make_trial) == 5
+    assert micro_batch.choose_on_rank0(other, RunDir(tmp_path), make_trial) == 5
     settled = micro_batch.with_micro_batch(spec, 6)
     assert (settled.train.micro_batch_size, settled.train.grad_accum_steps) == (6, 4)
     assert settled.eval.micro_batch_size == 6
@@ -211,7 +212,7 @@ def test_auto_is_chosen_once_recorded_and_taken_again_on_resume(tmp_path: Path) 
 
 def test_auto_on_the_cpu_takes_the_default_size(tmp_path: Path) -> None:
     spec = _spec("train.micro_batch_size=auto", "train.global_batch_size=36")
-    assert micro_batch.choose_on_rank0(spec, tmp_path, None) == 6  # 18 per replica
+    assert micro_batch.choose_on_rank0(spec, RunDir(tmp_path), None) == 6  # 18 per replica
     spec = _spec("train.micro_batch_size=auto")
     assert micro_batch.for_check(spec).train.micro_batch_size == 8
 
@@ -272,7 +273,7 @@ def test_the_compiling_steps_window_gives_no_eta(tmp_path: Path) -> None:
     from jeanzay_kit.runtime.metrics import MetricsWriter, read_records
 
     out = io.StringIO()
-    writer = MetricsWriter(tmp_path, True, 100, stream=out)
+    writer = MetricsWriter(RunDir(tmp_path), True, 100, stream=out)
     first = {"step": 1, "loss": 1.0, "step_time_s": 40.0, "compile_s": 40.0}
     writer.log(first, eta=False)
     writer.log({"step": 2, "loss": 0.9, "step_time_s": 0.5})

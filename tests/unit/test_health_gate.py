@@ -23,6 +23,7 @@ from jeanzay_kit.node.health_rules import (
     gpu_problems,
     scratch_folders,
 )
+from jeanzay_kit.rundir.run_directory import RunDir
 
 GIB = 2**30
 
@@ -86,13 +87,15 @@ def test_the_probe_finds_an_unwritable_folder_for_real(tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     env = {"TMPDIR": str(blocker / "tmp"), "SLURMD_NODENAME": "n7"}
-    answer = probe(tmp_path / "run", 0, "cpu", env)
+    answer = probe(RunDir.of(tmp_path / "run"), 0, "cpu", env)
     assert answer.node == "n7" and (tmp_path / "run").is_dir()
     assert answer.problems == (f"TMPDIR: {blocker / 'tmp'} cannot be written on n7: "
                                "Not a directory",)  # fmt: skip
     assert answer.notes == ("GPU checks skipped: cluster.device=cpu",)
     assert not list((tmp_path / "run").iterdir())  # its test file removed
-    fine = probe(tmp_path / "run", 0, "cpu", {"TMPDIR": str(tmp_path), "SLURMD_NODENAME": "n7"})
+    fine = probe(
+        RunDir.of(tmp_path / "run"), 0, "cpu", {"TMPDIR": str(tmp_path), "SLURMD_NODENAME": "n7"}
+    )
     assert fine.problems == ()
 
 
@@ -103,13 +106,13 @@ def test_the_gate_records_the_node_and_says_it_outside_slurm(tmp_path: Path, cap
     text = "srun: a line that is not JSON\n" + json.dumps(OK.record()) + "\n"
     text += json.dumps(bad.record()) + "\n"
     assert read_answers(text) == [OK, bad]
-    assert gate(tmp_path, text, {"SLURM_JOB_NODELIST": "n[1-2]"}) == 1
+    assert gate(RunDir(tmp_path), text, {"SLURM_JOB_NODELIST": "n[1-2]"}) == 1
     said = capsys.readouterr().err
     assert "jzk: health gate: 1 of 2 node(s) failed: n2: TMPDIR: /t" in said, said
     assert "not a Slurm job: nothing to requeue" in said
     record = json.loads((tmp_path / "endings.jsonl").read_text())
     assert (record["kind"], record["node"], record["nodes"]) == ("unhealthy_node", "n2", ["n2"])
-    assert gate(tmp_path, json.dumps(OK.record()), {"SLURM_JOB_NODELIST": "n1"}) == 0
+    assert gate(RunDir(tmp_path), json.dumps(OK.record()), {"SLURM_JOB_NODELIST": "n1"}) == 0
 
 
 def test_the_probe_prints_one_json_line(tmp_path: Path) -> None:
@@ -125,7 +128,7 @@ def test_the_probe_prints_one_json_line(tmp_path: Path) -> None:
 
 def test_gpus_slurm_gave_that_cuda_does_not_see_are_a_problem(tmp_path: Path) -> None:
     """This machine has no CUDA device: a node told it has 2 GPUs fails, in words."""
-    answer = probe(tmp_path, 2, "cuda", {"TMPDIR": str(tmp_path), "SLURMD_NODENAME": "n1"})
+    answer = probe(RunDir(tmp_path), 2, "cuda", {"TMPDIR": str(tmp_path), "SLURMD_NODENAME": "n1"})
     assert answer.problems == ("gpus: 0 of the 2 GPU(s) Slurm gave are visible",), answer
 
 

@@ -116,6 +116,7 @@ ROOM_ORDER = [
     "slurm_syntax",
     "distributed",
     "config",
+    "rundir",  # the run directory's room: its names, RunDir, the records both sides read
     "slurm",
     "project",
     "script",  # your own script (job.entry): what both sides know of it
@@ -142,15 +143,8 @@ HELPERS = {
     "version",
     "torch_version",
     "contracts",
-    "run_layout",
-    "run_directory",  # the run directory as one object: both sides read it (run_layout's names)
-    "beats",  # a rank's heartbeat record, which both sides read
-    "progress",  # where a run stands in time: the progress line and `jzk status` alike
-    "lease",  # one writer per run directory: the node takes it, `jzk submit` asks who holds it
-    "lease_rules",
     "values",
     "extras",  # which optional extra a command needs (imports errors only)
-    "rank_lines",  # train.log's labelled lines: the task side writes, `jzk logs` reads
 }
 
 

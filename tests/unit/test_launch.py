@@ -22,6 +22,7 @@ from jeanzay_kit.launch.status import (
     status_table,
     summary,
 )
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def spec(*overrides: str):
@@ -112,8 +113,8 @@ def test_arrays_are_chunked_to_max_array_size(count: int, max_size: int, sizes) 
 
 def test_manifest_round_trip_and_append(tmp_path: Path) -> None:
     rec = {"job_id": "12_0", "overrides": ["a=1"], "run_dir": "/r/0"}
-    write_manifest(tmp_path, [rec])
-    append_manifest(tmp_path, {"job_id": "13", "overrides": [], "run_dir": "/r/0"})
+    write_manifest(RunDir(tmp_path), [rec])
+    append_manifest(RunDir(tmp_path), {"job_id": "13", "overrides": [], "run_dir": "/r/0"})
     assert [r["job_id"] for r in read_manifest(tmp_path / "manifest.jsonl")] == ["12_0", "13"]
     assert not list(tmp_path.glob(".*tmp"))
     for damaged in ({"overrides": []}, {"job_id": None}, {"job_id": ""}):

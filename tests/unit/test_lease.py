@@ -15,8 +15,8 @@ import pytest
 
 from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.errors import RunDirBusy
-from jeanzay_kit.lease import acquire, holder
-from jeanzay_kit.lease_rules import (
+from jeanzay_kit.rundir.lease import acquire, holder
+from jeanzay_kit.rundir.lease_rules import (
     STALE_SECONDS,
     LeaseRecord,
     Verdict,
@@ -24,6 +24,7 @@ from jeanzay_kit.lease_rules import (
     judge,
     parse_record,
 )
+from jeanzay_kit.rundir.run_directory import RunDir
 
 NOW = 1_800_000_000.0
 
@@ -91,8 +92,9 @@ def test_a_failed_save_names_its_own_cause(code, says, never) -> None:
 HOLD = """
 import sys, time
 from pathlib import Path
-from jeanzay_kit.lease import acquire
-lease = acquire(Path(sys.argv[1]), host="{host}", job_id=sys.argv[2], command="holder")
+from jeanzay_kit.rundir.lease import acquire
+from jeanzay_kit.rundir.run_directory import RunDir
+lease = acquire(RunDir(Path(sys.argv[1])), host="{host}", job_id=sys.argv[2], command="holder")
 print("held", flush=True)
 time.sleep(600)
 """
@@ -113,19 +115,19 @@ def test_a_live_holder_refuses_a_second_writer_and_a_killed_one_does_not(tmp_pat
     run_dir = tmp_path / "a run"
     proc = _holder(run_dir)
     try:
-        record, held = holder(run_dir)
+        record, held = holder(RunDir(run_dir))
         assert held and record is not None and record.pid == proc.pid
         with pytest.raises(RunDirBusy, match=f"pid {proc.pid} on"):
-            acquire(run_dir, host=os.uname().nodename)
+            acquire(RunDir(run_dir), host=os.uname().nodename)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     # SIGKILL: no release written, but the filesystem dropped the lock.
-    record, held = holder(run_dir)
+    record, held = holder(RunDir(run_dir))
     assert not held and record is not None and not record.released
-    with acquire(run_dir, host=os.uname().nodename, command="next") as lease:
+    with acquire(RunDir(run_dir), host=os.uname().nodename, command="next") as lease:
         assert lease.locked and lease.record.pid == os.getpid()
-    record, held = holder(run_dir)
+    record, held = holder(RunDir(run_dir))
     assert not held and record is not None and record.released
 
 
@@ -136,9 +138,9 @@ def test_a_requeued_job_takes_over_its_own_lease(tmp_path: Path) -> None:
     proc = _holder(tmp_path, job_id="77")
     try:
         with pytest.raises(RunDirBusy, match="Slurm job 77"):
-            acquire(tmp_path, host="elsewhere", job_id="78")
+            acquire(RunDir(tmp_path), host="elsewhere", job_id="78")
         start = time.monotonic()
-        lease = acquire(tmp_path, host="elsewhere", job_id="77", attempt=1)
+        lease = acquire(RunDir(tmp_path), host="elsewhere", job_id="77", attempt=1)
         assert time.monotonic() - start < 5 and not lease.locked
         lease.release()
     finally:

@@ -16,6 +16,7 @@ import pytest
 
 from jeanzay_kit.cli import main
 from jeanzay_kit.launch.log_rules import exit_code, find_records, pick_start, starts
+from jeanzay_kit.rundir.run_directory import RunDir
 
 LOG = (
     "jzk: start 1 of job 42 on n1 at 2026-11-26T10:00:00\n"
@@ -111,4 +112,4 @@ def test_one_point_of_a_slurm_sweep_is_read_as_the_sweep_lists_it(tmp_path: Path
             f.write(json.dumps({"start": start, "job_id": "7_1", "array_id": "7_1"}) + "\n")
     from jeanzay_kit.launch.run_files import run_progress
 
-    assert run_progress(sweep / "lr-1", job_id="7_1").restarts == 1
+    assert run_progress(RunDir.of(sweep / "lr-1"), job_id="7_1").restarts == 1

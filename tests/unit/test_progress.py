@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.progress import format_duration, outlook
+from jeanzay_kit.rundir.progress import format_duration, outlook
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.metrics import MetricsWriter
 
 
@@ -40,7 +41,7 @@ def test_log_lines_show_eta_time_left_and_say_once_that_requeues_are_needed(
 ) -> None:
     out = io.StringIO()  # not a terminal: plain lines, no progress bar
     writer = MetricsWriter(
-        tmp_path,
+        RunDir(tmp_path),
         True,
         total_steps=1000,
         stream=out,
@@ -88,7 +89,7 @@ def test_job_end_time_reads_squeue_once(text: str, expected: str | None) -> None
 
 
 def test_the_input_bound_verdict_needs_three_windows_over_the_threshold() -> None:
-    from jeanzay_kit.progress import input_bound, input_bound_note
+    from jeanzay_kit.rundir.progress import input_bound, input_bound_note
 
     assert not input_bound([0.5, 0.5])  # too few windows
     assert input_bound([0.0, 0.2, 0.5, 0.11])

@@ -22,6 +22,7 @@ from jeanzay_kit.project.import_path import put_project_on_path
 from jeanzay_kit.project.provenance import record_run_provenance
 from jeanzay_kit.project.skeleton import package_name, skeleton_files
 from jeanzay_kit.project.snapshot import SnapshotRules, take_snapshot
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def _git(root: Path, *args: str) -> str:
@@ -194,9 +195,11 @@ def test_a_run_copies_its_snapshot_record_and_keeps_a_history(tmp_path: Path) ->
     snap = take_snapshot(tmp_path, SnapshotRules("logs", ["**/*.py"]))
     env = {"JZK_CODE_DIR": str(snap.path.relative_to(tmp_path)), "SLURM_JOB_ID": "7"}
     run_dir = tmp_path / "outputs" / "run"
-    record_run_provenance(run_dir, env, tmp_path)
+    record_run_provenance(RunDir(run_dir), env, tmp_path)
     offline = {"HF_HUB_OFFLINE": "1", "HF_HOME": "/work/.cache/huggingface"}
-    record_run_provenance(run_dir, {**env, **offline, "SLURM_JOB_ID": "8"}, tmp_path)  # a requeue
+    record_run_provenance(
+        RunDir(run_dir), {**env, **offline, "SLURM_JOB_ID": "8"}, tmp_path
+    )  # a requeue
     out = run_dir / "provenance"
     assert json.loads((out / "source.json").read_text())["code_dir"] == str(snap.path)
     assert "pytest==" in (out / "packages.txt").read_text()

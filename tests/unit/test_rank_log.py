@@ -7,13 +7,14 @@ import os
 import threading
 from pathlib import Path
 
-from jeanzay_kit.rank_lines import label, lines_of_rank, ranks_in
+from jeanzay_kit.rundir.rank_lines import label, lines_of_rank, ranks_in
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.rank_log import LineTee, Pump, mark_start, open_log
 
 
 def test_a_tee_writes_through_and_copies_whole_lines(tmp_path: Path) -> None:
     shown = io.StringIO()
-    tee = LineTee(shown, open_log(tmp_path), label(3))
+    tee = LineTee(shown, open_log(RunDir(tmp_path)), label(3))
     for piece in ("step 1", " | loss 0.5\npartial", " line\n", " 10%\r 50%\r100%\n", "tail"):
         tee.write(piece)
     assert shown.getvalue() == "step 1 | loss 0.5\npartial line\n 10%\r 50%\r100%\ntail"
@@ -24,7 +25,7 @@ def test_a_tee_writes_through_and_copies_whole_lines(tmp_path: Path) -> None:
 
 
 def test_pumps_of_two_processes_never_cut_a_line(tmp_path: Path) -> None:
-    fd, lock = open_log(tmp_path), threading.Lock()
+    fd, lock = open_log(RunDir(tmp_path)), threading.Lock()
     sink = io.BytesIO()
     pipes = [os.pipe() for _ in range(2)]
     pumps = [
@@ -55,7 +56,7 @@ def test_pumps_of_two_processes_never_cut_a_line(tmp_path: Path) -> None:
 
 def test_each_start_is_numbered(tmp_path: Path) -> None:
     for _ in range(2):
-        mark_start(tmp_path, "jzk: start {n} of the run on host at now")
+        mark_start(RunDir(tmp_path), "jzk: start {n} of the run on host at now")
     assert (tmp_path / "train.log").read_text().splitlines() == [
         "jzk: start 1 of the run on host at now",
         "jzk: start 2 of the run on host at now",

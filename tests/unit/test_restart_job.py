@@ -11,6 +11,7 @@ import pytest
 
 from jeanzay_kit.ending.restarts import read_restarts
 from jeanzay_kit.node.restart_job import restart_after_failure
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 class Scontrol:
@@ -29,42 +30,42 @@ JOB = {"SLURM_JOB_ID": "42"}
 @pytest.mark.parametrize("status", [0, 2, 3])
 def test_success_refusal_and_preemption_stop_are_left_alone(tmp_path: Path, status: int) -> None:
     runner = Scontrol()
-    assert restart_after_failure(tmp_path, status, 3, env=JOB, runner=runner) == ""
-    assert runner.calls == [] and read_restarts(tmp_path) == []
+    assert restart_after_failure(RunDir(tmp_path), status, 3, env=JOB, runner=runner) == ""
+    assert runner.calls == [] and read_restarts(RunDir(tmp_path)) == []
 
 
 def test_a_hang_is_recorded_and_the_array_task_requeued(tmp_path: Path) -> None:
     runner = Scontrol()
     env = {**JOB, "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2"}
-    line = restart_after_failure(tmp_path, 4, 3, env=env, runner=runner)
+    line = restart_after_failure(RunDir(tmp_path), 4, 3, env=env, runner=runner)
     assert runner.calls == [["scontrol", "requeue", "40_2"]]
     assert line == (
         "jzk: hang; requeued job 40_2 (1/3): it resumes from the newest complete checkpoint"
     )
-    assert [r["reason"] for r in read_restarts(tmp_path)] == ["hang"]
+    assert [r["reason"] for r in read_restarts(RunDir(tmp_path))] == ["hang"]
 
 
 def test_an_exhausted_budget_stops_without_requeue(tmp_path: Path) -> None:
     runner = Scontrol()
     for _ in range(2):
-        restart_after_failure(tmp_path, 137, 2, env=JOB, runner=runner)
-    line = restart_after_failure(tmp_path, 137, 2, env=JOB, runner=runner)
-    assert len(runner.calls) == 2 and len(read_restarts(tmp_path)) == 2
+        restart_after_failure(RunDir(tmp_path), 137, 2, env=JOB, runner=runner)
+    line = restart_after_failure(RunDir(tmp_path), 137, 2, env=JOB, runner=runner)
+    assert len(runner.calls) == 2 and len(read_restarts(RunDir(tmp_path))) == 2
     assert line.startswith("jzk: failure (srun exit 137); the run has used its 2 restart(s)")
     assert "not requeued. HINT:" in line
 
 
 def test_a_refused_requeue_is_said(tmp_path: Path) -> None:
-    line = restart_after_failure(tmp_path, 1, 3, env=JOB, runner=Scontrol(fail=True))
+    line = restart_after_failure(RunDir(tmp_path), 1, 3, env=JOB, runner=Scontrol(fail=True))
     assert line.startswith("jzk: failure (srun exit 1); could not requeue job 42:")
     assert "denied" in line
 
 
 def test_outside_slurm_nothing_is_requeued(tmp_path: Path) -> None:
     runner = Scontrol()
-    line = restart_after_failure(tmp_path, 4, 3, env={}, runner=runner)
+    line = restart_after_failure(RunDir(tmp_path), 4, 3, env={}, runner=runner)
     assert line == "jzk: hang, and this is not a Slurm job: nothing to requeue"
-    assert runner.calls == [] and read_restarts(tmp_path) == []
+    assert runner.calls == [] and read_restarts(RunDir(tmp_path)) == []
 
 
 def _beat(run_dir: Path, rank: int, step: int, start_step: int | None, wall_time: float) -> None:
@@ -105,9 +106,9 @@ def test_a_step_that_failed_before_any_progress_is_not_requeued(
     for rank, step, start, wall in beats:
         _beat(tmp_path, rank, step, start, wall)
     runner = Scontrol()
-    line = restart_after_failure(tmp_path, 1, 3, env=JOB, runner=runner, since=900.0)
+    line = restart_after_failure(RunDir(tmp_path), 1, 3, env=JOB, runner=runner, since=900.0)
     assert (runner.calls == [["scontrol", "requeue", "42"]]) is requeued
-    assert (len(read_restarts(tmp_path)) == 1) is requeued
+    assert (len(read_restarts(RunDir(tmp_path))) == 1) is requeued
     if not requeued:
         assert "before any step of this attempt completed: not requeued" in line
         assert "(no restart spent)" in line
@@ -137,7 +138,9 @@ def test_a_data_error_repeated_at_the_same_step_is_not_requeued_again(tmp_path: 
             DATA_ERROR_LOG.replace("start 1", f"start {attempt + 1}")
         )
         _beat(tmp_path, 0, 4, 0, 1000.0 + attempt)
-        lines.append(restart_after_failure(tmp_path, 1, 3, env=JOB, runner=runner, since=900.0))
+        lines.append(
+            restart_after_failure(RunDir(tmp_path), 1, 3, env=JOB, runner=runner, since=900.0)
+        )
     assert runner.calls == [["scontrol", "requeue", "42"]], lines
     assert lines[1].startswith(
         "jzk: data error at step 4: ValueError: corrupt record 1500 (dataset index 1500); "
@@ -155,9 +158,9 @@ def test_a_refusal_and_a_stop_are_recorded_too(tmp_path: Path) -> None:
     import json
 
     (tmp_path / "train.log").write_text("jzk train: the loss is NaN or infinite at step 7\n")
-    restart_after_failure(tmp_path, 2, 3, env=JOB, runner=Scontrol())
+    restart_after_failure(RunDir(tmp_path), 2, 3, env=JOB, runner=Scontrol())
     (tmp_path / "train.log").write_text("jzk: start 2 of job 42\n")
-    restart_after_failure(tmp_path, 3, 3, env=JOB, runner=Scontrol())
+    restart_after_failure(RunDir(tmp_path), 3, 3, env=JOB, runner=Scontrol())
     endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
     assert [e["kind"] for e in endings] == ["nan", "stopped"], endings
 
@@ -181,7 +184,7 @@ def test_a_gpu_hardware_error_leaves_its_node_out_and_the_nodes_accumulate(
 
     runner = Scontrol()
     (tmp_path / "train.log").write_text(ECC_LOG)
-    line = restart_after_failure(tmp_path, 1, 3, env=TWO_NODES, runner=runner, since=900.0)
+    line = restart_after_failure(RunDir(tmp_path), 1, 3, env=TWO_NODES, runner=runner, since=900.0)
     assert runner.calls == [
         ["scontrol", "requeue", "42"],
         ["scontrol", "update", "JobId=42", "ExcNodeList=n2"],
@@ -189,7 +192,7 @@ def test_a_gpu_hardware_error_leaves_its_node_out_and_the_nodes_accumulate(
     assert line.endswith(", without node(s) n2 (ExcNodeList, kept in endings.jsonl)"), line
     (tmp_path / "train.log").write_text("jzk: start 2 of job 42\nsrun: error: Node failure on n1\n")
     _beat(tmp_path, 0, 9, 0, 1000.0)
-    line = restart_after_failure(tmp_path, 1, 3, env=TWO_NODES, runner=runner, since=900.0)
+    line = restart_after_failure(RunDir(tmp_path), 1, 3, env=TWO_NODES, runner=runner, since=900.0)
     assert runner.calls[-1] == ["scontrol", "update", "JobId=42", "ExcNodeList=n1,n2"], line
     endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
     assert [(e["kind"], e["node"]) for e in endings] == [
@@ -208,7 +211,7 @@ def test_a_refused_exclusion_is_said_with_the_way_out(tmp_path: Path) -> None:
 
     (tmp_path / "train.log").write_text(ECC_LOG)
     env = {**JOB, "SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "4"}
-    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=Refusing(), since=900.0)
+    line = restart_after_failure(RunDir(tmp_path), 1, 3, env=env, runner=Refusing(), since=900.0)
     assert "could not leave out n1:" in line and "Invalid node name specified" in line, line
     assert "HINT: if no node is left for the job, cancel it (scancel 42)" in line
 
@@ -225,7 +228,7 @@ def test_a_job_left_with_no_node_is_said_so(tmp_path: Path) -> None:
     env = {**JOB, "SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "4"}
     env |= {"SLURM_JOB_PARTITION": "gpu_p13", "SLURM_JOB_NUM_NODES": "1"}
     runner = Sinfo()
-    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=900.0)
+    line = restart_after_failure(RunDir(tmp_path), 1, 3, env=env, runner=runner, since=900.0)
     assert runner.calls[-1] == ["sinfo", "-h", "-p", "gpu_p13", "-o", "%N"]
     assert line.endswith(
         "but partition gpu_p13 is left with 0 node(s) for the job's 1: it will wait for ever. "

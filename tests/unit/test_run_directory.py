@@ -1,4 +1,4 @@
-"""The run directory as one object (jeanzay_kit/run_directory.py, issue 56): its paths are
+"""The run directory as one object (jeanzay_kit/rundir/run_directory.py, issue 56): its paths are
 run_layout's names, its readers take a run that has not got that far, and the login-node
 side reaches the task side's files through it."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from jeanzay_kit import run_layout as layout
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir import run_layout as layout
+from jeanzay_kit.rundir.run_directory import RunDir
 from tests.unit.test_import_cycles import import_graph
 
 
@@ -62,22 +62,29 @@ def test_records_being_written_or_damaged_are_skipped(tmp_path: Path) -> None:
 
 
 def test_the_login_side_imports_nothing_from_the_task_side() -> None:
-    """Issues 56 and 69: launch/, analysis/ and cli/ read a run through RunDir and the
-    rules beside it (beats, ending_rules, progress, lease, rank_lines), and name the task
+    """Issues 56 and 69: launch/, analysis/, cli/ and tune's login-side modules read a run
+    through RunDir and the rooms beside it (rundir/, ending_rules), and name the task
     side's functions they hand to submitit (launch/sweep.py TaskByName): they import
-    nothing from node/ or runtime/, lazy imports included."""
+    nothing from node/ or runtime/, lazy imports included. tune/task.py is a study's task
+    (it runs on a node), not the login side."""
     graph = import_graph()
+    login = (
+        "jeanzay_kit.launch.",
+        "jeanzay_kit.analysis.",
+        "jeanzay_kit.cli.",
+        "jeanzay_kit.tune.",
+    )
     now = {
         (source, target)
         for source, targets in graph.items()
-        if source.startswith(("jeanzay_kit.launch.", "jeanzay_kit.analysis.", "jeanzay_kit.cli."))
+        if source.startswith(login) and source != "jeanzay_kit.tune.task"
         for target in targets
         if target.startswith(("jeanzay_kit.node", "jeanzay_kit.runtime"))
     }
     assert any(s.startswith("jeanzay_kit.launch.") for s in graph)  # the graph was read
     assert not now, (
         f"the login side imports the task side: {sorted(now)}. HINT: read the run through "
-        "jeanzay_kit.run_directory.RunDir (a new record: its reader there), or name a "
+        "jeanzay_kit.rundir.run_directory.RunDir (a new record: its reader there), or name a "
         "task-side function as launch/sweep.py's TaskByName does"
     )
 

@@ -10,13 +10,14 @@ import pytest
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.distributed.ranks import launched_by
 from jeanzay_kit.node.entry import main, task_threads
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def test_a_slurm_profile_outside_any_allocation_is_refused_naming_both_ways(
     tmp_path: Path, capsys
 ) -> None:
     cfg = compose_config(["cluster=slurm_local"])
-    assert main(cfg, {}, tmp_path) == 2  # a login node's shell
+    assert main(cfg, {}, RunDir(tmp_path)) == 2  # a login node's shell
     err = capsys.readouterr().err
     assert "neither a task of a Slurm job step nor inside an allocation" in err
     assert "jzk submit cluster=slurm_local" in err and "salloc -N2" in err
@@ -72,7 +73,7 @@ def test_signals_after_training_are_ignored_until_the_process_exits(tmp_path: Pa
         cfg = compose_config(["resources.gpus_per_node=1", "train.steps=2", "train.eval_every=0"])
         env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
         env |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(29500 + os.getpid() % 1000)}
-        assert main(cfg, env, tmp_path, stop=stop) == 0
+        assert main(cfg, env, RunDir(tmp_path), stop=stop) == 0
         assert (tmp_path / "model_final.sha256").exists()
         # Ignored, not merely handled: CPython resets Python handlers to the default
         # action (which kills) while it shuts down; SIG_IGN survives that.

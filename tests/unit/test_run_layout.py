@@ -1,4 +1,4 @@
-"""The run directory's layout is declared once (jeanzay_kit/run_layout.py, issue 44)."""
+"""The run directory's layout is declared once (jeanzay_kit/rundir/run_layout.py, issue 44)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 import jeanzay_kit
-from jeanzay_kit import run_layout
+from jeanzay_kit.rundir import run_layout
 
 PACKAGE = Path(jeanzay_kit.__file__).parent
 # Names that are also config keys and tracker names (metrics.tensorboard, metrics.wandb):
@@ -22,7 +22,7 @@ def test_no_other_module_spells_a_run_directory_name() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in run_layout.NAMES - ALSO_KEYS:
                 found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.value!r}")
-    assert not found, "ask jeanzay_kit/run_layout.py instead:\n" + "\n".join(found)
+    assert not found, "ask jeanzay_kit/rundir/run_layout.py instead:\n" + "\n".join(found)
 
 
 def test_every_name_is_in_the_table_once_and_in_the_docs() -> None:

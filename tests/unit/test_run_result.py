@@ -14,6 +14,7 @@ from jeanzay_kit import session
 from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import SpecError
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.run_result import (
     final_values,
     missing_reason,
@@ -134,12 +135,12 @@ def _loop(run_dir: Path, report: float | None, **options: object) -> None:
 
 def test_a_session_writes_the_result_from_its_log_or_its_report(tmp_path: Path) -> None:
     _loop(tmp_path / "logged", None, objective="train_loss")
-    logged = read_result(tmp_path / "logged")
+    logged = read_result(RunDir.of(tmp_path / "logged"))
     assert logged is not None and logged["objective"] == "train_loss"
     assert logged["value"] == logged["train_loss"] and logged["direction"] == "minimize"
 
     _loop(tmp_path / "reported", 0.75, objective="eval_accuracy", direction="maximize")
-    reported = read_result(tmp_path / "reported")
+    reported = read_result(RunDir.of(tmp_path / "reported"))
     assert reported is not None
     assert (reported["value"], reported["direction"], reported["objective_step"]) == (
         0.75,
@@ -164,12 +165,14 @@ def test_a_search_whose_run_has_no_value_is_told_why(
     from jeanzay_kit.runtime.run_result import write_result
     from jeanzay_kit.train_app import _run_value
 
-    write_result(tmp_path, result_record({"train_loss": 0.2, "step": 10}, "eval_loss", "minimize"))
+    write_result(
+        RunDir(tmp_path), result_record({"train_loss": 0.2, "step": 10}, "eval_loss", "minimize")
+    )
     if not told:
-        assert _run_value(tmp_path, sweeper, "train.py") is None
+        assert _run_value(RunDir(tmp_path), sweeper, "train.py") is None
         return
     with pytest.raises(SystemExit) as ended:
-        _run_value(tmp_path, sweeper, "train.py")
+        _run_value(RunDir(tmp_path), sweeper, "train.py")
     assert ended.value.code == 2
     err = capsys.readouterr().err
     assert (

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.cli import main
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_rules import ScriptCommand
 from jeanzay_kit.script.script_siblings import changed_options, earlier_run_line
 from jeanzay_kit.slurm.discover import Accounting, discover_profile, profile_name
@@ -195,7 +196,7 @@ def test_an_earlier_run_of_the_script_is_named(
 ) -> None:
     old = _script_run(tmp_path, "jzk-aaaa1111", entry, ["--epochs", "12"], ckpt)
     new = tmp_path / "jzk-bbbb2222"
-    line = earlier_run_line(new, job_name, ScriptCommand("train.py", ("--epochs", "14")))
+    line = earlier_run_line(RunDir(new), job_name, ScriptCommand("train.py", ("--epochs", "14")))
     if not said:
         assert line is None
         return
@@ -208,7 +209,9 @@ def test_an_earlier_run_of_the_script_is_named(
 def test_a_run_that_exists_resumes_without_a_word(tmp_path: Path) -> None:
     _script_run(tmp_path, "jzk-aaaa1111", "train.py", ["--epochs", "12"], True)
     same = _script_run(tmp_path, "jzk-bbbb2222", "train.py", ["--epochs", "14"], False)
-    assert earlier_run_line(same, "jzk", ScriptCommand("train.py", ("--epochs", "14"))) is None
+    assert (
+        earlier_run_line(RunDir(same), "jzk", ScriptCommand("train.py", ("--epochs", "14"))) is None
+    )
 
 
 SAVING = """\

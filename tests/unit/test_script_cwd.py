@@ -12,6 +12,7 @@ from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.node.script_cwd import prepare_script_cwd, start_line
 from jeanzay_kit.node.script_cwd_rules import shadow_plan
 from jeanzay_kit.project.places import command_paths, is_output_option
+from jeanzay_kit.rundir.run_directory import RunDir
 from tests.helpers import write_files
 
 
@@ -177,7 +178,7 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
     run_dir = project / "outputs" / "jzk-1"
     named = ["config/train_shakespeare_char.py", "checkpoints/llama/model.safetensors"]
     cwd, shadow = prepare_script_cwd(
-        run_dir, project, None, always=["outputs"], outputs=SCRIPT_OUTPUTS, args=named
+        RunDir(run_dir), project, None, always=["outputs"], outputs=SCRIPT_OUTPUTS, args=named
     )
     hidden = ("out/ckpt.pt", "out-shakespeare-char/ckpt.pt", "snapshot.pt", ".hydra/config.yaml")
     hidden += ("checkpoints/llama/lit_model.pth",)  # the folder is an output; one file named
@@ -192,7 +193,9 @@ def test_the_default_outputs_on_disk(tmp_path: Path) -> None:
     (cwd / "out" / "ckpt.pt").write_text("mine")
     assert (project / "out" / "ckpt.pt").read_text() == "stale"
     # Run again (a requeue): the script's own files are kept, links stay.
-    cwd, _ = prepare_script_cwd(run_dir, project, None, always=["outputs"], outputs=SCRIPT_OUTPUTS)
+    cwd, _ = prepare_script_cwd(
+        RunDir(run_dir), project, None, always=["outputs"], outputs=SCRIPT_OUTPUTS
+    )
     assert (cwd / "out" / "ckpt.pt").read_text() == "mine"
     assert os.path.islink(cwd / "data")
 
@@ -205,9 +208,11 @@ def test_a_folder_once_linked_becomes_mirrored(tmp_path: Path) -> None:
     (project / "exp" / "a" / "ckpt.pt").write_text("stale")
     (project / "exp" / "notes.txt").write_text("n")
     run_dir = tmp_path / "run"
-    cwd, _ = prepare_script_cwd(run_dir, project, None, outputs=())
+    cwd, _ = prepare_script_cwd(RunDir(run_dir), project, None, outputs=())
     assert os.path.islink(cwd / "exp")
-    cwd, shadow = prepare_script_cwd(run_dir, project, None, outputs=(), args=["--out_dir=exp/a"])
+    cwd, shadow = prepare_script_cwd(
+        RunDir(run_dir), project, None, outputs=(), args=["--out_dir=exp/a"]
+    )
     assert not os.path.islink(cwd / "exp") and os.path.islink(cwd / "exp" / "notes.txt")
     assert (cwd / "exp" / "a").is_dir() and not (cwd / "exp" / "a" / "ckpt.pt").exists()
     assert shadow.hidden == ["exp/a"]
@@ -261,7 +266,11 @@ def test_a_resume_path_is_an_output_place_of_the_run(tmp_path: Path) -> None:
     (project / "results" / "notes.txt").write_text("kept")
     run_dir = tmp_path / "run"
     cwd, plan = prepare_script_cwd(
-        run_dir, project, None, outputs=(), resume_args=["--resume", "results/exp/last.pth.tar"]
+        RunDir(run_dir),
+        project,
+        None,
+        outputs=(),
+        resume_args=["--resume", "results/exp/last.pth.tar"],
     )
     assert not (cwd / "results" / "exp" / "last.pth.tar").exists()
     assert (cwd / "results" / "notes.txt").read_text() == "kept"

@@ -21,6 +21,7 @@ from jeanzay_kit.config.compose import compose_config
 from jeanzay_kit.config.identity import identity_args, run_hash
 from jeanzay_kit.config.spec import build_job_spec
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_files import (
     check_resume,
     claim_run_dir,
@@ -163,22 +164,28 @@ def test_the_loops_keys_are_neither_checked_nor_refused_for_a_script() -> None:
 def test_a_run_directory_belongs_to_one_command(tmp_path: Path) -> None:
     run = tmp_path / "run"
     first = ScriptCommand("train.py", ("--lr=1", "--log=a"), may_change=("--log",))
-    claim_run_dir(run, first)
-    claim_run_dir(run, ScriptCommand("train.py", ("--lr=1", "--log=b"), may_change=("--log",)))
-    claim_run_dir(run, ScriptCommand("train.py", ("--lr=1",), ("--init_from=resume",), ("--log",)))
+    claim_run_dir(RunDir(run), first)
+    claim_run_dir(
+        RunDir(run), ScriptCommand("train.py", ("--lr=1", "--log=b"), may_change=("--log",))
+    )
+    claim_run_dir(
+        RunDir(run), ScriptCommand("train.py", ("--lr=1",), ("--init_from=resume",), ("--log",))
+    )
     with pytest.raises(JzkError) as info:
-        claim_run_dir(run, ScriptCommand("train.py", ("--lr=2",), may_change=("--log",)), False)
+        claim_run_dir(
+            RunDir(run), ScriptCommand("train.py", ("--lr=2",), may_change=("--log",)), False
+        )
     assert "belongs to another command (job.args: '--lr=1' -> '--lr=2')" in str(info.value)
     assert "job.args_may_change" in str(info.value)
     with pytest.raises(JzkError, match=r"job.entry: 'train.py' -> 'other.py'"):
-        claim_run_dir(run, ScriptCommand("other.py", ("--lr=1", "--log=a")))
+        claim_run_dir(RunDir(run), ScriptCommand("other.py", ("--lr=1", "--log=a")))
     # An option declared later is left out on both sides (the record keeps every argument).
     claim_run_dir(
-        run,
+        RunDir(run),
         ScriptCommand("train.py", ("--lr=1", "--log=z", "--seconds=3"), (), ("--log", "--seconds")),
     )
     with pytest.raises(JzkError, match="'--log=a' removed"):
-        claim_run_dir(run, ScriptCommand("train.py", ("--lr=1",)))
+        claim_run_dir(RunDir(run), ScriptCommand("train.py", ("--lr=1",)))
 
 
 def test_resume_arguments_follow_what_an_earlier_attempt_left(tmp_path: Path) -> None:
@@ -190,14 +197,14 @@ def test_resume_arguments_follow_what_an_earlier_attempt_left(tmp_path: Path) ->
     for name in (*toolkit, "job.sbatch", "manifest.jsonl", ".manifest.jsonl.tmp"):
         (run / name).write_text("")
     start = time.time()
-    assert script_writes(run, start) == (False, False)
-    assert command.argv_tail(script_writes(run, start)[0]) == ["--out_dir=x"]
+    assert script_writes(RunDir(run), start) == (False, False)
+    assert command.argv_tail(script_writes(RunDir(run), start)[0]) == ["--out_dir=x"]
     ckpt = run / "out" / "ckpt.pt"
     ckpt.parent.mkdir()
     ckpt.write_text("state")
-    assert script_writes(run, start) == (False, True)  # written during this attempt
+    assert script_writes(RunDir(run), start) == (False, True)  # written during this attempt
     os.utime(ckpt, (start - 60, start - 60))  # ... or by an earlier one
-    assert script_writes(run, start) == (True, False)
+    assert script_writes(RunDir(run), start) == (True, False)
     assert command.argv_tail(True) == ["--out_dir=x", "--init_from=resume"]
 
 
@@ -252,14 +259,14 @@ def test_a_resume_path_leading_into_the_project_is_refused(tmp_path: Path) -> No
     cwd = run_dir / "cwd"
     (cwd / "output" / "tiny").mkdir(parents=True)
     (cwd / "old").symlink_to(project / "old")
-    record_attempt(run_dir, time.time() - 60, None)
+    record_attempt(RunDir(run_dir), time.time() - 60, None)
     (cwd / "output" / "tiny" / "last.pth.tar").write_text("the run's own")
-    check_resume(run_dir, ["--resume", "output/tiny/last.pth.tar"])
+    check_resume(RunDir(run_dir), ["--resume", "output/tiny/last.pth.tar"])
     with pytest.raises(JzkError, match="leads outside the run"):
-        check_resume(run_dir, ["--resume", "old/last.pth.tar"])
+        check_resume(RunDir(run_dir), ["--resume", "old/last.pth.tar"])
     with pytest.raises(JzkError, match="has not written it"):
-        check_resume(run_dir, ["--resume=output/other/last.pth.tar"])
-    check_resume(run_dir, ["--init_from=resume"])  # a flag's value, no path
+        check_resume(RunDir(run_dir), ["--resume=output/other/last.pth.tar"])
+    check_resume(RunDir(run_dir), ["--init_from=resume"])  # a flag's value, no path
 
 
 def test_a_complete_run_met_again_says_what_the_command_does() -> None:

@@ -23,6 +23,7 @@ from jeanzay_kit.distributed.script_env import (
 from jeanzay_kit.ending.restarts import read_restarts
 from jeanzay_kit.errors import SpecError
 from jeanzay_kit.node.restart_job import restart_after_failure
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.sbatch import render_sbatch
 
 
@@ -146,44 +147,51 @@ def test_a_script_that_asks_is_requeued_without_spending_a_restart(
 ) -> None:
     runner = Scontrol()
     line = restart_after_failure(
-        tmp_path, status, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
+        RunDir(tmp_path), status, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
     )
     assert runner.calls == [["scontrol", "requeue", "42"]]
-    assert "no restart spent" in line and read_restarts(tmp_path) == []
+    assert "no restart spent" in line and read_restarts(RunDir(tmp_path)) == []
 
 
 def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Path) -> None:
     runner = Scontrol()
     env = {"SLURM_JOB_ID": "42"}
     started = 1_000_000_000.0
-    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=9e9, script=True)
+    line = restart_after_failure(
+        RunDir(tmp_path), 1, 3, env=env, runner=runner, since=9e9, script=True
+    )
     assert "before any step" in line and runner.calls == []
     # A session writes heartbeats (and hang dumps) from its first second: no progress.
     for name in ("heartbeat/rank-0.json", "hang-3/report.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("{}")
-    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=started, script=True)
+    line = restart_after_failure(
+        RunDir(tmp_path), 1, 3, env=env, runner=runner, since=started, script=True
+    )
     assert "before any step" in line and runner.calls == []
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
-    line = restart_after_failure(tmp_path, 1, 3, env=env, runner=runner, since=started, script=True)
-    assert runner.calls == [["scontrol", "requeue", "42"]] and len(read_restarts(tmp_path)) == 1
+    line = restart_after_failure(
+        RunDir(tmp_path), 1, 3, env=env, runner=runner, since=started, script=True
+    )
+    assert (
+        runner.calls == [["scontrol", "requeue", "42"]]
+        and len(read_restarts(RunDir(tmp_path))) == 1
+    )
 
 
 def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path) -> None:
     """The task wrapper turns the script's exit 3 into exit 0 and a mark (srun would
     otherwise kill the ranks still saving); the restart step requeues on the mark."""
-    from jeanzay_kit.run_directory import RunDir
-
     runner = Scontrol()
     RunDir(tmp_path).requeue_mark.write_text("123\n")
     line = restart_after_failure(
-        tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
+        RunDir(tmp_path), 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
     )
     assert runner.calls == [["scontrol", "requeue", "42"]] and "no restart spent" in line
     assert not RunDir(tmp_path).requeue_mark.exists()
     assert (
         restart_after_failure(
-            tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
+            RunDir(tmp_path), 0, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, script=True
         )
         == ""
     )
@@ -232,7 +240,12 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     command = ScriptCommand("-c", (exit_with,))
     waits: list[float] = []
     got = run_task(
-        sys.executable, command, env, str(tmp_path / "run"), runner=runner, sleep=waits.append
+        sys.executable,
+        command,
+        env,
+        RunDir.of(str(tmp_path / "run")),
+        runner=runner,
+        sleep=waits.append,
     )
     assert got == code
     assert runner.calls == ([["scontrol", "requeue", "70_7"]] if requeued else [])

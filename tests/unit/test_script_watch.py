@@ -9,10 +9,10 @@ import signal
 
 import pytest
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.ending.preemption import read_stop_note
 from jeanzay_kit.ending.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_watch_rules import StopSeen, script_hang
+from jeanzay_kit.rundir.beats import ScriptBeat
 
 USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
 
@@ -125,15 +125,15 @@ def test_no_watch_with_stall_seconds_zero() -> None:
 def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp_path) -> None:
     """A session-API script under a script task: the session writes rank-<N>.json, the
     task's wrapper its own task-<N>.json; each reader sees its own kind only."""
-    from jeanzay_kit.beats import Beat
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.beats import Beat
+    from jeanzay_kit.rundir.run_directory import RunDir
     from jeanzay_kit.script.script_files import write_script_beat
 
     session = Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0)
     RunDir(tmp_path).heartbeats.mkdir()
     (RunDir(tmp_path).heartbeats / "rank-0.json").write_text(json.dumps(vars(session)))
     beat = _beat(0, 5.0, line="epoch 1")
-    write_script_beat(tmp_path, beat)
+    write_script_beat(RunDir(tmp_path), beat)
     assert RunDir(tmp_path).script_beats() == [beat]
     assert RunDir(tmp_path).beats() == [session]
 
@@ -144,8 +144,8 @@ def test_a_scripts_beats_and_a_sessions_share_the_folder_without_overwriting(tmp
 def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad: object) -> None:
     """A beat file is JSON the run wrote: a value of the wrong type means it is damaged
     (read as it was before, a string rank compared with ints later); both readers skip it."""
-    from jeanzay_kit.beats import Beat
-    from jeanzay_kit.run_directory import RunDir, read_beats
+    from jeanzay_kit.rundir.beats import Beat
+    from jeanzay_kit.rundir.run_directory import RunDir, read_beats
     from jeanzay_kit.script.script_files import write_script_beat
 
     folder = RunDir(tmp_path).heartbeats
@@ -153,7 +153,7 @@ def test_a_beat_of_the_wrong_types_is_skipped_as_damaged(tmp_path, key: str, bad
     session = vars(Beat(0, "n1", 7, "1", 3, 10, "forward", 5.0, 6.0, "tok", 2.0))
     (folder / "rank-0.json").write_text(json.dumps(session))
     (folder / "rank-1.json").write_text(json.dumps(session | {"rank": 1, key: bad}))
-    write_script_beat(tmp_path, _beat(0, 5.0, line="epoch 1"))
+    write_script_beat(RunDir(tmp_path), _beat(0, 5.0, line="epoch 1"))
     (folder / "task-1.json").write_text(json.dumps(vars(_beat(1, 5.0)) | {key: bad}))
     assert [b.rank for b in read_beats(folder)] == [0]
     assert [b.rank for b in RunDir(tmp_path).script_beats()] == [0]
@@ -210,7 +210,7 @@ def test_a_rank_stops_on_the_batch_shells_note(tmp_path) -> None:
     ],
 )
 def test_checkpoint_looking_names(name: str, looks: bool) -> None:
-    from jeanzay_kit.run_directory import looks_like_checkpoint
+    from jeanzay_kit.rundir.run_directory import looks_like_checkpoint
 
     assert looks_like_checkpoint(name) is looks
 
@@ -250,7 +250,7 @@ def test_status_shows_the_newest_checkpoint_written_whatever_its_name(tmp_path) 
     """timm writes checkpoint-N.pth.tar then last.pth.tar; `jzk status` names the newest."""
     import os
 
-    from jeanzay_kit.run_directory import RunDir
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     folder = tmp_path / "cwd" / "output" / "train" / "tiny"
     folder.mkdir(parents=True)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.beats import Beat
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import Beat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import find_stall
 
 NOW = 1000.0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime import startup
 
 
@@ -24,8 +25,8 @@ def test_parts_add_up_and_the_start_is_written_once(tmp_path: Path, monkeypatch)
     record = first.record()
     assert record["startup_s"] == pytest.approx(sum(first.parts.values()), abs=0.01)
     assert record["startup_first_batch_s"] == 0.5
-    startup.write_start(tmp_path, {"start_step": 0})
-    startup.write_start(tmp_path, {"start_step": 0})  # the same start: not twice
+    startup.write_start(RunDir(tmp_path), {"start_step": 0})
+    startup.write_start(RunDir(tmp_path), {"start_step": 0})  # the same start: not twice
     (line,) = (tmp_path / "starts.jsonl").read_text().splitlines()
     assert json.loads(line)["parts"].keys() == first.parts.keys()
     # Another start in this process: a new clock, counted from now, not from the process.

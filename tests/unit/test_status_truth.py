@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.cli import main
 from jeanzay_kit.launch.run_files import last_line_of, run_progress
 from jeanzay_kit.launch.status import JobState, RunView, ending, run_objects, status_table
 from jeanzay_kit.project.provenance import record_run_provenance
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_files import record_attempt, write_script_beat
 
 NOW = 2_000_000_000.0
@@ -68,15 +68,15 @@ def _script_run_dir(tmp_path: Path) -> Path:
 
 def _beat(run_dir: Path, job: str, start: float, line: str, when: float) -> None:
     token = f"{job}-{int(start)}"  # node/script_task.py: the attempt's token
-    write_script_beat(run_dir, ScriptBeat(0, "n1", 1, token, when, line, when, 2.0, True))
+    write_script_beat(RunDir(run_dir), ScriptBeat(0, "n1", 1, token, when, line, when, 2.0, True))
 
 
 def test_a_local_script_run_shows_the_last_line_of_its_log(tmp_path: Path) -> None:
     run_dir = _script_run_dir(tmp_path)
-    record_attempt(run_dir, NOW - 60, None)
+    record_attempt(RunDir(run_dir), NOW - 60, None)
     (run_dir / "train.log").write_text("[rank 0] epoch 0\n[rank 0] epoch 1 loss 0.5\n\n")
     os.utime(run_dir / "train.log", (NOW - 5, NOW - 5))
-    progress = run_progress(run_dir, now=NOW)
+    progress = run_progress(RunDir(run_dir), now=NOW)
     assert (progress.attempts, progress.last_line) == (1, "[rank 0] epoch 1 loss 0.5")
     assert progress.last_line_age_s == pytest.approx(5)
 
@@ -92,24 +92,24 @@ def test_a_local_script_run_shows_the_last_line_of_its_log(tmp_path: Path) -> No
 )
 def test_a_job_s_last_line_is_its_own(tmp_path: Path, job: str | None, line: str) -> None:
     run_dir = _script_run_dir(tmp_path)
-    record_attempt(run_dir, NOW - 100, "100")
-    record_attempt(run_dir, NOW - 50, "101")
+    record_attempt(RunDir(run_dir), NOW - 100, "100")
+    record_attempt(RunDir(run_dir), NOW - 50, "101")
     _beat(run_dir, "101", NOW - 50, "done: epoch 12", NOW - 10)  # task-0.json, replaced
     log = tmp_path / "jzk-100.out"
     log.write_text("epoch 3\n")
     log.with_suffix(".err").write_text("slurmstepd: error: *** JOB 100 CANCELLED ***\n")
     os.utime(log, (NOW - 80, NOW - 80))
     os.utime(log.with_suffix(".err"), (NOW - 70, NOW - 70))
-    progress = run_progress(run_dir, now=NOW, job_id=job, log=log if job == "100" else None)
+    progress = run_progress(RunDir(run_dir), now=NOW, job_id=job, log=log if job == "100" else None)
     assert progress.last_line == line
     assert progress.attempts == (2 if job is None else 1)
 
 
 def test_a_job_with_no_beat_and_no_log_shows_no_other_job_s_line(tmp_path: Path) -> None:
     run_dir = _script_run_dir(tmp_path)
-    record_attempt(run_dir, NOW - 100, "100")
+    record_attempt(RunDir(run_dir), NOW - 100, "100")
     _beat(run_dir, "101", NOW - 50, "done: epoch 12", NOW - 10)
-    assert run_progress(run_dir, now=NOW, job_id="100").last_line is None
+    assert run_progress(RunDir(run_dir), now=NOW, job_id="100").last_line is None
 
 
 def test_last_line_of_reads_the_tail_only(tmp_path: Path) -> None:
@@ -136,7 +136,7 @@ def test_a_run_directory_knows_its_newest_slurm_job(
     run_dir.mkdir()
     assert RunDir(run_dir).newest_start_job() is None
     for env in starts:
-        record_run_provenance(run_dir, env, tmp_path)
+        record_run_provenance(RunDir(run_dir), env, tmp_path)
     assert RunDir(run_dir).newest_start_job() == job
 
 
@@ -147,8 +147,8 @@ def test_another_launcher_s_run_is_its_slurm_job_not_a_stopped_local_run(
     from jeanzay_kit.cli import status as status_cli
 
     run_dir = _script_run_dir(tmp_path)
-    record_run_provenance(run_dir, {"SLURM_JOB_ID": "512"}, tmp_path)
-    record_attempt(run_dir, NOW, "512")
+    record_run_provenance(RunDir(run_dir), {"SLURM_JOB_ID": "512"}, tmp_path)
+    record_attempt(RunDir(run_dir), NOW, "512")
     (run_dir / "lease.json").write_text("{}\n")  # task 0 held it (lease.py)
     asked: list[list[str]] = []
 
@@ -239,8 +239,13 @@ def test_a_sweep_point_s_script_counts_its_starts(tmp_path: Path) -> None:
     }
     run_dir = tmp_path / "run"
     for _ in range(2):
-        assert run_task(sys.executable, ScriptCommand("-c", ("print(1)",)), env, str(run_dir)) == 0
-    progress = run_progress(run_dir, job_id="70_7")
+        assert (
+            run_task(
+                sys.executable, ScriptCommand("-c", ("print(1)",)), env, RunDir.of(str(run_dir))
+            )
+            == 0
+        )
+    progress = run_progress(RunDir(run_dir), job_id="70_7")
     assert (progress.attempts, progress.restarts) == (2, 1)
     # The command exited 0: the run's newest end is "completed", not an earlier stop's
     # "run the same command again" (a user trial's script run said it after completing).
@@ -267,6 +272,6 @@ def test_a_script_s_requeue_says_how_it_ended(tmp_path: Path, mark: str, said: s
 
     RunDir(tmp_path).requeue_mark.write_text(mark)
     line = restart_after_failure(
-        tmp_path, 0, 3, env={"SLURM_JOB_ID": "42"}, runner=Scontrol(), script=True
+        RunDir(tmp_path), 0, 3, env={"SLURM_JOB_ID": "42"}, runner=Scontrol(), script=True
     )
     assert line == f"jzk: {said}; requeued job 42: no restart spent"

@@ -11,6 +11,7 @@ import pytest
 
 from jeanzay_kit.config.collector import Collector
 from jeanzay_kit.config.run_rules import check_metrics
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.trackers import (
     TrackerOptions,
     Trackers,
@@ -38,7 +39,7 @@ class Recorder:
 def trackers_with(run_dir: Path, fake: Recorder, step: int = 0) -> Trackers:
     """Trackers whose W&B is a recorder that last received `step` (none started)."""
     (run_dir / "trackers.json").write_text(json.dumps({"wandb": {"id": "abc", "step": step}}))
-    trackers = Trackers(run_dir, TrackerOptions(), {}, [])
+    trackers = Trackers(RunDir(run_dir), TrackerOptions(), {}, [])
     trackers.open["wandb"] = fake
     return trackers
 
@@ -81,7 +82,7 @@ def test_pure_rules() -> None:
         "n": 2.0,
     }
     run_dir = Path("/nonexistent/run")
-    assert sync_command(run_dir, "abc", "proj", "team") == [
+    assert sync_command(RunDir(run_dir), "abc", "proj", "team") == [
         "wandb", "sync", "--id", "abc", "--project", "proj", "--entity", "team"
     ]  # fmt: skip
 
@@ -107,7 +108,8 @@ def test_neither_package_is_imported_when_the_trackers_are_off(tmp_path: Path) -
         "import sys; from pathlib import Path\n"
         "from jeanzay_kit.runtime.metrics import MetricsWriter\n"
         "from jeanzay_kit.runtime.trackers import TrackerOptions\n"
-        f"w = MetricsWriter(Path({str(tmp_path)!r}), True, 4, trackers=TrackerOptions())\n"
+        "from jeanzay_kit.rundir.run_directory import RunDir\n"
+        f"w = MetricsWriter(RunDir(Path({str(tmp_path)!r})), True, 4, trackers=TrackerOptions())\n"
         "w.log({'step': 1, 'loss': 1.0, 'step_time_s': 0.1}); w.close()\n"
         "assert not {'wandb', 'mlflow'} & set(sys.modules), 'imported'\n"
     )

@@ -10,6 +10,7 @@ from optuna.trial import TrialState
 
 from jeanzay_kit.config.sections import TuneSettings
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.tune.space import parse_space
 from jeanzay_kit.tune.study import finish_trial, next_trial, open_study, reap_orphans
 from jeanzay_kit.tune.task import Allocation, owner_of, requeue_for_more
@@ -238,15 +239,15 @@ def test_a_trial_without_every_objective_fails_naming_the_missing_one(tmp_path: 
     several = {**record, "objectives": ["eval_loss", "eval_f1"], "values": [0.4, None]}
     (tmp_path / "result.json").write_text(json.dumps(several))
     both = ("eval_loss", "eval_f1")
-    end = _result_end(tmp_path, both)
+    end = _result_end(RunDir(tmp_path), both)
     assert end.values is None and "tune.objective=eval_f1" in end.reason
     several["values"] = [0.4, 0.7]
     (tmp_path / "result.json").write_text(json.dumps(several))
-    assert _result_end(tmp_path, both).values == (0.4, 0.7)
+    assert _result_end(RunDir(tmp_path), both).values == (0.4, 0.7)
     (tmp_path / "result.json").write_text(json.dumps(record))
-    assert _result_end(tmp_path, ("eval_loss",)).values == (0.4,)
-    short = _result_end(tmp_path, both)  # a script that wrote one value for two
+    assert _result_end(RunDir(tmp_path), ("eval_loss",)).values == (0.4,)
+    short = _result_end(RunDir(tmp_path), both)  # a script that wrote one value for two
     assert short.values is None and "has 1 value(s) for the 2 of tune.objective" in short.reason
     # A script's own file: `values` alone, in tune.objective's order.
     (tmp_path / "result.json").write_text(json.dumps({"values": [1.5, 2]}))
-    assert _result_end(tmp_path, ("loss", "size")).values == (1.5, 2.0)
+    assert _result_end(RunDir(tmp_path), ("loss", "size")).values == (1.5, 2.0)

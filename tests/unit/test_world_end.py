@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.beats import ScriptBeat
 from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
 from jeanzay_kit.node import script_watch
 from jeanzay_kit.node.script_watch import Ended, Watch, after_the_work
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_files import write_script_beat
 
 # PyTorch's DDP tutorial on the local Slurm cluster, torch 2.13, gloo: rank 1's stderr
@@ -126,13 +127,13 @@ def test_a_scripts_last_beat_carries_its_end_and_an_older_beat_still_reads(tmp_p
 def _beat(run_dir: Path, rank: int, code: int | None, token: str = "5-100") -> None:
     now = time.time()
     write_script_beat(
-        run_dir,
+        RunDir(run_dir),
         ScriptBeat(rank, f"n{rank}", 10 + rank, token, now, "", now, 2.0, code is not None, code),
     )
 
 
 def test_the_wrapper_waits_for_task_0_then_ends_well(tmp_path, monkeypatch) -> None:
-    watch = Watch(tmp_path, 1, "5-100", 100.0)
+    watch = Watch(RunDir(tmp_path), 1, "5-100", 100.0)
     _beat(tmp_path, 0, None)  # task 0 still running
     _beat(tmp_path, 0, 0, token="5-50")  # an earlier attempt's end does not count
     monkeypatch.setattr(script_watch, "PEERS_WAIT_S", 0.3)
@@ -145,5 +146,5 @@ def test_the_wrapper_waits_for_task_0_then_ends_well(tmp_path, monkeypatch) -> N
 def test_a_crash_does_not_wait_for_the_others(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(script_watch, "PEERS_WAIT_S", 30.0)
     started = time.monotonic()
-    assert after_the_work(Watch(tmp_path, 1, "5-100", 100.0), 2, Ended(-6, False)) is None
+    assert after_the_work(Watch(RunDir(tmp_path), 1, "5-100", 100.0), 2, Ended(-6, False)) is None
     assert time.monotonic() - started < 1.0

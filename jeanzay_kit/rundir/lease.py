@@ -25,7 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from jeanzay_kit.errors import RunDirBusy
-from jeanzay_kit.lease_rules import (
+from jeanzay_kit.rundir.lease_rules import (
     RENEW_SECONDS,
     LeaseRecord,
     Verdict,
@@ -33,7 +33,7 @@ from jeanzay_kit.lease_rules import (
     judge,
     parse_record,
 )
-from jeanzay_kit.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import RunDir
 
 # A filesystem that does not honour locks says so with one of these (Lustre `noflock`:
 # ENOSYS; NFS without a lock manager: ENOLCK); the record alone decides then.
@@ -121,7 +121,7 @@ def pid_alive(pid: int) -> bool:
 
 
 def acquire(
-    run_dir: Path,
+    run_dir: RunDir,
     *,
     host: str,
     job_id: str = "",
@@ -129,8 +129,8 @@ def acquire(
     command: str = "",
 ) -> Lease:
     """Take `run_dir` for this process, or raise RunDirBusy naming who holds it."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    path = RunDir(run_dir).lease
+    run_dir.root.mkdir(parents=True, exist_ok=True)
+    path = run_dir.lease
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         got = _try_lock(fd)
@@ -163,7 +163,7 @@ def acquire(
         raise
 
 
-def acquire_for(run_dir: Path, env: Mapping[str, str], command: str) -> Lease:
+def acquire_for(run_dir: RunDir, env: Mapping[str, str], command: str) -> Lease:
     """`acquire` for this process, its Slurm job and restart read from `env` (the
     mapping the entry point read once)."""
     restarts = env.get("SLURM_RESTART_COUNT", "0")
@@ -176,7 +176,7 @@ def acquire_for(run_dir: Path, env: Mapping[str, str], command: str) -> Lease:
     )
 
 
-def _settle(lease: Lease, run_dir: Path) -> None:
+def _settle(lease: Lease, run_dir: RunDir) -> None:
     """Without locks: read back after a pause; a later taker's record means it won."""
     time.sleep(_SOFT_SETTLE_SECONDS)
     fd = lease._fd
@@ -188,11 +188,11 @@ def _settle(lease: Lease, run_dir: Path) -> None:
         raise RunDirBusy(busy_message(str(run_dir), record, time.time()))
 
 
-def holder(run_dir: Path) -> tuple[LeaseRecord | None, bool]:
+def holder(run_dir: RunDir) -> tuple[LeaseRecord | None, bool]:
     """(the record, whether a live writer holds the directory now), for another process.
 
     Must not be called by the holder itself: closing its descriptor would drop its lock."""
-    path = RunDir(run_dir).lease
+    path = run_dir.lease
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
-from jeanzay_kit import run_layout as layout
-from jeanzay_kit.beats import SCRIPT_BEAT_PREFIX, Beat, ScriptBeat
 from jeanzay_kit.durable_io import read_json_lines
+from jeanzay_kit.rundir import run_layout as layout
+from jeanzay_kit.rundir.beats import SCRIPT_BEAT_PREFIX, Beat, ScriptBeat
 
 _Record = TypeVar("_Record")
 
@@ -35,6 +35,10 @@ class RunDir:
     @classmethod
     def of(cls, path: str | Path) -> RunDir:
         return cls(Path(path))
+
+    def __str__(self) -> str:
+        """The folder's path, as a message or a command line names it."""
+        return str(self.root)
 
     # ---- its files and folders (run_layout.ENTRIES says who writes and reads each) -----
     @property
