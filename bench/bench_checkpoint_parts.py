@@ -111,6 +111,7 @@ def staging(hidden: int, rounds: int, base: Path) -> dict[str, list[float]]:
     from jeanzay_kit.ckpt.checkpointer import Checkpointer
     from jeanzay_kit.ckpt.trainer_state import TrainerState
     from jeanzay_kit.node.local import free_port
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
@@ -130,7 +131,7 @@ def staging(hidden: int, rounds: int, base: Path) -> dict[str, list[float]]:
         checkpointers = {}
         for name, make in makers.items():
             ck = Checkpointer(
-                Path(tmp) / name.split()[0],
+                RunDir(Path(tmp) / name.split()[0]),
                 model,
                 opt,
                 rank=0,

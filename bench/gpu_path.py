@@ -37,6 +37,7 @@ from jeanzay_kit.ckpt.trainer_state import TrainerState  # noqa: E402
 from jeanzay_kit.distributed.process_group import join_group, resolve_backend  # noqa: E402
 from jeanzay_kit.distributed.ranks import RankInfo  # noqa: E402
 from jeanzay_kit.examples.models import TinyGPT  # noqa: E402
+from jeanzay_kit.rundir.run_directory import RunDir  # noqa: E402
 
 SMOKE = {"block": 64, "layers": 2, "width": 64, "heads": 2, "vocab": 256}
 TIMEOUT_MINUTES = 10.0  # parallel.timeout_minutes' default
@@ -102,7 +103,7 @@ def check_checkpoints(device: torch.device, shape: dict, folder: Path) -> dict:
 
     def checkpointer(name: str, use_async: bool, on: torch.nn.Module, opt) -> Checkpointer:
         return Checkpointer(
-            folder / name, on, opt, rank=0, world={"mode": "bench"}, config={"bench": True},
+            RunDir(folder / name), on, opt, rank=0, world={"mode": "bench"}, config={"bench": True},
             device=device, keep_last=2, use_async=use_async, log=lambda _m: None,
         )  # fmt: skip
 

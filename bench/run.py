@@ -271,7 +271,7 @@ def checkpoint_figures(r: dict) -> list[Figure]:
             write,
             f"{r['write']['checkpoint_MBps']:.0f} MB/s",
             f"{r['write']['dd_direct_MBps']:.0f} MB/s (dd)",
-            ">= 0.8",
+            ">= 0.9",
         ),
         Figure(
             "async_block_vs_sync",

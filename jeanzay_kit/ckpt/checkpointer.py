@@ -23,6 +23,7 @@ import io
 import json
 import os
 import shutil
+import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -88,16 +89,34 @@ def _save_bytes(data: bytes, path: Path) -> FileRecord:
     return FileRecord(len(data), checksum_of(data))
 
 
-def _save_torch(obj: Any, path: Path) -> FileRecord:
+def _torch_bytes(obj: Any) -> bytes:
     buffer = io.BytesIO()
     torch.save(obj, buffer)
-    return _save_bytes(buffer.getvalue(), path)
+    return buffer.getvalue()
+
+
+class _SmallWrites(threading.Thread):
+    """A save's small files, each written and fsynced, on a thread of their own; the
+    first OSError is kept for the ranks' agreement (Checkpointer._small_done)."""
+
+    def __init__(self, folder: Path, payloads: Mapping[str, bytes]) -> None:
+        super().__init__(daemon=True)
+        self.folder, self.payloads = folder, dict(payloads)
+        self.records: dict[str, FileRecord] = {}
+        self.failure: OSError | None = None
+
+    def run(self) -> None:
+        try:
+            for name, data in self.payloads.items():
+                self.records[name] = _save_bytes(data, self.folder / name)
+        except OSError as err:
+            self.failure = err
 
 
 class Checkpointer:
     def __init__(
         self,
-        run_dir: Path,
+        run_dir: RunDir,
         module: nn.Module,
         optimizer: torch.optim.Optimizer,
         *,
@@ -110,7 +129,7 @@ class Checkpointer:
         log: Callable[[str], None] = print,
         keep_best: tuple[str, str] | None = None,
     ):
-        self.store = CheckpointStore(RunDir(run_dir).checkpoints)
+        self.store = CheckpointStore(run_dir.checkpoints)
         self.module = module
         self.optimizer = optimizer
         self.rank = rank
@@ -149,7 +168,10 @@ class Checkpointer:
         self._wait_save()  # the next save waits for the previous one
         tmp = self._fresh_folder(step)
         model_sd, optim_sd = state_dicts(self.module, self.optimizer)
-        records = self._small_files(step, tmp, trainer, data_state)
+        # The small files are written while DCP writes the tensors (their fsyncs would
+        # otherwise come one after the other, before it: docs/performance.md).
+        small = _SmallWrites(tmp, self._small_payloads(trainer, data_state))
+        small.start()
         fields = {
             "world": self.world,
             "config_hash": resume_hash(self.config),
@@ -158,7 +180,7 @@ class Checkpointer:
             "extra": _extra(evaluated, self.keep_best),
         }
         self._write_and_commit(
-            step, tmp, {"model": model_sd, "optim": optim_sd}, fields, records, force_sync
+            step, tmp, {"model": model_sd, "optim": optim_sd}, fields, small, force_sync
         )
         self.last_blocking_s = time.perf_counter() - t0
 
@@ -176,35 +198,24 @@ class Checkpointer:
         self._agree(step, failure)  # also the barrier: the folder exists for everyone
         return tmp
 
-    def _small_files(
-        self,
-        step: int,
-        tmp: Path,
-        trainer: TrainerState,
-        data_state: Mapping[str, Any] | None,
-    ) -> dict[str, FileRecord]:
+    def _small_payloads(
+        self, trainer: TrainerState, data_state: Mapping[str, Any] | None
+    ) -> dict[str, bytes]:
         """This rank's random generators and stream position; rank 0's trainer state and
-        config. Every rank agrees that all were written."""
-        records: dict[str, FileRecord] = {}
-        failure: OSError | None = None
-        try:
-            records[f"rank-{self.rank}.pt"] = _save_torch(
-                rng_state(self.device), tmp / f"rank-{self.rank}.pt"
-            )
-            if data_state is not None:
-                records[f"data-{self.rank}.pt"] = _save_torch(
-                    dict(data_state), tmp / f"data-{self.rank}.pt"
-                )
-            if self.rank == 0:
-                records["trainer.pt"] = _save_torch(trainer.to_payload(), tmp / "trainer.pt")
-                records["config.json"] = _save_bytes(
-                    json.dumps(self.config, indent=2, default=str).encode(),
-                    tmp / "config.json",
-                )
-        except OSError as err:
-            failure = err
-        self._agree(step, failure)
-        return records
+        config: taken now (the step's state), written by _SmallWrites."""
+        out = {f"rank-{self.rank}.pt": _torch_bytes(rng_state(self.device))}
+        if data_state is not None:
+            out[f"data-{self.rank}.pt"] = _torch_bytes(dict(data_state))
+        if self.rank == 0:
+            out["trainer.pt"] = _torch_bytes(trainer.to_payload())
+            out["config.json"] = json.dumps(self.config, indent=2, default=str).encode()
+        return out
+
+    def _small_done(self, step: int, small: _SmallWrites) -> dict[str, FileRecord]:
+        """The small files' records, once every rank agrees that all were written."""
+        small.join()
+        self._agree(step, small.failure)
+        return small.records
 
     def _write_and_commit(
         self,
@@ -212,7 +223,7 @@ class Checkpointer:
         tmp: Path,
         state: dict[str, Any],
         fields: dict[str, Any],
-        records: dict[str, FileRecord],
+        small: _SmallWrites,
         force_sync: bool,
     ) -> None:
         """The tensors through DCP, then the commit (manifest last): here, or in the
@@ -233,7 +244,7 @@ class Checkpointer:
                 step,
                 self.rank,
                 fields=fields,
-                records=records,
+                records=small.records,
                 dcp_records=writer.fs.records,
                 group=group,
                 keep_last=self.keep_last,
@@ -245,11 +256,16 @@ class Checkpointer:
 
         if background:
             assert self._background is not None
+            self._small_done(step, small)
             self._background.start(state, writer, commit)
             self._in_flight = step
             return
         try:
-            dcp.save(state, storage_writer=writer)
+            try:
+                dcp.save(state, storage_writer=writer)
+            finally:
+                small.join()  # nothing writes into the folder once this ends
+            self._small_done(step, small)
             commit(None)
         except (OSError, CheckpointException) as err:
             # DCP gathers every rank's write errors and raises on all of them; the

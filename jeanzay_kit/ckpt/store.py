@@ -6,6 +6,7 @@ list and verify, including `jzk ckpt`. The rules live in ckpt/layout.py.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -198,10 +199,12 @@ class CheckpointStore:
                 shutil.rmtree(trash, ignore_errors=True)
             os.replace(self.root / entry.name, trash)
             removed.append(entry.name)
-        if removed:
+        if removed and delete:
             fsync_dir(self.root)
         if delete:
             self.empty_trash()
+        # delete=False: the renames are made durable by empty_trash, off the training
+        # thread (lost in a crash, a dropped step comes back and is dropped again).
         return removed
 
     def best(self, keep_best: tuple[str, str], steps: Iterable[int]) -> int | None:
@@ -215,12 +218,17 @@ class CheckpointStore:
         return best_step(evaluated, *keep_best)
 
     def empty_trash(self) -> None:
+        emptied = False
         for child in self.root.glob(f"{TRASH_PREFIX}*"):
             shutil.rmtree(child, ignore_errors=True)
+            emptied = True
+        if emptied:
+            with contextlib.suppress(OSError):
+                fsync_dir(self.root)
 
 
 def check_resume_early(
-    run_dir: Path,
+    run_dir: RunDir,
     config: Mapping[str, Any],
     world: Mapping[str, Any],
     resume: str,
@@ -238,7 +246,7 @@ def check_resume_early(
     if resume == "never":
         return
     if resume == "auto":
-        store = CheckpointStore(RunDir(Path(run_dir)).checkpoints)
+        store = CheckpointStore(run_dir.checkpoints)
         complete = [e for e in store.entries() if e.has_manifest]
         if not complete:
             return

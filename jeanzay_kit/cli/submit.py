@@ -223,7 +223,7 @@ def refuse_before_writing(spec: JobSpec, run_dir: RunDir, chain: int = 1) -> Non
     # checkpoints record the script's hyper-parameters, not this config.
     if not spec.job.runs_script:
         check_resume_early(
-            run_dir.root,
+            run_dir,
             spec.config,
             spec.layout.checkpoint_world(),
             spec.checkpoint.resume,

@@ -6,6 +6,8 @@ Pure. The config decides it (validation, the run's identity); the task side
 from __future__ import annotations
 
 import shlex
+from collections.abc import Mapping
+from typing import Any
 
 TOOLKIT_ENTRY = "-m jeanzay_kit.train_app"
 ENTRY_KINDS = ("auto", "toolkit", "script")
@@ -20,3 +22,11 @@ def runs_script(entry: str, kind: str) -> bool:
     if kind == "toolkit":
         return False
     return shlex.split(entry) != shlex.split(TOOLKIT_ENTRY)
+
+
+def script_entry(config: Mapping[str, Any]) -> str | None:
+    """job.entry of a frozen config when it is the user's own command (None: the
+    toolkit's loop): what a failed task names (node/task.py)."""
+    job = config.get("job") or {}
+    entry, kind = job.get("entry"), str(job.get("entry_kind", "auto"))
+    return str(entry) if entry and runs_script(str(entry), kind) else None

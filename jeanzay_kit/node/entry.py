@@ -154,7 +154,7 @@ def refuse_before_writing(spec: JobSpec, run_dir: RunDir) -> None:
     # A changed config meeting another experiment's checkpoints.
     ckpt = spec.checkpoint
     check_resume_early(
-        run_dir.root,
+        run_dir,
         spec.config,
         spec.layout.checkpoint_world(),
         ckpt.resume,

@@ -10,14 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.config.entry import runs_script
+from jeanzay_kit.config.entry import script_entry
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
-
-
-def _kind(config: dict[str, Any]) -> str:
-    return str(config.get("job", {}).get("entry_kind", "auto"))
 
 
 def run_training(config: dict[str, Any], run_dir: str) -> float | list[float | None] | None:
@@ -39,8 +35,8 @@ def run_training(config: dict[str, Any], run_dir: str) -> float | list[float | N
     if code == Exit.STOPPED:
         raise SystemExit(code)  # stopped after a save, and requeued: not a failure
     if code:
-        entry = config.get("job", {}).get("entry")
-        what = f"job.entry {entry!r}" if entry and runs_script(entry, _kind(config)) else "training"
+        entry = script_entry(config)
+        what = f"job.entry {entry!r}" if entry else "training"
         raise JzkError(f"{what} ended with exit code {code}; see the error above")
     from jeanzay_kit.runtime.run_result import result_value, result_values
 

@@ -12,7 +12,15 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
 from jeanzay_kit.rehearse.runner import check_local, rehearse_run, run_here, save_seconds
-from jeanzay_kit.rehearse.schedule import EXPECTED, HANG, KILL_RANK, schedule, to_json
+from jeanzay_kit.rehearse.schedule import (
+    CKPT_WRITE,
+    EXPECTED,
+    HANG,
+    KILL_RANK,
+    NAN,
+    schedule,
+    to_json,
+)
 from jeanzay_kit.rundir.run_directory import RunDir
 
 
@@ -38,7 +46,7 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size)
     run.faults.write_text(json.dumps(to_json(plan, opts.seed, opts.every_s), indent=1) + "\n")
     # Each crash or hang spends a restart: the rehearsal gives the run that many more.
-    spent = sum(f.kind in (KILL_RANK, HANG) for f in plan)
+    spent = sum(f.kind in (KILL_RANK, HANG, CKPT_WRITE) for f in plan)
     more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
     print(f"rehearse: {len(plan)} fault(s), seed {opts.seed}, in {opts.folder}", flush=True)
     for f in plan:
@@ -46,13 +54,17 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     print("rehearse: the run without faults first (the reference)", flush=True)
     ref_s, ref_digest = run_here(more, reference, opts.folder / "reference.log")
     print(f"rehearse: reference done in {ref_s:.1f} s; now the run under the schedule", flush=True)
-    measured, total_s = rehearse_run(more, run.root, plan, opts.folder / "run.log")
+    measured, total_s = rehearse_run(
+        more, run.root, plan, opts.folder / "run.log", spec.train.nonfinite
+    )
     rows = [rules.row(m, spec.checkpoint.every_steps) for m in measured]
     equal = run.model_digest.read_text().strip() == ref_digest
     totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref_s / total_s)
     step_s = ref_s / max(spec.train.steps, 1)
     lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, spec.checkpoint.every_steps)
-    if not equal:
+    if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
+        lines.insert(0, "the final model differs by design: train.nonfinite=skip dropped an update")
+    elif not equal:
         lines.insert(
             0, "the final model differs from the run without faults: a resume was not exact"
         )

@@ -17,12 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jeanzay_kit.ckpt.layout import TMP_PREFIX
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
-from jeanzay_kit.rehearse.schedule import HANG, KILL_RANK, STARTUP, Fault
+from jeanzay_kit.rehearse.schedule import CKPT_WRITE, HANG, KILL_RANK, NAN, STARTUP, Fault
 from jeanzay_kit.rundir.run_directory import RunDir
-from jeanzay_kit.rundir.run_layout import HANG_PREFIX
+from jeanzay_kit.rundir.run_layout import HANG_PREFIX, REHEARSAL_ENV
 
 POLL_S = 0.2
 # After its recovery a fault must be followed by progress within this (and the watchdog).
@@ -38,12 +39,14 @@ class Timeline:
     run: RunDir
     proc: subprocess.Popen[bytes] | None = None
     log: Path | None = None
+    nonfinite: str = "stop"  # train.nonfinite: what a NaN does to the run
 
     def start(self) -> None:
         assert self.log is not None
+        env = {**os.environ, REHEARSAL_ENV: "1"}  # rank 0 looks for the NaN fault's file
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
             )
 
     def step(self) -> int:
@@ -86,11 +89,11 @@ def _argv(overrides: Sequence[str], run_dir: Path) -> list[str]:
 
 
 def rehearse_run(
-    overrides: Sequence[str], run_dir: Path, plan: Sequence[Fault], log: Path
+    overrides: Sequence[str], run_dir: Path, plan: Sequence[Fault], log: Path, nonfinite: str
 ) -> tuple[list[rules.Measured], float]:
     """The run under the schedule: each fault measured; the run's total time (it is
     started again after each stop, as a requeue would, until it is done)."""
-    line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log)
+    line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log, nonfinite=nonfinite)
     started = time.monotonic()
     line.start()
     measured = [_one(line, fault) for fault in plan]
@@ -131,7 +134,15 @@ def _one(line: Timeline, fault: Fault) -> rules.Measured:
     step, injected, wall = line.step(), time.monotonic(), time.time()
     endings_before = len(_records(line.run.endings))
     starts_before = len(_starts(line.run))
-    if fault.kind in (KILL_RANK, HANG):
+    if fault.kind == NAN:
+        return _nan(line, fault, starts_before)
+    if fault.kind == CKPT_WRITE:
+        pid = _rank_pid(line.run, fault.rank)
+        _during_a_save(line)
+        step, injected = line.step(), time.monotonic()
+        os.kill(pid, signal.SIGKILL)
+        detected, by = _detected(line, endings_before, injected)
+    elif fault.kind in (KILL_RANK, HANG):
         pid = _rank_pid(line.run, fault.rank)
         os.kill(pid, signal.SIGKILL if fault.kind == KILL_RANK else signal.SIGSTOP)
         detected, by = _detected(line, endings_before, injected)
@@ -147,6 +158,45 @@ def _one(line: Timeline, fault: Fault) -> rules.Measured:
     resumed_s, resumed_from = _resumed(line, injected, starts_before)
     took = None if detected is None else round(detected, 2)
     return rules.Measured(fault.kind, step, took, by, resumed_s, resumed_from)
+
+
+def _during_a_save(line: Timeline) -> None:
+    """Until a save is being written: a checkpoint's temporary folder is there (the
+    commit renames it when complete). Polled fast: a small model's save lasts tens of
+    milliseconds."""
+    deadline = time.monotonic() + RESUME_GRACE_S
+    while time.monotonic() < deadline:
+        if any(line.run.checkpoints.glob(f"{TMP_PREFIX}*")):
+            return
+        if line.ended() is not None:
+            raise JzkError(f"the run ended (exit {line.ended()}) before a save to interrupt")
+        time.sleep(0.002)
+    raise JzkError(f"no save began within {RESUME_GRACE_S:.0f} s: checkpoint.every_steps?")
+
+
+def _nan(line: Timeline, fault: Fault, starts_before: int) -> rules.Measured:
+    """A NaN for the next step's loss (rank 0 takes the file): with train.nonfinite=stop
+    the run stops before the update (exit 2) and is run again, as its user would, from
+    its newest checkpoint; with skip it drops the update and goes on."""
+    step, injected = line.step(), time.monotonic()
+    line.run.fault_nan.write_text(f"fault {fault.number}\n")
+    while line.run.fault_nan.exists() and line.ended() is None:
+        time.sleep(POLL_S / 4)
+    if line.nonfinite == "skip":  # the update dropped, on it goes
+        detected = round(time.monotonic() - injected, 2)
+        while line.step() <= step and line.ended() is None:
+            time.sleep(POLL_S)
+        by = "the step's agreement: train.nonfinite=skip, the update dropped"
+        return rules.Measured(NAN, step, detected, by, detected, step)
+    assert line.proc is not None
+    code = line.proc.wait()
+    detected = round(time.monotonic() - injected, 2)
+    by = f"the step's agreement: train.nonfinite=stop (exit {code})"
+    if code not in (2, 3):
+        raise JzkError(f"the run ended with exit {code} on the NaN: see {line.log}")
+    line.start()  # what the user does after reading why it stopped
+    resumed_s, resumed_from = _resumed(line, injected, starts_before)
+    return rules.Measured(NAN, step, detected, by, resumed_s, resumed_from)
 
 
 def _stop(line: Timeline) -> None:

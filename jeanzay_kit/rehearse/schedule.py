@@ -12,13 +12,18 @@ PREEMPT = "preempt"  # the time-limit warning (SIGUSR1): save at a step boundary
 KILL_RANK = "kill_rank"  # one training process killed (SIGKILL): a crash
 HANG = "hang"  # one training process stopped (SIGSTOP): the watchdog's case
 STARTUP = "startup"  # the warning while the run starts, before its first step
-KINDS = (PREEMPT, KILL_RANK, HANG, STARTUP)
+NAN = "nan"  # the loss not finite at one step (rank 0's, told to all by the agreement)
+CKPT_WRITE = "ckpt_write"  # one training process killed while a checkpoint is written
+KINDS = (PREEMPT, KILL_RANK, HANG, STARTUP, NAN, CKPT_WRITE)
 # What the toolkit answers with, so the report can say what to expect of each.
 EXPECTED = {
     PREEMPT: "saved at the next step boundary, stopped (exit 3), resumed: 0 steps lost",
     KILL_RANK: "restarted from the newest checkpoint (a restart of preemption.max_restarts)",
     HANG: "named by the watchdog after watchdog.stall_seconds, restarted from a checkpoint",
     STARTUP: "kept until the first step boundary, saved, stopped (exit 3), resumed",
+    NAN: "train.nonfinite=stop: stopped before the update (exit 2), run again from the "
+    "newest checkpoint; skip: the step's update dropped",
+    CKPT_WRITE: "the half-written checkpoint never counts: restarted from the one before",
 }
 
 

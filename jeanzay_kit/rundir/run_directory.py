@@ -142,6 +142,10 @@ class RunDir:
         return self.root / layout.WRITE_PROBE
 
     @property
+    def fault_nan(self) -> Path:
+        return self.root / layout.FAULT_NAN
+
+    @property
     def script_cwd(self) -> Path:
         return self.root / layout.SCRIPT_CWD
 

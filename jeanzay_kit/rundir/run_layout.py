@@ -33,6 +33,10 @@ STOP_NOTE = ".jzk-signal"
 REQUEUE_MARK = ".jzk-requeue"
 SCRIPT_PORT = ".jzk-port"  # a script task: the port its ranks meet on, chosen by task 0
 WRITE_PROBE = ".jzk-write-test"
+# `jzk rehearse`: a NaN for the next step's loss (rank 0 takes and removes it); looked
+# for only where the run's environment has REHEARSAL_ENV (no stat per step otherwise).
+FAULT_NAN = ".jzk-fault-nan"
+REHEARSAL_ENV = "JZK_REHEARSAL"
 SCRIPT_CWD = "cwd"
 HANG_PREFIX = "hang-"  # hang-<step>/: the ranks' stacks when the watchdog fired
 JOB_SCRIPT = "job.sbatch"
@@ -105,6 +109,8 @@ ENTRIES: tuple[Entry, ...] = (
           "the port a script task's ranks meet on (the job's, or a free one when taken)"),
     Entry(WRITE_PROBE, "file", "the batch script, ckpt/writable.py", "-",
           "a probe that the run directory is writable (removed at once)"),
+    Entry(FAULT_NAN, "file", "rehearse/runner.py (jzk rehearse)", "runtime/run.py (rank 0)",
+          "a rehearsal's NaN for the next step's loss (taken and removed)"),
     Entry(SCRIPT_CWD, "folder", "node/script_cwd.py", "a script task",
           "a script's working directory: links to the project's entries"),
     Entry(HANG_PREFIX, "prefix", "runtime/stall.py, node/script_watch_rules.py", "the user",
@@ -163,6 +169,7 @@ TOOLKIT_NAMES = frozenset(
         STOP_NOTE,
         HEARTBEAT,
         WRITE_PROBE,
+        FAULT_NAN,
         OUTCOME,
         LEASE,
         JOB_SCRIPT,

@@ -41,6 +41,7 @@ from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
 from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.rundir.run_layout import REHEARSAL_ENV
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
@@ -337,9 +338,23 @@ class Run:
         return stop
 
     def _nonfinite(self, loss: torch.Tensor | None) -> torch.Tensor:
+        if self._rehearsed_nan():
+            return torch.ones(1, dtype=torch.int64, device=self.device)
         if loss is None:
             return torch.zeros(1, dtype=torch.int64, device=self.device)
         return (~torch.isfinite(loss.detach())).any().reshape(1).to(torch.int64)
+
+    def _rehearsed_nan(self) -> bool:
+        """`jzk rehearse`'s NaN: rank 0 takes the fault file and says the loss is not
+        finite; the agreement tells every rank (rehearse/runner.py). Outside a
+        rehearsal nothing is looked for."""
+        if not (self.is_main and self.env.get(REHEARSAL_ENV)):
+            return False
+        try:
+            self.run_dir.fault_nan.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def settle(self) -> bool:
         """Read the agreement in flight: raise NonFiniteLoss when any rank's loss was not
@@ -427,7 +442,7 @@ class Run:
         options: Mapping[str, Any],
     ) -> Checkpointer:
         ckpt = Checkpointer(
-            self.run_dir.root,
+            self.run_dir,
             module,
             optimizer,
             rank=self.info.rank,

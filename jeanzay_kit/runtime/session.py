@@ -176,18 +176,6 @@ class Session:
         return self.run.run_dir.root
 
     @property
-    def steps(self) -> int | None:
-        return self.run.steps
-
-    @property
-    def keep_last(self) -> int:
-        return self.run.settings.keep_last
-
-    @property
-    def mode(self) -> str:
-        return self.run.mode
-
-    @property
     def stopped_by(self) -> str:
         """The signal that stopped the run ("SIGUSR1"...), "" while none has."""
         return self.run.stopped_by
@@ -196,10 +184,6 @@ class Session:
     def start_step(self) -> int:
         """Where the resume put the run (0 on a fresh start)."""
         return self.run.start_step
-
-    @property
-    def last_loss(self) -> float | None:
-        return self.run.last_loss
 
     @property
     def heartbeat(self) -> Any:
@@ -344,10 +328,6 @@ class Session:
             accumulation=accumulation,
             seed_per_sample=seed_per_sample,
         )
-
-    def sample_position(self, step: int) -> int:
-        """The global sample index where `step` starts (what a checkpoint records)."""
-        return self.run.sample_position(step)
 
     # ---- every step ----------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ SCRIPT = textwrap.dedent(
 
     from jeanzay_kit.ckpt.checkpointer import Checkpointer, state_dicts
     from jeanzay_kit.ckpt.trainer_state import TrainerState
+    from jeanzay_kit.rundir.run_directory import RunDir
     from jeanzay_kit.node.local import free_port
 
     run_dir, skip_wait = Path(sys.argv[1]), sys.argv[2] == "skip"
@@ -33,7 +34,7 @@ SCRIPT = textwrap.dedent(
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
     model(torch.randn(2, 4096)).sum().backward()
     opt.step()
-    ck = Checkpointer(run_dir, model, opt, rank=0, world={"mode": "t"}, config={"t": 1},
+    ck = Checkpointer(RunDir(run_dir), model, opt, rank=0, world={"mode": "t"}, config={"t": 1},
                       device=torch.device("cpu"), keep_last=3,
                       use_async=True, log=lambda _m: None)
     def state():
@@ -100,6 +101,7 @@ SPENT_AFTER_ONE = textwrap.dedent(
     from jeanzay_kit.ckpt import background_save
     from jeanzay_kit.ckpt.checkpointer import Checkpointer, state_dicts
     from jeanzay_kit.ckpt.trainer_state import TrainerState
+    from jeanzay_kit.rundir.run_directory import RunDir
 
     def like_torch_2_11():
         stager = DefaultStager(StagingOptions(False, False, True, False))
@@ -115,7 +117,7 @@ SPENT_AFTER_ONE = textwrap.dedent(
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     model = torch.nn.Linear(64, 64)
     opt = torch.optim.AdamW(model.parameters(), lr=0.1)
-    ck = Checkpointer(Path(sys.argv[1]), model, opt, rank=0, world={"mode": "t"},
+    ck = Checkpointer(RunDir(Path(sys.argv[1])), model, opt, rank=0, world={"mode": "t"},
                       config={"t": 1}, device=torch.device("cpu"), keep_last=3,
                       use_async=True, log=lambda _m: None)
     ck._background._stager = like_torch_2_11()  # what the GPU path starts with

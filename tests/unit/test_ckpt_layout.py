@@ -23,6 +23,7 @@ from jeanzay_kit.ckpt.layout import (
 from jeanzay_kit.ckpt.store import CheckpointStore, check_resume_early
 from jeanzay_kit.config.identity import config_differences, config_hash, resume_hash
 from jeanzay_kit.errors import ResumeError
+from jeanzay_kit.rundir.run_directory import RunDir
 
 
 @pytest.mark.parametrize(
@@ -192,9 +193,9 @@ def test_a_split_change_is_refused_before_any_worker_even_with_allow_change(
     config = {"parallel": {"pipeline_stages": 2}}
     fake_save(store, 10, world=world("pipeline_ddp", 4, pp=2), config=config)
     # Fewer data-parallel ranks: fine.
-    check_resume_early(tmp_path, config, world("pipeline_ddp", 2, pp=2), "auto", False)
+    check_resume_early(RunDir(tmp_path), config, world("pipeline_ddp", 2, pp=2), "auto", False)
     with pytest.raises(ResumeError, match="parallel.pipeline_stages: 2 -> 4"):
-        check_resume_early(tmp_path, config, world("pipeline_ddp", 4, pp=4), "auto", True)
+        check_resume_early(RunDir(tmp_path), config, world("pipeline_ddp", 4, pp=4), "auto", True)
 
 
 @pytest.mark.parametrize(
@@ -230,14 +231,18 @@ def test_allow_config_change_still_refuses_another_model_shape(tmp_path: Path) -
     fake_save(store, 10, world=world(), config=config)
     lr = {**config, "optim": {"lr": 0.2}}
     with pytest.raises(ResumeError, match="optim.lr"):
-        check_resume_early(tmp_path, lr, world(), "auto", False)
-    check_resume_early(tmp_path, lr, world(), "auto", True)
+        check_resume_early(RunDir(tmp_path), lr, world(), "auto", False)
+    check_resume_early(RunDir(tmp_path), lr, world(), "auto", True)
     check_resume_early(
-        tmp_path, {**config, "model": {"hidden": 128, "dropout": 0.1}}, world(), "auto", True
+        RunDir(tmp_path),
+        {**config, "model": {"hidden": 128, "dropout": 0.1}},
+        world(),
+        "auto",
+        True,
     )
     wider = {**config, "model": {"hidden": 256, "dropout": 0.0}}
     with pytest.raises(ResumeError, match=r"model.hidden: 128 -> 256.*even with"):
-        check_resume_early(tmp_path, wider, world(), "auto", True)
+        check_resume_early(RunDir(tmp_path), wider, world(), "auto", True)
 
 
 # ---- the store on disk ----------------------------------------------------------------

@@ -252,3 +252,18 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     # The other ranks wait for rank 0's requeue to end the job: exiting 3 at once would
     # make srun's --kill-on-bad-exit kill rank 0 in the middle of `scontrol requeue`.
     assert waits == ([60.0] if code == 3 and procid != "0" else [])
+
+
+@pytest.mark.parametrize(
+    ("job", "named"),
+    [
+        ({"entry": "train.py", "entry_kind": "auto"}, "train.py"),
+        ({"entry": "-m jeanzay_kit.train_app", "entry_kind": "auto"}, None),
+        ({"entry": "app.py", "entry_kind": "toolkit"}, None),
+        ({}, None),
+    ],
+)
+def test_a_failed_task_names_the_users_command_not_the_toolkits_loop(job, named) -> None:
+    from jeanzay_kit.config.entry import script_entry
+
+    assert script_entry({"job": job}) == named
