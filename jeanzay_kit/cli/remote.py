@@ -56,7 +56,14 @@ def add(sub: argparse._SubParsersAction) -> None:
     p = rsub.add_parser("pack", help="(run over ssh by `jzk pull`) a run's files on stdout")
     p.add_argument("run_dir")
     p.add_argument("--checkpoints", action="store_true")
-    p.set_defaults(run=lambda a: _login_side().pack_run(Path(a.run_dir), a.checkpoints))
+    p.set_defaults(run=_pack_run)
+
+
+def _pack_run(args: argparse.Namespace) -> int:
+    from jeanzay_kit.remote.login_side import pack_run
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    return pack_run(RunDir.of(args.run_dir), args.checkpoints)
 
 
 def _login_side() -> ModuleType:

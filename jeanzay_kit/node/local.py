@@ -27,6 +27,7 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.codes import Exit, stop_signals
+from jeanzay_kit.ending.ending_rules import Verdict
 from jeanzay_kit.ending.endings import (
     classify_attempt,
     judge,
@@ -207,17 +208,18 @@ def launch_local(
     while True:
         since = time.time()
         local_start_mark(run_dir)
-        code = _launch_once(
+        code, died = _launch_once(
             spec, run_dir, cpu_count, visible_devices, stop, since,
             cpu_only=cpu_only, launched=launched or since,
         )  # fmt: skip
         launched = None
+        verdict = classify_attempt(run_dir, code, since, signal_name=died)
         if code not in (1, Exit.HUNG) or (stop is not None and stop.signum):
             if code != 0:  # a completed run's rank 0 records its end (node/worker_start.py)
                 with contextlib.suppress(OSError):
-                    record_ending(run_dir, classify_attempt(run_dir, code, since), since=since)
+                    record_ending(run_dir, verdict, since=since)
             return code
-        if not _restart_after(spec, run_dir, code, since):
+        if not _restart_after(spec, run_dir, code, since, verdict):
             return code
 
 
@@ -225,12 +227,13 @@ def _say(line: str) -> None:
     print(f"{report.TRAIN}: {line}", file=sys.stderr, flush=True)
 
 
-def _restart_after(spec: JobSpec, run_dir: RunDir, code: int, since: float) -> bool:
-    """After a failed attempt: classify and record its end, then restart it (True) or
-    say why not (False)."""
+def _restart_after(
+    spec: JobSpec, run_dir: RunDir, code: int, since: float, verdict: Verdict
+) -> bool:
+    """After a failed attempt: record its end (verdict: classify_attempt's), then
+    restart it (True) or say why not (False)."""
     reason = "hang" if code == Exit.HUNG else "crash"
     limit = spec.preemption.max_restarts
-    verdict = classify_attempt(run_dir, code, since)
     if not made_progress(run_dir.beats(), since):
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
@@ -288,7 +291,9 @@ def _launch_once(
     *,
     cpu_only: bool,
     launched: float,
-) -> int:
+) -> tuple[int, str | None]:
+    """The attempt's exit code, and the signal its first failed worker died of (None:
+    none), for the attempt's ending (ending/endings.py)."""
     world = spec.layout.world_size
     infos = local_rank_infos(world, free_port())
     # Share the cores: N CPU workers each with all cores would fight over them.
@@ -299,7 +304,7 @@ def _launch_once(
         run_worker(
             spec, infos[0], run_dir, visible_devices=visible_devices, threads=threads, stop=stop
         )
-        return 0
+        return 0, None
     context = worker_context(cpu_only)
     procs: list[BaseProcess] = [
         context.Process(
@@ -325,8 +330,10 @@ def _launch_once(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if failed is None:
-        return 0
-    return _failure_code(failed, procs[failed], run_dir, since)
+        return 0, None
+    code = procs[failed].exitcode or 0
+    died = signal.Signals(-code).name if code < 0 else None
+    return _failure_code(failed, procs[failed], run_dir, since), died
 
 
 def _failure_code(index: int, proc: BaseProcess, run_dir: RunDir, since: float) -> int:

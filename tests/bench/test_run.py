@@ -136,7 +136,9 @@ def test_lockstep_pairs_each_step_with_the_baseline_step_just_before_it(monkeypa
 
 # The bench scripts bench/run.py does not run (their figures live in docs/performance.md's
 # hand-written sections), each on its smallest sizes; their helpers (common.py, drift.py,
-# gpt_hand_loop.py...) are imported by them. bench_gpu*.py need a GPU.
+# gpt_hand_loop.py...) are imported by them. bench_gpu*.py need a GPU; bench_tune.py
+# starts the local Slurm cluster, on the ports the Slurm tests' cluster holds (as
+# bench_slurm.py and bench_app_sweep.py do): NEEDS_A_CLUSTER.
 OTHER_SCRIPTS = {
     "bench_cli.py": ["--rounds", "1"],
     "bench_flight_recorder.py": ["--calls", "100", "--rounds", "1", "--size-kb", "16"],
@@ -144,14 +146,16 @@ OTHER_SCRIPTS = {
     "bench_watchdog.py": ["--steps", "3", "--warmup", "1", "--rounds", "1"],
     "bench_checkpoint_parts.py": ["--rounds", "1"],
     "bench_fit.py": ["pipeline"],
-    "bench_tune.py": ["--trials", "2", "--tasks", "1"],
     "bench_pruning.py": ["--trials", "2", "--steps", "20"],
 }
 
 
+NEEDS_A_CLUSTER = {"bench_tune.py"}
+
+
 def test_every_bench_script_is_run_by_a_test() -> None:
     bench = load_run_module()
-    covered = {b.script for b in bench.BENCHES} | set(OTHER_SCRIPTS)
+    covered = {b.script for b in bench.BENCHES} | set(OTHER_SCRIPTS) | NEEDS_A_CLUSTER
     scripts = {p.name for p in RUN.parent.glob("bench_*.py")}
     assert scripts - covered == set(), "add it to OTHER_SCRIPTS or bench/run.py's BENCHES"
 
