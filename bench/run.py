@@ -752,7 +752,7 @@ BENCHES = [
         "bench_checkpoint.py",
         ["ckpt_write_vs_dd", "async_block_vs_sync", "resume_vs_fresh_start"],
         ["--hidden", "1024", "--rounds", "3", "--resume-rounds", "3"],
-        ["--rounds", "7", "--resume-rounds", "11"],
+        ["--rounds", "11", "--resume-rounds", "11"],
         checkpoint_figures,
         tiny=["--hidden", "256", "--depth", "2", "--rounds", "1", "--resume-rounds", "1"],
     ),
