@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from typing import Any
 
 TOOLKIT_ENTRY = "-m jeanzay_kit.train_app"
 ENTRY_KINDS = ("auto", "toolkit", "script")
@@ -24,9 +23,11 @@ def runs_script(entry: str, kind: str) -> bool:
     return shlex.split(entry) != shlex.split(TOOLKIT_ENTRY)
 
 
-def script_entry(config: Mapping[str, Any]) -> str | None:
+def script_entry(config: Mapping[str, object]) -> str | None:
     """job.entry of a frozen config when it is the user's own command (None: the
     toolkit's loop): what a failed task names (node/task.py)."""
-    job = config.get("job") or {}
+    job = config.get("job")
+    if not isinstance(job, Mapping):
+        return None
     entry, kind = job.get("entry"), str(job.get("entry_kind", "auto"))
     return str(entry) if entry and runs_script(str(entry), kind) else None

@@ -55,6 +55,9 @@ from jeanzay_kit.distributed.ranks import RankInfo
 # The job's runtime settings (JSON) for a session the script opens: config/runtime_settings.py
 # reads it. Named here, below both, so the writer and the reader agree.
 SETTINGS_ENV = "JZK_SESSION_SETTINGS"
+# Set by `jzk rehearse` in its run's environment: rank 0 then looks for the rehearsal's
+# fault files (rundir/run_layout.py FAULT_NAN); no stat per step otherwise.
+REHEARSAL_ENV = "JZK_REHEARSAL"
 
 
 # torchrun's --role default: one role, whose ranks are the world's.

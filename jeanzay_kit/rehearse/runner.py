@@ -19,11 +19,12 @@ from pathlib import Path
 
 from jeanzay_kit.ckpt.layout import TMP_PREFIX
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.distributed.script_env import REHEARSAL_ENV
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
 from jeanzay_kit.rehearse.schedule import CKPT_WRITE, HANG, KILL_RANK, NAN, STARTUP, Fault
 from jeanzay_kit.rundir.run_directory import RunDir
-from jeanzay_kit.rundir.run_layout import HANG_PREFIX, REHEARSAL_ENV
+from jeanzay_kit.rundir.run_layout import HANG_PREFIX
 
 POLL_S = 0.2
 # After its recovery a fault must be followed by progress within this (and the watchdog).

@@ -34,9 +34,8 @@ REQUEUE_MARK = ".jzk-requeue"
 SCRIPT_PORT = ".jzk-port"  # a script task: the port its ranks meet on, chosen by task 0
 WRITE_PROBE = ".jzk-write-test"
 # `jzk rehearse`: a NaN for the next step's loss (rank 0 takes and removes it); looked
-# for only where the run's environment has REHEARSAL_ENV (no stat per step otherwise).
+# for only under a rehearsal (distributed/script_env.py REHEARSAL_ENV).
 FAULT_NAN = ".jzk-fault-nan"
-REHEARSAL_ENV = "JZK_REHEARSAL"
 SCRIPT_CWD = "cwd"
 HANG_PREFIX = "hang-"  # hang-<step>/: the ranks' stacks when the watchdog fired
 JOB_SCRIPT = "job.sbatch"

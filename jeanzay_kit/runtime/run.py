@@ -38,10 +38,10 @@ from jeanzay_kit.distributed.process_group import (
     resolve_backend,
 )
 from jeanzay_kit.distributed.ranks import RankInfo
+from jeanzay_kit.distributed.script_env import REHEARSAL_ENV
 from jeanzay_kit.ending.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
 from jeanzay_kit.rundir.run_directory import RunDir
-from jeanzay_kit.rundir.run_layout import REHEARSAL_ENV
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.run_result import direction_of
 from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
