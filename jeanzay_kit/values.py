@@ -72,3 +72,11 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1000
     return f"{n:.1f} TB"
+
+
+def expand_vars(text: str, env: Mapping[str, str]) -> str:
+    """$VAR and ${VAR} of `text` from `env` (the environment read at the entry point);
+    an unset one stays as written: a profile's $SCRATCH, cluster.storage's paths."""
+    import string
+
+    return string.Template(text).safe_substitute(env)

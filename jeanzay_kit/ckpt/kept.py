@@ -23,6 +23,7 @@ from jeanzay_kit.ckpt.layout import MANIFEST, parse_step_dir, step_dir_name, tmp
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.durable_io import fsync_dir
 from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.values import expand_vars
 
 Log = Callable[[str], None]
 
@@ -30,16 +31,9 @@ Log = Callable[[str], None]
 def fast_root(checkpoint_dir: str, run: RunDir, env: Mapping[str, str]) -> Path:
     """The run's folder below checkpoint.dir: the run directory's name and a digest of
     its absolute path (two runs of one name in two projects never share it)."""
-    where = Path(_expand(checkpoint_dir, env)).expanduser()
+    where = Path(expand_vars(checkpoint_dir, env)).expanduser()
     absolute = str(run.root.resolve())
     return where / f"{run.root.name}-{hashlib.sha256(absolute.encode()).hexdigest()[:8]}"
-
-
-def _expand(text: str, env: Mapping[str, str]) -> str:
-    """$VAR and ${VAR} from the job's environment (an unset one stays as written)."""
-    import string
-
-    return string.Template(text).safe_substitute(env)
 
 
 def place(run: RunDir, fast: Path, log: Log) -> None:

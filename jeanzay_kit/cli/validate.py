@@ -20,6 +20,7 @@ from jeanzay_kit.cli.common import (
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.slurm_syntax.timefmt import format_time
+from jeanzay_kit.values import expand_vars
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -147,7 +148,7 @@ def container_warning(spec: JobSpec, env: Mapping[str, str]) -> str | None:
     box, allowed = spec.job.container, spec.cluster.container_allowed_dir
     if box is None or allowed is None:
         return None
-    image, folder = expandvars(box.image, env), expandvars(allowed, env)
+    image, folder = expand_vars(box.image, env), expand_vars(allowed, env)
     if "$" not in folder and Path(image).resolve().is_relative_to(Path(folder).resolve()):
         return None
     name = Path(image).name
@@ -157,13 +158,6 @@ def container_warning(spec: JobSpec, env: Mapping[str, str]) -> str | None:
         "only images registered there. HINT: `idrcontmgr cp "
         f"{image}`, then job.container.image='{allowed}/{name}'"
     )
-
-
-def expandvars(text: str, env: Mapping[str, str]) -> str:
-    """$NAME and ${NAME} from env; an unset one stays as written."""
-    from string import Template
-
-    return Template(text).safe_substitute(env)
 
 
 def interpreter_warning(spec: JobSpec) -> str | None:

@@ -11,7 +11,6 @@ updated once a day (IDRIS, "Disk spaces").
 from __future__ import annotations
 
 import os
-import string
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -21,10 +20,7 @@ from jeanzay_kit.config.storage_rules import tier_of
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.footprint import Footprint
 from jeanzay_kit.launch.storage_rules import Request, Room, fit_lines, shortfalls, writes
-
-
-def expand(text: str, env: Mapping[str, str]) -> str:
-    return string.Template(text).safe_substitute(env)
+from jeanzay_kit.values import expand_vars
 
 
 def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
@@ -37,7 +33,7 @@ def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
     files = st.f_favail if st.f_files else None  # 0 inodes in all: not counted (btrfs...)
     size = st.f_bavail * st.f_frsize
     tiers = spec.cluster.storage
-    expanded = {t.name: os.path.abspath(expand(t.path, env)) for t in tiers}
+    expanded = {t.name: os.path.abspath(expand_vars(t.path, env)) for t in tiers}
     name = tier_of(os.path.abspath(path), tiers, expanded)
     tier = next((t for t in tiers if t.name == name), None)
     if tier is not None and tier.files is not None:
@@ -65,7 +61,7 @@ def request_of(
         checkpoint_files=fp.checkpoint_files,
         checkpoint_bytes=checkpoint_bytes,
         run_dir=os.path.abspath(workdir / spec.checkpoint.run_dir),
-        checkpoint_dir=None if not ckpt_dir else os.path.abspath(expand(ckpt_dir, env)),
+        checkpoint_dir=None if not ckpt_dir else os.path.abspath(expand_vars(ckpt_dir, env)),
         log_dir=os.path.abspath(workdir / spec.job.log_dir),
         snapshot_files=snapshot[0],
         snapshot_bytes=snapshot[1],
@@ -102,7 +98,7 @@ def _a_change_that_fits(request: Request, spec: JobSpec, env: Mapping[str, str])
     fast = next((t for t in spec.cluster.storage if t.purge_days is not None), None)
     if fast is not None and request.checkpoint_dir is None:
         where = f"{fast.path}/jzk-checkpoints"
-        moved = replace(request, checkpoint_dir=os.path.abspath(expand(where, env)))
+        moved = replace(request, checkpoint_dir=os.path.abspath(expand_vars(where, env)))
         candidates.append((f"checkpoint.dir={where} (the {fast.name} tier)", moved))
     if request.keep_last > 1:
         candidates.append(("checkpoint.keep_last=1", replace(request, keep_last=1)))

@@ -81,22 +81,45 @@ def _times(each: int | None, n: int) -> int | None:
     return None if each is None else each * n
 
 
+@dataclass(frozen=True)
+class _OneFilesystem:
+    """What the request writes on one filesystem, summed, and the room left there."""
+
+    writes: list[Write]
+    room: Room
+
+    @property
+    def where(self) -> str:
+        return self.writes[0].where
+
+    @property
+    def files(self) -> int:
+        return sum(w.files for w in self.writes)
+
+    @property
+    def bytes(self) -> int | None:
+        known = [w.bytes for w in self.writes if w.bytes is not None]
+        return sum(known) if known else None
+
+
+def _by_filesystem(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[_OneFilesystem]:
+    """The writes grouped by the filesystem holding them (rooms: `where` -> its room)."""
+    groups: dict[int, list[Write]] = {}
+    for w in planned:
+        groups.setdefault(rooms[w.where].device, []).append(w)
+    return [_OneFilesystem(group, rooms[group[0].where]) for group in groups.values()]
+
+
 def shortfalls(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[str]:
     """One line per filesystem the request does not fit on (files or bytes), naming
     what it writes there; empty: it fits. rooms: each write's `where` -> its room."""
-    by_device: dict[int, list[Write]] = {}
-    for w in planned:
-        by_device.setdefault(rooms[w.where].device, []).append(w)
     lines = []
-    for group in by_device.values():
-        room = rooms[group[0].where]
-        files = sum(w.files for w in group)
-        known = [w.bytes for w in group if w.bytes is not None]
-        size = sum(known) if known else None
-        parts = ", ".join(f"{w.what} {w.files:,}" for w in group)
-        place = f"{room.tier} ({group[0].where})" if room.tier else group[0].where
-        if room.files is not None and files > room.files:
-            lines.append(f"{files:,} files on {place} ({parts}) where {room.files:,} are left")
+    for fs in _by_filesystem(planned, rooms):
+        room, size = fs.room, fs.bytes
+        parts = ", ".join(f"{w.what} {w.files:,}" for w in fs.writes)
+        place = f"{room.tier} ({fs.where})" if room.tier else fs.where
+        if room.files is not None and fs.files > room.files:
+            lines.append(f"{fs.files:,} files on {place} ({parts}) where {room.files:,} are left")
         if room.bytes is not None and size is not None and size > room.bytes:
             lines.append(f"{human_bytes(size)} on {place} where {human_bytes(room.bytes)} are left")
     return lines
@@ -104,20 +127,14 @@ def shortfalls(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[str]
 
 def fit_lines(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[str]:
     """`jzk validate`'s lines: per filesystem, what the request writes and what is left."""
-    seen: dict[int, list[Write]] = {}
-    for w in planned:
-        seen.setdefault(rooms[w.where].device, []).append(w)
     lines = []
-    for group in seen.values():
-        room = rooms[group[0].where]
-        files = sum(w.files for w in group)
-        known = [w.bytes for w in group if w.bytes is not None]
-        size = f", {human_bytes(sum(known))}" if known else ""
+    for fs in _by_filesystem(planned, rooms):
+        room = fs.room
+        size = "" if fs.bytes is None else f", {human_bytes(fs.bytes)}"
         left_files = "?" if room.files is None else f"{room.files:,}"
         left_bytes = "?" if room.bytes is None else human_bytes(room.bytes)
-        name = room.tier or group[0].where
         lines.append(
-            f"storage         {name}: at most {files:,} files{size} "
-            f"({', '.join(w.what for w in group)}); left {left_files} files, {left_bytes}"
+            f"storage         {room.tier or fs.where}: at most {fs.files:,} files{size} "
+            f"({', '.join(w.what for w in fs.writes)}); left {left_files} files, {left_bytes}"
         )
     return lines
