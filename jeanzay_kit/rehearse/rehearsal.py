@@ -18,6 +18,8 @@ from jeanzay_kit.rehearse.schedule import (
     HANG,
     KILL_RANK,
     NAN,
+    misfit,
+    paced,
     schedule,
     to_json,
 )
@@ -52,15 +54,23 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     for f in plan:
         print(f"  {f.number:>2} {f.kind:<9} after {f.after_s:g} s  ({EXPECTED[f.kind]})")
     print("rehearse: the run without faults first (the reference)", flush=True)
-    ref_s, ref_digest = run_here(more, reference, opts.folder / "reference.log")
-    print(f"rehearse: reference done in {ref_s:.1f} s; now the run under the schedule", flush=True)
+    ref = run_here(more, reference, opts.folder / "reference.log")
+    at_pace = paced(plan, ref.steps_per_s)
+    if why := misfit(at_pace, spec.train.steps, spec.checkpoint.every_steps):
+        raise JzkError(why)
+    print(
+        f"rehearse: reference done in {ref.seconds:.1f} s ({ref.steps_per_s:.0f} steps/s); "
+        f"faults after {', '.join(str(n) for _, n in at_pace)} steps of training; now the "
+        "run under the schedule",
+        flush=True,
+    )
     measured, total_s = rehearse_run(
-        more, run.root, plan, opts.folder / "run.log", spec.train.nonfinite
+        more, run.root, at_pace, opts.folder / "run.log", spec.train.nonfinite
     )
     rows = [rules.row(m, spec.checkpoint.every_steps) for m in measured]
-    equal = run.model_digest.read_text().strip() == ref_digest
-    totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref_s / total_s)
-    step_s = ref_s / max(spec.train.steps, 1)
+    equal = run.model_digest.read_text().strip() == ref.digest
+    totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref.seconds / total_s)
+    step_s = 1 / ref.steps_per_s
     lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, spec.checkpoint.every_steps)
     if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
         lines.insert(0, "the final model differs by design: train.nonfinite=skip dropped an update")

@@ -42,9 +42,11 @@ class Timeline:
     log: Path | None = None
     nonfinite: str = "stop"  # train.nonfinite: what a NaN does to the run
 
-    def start(self) -> None:
+    def start(self, rehearsal: bool = True) -> None:
         assert self.log is not None
-        env = {**os.environ, REHEARSAL_ENV: "1"}  # rank 0 looks for the NaN fault's file
+        env = dict(os.environ)
+        if rehearsal:
+            env[REHEARSAL_ENV] = "1"  # rank 0 looks for the NaN fault's file
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
@@ -67,14 +69,35 @@ class Timeline:
         return None if self.proc is None else self.proc.poll()
 
 
-def run_here(overrides: Sequence[str], run_dir: Path, log: Path) -> tuple[float, str]:
-    """The run without faults: its time and its model's digest."""
+@dataclass(frozen=True)
+class Reference:
+    """The run without faults: its time, its model's digest, and its pace (steps a second
+    of training, from when its first step was logged to its last: the schedule's seconds
+    become steps at this pace, so a faster or slower machine meets the same faults)."""
+
+    seconds: float
+    digest: str
+    steps_per_s: float
+
+
+def run_here(overrides: Sequence[str], run_dir: Path, log: Path) -> Reference:
+    line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log)
     started = time.monotonic()
-    with log.open("wb") as out:
-        code = subprocess.call(_argv(overrides, run_dir), stdout=out, stderr=subprocess.STDOUT)
-    if code != 0:
+    line.start(rehearsal=False)
+    first: tuple[float, int] | None = None
+    last = (started, 0)
+    while line.ended() is None:
+        step = line.step()
+        if step > last[1]:
+            last = (time.monotonic(), step)
+            first = first or last
+        time.sleep(POLL_S)
+    if (code := line.ended()) != 0:
         raise JzkError(f"the run without faults failed (exit {code}): see {log}")
-    return time.monotonic() - started, RunDir(run_dir).model_digest.read_text().strip()
+    seconds = time.monotonic() - started
+    pace = (last[1] - first[1]) / (last[0] - first[0]) if first and last[0] > first[0] else 0.0
+    digest = RunDir(run_dir).model_digest.read_text().strip()
+    return Reference(seconds, digest, pace or max(line.step(), 1) / seconds)
 
 
 def _argv(overrides: Sequence[str], run_dir: Path) -> list[str]:
@@ -90,14 +113,19 @@ def _argv(overrides: Sequence[str], run_dir: Path) -> list[str]:
 
 
 def rehearse_run(
-    overrides: Sequence[str], run_dir: Path, plan: Sequence[Fault], log: Path, nonfinite: str
+    overrides: Sequence[str],
+    run_dir: Path,
+    plan: Sequence[tuple[Fault, int]],
+    log: Path,
+    nonfinite: str,
 ) -> tuple[list[rules.Measured], float]:
-    """The run under the schedule: each fault measured; the run's total time (it is
-    started again after each stop, as a requeue would, until it is done)."""
+    """The run under the schedule (each fault with the steps of training before it): each
+    fault measured; the run's total time (it is started again after each stop, as a
+    requeue would, until it is done)."""
     line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log, nonfinite=nonfinite)
     started = time.monotonic()
     line.start()
-    measured = [_one(line, fault) for fault in plan]
+    measured = [_one(line, fault, steps) for fault, steps in plan]
     while (code := _wait(line)) == 3:
         line.start()  # a stop after a save: run again, as Slurm's requeue would
     if code != 0:
@@ -110,24 +138,23 @@ def _wait(line: Timeline) -> int:
     return line.proc.wait()
 
 
-def _train_for(line: Timeline, seconds: float) -> None:
-    """Let the run train `seconds` from its next logged step on (the process now running
-    has started), starting it again after a stop."""
-    deadline, base = None, line.step()
-    while True:
+def _train_for(line: Timeline, steps: int) -> None:
+    """Let the run train `steps` past the newest step logged so far (after a resume from
+    an older checkpoint, past that step again), starting it again after a stop."""
+    target = line.step() + steps
+    while line.step() < target:
         if line.ended() is not None:
             if line.ended() != 3:
-                raise JzkError(f"the run ended (exit {line.ended()}) before the next fault")
+                raise JzkError(
+                    f"the run ended (exit {line.ended()}) at step {line.step()}, before the "
+                    f"next fault at step {target}: see {line.log}"
+                )
             line.start()
-        if deadline is None and line.step() > base:
-            deadline = time.monotonic() + seconds
-        if deadline is not None and time.monotonic() >= deadline:
-            return
-        time.sleep(POLL_S)
+        time.sleep(POLL_S / 4)
 
 
-def _one(line: Timeline, fault: Fault) -> rules.Measured:
-    _train_for(line, fault.after_s)
+def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
+    _train_for(line, steps)
     if fault.kind == STARTUP:  # a stop, then the warning again while it starts
         _stop(line)
         line.start()

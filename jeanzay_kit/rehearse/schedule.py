@@ -60,3 +60,23 @@ def from_json(data: Mapping[str, object]) -> list[Fault]:
     return [
         Fault(int(r["number"]), str(r["kind"]), float(r["after_s"]), int(r["rank"])) for r in rows
     ]
+
+
+def paced(plan: Sequence[Fault], steps_per_s: float) -> list[tuple[Fault, int]]:
+    """Each fault with the steps of training before it: its seconds at the reference's
+    pace, so the schedule lands at the same steps on a faster or a slower machine."""
+    return [(f, max(1, round(f.after_s * steps_per_s))) for f in plan]
+
+
+def misfit(plan: Sequence[tuple[Fault, int]], steps: int, checkpoint_every: int) -> str | None:
+    """Why the schedule does not fit in the run (None: it fits). Each fault needs its
+    steps of training and may send the run back up to a checkpoint interval (a write
+    interrupted waits for the next save too), and the last must leave steps to resume."""
+    needed = sum(n for _, n in plan) + 2 * checkpoint_every * len(plan)
+    if needed < steps:
+        return None
+    return (
+        f"the schedule needs about {needed} steps of training (its faults' seconds at the "
+        f"run's pace, and up to 2 x checkpoint.every_steps={checkpoint_every} for each) and "
+        f"train.steps={steps}. HINT: raise train.steps, or lower --faults or --every"
+    )

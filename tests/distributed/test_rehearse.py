@@ -26,7 +26,7 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     folder = tmp_path / "rehearsal"
     argv = [JZK, "rehearse", "train.steps=3000", "checkpoint.every_steps=50"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
-    argv += ["--faults", "6", "--every", "2", "--seed", "3"]
+    argv += ["--faults", "6", "--every", "1", "--seed", "3"]
     done = subprocess.run(
         [*argv, "--dir", str(folder), "--json"],
         cwd=tmp_path,
@@ -38,7 +38,7 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     found = json.loads(done.stdout.splitlines()[-1])
     assert found == json.loads((folder / "run" / "rehearsal.json").read_text())
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
-    assert plan == schedule(6, 2.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
+    assert plan == schedule(6, 1.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
     assert [f["kind"] for f in found["faults"]] == [f.kind for f in plan]
     for fault in found["faults"]:
         assert fault["verdict"] == "ok", found

@@ -17,7 +17,7 @@ from jeanzay_kit.rehearse.report_rules import (
     row,
     young_interval_s,
 )
-from jeanzay_kit.rehearse.schedule import KINDS, from_json, schedule, to_json
+from jeanzay_kit.rehearse.schedule import KINDS, from_json, misfit, paced, schedule, to_json
 
 
 def test_the_same_seed_replays_the_same_schedule_and_every_kind_comes() -> None:
@@ -62,3 +62,14 @@ def test_the_advice_names_youngs_interval_and_each_fault_not_survived() -> None:
         "lost_steps",
         "verdict",
     }
+
+
+def test_the_schedules_seconds_become_steps_at_the_references_pace_and_must_fit() -> None:
+    plan = schedule(4, 2.0, seed=3, ranks=2)
+    at_pace = paced(plan, steps_per_s=100.0)
+    assert [n for _, n in at_pace] == [round(f.after_s * 100) for f in plan]
+    assert paced(plan, steps_per_s=0.01)[0][1] == 1  # at least one step of training
+    needed = sum(n for _, n in at_pace) + 2 * 50 * 4
+    assert misfit(at_pace, needed + 1, checkpoint_every=50) is None
+    why = misfit(at_pace, needed, checkpoint_every=50)
+    assert why is not None and f"about {needed} steps" in why and "train.steps" in why
