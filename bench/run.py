@@ -38,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import REPO, RESULTS  # noqa: E402
 
+from jeanzay_kit.rehearse.schedule import KINDS as REHEARSED  # noqa: E402
+
 DOCS = REPO / "docs" / "performance.md"
 PNG = REPO / "docs" / "img" / "bench-ratios.png"
 BEGIN = "<!-- bench/run.py: begin (generated; edit bench/run.py, not this) -->"
@@ -313,6 +315,35 @@ def preemption_figures(r: dict) -> list[Figure]:
             note="mean over rounds, not median",
         )
     ]
+
+
+def rehearse_figures(r: dict) -> list[Figure]:
+    every = r["setup"]["every_s"]
+    out = [
+        Figure(
+            "rehearsal_goodput",
+            f"the default example under {r['faults']} seeded faults (one every ~{every:g} s "
+            "of training): the run without faults' time / the rehearsal's",
+            r["goodput"],
+            [r["goodput"]],
+            f"{r['lost_steps']} steps lost; final model equal: {r['digest_equal']}",
+            "the run without faults",
+            note="start-ups, detection and resumes included (jzk rehearse)",
+        )
+    ]
+    for kind in REHEARSED:
+        resumed = r["by_kind"].get(kind, {}).get("resumed_s", [])
+        out.append(
+            Figure(
+                f"fault_to_step_{kind}_s",
+                f"`{kind}`: seconds from the fault to the next step (median)",
+                median(resumed) if resumed else None,
+                resumed,
+                f"max {max(resumed):.1f} s" if resumed else "",
+                ratio=False,
+            )
+        )
+    return out
 
 
 def startup_figures(r: dict) -> list[Figure]:
@@ -766,6 +797,16 @@ BENCHES = [
         tiny=["--rounds", "1", "--steps", "40", "--every", "10"],
     ),
     Bench(
+        "rehearse",
+        "bench_rehearse.py",
+        ["rehearsal_goodput", *(f"fault_to_step_{k}_s" for k in REHEARSED)],
+        ["--faults", "6", "--every", "1", "--steps", "3000"],
+        ["--faults", "12", "--every", "2", "--steps", "8000"],
+        rehearse_figures,
+        tiny=["--faults", "6", "--every", "1", "--steps", "3000"],
+        rounds_flag="",
+    ),
+    Bench(
         "startup",
         "bench_startup.py",
         ["ttfs_vs_bare"],
@@ -902,7 +943,7 @@ def run_bench(bench: Bench, args) -> tuple[list[Figure], str | None]:
     if why:
         return [], why
     options = list(bench.tiny if args.tiny else bench.quick if args.quick else bench.full)
-    if args.rounds:
+    if args.rounds and bench.rounds_flag:  # a schedule's faults are its rounds
         if bench.rounds_flag in options:
             i = options.index(bench.rounds_flag)
             options[i + 1 : i + 2] = [str(args.rounds)]

@@ -140,3 +140,38 @@ def write_hours_plot(rows: Sequence[tuple[str, object]], out_dir: Path) -> Path 
     path = out_dir / HOURS_PNG
     figure.savefig(path, dpi=100)
     return path
+
+
+REHEARSAL_PNG = "rehearsal.png"  # a rehearsal's run (jzk rehearse): loss, faults marked
+
+
+def write_rehearsal_plot(
+    run: RunSeries,
+    reference: RunSeries | None,
+    faults: Sequence[tuple[str, int]],
+    out_dir: Path,
+) -> Path:
+    """rehearsal.png: the run under the schedule's train loss against step (a resume
+    from an older checkpoint draws those steps again: on the same line when the resume
+    was exact), the run without faults' dashed, and each fault (kind, step) a dotted
+    vertical line."""
+    figure, axes = _figure(2)
+    if reference is not None and reference.loss:
+        steps, values = zip(*reference.loss, strict=True)
+        axes.plot(steps, values, "--", color="C7", linewidth=2, label="without faults")
+    if run.loss:
+        steps, values = zip(*run.loss, strict=True)
+        axes.plot(steps, values, color="C0", linewidth=1, label="under the schedule")
+    for number, (kind, step) in enumerate(faults):
+        axes.axvline(step, color=f"C{1 + number % 9}", linestyle=":")
+        axes.annotate(
+            f"{number} {kind}",
+            (step, 1.0),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize="small",
+        )
+    path = out_dir / REHEARSAL_PNG
+    return _finish(figure, axes, "rehearsal: train loss and faults", "train loss", path, True)

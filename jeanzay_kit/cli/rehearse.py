@@ -16,7 +16,8 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="run your job under a seeded schedule of faults and report what each cost",
         description="Run the request without faults (the reference), then under a seeded "
         "schedule of faults injected for real (the time-limit warning, a training process "
-        "killed, one stopped, the warning during start-up), each after some seconds of "
+        "killed, one stopped, the warning during start-up, a NaN loss, a process killed "
+        "during a save; with --slurm every process of a node), each after some seconds of "
         "training; then say per fault when it was noticed and by what, when training went "
         "on, the steps lost, and whether the final model equals the reference's. "
         "<dir>/run/faults.json is written first; <dir>/run/rehearsal.json keeps the report.",
@@ -36,6 +37,12 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="the rehearsal's folder (default outputs/rehearse-<job.name>-seed<K>)",
     )
     rehearse.add_argument("--json", action="store_true", help="the report as JSON on the last line")
+    rehearse.add_argument(
+        "--slurm",
+        action="store_true",
+        help="submit both runs to the Slurm cluster of the cluster= profile (faults reach "
+        "the nodes through the job: scancel --signal, srun --overlap), and add node_lost",
+    )
     add_config_args(rehearse)
     rehearse.set_defaults(run=run)
 
@@ -45,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 
     spec = build_spec(args)
     folder = Path(args.dir or f"outputs/rehearse-{spec.job.name}-seed{args.seed}")
-    found = rehearse(spec, args.overrides, Options(args.faults, args.every, args.seed, folder))
+    opts = Options(args.faults, args.every, args.seed, folder, args.slurm)
+    found = rehearse(spec, args.overrides, opts)
     print("\n".join(report_lines(found)))
     if args.json:
         print(json.dumps(found))

@@ -70,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         print("\nhow the newest attempt ended:\n" + "\n".join(f"  {line}" for line in endings))
     for line in gpu_hour_lines(directory):
         print(line)
+    rehearsal = rehearsal_lines(directory, runs, out)
+    if rehearsal:
+        written.append(out / "rehearsal.png")
+        print("\nrehearsal (jzk rehearse):\n" + "\n".join(f"  {line}" for line in rehearsal))
     for line in ledger_lines(directory, out, written):
         print(line)
     empty = [r.name for r in runs if not r.loss]
@@ -207,3 +211,26 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     written.extend([picture] if picture else [])
     head = '\nwhere the study\'s GPU hours went (docs/operate.md, "Where the hours went"):'
     return [head, ledger_table(rows, in_all=study)]
+
+
+def rehearsal_lines(directory: Path, runs: list, out: Path) -> list[str]:
+    """A rehearsal's run (jzk rehearse): its report's table, and rehearsal.png drawn
+    against the run without faults beside it."""
+    import json
+
+    from jeanzay_kit.analysis.collect import find_runs
+    from jeanzay_kit.analysis.plots import write_rehearsal_plot
+    from jeanzay_kit.analysis.summary import run_series
+    from jeanzay_kit.rehearse.rehearsal import reference_of, report_lines
+
+    run = RunDir(directory)
+    if len(runs) != 1 or not run.rehearsal.is_file():
+        return []
+    found = json.loads(run.rehearsal.read_text())
+    reference = None
+    if (where := reference_of(run)).metrics.is_file():
+        (files,) = find_runs(where.root)
+        reference = run_series(str(files.run_dir), (), files.records)
+    faults = [(str(f["kind"]), int(f["step"])) for f in found["faults"]]
+    write_rehearsal_plot(runs[0], reference, faults, out)
+    return report_lines(found)

@@ -98,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "prefetch", False):  # the training job waits on the downloads
         spec = _after_prefetch(args, spec)
     workdir, run_dir = workdir_of(spec), run_dir_of(spec)
+    _check_storage(spec, workdir)  # before refuse_before_writing makes the run's folder
     refuse_before_writing(spec, run_dir, args.chain)
-    _check_storage(spec, workdir)
     _check_network(args, spec)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.script.entry import script_command

@@ -11,13 +11,22 @@ from pathlib import Path
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
-from jeanzay_kit.rehearse.runner import check_local, rehearse_run, run_here, save_seconds
+from jeanzay_kit.rehearse.runner import (
+    check_launch,
+    rehearse_run,
+    run_reference,
+    save_seconds,
+    timeline,
+)
 from jeanzay_kit.rehearse.schedule import (
     CKPT_WRITE,
     EXPECTED,
     HANG,
     KILL_RANK,
+    KINDS,
     NAN,
+    NODE_LOST,
+    SLURM_KINDS,
     misfit,
     paced,
     schedule,
@@ -32,10 +41,11 @@ class Options:
     every_s: float
     seed: int
     folder: Path
+    slurm: bool = False  # submitted to the Slurm cluster (--slurm), else run here
 
 
 def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str, object]:
-    check_local(spec)
+    check_launch(spec, opts.slurm)
     if opts.faults < 1 or opts.every_s <= 0:
         raise JzkError("--faults N (1 or more) and --every S (seconds, more than 0)")
     if opts.folder.exists():
@@ -43,18 +53,20 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
             f"{opts.folder} exists: a rehearsal starts afresh. HINT: remove it, or "
             "--dir another folder (the same --seed replays the same schedule)"
         )
-    run, reference = RunDir(opts.folder / "run"), opts.folder / "reference"
+    run = RunDir(opts.folder / "run")
+    reference = reference_of(run)
     run.root.mkdir(parents=True)
-    plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size)
+    kinds = SLURM_KINDS if opts.slurm else KINDS
+    plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size, kinds)
     run.faults.write_text(json.dumps(to_json(plan, opts.seed, opts.every_s), indent=1) + "\n")
     # Each crash or hang spends a restart: the rehearsal gives the run that many more.
-    spent = sum(f.kind in (KILL_RANK, HANG, CKPT_WRITE) for f in plan)
+    spent = sum(f.kind in (KILL_RANK, HANG, CKPT_WRITE, NODE_LOST) for f in plan)
     more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
     print(f"rehearse: {len(plan)} fault(s), seed {opts.seed}, in {opts.folder}", flush=True)
     for f in plan:
         print(f"  {f.number:>2} {f.kind:<9} after {f.after_s:g} s  ({EXPECTED[f.kind]})")
     print("rehearse: the run without faults first (the reference)", flush=True)
-    ref = run_here(more, reference, opts.folder / "reference.log")
+    ref = run_reference(timeline(more, reference, opts.folder / "reference.log", opts.slurm))
     at_pace = paced(plan, ref.steps_per_s)
     if why := misfit(at_pace, spec.train.steps, spec.checkpoint.every_steps):
         raise JzkError(why)
@@ -64,9 +76,8 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
         "run under the schedule",
         flush=True,
     )
-    measured, total_s = rehearse_run(
-        more, run.root, at_pace, opts.folder / "run.log", spec.train.nonfinite
-    )
+    line = timeline(more, run, opts.folder / "run.log", opts.slurm, spec.train.nonfinite)
+    measured, total_s = rehearse_run(line, at_pace)
     rows = [rules.row(m, spec.checkpoint.every_steps) for m in measured]
     equal = run.model_digest.read_text().strip() == ref.digest
     totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref.seconds / total_s)
@@ -81,6 +92,11 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     found = rules.report(rows, totals, lines)
     run.rehearsal.write_text(json.dumps(found, indent=1) + "\n")
     return found
+
+
+def reference_of(run: RunDir) -> RunDir:
+    """The run without faults beside a rehearsal's run (<dir>/run, <dir>/reference)."""
+    return run.sibling("reference")
 
 
 def report_lines(found: dict[str, object]) -> list[str]:

@@ -1,56 +1,57 @@
-"""Run a rehearsal here: the run without faults (the reference), then the same run under
-the schedule, each fault injected for real into its processes (signals to the launcher
-and to one training process), timed from what the run directory records.
-
-Local runs only (cluster=local): the run's processes are this machine's.
+"""Run a rehearsal: the run without faults (the reference), then the same run under the
+schedule, each fault injected for real into its processes (rehearse/launches.py: here, or
+on the Slurm cluster), timed from what the run directory records (metrics.jsonl's steps,
+starts.jsonl's starts, endings.jsonl's ends, the heartbeats' processes).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from jeanzay_kit.ckpt.layout import TMP_PREFIX
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.distributed.script_env import REHEARSAL_ENV
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
-from jeanzay_kit.rehearse.schedule import CKPT_WRITE, HANG, KILL_RANK, NAN, STARTUP, Fault
+from jeanzay_kit.rehearse.launches import Here, OnSlurm
+from jeanzay_kit.rehearse.schedule import (
+    CKPT_WRITE,
+    HANG,
+    KILL_RANK,
+    NAN,
+    NODE_LOST,
+    STARTUP,
+    Fault,
+)
+from jeanzay_kit.rundir.beats import Beat
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.rundir.run_layout import HANG_PREFIX
 
 POLL_S = 0.2
 # After its recovery a fault must be followed by progress within this (and the watchdog).
-RESUME_GRACE_S = 120.0
+# On Slurm a requeued job waits for the queue and for its credential to expire too.
+RESUME_GRACE_S = 180.0
 
 
 @dataclass
 class Timeline:
-    """The run's command and what it has done: started with `train.log_every=1`, so
+    """The run (its launch) and what it has done: started with `train.log_every=1`, so
     metrics.jsonl has every step."""
 
-    argv: list[str]
+    launch: Here | OnSlurm
     run: RunDir
-    proc: subprocess.Popen[bytes] | None = None
-    log: Path | None = None
+    log: Path
     nonfinite: str = "stop"  # train.nonfinite: what a NaN does to the run
 
-    def start(self, rehearsal: bool = True) -> None:
-        assert self.log is not None
-        env = dict(os.environ)
-        if rehearsal:
-            env[REHEARSAL_ENV] = "1"  # rank 0 looks for the NaN fault's file
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env
-            )
+    def start(self) -> None:
+        self.launch.start()
+
+    def ended(self) -> int | None:
+        return self.launch.ended()
 
     def step(self) -> int:
         """The newest step metrics.jsonl holds (0: none yet)."""
@@ -65,8 +66,16 @@ class Timeline:
                 continue
         return 0
 
-    def ended(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
+
+def timeline(
+    overrides: Sequence[str], run: RunDir, log: Path, slurm: bool, nonfinite: str = "stop"
+) -> Timeline:
+    """The run's command: `jzk train` here, `jzk submit` on the Slurm cluster."""
+    command = "submit" if slurm else "train"
+    argv = [sys.executable, "-m", "jeanzay_kit.cli", command, *overrides]
+    argv += [f"job.run_dir={run.root}", "train.log_every=1"]
+    launch = OnSlurm(argv, log) if slurm else Here(argv, log)
+    return Timeline(launch, run, log, nonfinite)
 
 
 @dataclass(frozen=True)
@@ -80,62 +89,46 @@ class Reference:
     steps_per_s: float
 
 
-def run_here(overrides: Sequence[str], run_dir: Path, log: Path) -> Reference:
-    line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log)
+def run_reference(line: Timeline) -> Reference:
+    line.launch.rehearsal = False  # no fault's file is looked for
     started = time.monotonic()
-    line.start(rehearsal=False)
+    line.start()
     first: tuple[float, int] | None = None
     last = (started, 0)
-    while line.ended() is None:
+    while (code := line.ended()) is None:
         step = line.step()
         if step > last[1]:
             last = (time.monotonic(), step)
             first = first or last
         time.sleep(POLL_S)
-    if (code := line.ended()) != 0:
-        raise JzkError(f"the run without faults failed (exit {code}): see {log}")
+    if code != 0:
+        raise JzkError(f"the run without faults failed (exit {code}): see {line.log}")
     seconds = time.monotonic() - started
     pace = (last[1] - first[1]) / (last[0] - first[0]) if first and last[0] > first[0] else 0.0
-    digest = RunDir(run_dir).model_digest.read_text().strip()
+    digest = line.run.model_digest.read_text().strip()
     return Reference(seconds, digest, pace or max(line.step(), 1) / seconds)
 
 
-def _argv(overrides: Sequence[str], run_dir: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "jeanzay_kit.cli",
-        "train",
-        *overrides,
-        f"job.run_dir={run_dir}",
-        "train.log_every=1",
-    ]
-
-
 def rehearse_run(
-    overrides: Sequence[str],
-    run_dir: Path,
-    plan: Sequence[tuple[Fault, int]],
-    log: Path,
-    nonfinite: str,
+    line: Timeline, plan: Sequence[tuple[Fault, int]]
 ) -> tuple[list[rules.Measured], float]:
     """The run under the schedule (each fault with the steps of training before it): each
-    fault measured; the run's total time (it is started again after each stop, as a
-    requeue would, until it is done)."""
-    line = Timeline(_argv(overrides, run_dir), RunDir(run_dir), log=log, nonfinite=nonfinite)
+    fault measured; the run's total time (started again after each stop, as a requeue
+    would, until it is done)."""
     started = time.monotonic()
     line.start()
     measured = [_one(line, fault, steps) for fault, steps in plan]
-    while (code := _wait(line)) == 3:
+    while (code := _wait_end(line)) == 3:
         line.start()  # a stop after a save: run again, as Slurm's requeue would
     if code != 0:
-        raise JzkError(f"the rehearsal's run ended with exit {code}: see {log}")
+        raise JzkError(f"the rehearsal's run ended with exit {code}: see {line.log}")
     return measured, time.monotonic() - started
 
 
-def _wait(line: Timeline) -> int:
-    assert line.proc is not None
-    return line.proc.wait()
+def _wait_end(line: Timeline) -> int:
+    while (code := line.ended()) is None:
+        time.sleep(POLL_S)
+    return code
 
 
 def _train_for(line: Timeline, steps: int) -> None:
@@ -156,50 +149,51 @@ def _train_for(line: Timeline, steps: int) -> None:
 def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
     _train_for(line, steps)
     if fault.kind == STARTUP:  # a stop, then the warning again while it starts
-        _stop(line)
-        line.start()
-        time.sleep(1.0)
+        _stop_and_restart(line)
     step, injected, wall = line.step(), time.monotonic(), time.time()
     endings_before = len(_records(line.run.endings))
-    starts_before = len(_starts(line.run))
+    starts_before, ends_before = len(_starts(line.run)), len(_ends(line.run))
     if fault.kind == NAN:
         return _nan(line, fault, starts_before)
     if fault.kind == CKPT_WRITE:
-        pid = _rank_pid(line.run, fault.rank)
-        _during_a_save(line)
+        (beat,) = _targets(line.run, fault.rank)
+        line.launch.kill_in_save(beat, line.run, RESUME_GRACE_S)
         step, injected = line.step(), time.monotonic()
-        os.kill(pid, signal.SIGKILL)
         detected, by = _detected(line, endings_before, injected)
-    elif fault.kind in (KILL_RANK, HANG):
-        pid = _rank_pid(line.run, fault.rank)
-        os.kill(pid, signal.SIGKILL if fault.kind == KILL_RANK else signal.SIGSTOP)
+    elif fault.kind in (KILL_RANK, HANG, NODE_LOST):
+        beats = _targets(line.run, fault.rank, whole_node=fault.kind == NODE_LOST)
+        line.launch.signal_ranks(beats, signal.SIGSTOP if fault.kind == HANG else signal.SIGKILL)
         detected, by = _detected(line, endings_before, injected)
         fired = _watchdog_fired(line.run, wall)
         if fault.kind == HANG and fired is not None:  # when it fired, not when it was done
             detected = fired
     else:
-        assert line.proc is not None
-        line.proc.send_signal(signal.SIGUSR1)
-        code = _wait(line)
-        detected, by = time.monotonic() - injected, f"the stop agreement (exit {code})"
-        line.start()
+        line.launch.warn()
+        detected, by = _stopped(line, ends_before, injected)
     resumed_s, resumed_from = _resumed(line, injected, starts_before)
     took = None if detected is None else round(detected, 2)
     return rules.Measured(fault.kind, step, took, by, resumed_s, resumed_from)
 
 
-def _during_a_save(line: Timeline) -> None:
-    """Until a save is being written: a checkpoint's temporary folder is there (the
-    commit renames it when complete). Polled fast: a small model's save lasts tens of
-    milliseconds."""
+def _stop_and_restart(line: Timeline) -> None:
+    """The warning, the stop after a save, and a new start: here the warning then comes
+    a second after the start (before the handlers may be installed); on Slurm once the
+    requeued job's processes have begun (a signal to a job with no step running yet
+    reaches nobody)."""
+    before = len(_ends(line.run))
+    tokens = {b.token for b in line.run.beats()}
+    line.launch.warn()
+    _stopped(line, before, time.monotonic())
+    if isinstance(line.launch, Here):
+        _wait_end(line)
+        line.start()
+        time.sleep(1.0)
+        return
     deadline = time.monotonic() + RESUME_GRACE_S
-    while time.monotonic() < deadline:
-        if any(line.run.checkpoints.glob(f"{TMP_PREFIX}*")):
-            return
-        if line.ended() is not None:
-            raise JzkError(f"the run ended (exit {line.ended()}) before a save to interrupt")
-        time.sleep(0.002)
-    raise JzkError(f"no save began within {RESUME_GRACE_S:.0f} s: checkpoint.every_steps?")
+    while not any(b.token not in tokens for b in line.run.beats()):
+        if time.monotonic() > deadline or line.ended() is not None:
+            raise JzkError(f"the job did not start again after a stop: see {line.log}")
+        time.sleep(POLL_S / 4)
 
 
 def _nan(line: Timeline, fault: Fault, starts_before: int) -> rules.Measured:
@@ -216,25 +210,19 @@ def _nan(line: Timeline, fault: Fault, starts_before: int) -> rules.Measured:
             time.sleep(POLL_S)
         by = "the step's agreement: train.nonfinite=skip, the update dropped"
         return rules.Measured(NAN, step, detected, by, detected, step)
-    assert line.proc is not None
-    code = line.proc.wait()
+    code = _wait_end(line)
     detected = round(time.monotonic() - injected, 2)
     by = f"the step's agreement: train.nonfinite=stop (exit {code})"
-    if code not in (2, 3):
-        raise JzkError(f"the run ended with exit {code} on the NaN: see {line.log}")
+    if code == 0:
+        raise JzkError(f"the run completed despite the NaN: see {line.log}")
     line.start()  # what the user does after reading why it stopped
     resumed_s, resumed_from = _resumed(line, injected, starts_before)
     return rules.Measured(NAN, step, detected, by, resumed_s, resumed_from)
 
 
-def _stop(line: Timeline) -> None:
-    assert line.proc is not None
-    line.proc.send_signal(signal.SIGUSR1)
-    _wait(line)
-
-
-def _rank_pid(run: RunDir, rank: int) -> int:
-    """The pid of a live training process of the newest start (its heartbeat is recent)."""
+def _targets(run: RunDir, rank: int, whole_node: bool = False) -> list[Beat]:
+    """The live training process of `rank` in the newest start (its heartbeat is recent),
+    or with whole_node every one on its node."""
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
         now = time.time()
@@ -243,14 +231,16 @@ def _rank_pid(run: RunDir, rank: int) -> int:
         ]
         if beats:
             newest = max(beats, key=lambda b: b.wall_time).token
-            pids = {b.rank: b.pid for b in beats if b.token == newest}
-            return pids.get(rank, next(iter(pids.values())))
+            live = {b.rank: b for b in beats if b.token == newest}
+            hit = live.get(rank, next(iter(live.values())))
+            return [b for b in live.values() if b.host == hit.host] if whole_node else [hit]
         time.sleep(POLL_S)
     raise JzkError("no live training process to inject the fault into")
 
 
 def _detected(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
-    """Until endings.jsonl records the attempt's end (the launcher or the watchdog)."""
+    """Until endings.jsonl records the attempt's end (the stop agreement, the launcher,
+    the watchdog, the job's restart step)."""
     deadline = injected + RESUME_GRACE_S + 600
     while time.monotonic() < deadline:
         records = _records(line.run.endings)
@@ -263,8 +253,27 @@ def _detected(line: Timeline, before: int, injected: float) -> tuple[float | Non
     return None, "nothing noticed it"
 
 
+def _stopped(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
+    """Until the attempt records its end after a save (starts.jsonl's end record: the
+    ranks agreed on the stop at a step boundary and saved), here as on Slurm."""
+    deadline = injected + RESUME_GRACE_S
+    while time.monotonic() < deadline:
+        ends = _ends(line.run)
+        if len(ends) > before:
+            step = ends[before]["end_step"]
+            return time.monotonic() - injected, f"the stop agreement: saved step {step}"
+        if line.ended() not in (None, 3):
+            return None, f"the run ended (exit {line.ended()})"
+        time.sleep(POLL_S / 4)
+    return None, "nothing noticed it"
+
+
 def _starts(run: RunDir) -> list[dict[str, object]]:
     return [r for r in _records(run.starts) if "start_step" in r]
+
+
+def _ends(run: RunDir) -> list[dict[str, object]]:
+    return [r for r in _records(run.starts) if "end_step" in r]
 
 
 def _watchdog_fired(run: RunDir, since: float) -> float | None:
@@ -315,10 +324,17 @@ def save_seconds(run: RunDir) -> float:
     return sum(blocks) / len(blocks) if blocks else 0.0
 
 
-def check_local(spec: JobSpec) -> None:
-    if spec.cluster.is_slurm:
+def check_launch(spec: JobSpec, slurm: bool) -> None:
+    """--slurm with a Slurm cluster profile; here with cluster=local."""
+    if slurm and not spec.cluster.is_slurm:
         raise JzkError(
-            f"cluster={spec.cluster.name}: jzk rehearse runs here (cluster=local) for now; "
-            "a rehearsal on the Slurm cluster is not built yet. HINT: rehearse with "
-            "cluster=local and the same model, data and checkpoint settings"
+            f"--slurm with cluster={spec.cluster.name}: the rehearsal is submitted to a "
+            "Slurm cluster. HINT: add cluster=<your profile> (jzk validate lists them), or "
+            "leave out --slurm to rehearse here"
+        )
+    if spec.cluster.is_slurm and not slurm:
+        raise JzkError(
+            f"cluster={spec.cluster.name} without --slurm: a rehearsal runs here unless "
+            "told. HINT: add --slurm to submit it (a small allocation: two runs of the "
+            "request, one under the schedule), or cluster=local to rehearse here"
         )

@@ -14,7 +14,10 @@ HANG = "hang"  # one training process stopped (SIGSTOP): the watchdog's case
 STARTUP = "startup"  # the warning while the run starts, before its first step
 NAN = "nan"  # the loss not finite at one step (rank 0's, told to all by the agreement)
 CKPT_WRITE = "ckpt_write"  # one training process killed while a checkpoint is written
+# On the Slurm cluster (--slurm): every training process of one node killed at once.
+NODE_LOST = "node_lost"
 KINDS = (PREEMPT, KILL_RANK, HANG, STARTUP, NAN, CKPT_WRITE)
+SLURM_KINDS = (*KINDS, NODE_LOST)
 # What the toolkit answers with, so the report can say what to expect of each.
 EXPECTED = {
     PREEMPT: "saved at the next step boundary, stopped (exit 3), resumed: 0 steps lost",
@@ -24,6 +27,7 @@ EXPECTED = {
     NAN: "train.nonfinite=stop: stopped before the update (exit 2), run again from the "
     "newest checkpoint; skip: the step's update dropped",
     CKPT_WRITE: "the half-written checkpoint never counts: restarted from the one before",
+    NODE_LOST: "the job step ends, the job requeues itself and resumes from the newest checkpoint",
 }
 
 

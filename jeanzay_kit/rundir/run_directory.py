@@ -40,6 +40,10 @@ class RunDir:
         """The folder's path, as a message or a command line names it."""
         return str(self.root)
 
+    def sibling(self, name: str) -> RunDir:
+        """The run directory `name` beside this one (a rehearsal's reference run)."""
+        return type(self)(self.root.parent / name)
+
     # ---- its files and folders (run_layout.ENTRIES says who writes and reads each) -----
     @property
     def checkpoints(self) -> Path:

@@ -224,3 +224,29 @@ def sbatch_test_only(
 def show_text(argv: Sequence[str], runner: CommandRunner | None = None) -> str:
     """The output of a read-only Slurm command (scontrol show ..., sacctmgr show ...)."""
     return _checked(argv, runner).stdout
+
+
+def signal_job(job_id: str, name: str, runner: CommandRunner | None = None) -> None:
+    """Send signal `name` (USR1, ...) to every task of the job's running steps, as Slurm's
+    `--signal` does before a time limit."""
+    _checked(["scancel", f"--signal={name}", job_id], runner)
+
+
+def run_on_node(
+    job_id: str, host: str, argv: Sequence[str], runner: CommandRunner | None = None
+) -> str:
+    """Run `argv` on one node of a running job, as a step beside the job's own
+    (`srun --overlap`); its output."""
+    step = ["srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1", "-w", host, *argv]
+    return _checked(step, runner).stdout
+
+
+def job_exit_code(job_id: str, runner: CommandRunner | None = None) -> int | None:
+    """A finished job's exit code from sacct (0 when it completed); None while the
+    accounting does not have its end yet."""
+    argv = ["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"]
+    rows = _checked(argv, runner).stdout.strip().splitlines()
+    if not rows or rows[-1].startswith(("RUNNING", "PENDING", "REQUEUED", "COMPLETING")):
+        return None
+    state, code = rows[-1].split("|")[:2]
+    return 0 if state == "COMPLETED" else int(code.split(":")[0] or 1) or 1

@@ -44,11 +44,12 @@ def test_every_bench_measures_its_figures_on_tiny_sizes(tmp_path: Path) -> None:
     its smallest sizes (bench/run.py --tiny): each of its figures comes out a number, so
     none silently stops being measured (no value is judged here). bench_slurm,
     bench_app_sweep and bench_remote start the local cluster or an SSH server, which the
-    Slurm and laptop-mode tests hold; bench_gpu* need a GPU."""
+    Slurm and laptop-mode tests hold; bench_gpu* need a GPU; bench_rehearse's figures
+    are read from tests/distributed/test_rehearse.py's rehearsal (a fault schedule is
+    shared with its neighbours)."""
     bench = load_run_module()
-    here = [
-        b for b in bench.BENCHES if b.name not in ("slurm", "app_sweep", "remote") and not b.gpu
-    ]
+    apart = ("slurm", "app_sweep", "remote", "rehearse")
+    here = [b for b in bench.BENCHES if b.name not in apart and not b.gpu]
     docs = tmp_path / "performance.md"
     docs.write_text("# Performance\n\nIntro.\n\n## Older section\n\nkept\n")
     keys = [k for b in here for k in b.keys]

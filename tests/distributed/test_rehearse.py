@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.rehearse.schedule import KINDS, from_json, schedule
+from tests.bench.test_run import RUN, load_run_module
 
 JZK = str(Path(sys.executable).with_name("jzk"))
 
@@ -49,3 +50,20 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
             assert fault["detected_s"] < 5 + 2 * 0.5 + 5, fault  # stall + two beats + slack
     assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
     assert "final model equal to the run without faults: True" in done.stdout
+
+    # bench/bench_rehearse.py's figures, read from this rehearsal (no second schedule).
+    bench = [sys.executable, str(RUN.parent / "bench_rehearse.py"), "--from", str(folder)]
+    done = subprocess.run(bench, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((RUN.parent / "results" / "rehearse.json").read_text())
+    figures = {f.key: f.value for f in load_run_module().rehearse_figures(result)}
+    assert figures["rehearsal_goodput"] == found["goodput"]
+    assert len(figures) == 1 + len(KINDS) and all(v > 0 for v in figures.values()), figures
+
+    # `jzk report` of the rehearsal's run: its table, and the loss drawn with the faults.
+    drawn = subprocess.run(
+        [JZK, "report", str(folder / "run")], capture_output=True, text=True, timeout=120
+    )
+    assert drawn.returncode == 0, drawn.stderr
+    assert "rehearsal (jzk rehearse):" in drawn.stdout and "final model equal" in drawn.stdout
+    assert (folder / "run" / "report" / "rehearsal.png").stat().st_size > 10_000

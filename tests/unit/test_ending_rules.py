@@ -21,6 +21,7 @@ from jeanzay_kit.ending.ending_rules import (
     PREEMPTED,
     STOPPED,
     TIME_LIMIT,
+    UNKNOWN,
     USER_ERROR,
     Verdict,
     attempt_part,
@@ -102,6 +103,15 @@ PREEMPTION = (
 NODE_FAIL = (
     "srun: error: Node failure on jzxh042\nsrun: error: Nodes jzxh042 are still not responding\n"
 )
+# Two tasks of n1 killed (jzk rehearse --slurm's node_lost): their peers' errors follow.
+PEER_KILLED = """rank 3 stopped: a peer left the job (Connection closed by peer [127.0.10.1]:19885)
+Error executing job with overrides: []
+Traceback (most recent call last):
+  File "/p/train.py", line 9, in main
+RuntimeError: [/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.10.1]:19885.
+srun: error: n1: tasks 0-1: Killed
+srun: error: n2: tasks 2-3: Exited with exit code 1
+"""
 # A dataset raising in a DataLoader worker: torch's wrapper, the original, the toolkit's note
 DATASET = """[rank 0] rank 0 failed:
 [rank 0] Traceback (most recent call last):
@@ -188,6 +198,7 @@ RANKED_DATASET = "".join(
         (TIMEOUT, 15, "", TIME_LIMIT, "DUE TO TIME LIMIT"),
         (PREEMPTION, 0, "PREEMPTED", PREEMPTED, "DUE TO PREEMPTION"),
         (NODE_FAIL, 1, "", NODE_FAILURE, "Node failure on jzxh042"),
+        (PEER_KILLED, 137, "", UNKNOWN, "srun: error: n1: tasks 0-1: Killed"),
         ("", 1, "NODE_FAIL", NODE_FAILURE, "sacct State=NODE_FAIL"),
         (DATASET, 1, "", DATA_ERROR, "ValueError: corrupt record 1500 (dataset index 1500)"),
         (ENOSPC, 1, "", DISK_FULL, "No space left on device"),

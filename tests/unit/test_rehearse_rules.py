@@ -73,3 +73,34 @@ def test_the_schedules_seconds_become_steps_at_the_references_pace_and_must_fit(
     assert misfit(at_pace, needed + 1, checkpoint_every=50) is None
     why = misfit(at_pace, needed, checkpoint_every=50)
     assert why is not None and f"about {needed} steps" in why and "train.steps" in why
+
+
+class Sacct:
+    """Answers sacct like Slurm (the runner seam of slurm/commands.py)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.argv = text, None
+
+    def run(self, argv, timeout=60.0, cwd=None):
+        import subprocess
+
+        self.argv = list(argv)
+        return subprocess.CompletedProcess(argv, 0, self.text, "")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("COMPLETED|0:0\n", 0),
+        ("REQUEUED|0:0\nFAILED|2:0\n", 2),  # the newest allocation of a requeued job
+        ("CANCELLED by 0|0:15\n", 1),  # no code of its own: not a success
+        ("RUNNING|0:0\n", None),
+        ("", None),
+    ],
+)
+def test_a_finished_jobs_exit_code_from_sacct(text: str, expected: int | None) -> None:
+    from jeanzay_kit.slurm.commands import job_exit_code
+
+    runner = Sacct(text)
+    assert job_exit_code("7", runner) == expected
+    assert runner.argv == ["sacct", "-n", "-X", "-P", "-j", "7", "-o", "State,ExitCode"]

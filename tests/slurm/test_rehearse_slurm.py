@@ -1,0 +1,54 @@
+"""`jzk rehearse --slurm` on the local Slurm cluster (issue 70): the toolkit's loop on 2
+nodes x 2 tasks, submitted as its user would, under a seeded schedule of one fault of
+every kind, each reaching the job for real (the time-limit warning through `scancel
+--signal`, a process killed, stopped, or killed during a save by a command run on its
+node with `srun --overlap`, every process of a node killed, a NaN loss, the warning
+during start-up). The job requeues itself after each, and ends with the model of the
+same job without faults, bit for bit; no fault loses more than the checkpoint interval,
+a stop signal none; a hang is named within the watchdog's timeout plus its beats."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.rehearse.schedule import SLURM_KINDS, from_json
+from tests.slurm.cluster import JZK, PYTHON, REPO
+
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+
+STALL_S, BEAT_S = 5, 0.5
+
+
+def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path: Path) -> None:
+    folder = tmp_path / "rehearsal"
+    request = ["cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_node=2"]
+    request += [f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}"]
+    request += ["job.entry_kind=toolkit", "train.steps=4000", "checkpoint.every_steps=50"]
+    request += [f"watchdog.stall_seconds={STALL_S}", f"watchdog.heartbeat_seconds={BEAT_S}"]
+    faults = ["--faults", str(len(SLURM_KINDS)), "--every", "1", "--seed", "5"]
+    done = subprocess.run(
+        [JZK, "rehearse", "--slurm", *request, *faults, "--dir", str(folder), "--json"],
+        cwd=tmp_path,
+        env=slurm,
+        capture_output=True,
+        text=True,
+        timeout=860,
+    )
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
+    assert sorted(f.kind for f in plan) == sorted(SLURM_KINDS)
+    assert [f["kind"] for f in found["faults"]] == [f.kind for f in plan]
+    for fault in found["faults"]:
+        assert fault["verdict"] == "ok", done.stdout
+        assert fault["detected_s"] is not None and fault["resumed_s"] is not None, fault
+        if fault["kind"] in ("preempt", "startup"):
+            assert fault["lost_steps"] == 0, fault
+        if fault["kind"] == "hang":
+            assert fault["detected_s"] < STALL_S + 2 * BEAT_S + 5, fault
+    assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
+    print(done.stdout[-3000:])
