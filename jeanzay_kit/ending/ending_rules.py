@@ -130,12 +130,13 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (NODE_FAILURE, r"Node failure on|DUE TO NODE FAIL|NODE_FAIL"),
         (PREEMPTED, r"DUE TO PREEMPTION"),
         (TIME_LIMIT, r"DUE TO TIME LIMIT"),
-        # A task killed from outside (its node lost, an administrator's kill -9): the
-        # cause, before the errors of the peers it left ("Connection closed by peer").
-        (UNKNOWN, r"^srun: error: \S+: tasks? [\d,-]+: Killed$"),
         (HANG, r"Watchdog caught collective operation timeout|collective operation timeout|"
          r"NCCL communicator was aborted|NCCL error|DistBackendError|watchdog: rank \d+ .*stuck|"
          r"no heartbeat"),
+        # A task killed from outside (its node lost, an administrator's kill -9): the
+        # cause, before the tracebacks of the peers it left ("Connection closed by
+        # peer"); after HANG, since srun kills a hang's stuck rank too.
+        (UNKNOWN, r"^srun: error: \S+: tasks? [\d,-]+: Killed$"),
     )
 )  # fmt: skip
 

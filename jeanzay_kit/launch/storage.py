@@ -20,6 +20,7 @@ from jeanzay_kit.config.storage_rules import tier_of
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.footprint import Footprint
 from jeanzay_kit.launch.storage_rules import Request, Room, fit_lines, shortfalls, writes
+from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.values import expand_vars
 
 
@@ -68,15 +69,37 @@ def request_of(
     )
 
 
+def rooms_of(request: Request, spec: JobSpec, env: Mapping[str, str]) -> dict[str, Room]:
+    """Each write's place -> the room left there, counting the files the run already holds
+    on that filesystem as its own (a run submitted again replaces them, it does not add)."""
+    rooms = {w.where: room_of(w.where, spec, env) for w in writes(request)}
+    own = _files_held(RunDir.of(request.run_dir))
+    for where, room in rooms.items():
+        if room.files is not None:
+            rooms[where] = replace(room, files=room.files + own.get(room.device, 0))
+    return rooms
+
+
+def _files_held(run: RunDir) -> dict[int, int]:
+    """The files and folders of an existing run directory, and of its checkpoints' folder
+    on another tier (the `checkpoints` link of checkpoint.dir), per filesystem."""
+    held: dict[int, int] = {}
+    link = run.checkpoints
+    for top in (run.root, *([link.resolve()] if link.is_symlink() else [])):
+        if not top.is_dir():
+            continue
+        device = top.stat().st_dev
+        count = sum(len(dirs) + len(files) for _, dirs, files in os.walk(top))
+        held[device] = held.get(device, 0) + count + 1
+    return held
+
+
 def _shortfalls(request: Request, spec: JobSpec, env: Mapping[str, str]) -> list[str]:
-    planned = writes(request)
-    rooms = {w.where: room_of(w.where, spec, env) for w in planned}
-    return shortfalls(planned, rooms)
+    return shortfalls(writes(request), rooms_of(request, spec, env))
 
 
 def storage_lines(request: Request, spec: JobSpec, env: Mapping[str, str]) -> list[str]:
-    planned = writes(request)
-    return fit_lines(planned, {w.where: room_of(w.where, spec, env) for w in planned})
+    return fit_lines(writes(request), rooms_of(request, spec, env))
 
 
 def check_storage(request: Request, spec: JobSpec, env: Mapping[str, str]) -> None:
