@@ -340,6 +340,9 @@ def classify(
     if exit_code == 4 and (seen is None or seen.kind not in NODE_FAULTS):
         # The watchdog's own end: the ranks it stopped print what they were doing.
         return Verdict(HANG, "exit 4: the watchdog found a rank stuck", step)
+    if signal_name == "SIGKILL" and seen is not None and seen.kind == USER_ERROR:
+        # Killed from outside: the tracebacks are its peers', who lost it.
+        return Verdict(UNKNOWN, f"killed by {signal_name}", step)
     if seen is not None and (exit_code != 3 or seen.kind in NODE_FAULTS):
         return Verdict(seen.kind, seen.evidence, step, seen.index, seen.rank, seen.node)
     if exit_code == 3:

@@ -68,7 +68,10 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     print("rehearse: the run without faults first (the reference)", flush=True)
     ref = run_reference(timeline(more, reference, opts.folder / "reference.log", opts.slurm))
     at_pace = paced(plan, ref.steps_per_s)
-    if why := misfit(at_pace, spec.train.steps, spec.checkpoint.every_steps):
+    # The run's own length and checkpoint interval, as the reference showed them: a
+    # script (job.entry) has its own, which the config does not know.
+    every = ref.checkpoint_every or spec.checkpoint.every_steps
+    if why := misfit(at_pace, ref.last_step, every):
         raise JzkError(why)
     print(
         f"rehearse: reference done in {ref.seconds:.1f} s ({ref.steps_per_s:.0f} steps/s); "
@@ -76,13 +79,15 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
         "run under the schedule",
         flush=True,
     )
-    line = timeline(more, run, opts.folder / "run.log", opts.slurm, spec.train.nonfinite)
+    line = timeline(
+        more, run, opts.folder / "run.log", opts.slurm, spec.train.nonfinite, spec.job.runs_script
+    )
     measured, total_s = rehearse_run(line, at_pace)
-    rows = [rules.row(m, spec.checkpoint.every_steps) for m in measured]
+    rows = [rules.row(m, every) for m in measured]
     equal = run.model_digest.read_text().strip() == ref.digest
     totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref.seconds / total_s)
     step_s = 1 / ref.steps_per_s
-    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, spec.checkpoint.every_steps)
+    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every)
     if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
         lines.insert(0, "the final model differs by design: train.nonfinite=skip dropped an update")
     elif not equal:

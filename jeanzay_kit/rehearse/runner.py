@@ -46,12 +46,22 @@ class Timeline:
     run: RunDir
     log: Path
     nonfinite: str = "stop"  # train.nonfinite: what a NaN does to the run
+    # A script's run here is not restarted by its launcher after a crash or a hang (on
+    # Slurm its job requeues itself): the rehearsal runs it again, as its user would.
+    rerun_failures: bool = False
 
     def start(self) -> None:
         self.launch.start()
 
     def ended(self) -> int | None:
         return self.launch.ended()
+
+    def goes_on(self) -> bool:
+        """Start it again after a stop (3), or after a failure when its user would."""
+        code = self.ended()
+        if code == 3 or (code not in (None, 0) and self.rerun_failures):
+            self.start()
+        return code is None or code == 3 or self.rerun_failures and code != 0
 
     def step(self) -> int:
         """The newest step metrics.jsonl holds (0: none yet)."""
@@ -68,14 +78,20 @@ class Timeline:
 
 
 def timeline(
-    overrides: Sequence[str], run: RunDir, log: Path, slurm: bool, nonfinite: str = "stop"
+    overrides: Sequence[str],
+    run: RunDir,
+    log: Path,
+    slurm: bool,
+    nonfinite: str = "stop",
+    script: bool = False,
 ) -> Timeline:
-    """The run's command: `jzk train` here, `jzk submit` on the Slurm cluster."""
+    """The run's command: `jzk train` here, `jzk submit` on the Slurm cluster. script:
+    job.entry runs the user's own loop."""
     command = "submit" if slurm else "train"
     argv = [sys.executable, "-m", "jeanzay_kit.cli", command, *overrides]
     argv += [f"job.run_dir={run.root}", "train.log_every=1"]
     launch = OnSlurm(argv, log) if slurm else Here(argv, log)
-    return Timeline(launch, run, log, nonfinite)
+    return Timeline(launch, run, log, nonfinite, rerun_failures=script and not slurm)
 
 
 @dataclass(frozen=True)
@@ -87,6 +103,8 @@ class Reference:
     seconds: float
     digest: str
     steps_per_s: float
+    last_step: int  # the steps it trained (a script's own --steps, the toolkit's train.steps)
+    checkpoint_every: int | None  # the interval of the checkpoints it kept (None: < 2 kept)
 
 
 def run_reference(line: Timeline) -> Reference:
@@ -106,7 +124,18 @@ def run_reference(line: Timeline) -> Reference:
     seconds = time.monotonic() - started
     pace = (last[1] - first[1]) / (last[0] - first[0]) if first and last[0] > first[0] else 0.0
     digest = line.run.model_digest.read_text().strip()
-    return Reference(seconds, digest, pace or max(line.step(), 1) / seconds)
+    pace = pace or max(line.step(), 1) / seconds
+    return Reference(seconds, digest, pace, line.step(), _interval(line.run))
+
+
+def _interval(run: RunDir) -> int | None:
+    """The steps between the complete checkpoints a run kept (the toolkit's
+    checkpoint.every_steps, or what a script's own loop chose)."""
+    from jeanzay_kit.ckpt.store import CheckpointStore
+
+    steps = sorted(e.step for e in CheckpointStore(run.checkpoints).entries() if e.has_manifest)
+    gaps = [b - a for a, b in zip(steps, steps[1:], strict=False) if b > a]
+    return min(gaps) if gaps else None
 
 
 def rehearse_run(
@@ -136,13 +165,11 @@ def _train_for(line: Timeline, steps: int) -> None:
     an older checkpoint, past that step again), starting it again after a stop."""
     target = line.step() + steps
     while line.step() < target:
-        if line.ended() is not None:
-            if line.ended() != 3:
-                raise JzkError(
-                    f"the run ended (exit {line.ended()}) at step {line.step()}, before the "
-                    f"next fault at step {target}: see {line.log}"
-                )
-            line.start()
+        if line.ended() is not None and not line.goes_on():
+            raise JzkError(
+                f"the run ended (exit {line.ended()}) at step {line.step()}, before the "
+                f"next fault at step {target}: see {line.log}"
+            )
         time.sleep(POLL_S / 4)
 
 
@@ -150,9 +177,9 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
     _train_for(line, steps)
     if fault.kind == STARTUP:  # a stop, then the warning again while it starts
         _stop_and_restart(line)
-    step, injected, wall = line.step(), time.monotonic(), time.time()
+    step, injected, wall = _reached(line), time.monotonic(), time.time()
     endings_before = len(_records(line.run.endings))
-    starts_before, ends_before = len(_starts(line.run)), len(_ends(line.run))
+    starts_before, ends_before = _tokens(line.run), _stops(line.run)
     if fault.kind == NAN:
         return _nan(line, fault, starts_before)
     if fault.kind == CKPT_WRITE:
@@ -180,8 +207,7 @@ def _stop_and_restart(line: Timeline) -> None:
     a second after the start (before the handlers may be installed); on Slurm once the
     requeued job's processes have begun (a signal to a job with no step running yet
     reaches nobody)."""
-    before = len(_ends(line.run))
-    tokens = {b.token for b in line.run.beats()}
+    before, tokens = _stops(line.run), _tokens(line.run)
     line.launch.warn()
     _stopped(line, before, time.monotonic())
     if isinstance(line.launch, Here):
@@ -196,7 +222,7 @@ def _stop_and_restart(line: Timeline) -> None:
         time.sleep(POLL_S / 4)
 
 
-def _nan(line: Timeline, fault: Fault, starts_before: int) -> rules.Measured:
+def _nan(line: Timeline, fault: Fault, starts_before: set[str]) -> rules.Measured:
     """A NaN for the next step's loss (rank 0 takes the file): with train.nonfinite=stop
     the run stops before the update (exit 2) and is run again, as its user would, from
     its newest checkpoint; with skip it drops the update and goes on."""
@@ -254,26 +280,28 @@ def _detected(line: Timeline, before: int, injected: float) -> tuple[float | Non
 
 
 def _stopped(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
-    """Until the attempt records its end after a save (starts.jsonl's end record: the
-    ranks agreed on the stop at a step boundary and saved), here as on Slurm."""
+    """Until the attempt records its stop after a save: starts.jsonl's end record (the
+    toolkit's loop, here and on Slurm) or an ending of kind stopped (a session's
+    launcher)."""
     deadline = injected + RESUME_GRACE_S
     while time.monotonic() < deadline:
-        ends = _ends(line.run)
-        if len(ends) > before:
-            step = ends[before]["end_step"]
-            return time.monotonic() - injected, f"the stop agreement: saved step {step}"
+        if _stops(line.run) > before:
+            return time.monotonic() - injected, "the stop agreement: saved, exit 3"
         if line.ended() not in (None, 3):
             return None, f"the run ended (exit {line.ended()})"
         time.sleep(POLL_S / 4)
     return None, "nothing noticed it"
 
 
-def _starts(run: RunDir) -> list[dict[str, object]]:
-    return [r for r in _records(run.starts) if "start_step" in r]
+def _stops(run: RunDir) -> int:
+    ends = [r for r in _records(run.starts) if "end_step" in r]
+    stopped = [r for r in _records(run.endings) if r.get("kind") == "stopped"]
+    return len(ends) + len(stopped)
 
 
-def _ends(run: RunDir) -> list[dict[str, object]]:
-    return [r for r in _records(run.starts) if "end_step" in r]
+def _tokens(run: RunDir) -> set[str]:
+    """The attempts whose processes have written a heartbeat."""
+    return {b.token for b in run.beats()}
 
 
 def _watchdog_fired(run: RunDir, since: float) -> float | None:
@@ -287,21 +315,35 @@ def _watchdog_fired(run: RunDir, since: float) -> float | None:
     return round(min(made) - since, 2) if made else None
 
 
-def _resumed(line: Timeline, injected: float, before: int) -> tuple[float | None, int | None]:
-    """Until a start after the fault has logged a step past the one it resumed from."""
-    deadline = time.monotonic() + RESUME_GRACE_S
+def _resumed(line: Timeline, injected: float, before: set[str]) -> tuple[float | None, int | None]:
+    """Until a start after the fault (the heartbeat of a new attempt) has logged a step
+    past the one it resumed from: the newest complete checkpoint when it began (a loop
+    of the toolkit or of a session resumes from it; its beats' first step may precede
+    the resume)."""
+    deadline, start = time.monotonic() + RESUME_GRACE_S, None
     while time.monotonic() < deadline:
-        starts = _starts(line.run)
-        if len(starts) > before:
-            start = int(str(starts[-1]["start_step"]))
-            if line.step() > start:
-                return round(time.monotonic() - injected, 2), start
-        if line.ended() not in (None, 3):
+        if start is None and any(b.token not in before for b in line.run.beats()):
+            start = _newest_complete(line.run)
+        if start is not None and line.step() > start:
+            return round(time.monotonic() - injected, 2), start
+        if not line.goes_on():
             break
-        if line.ended() == 3:
-            line.start()
-        time.sleep(POLL_S)
+        time.sleep(POLL_S / 4)
     return None, None
+
+
+def _reached(line: Timeline) -> int:
+    """The newest step the run reached: its metrics', or its heartbeats' (a session's
+    loop may log less often than it steps)."""
+    return max([line.step(), *(b.step for b in line.run.beats() if not b.finished)])
+
+
+def _newest_complete(run: RunDir) -> int:
+    from jeanzay_kit.ckpt.store import CheckpointStore
+
+    return max(
+        (e.step for e in CheckpointStore(run.checkpoints).entries() if e.has_manifest), default=0
+    )
 
 
 def _records(path: Path) -> list[dict[str, object]]:

@@ -81,6 +81,7 @@ def misfit(plan: Sequence[tuple[Fault, int]], steps: int, checkpoint_every: int)
         return None
     return (
         f"the schedule needs about {needed} steps of training (its faults' seconds at the "
-        f"run's pace, and up to 2 x checkpoint.every_steps={checkpoint_every} for each) and "
-        f"train.steps={steps}. HINT: raise train.steps, or lower --faults or --every"
+        f"run's pace, and up to 2 checkpoint intervals of {checkpoint_every} steps for each) "
+        f"and the run trains {steps} (its run without faults did). HINT: raise train.steps "
+        "(or your script's own number of steps), or lower --faults or --every"
     )

@@ -67,3 +67,25 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     assert drawn.returncode == 0, drawn.stderr
     assert "rehearsal (jzk rehearse):" in drawn.stdout and "final model equal" in drawn.stdout
     assert (folder / "run" / "report" / "rehearsal.png").stat().st_size > 10_000
+
+
+@pytest.mark.timeout(400)
+def test_a_session_loop_of_a_users_project_is_rehearsed_too(tmp_path: Path) -> None:
+    """docs/examples/own_loop/train_session.py, copied into a project of its own, run by
+    `jzk rehearse job.entry=...`: its own steps and checkpoint interval (read off the run
+    without faults), a crash or a hang run again as its user would, nothing lost."""
+    project = tmp_path / "own project"
+    project.mkdir()
+    example = RUN.parents[1] / "docs" / "examples" / "own_loop" / "train_session.py"
+    (project / "train_session.py").write_text(example.read_text())
+    argv = [JZK, "rehearse", "job.entry=train_session.py", "job.args=[--steps,1000]"]
+    argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
+    argv += ["--faults", "4", "--every", "1", "--seed", "2", "--dir", "rehearsal", "--json"]
+    done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=380)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(f["kind"] for f in found["faults"]) == sorted(KINDS[:4])
+    for fault in found["faults"]:
+        assert fault["verdict"] == "ok" and fault["resumed_s"] is not None, found
+        assert fault["lost_steps"] <= 10, fault  # the script's own --save-every
+    assert found["digest_equal"] is True, found

@@ -375,3 +375,11 @@ def test_a_requeued_stop_says_no_hint_while_its_next_attempt_runs() -> None:
     assert ending_lines([view], running) == []
     ended = {"5": JobState("5", "CANCELLED", "00:00:40", "n1", "0:0", "sacct")}
     assert ending_lines([view], ended) == ["", "5: exit 3: stopped. HINT: run it again"]
+
+
+def test_a_process_killed_from_outside_is_not_its_peers_tracebacks() -> None:
+    """A local run's rank killed by SIGKILL (jzk rehearse's kill_rank): its peers' errors
+    ("Connection closed by peer") are not an error in the training code."""
+    killed = classify(exit_code=-9, log=PEER_KILLED.split("srun:")[0], signal_name="SIGKILL")
+    assert (killed.kind, killed.evidence) == (UNKNOWN, "killed by SIGKILL")
+    assert classify(exit_code=1, log=BUG, signal_name=None).kind == USER_ERROR
