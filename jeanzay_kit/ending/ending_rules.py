@@ -133,12 +133,17 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         (HANG, r"Watchdog caught collective operation timeout|collective operation timeout|"
          r"NCCL communicator was aborted|NCCL error|DistBackendError|watchdog: rank \d+ .*stuck|"
          r"no heartbeat"),
-        # A task killed from outside (its node lost, an administrator's kill -9): the
-        # cause, before the tracebacks of the peers it left ("Connection closed by
-        # peer"); after HANG, since srun kills a hang's stuck rank too.
-        (UNKNOWN, r"^srun: error: \S+: tasks? [\d,-]+: Killed$"),
     )
 )  # fmt: skip
+
+# A task killed from outside (its node lost, an administrator's kill -9), as srun says
+# it. srun also kills the others of a step after one fails (--kill-on-bad-exit): so it
+# decides only when the log's tracebacks are all peers that lost it.
+KILLED = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: Killed$", re.M)
+# A rank's error that says only that a peer went away (gloo, the toolkit's own note).
+PEER_LOST = re.compile(
+    r"Connection closed by peer|Connection reset by peer|a peer left the job|Broken pipe"
+)
 
 # What a launcher writes before a rank's line, one or several: the toolkit's label in
 # train.log (`[rank 3] `, runtime/rank_log.py), torch.distributed's excepthook once a
@@ -305,7 +310,13 @@ def from_log(text: str) -> Verdict | None:
     for tb in tracebacks(text):
         if UNREADABLE.search(tb.exception) and LOAD_FRAMES.search(tb.frames + tb.exception):
             return Verdict(CHECKPOINT_UNREADABLE, _short(tb.exception))
-    for tb in tracebacks(text):
+    found = tracebacks(text)
+    for tb in found:
+        if not PEER_LOST.search(tb.exception):
+            return Verdict(USER_ERROR, _short(tb.exception))
+    if killed := KILLED.search(text):  # every traceback is a peer's that lost it
+        return Verdict(UNKNOWN, killed.group(0))
+    for tb in found:
         return Verdict(USER_ERROR, _short(tb.exception))
     return None
 

@@ -199,6 +199,8 @@ RANKED_DATASET = "".join(
         (PREEMPTION, 0, "PREEMPTED", PREEMPTED, "DUE TO PREEMPTION"),
         (NODE_FAIL, 1, "", NODE_FAILURE, "Node failure on jzxh042"),
         (PEER_KILLED, 137, "", UNKNOWN, "srun: error: n1: tasks 0-1: Killed"),
+        # One rank's own error, the others killed by srun after it: the error decides.
+        (BUG + "srun: error: n1: task 1: Killed\n", 137, "", USER_ERROR, "mat1 and mat2"),
         ("", 1, "NODE_FAIL", NODE_FAILURE, "sacct State=NODE_FAIL"),
         (DATASET, 1, "", DATA_ERROR, "ValueError: corrupt record 1500 (dataset index 1500)"),
         (ENOSPC, 1, "", DISK_FULL, "No space left on device"),
