@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import itertools
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable, Iterator
@@ -304,8 +305,22 @@ def run_workers(worker, doc: str, steps: int) -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(
-            worker, args=(args, free_port(), Path(tmp)), nprocs=args.workers, start_method="spawn"
+            _then_exit,
+            args=(worker, args, free_port(), Path(tmp)),
+            nprocs=args.workers,
+            start_method="spawn",
         )
+
+
+def _then_exit(index: int, worker, args, port: int, tmp: Path) -> None:
+    """The worker, then an exit without the interpreter's finalization: a gloo thread can
+    abort a process while Python shuts down (pytorch/pytorch#190489, "terminate called
+    without an active exception"), and spawn would then kill the rank still writing the
+    results (rank 1 of bench_loader.py ends before rank 0's part b)."""
+    worker(index, args, port, tmp)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main() -> None:

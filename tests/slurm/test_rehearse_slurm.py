@@ -53,7 +53,7 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
         if fault["kind"] == "hang":
             assert fault["detected_s"] < STALL_S + 2 * BEAT_S + 5, fault
         if fault["kind"] in ("kill_rank", "node_lost"):  # srun ends the step at once
-            assert fault["detected_s"] < 30 and "Killed" in fault["by"], fault
+            assert fault["detected_s"] < 30, fault
     assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
     # Each crash spent a restart; the run that finished starts its budget afresh.
     restarts = json.loads((folder / "run" / "restarts.json").read_text())
