@@ -64,6 +64,14 @@ class Here:
         for beat in beats:
             os.kill(beat.pid, signum)
 
+    def starting_again(self, run: RunDir, tokens: set[str], timeout_s: float) -> None:
+        """After a stop: started again, and a second into its start (its handlers may not
+        be installed yet: the warning must still be kept)."""
+        assert self.proc is not None
+        self.proc.wait(timeout=timeout_s)
+        self.start()
+        time.sleep(1.0)
+
     def kill_in_save(self, beat: Beat, run: RunDir, timeout_s: float) -> None:
         """SIGKILL to the process while a checkpoint's temporary folder is there."""
         deadline = time.monotonic() + timeout_s
@@ -111,6 +119,15 @@ class OnSlurm:
                 return code
             time.sleep(0.25)
         return 1
+
+    def starting_again(self, run: RunDir, tokens: set[str], timeout_s: float) -> None:
+        """After a stop: until the requeued job's processes have begun (a heartbeat of a
+        new attempt; a signal to a job with no step running yet reaches nobody)."""
+        deadline = time.monotonic() + timeout_s
+        while not any(b.token not in tokens for b in run.beats()):
+            if time.monotonic() > deadline or self.ended() is not None:
+                raise JzkError(f"the job did not start again after a stop: see {self.log}")
+            time.sleep(SAVE_POLL_S * 25)
 
     def warn(self) -> None:
         from jeanzay_kit.slurm.commands import signal_job

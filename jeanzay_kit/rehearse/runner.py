@@ -203,23 +203,12 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
 
 
 def _stop_and_restart(line: Timeline) -> None:
-    """The warning, the stop after a save, and a new start: here the warning then comes
-    a second after the start (before the handlers may be installed); on Slurm once the
-    requeued job's processes have begun (a signal to a job with no step running yet
-    reaches nobody)."""
+    """The warning, the stop after a save, and a new start, caught while it starts
+    (launches.py: `starting_again`)."""
     before, tokens = _stops(line.run), _tokens(line.run)
     line.launch.warn()
     _stopped(line, before, time.monotonic())
-    if isinstance(line.launch, Here):
-        _wait_end(line)
-        line.start()
-        time.sleep(1.0)
-        return
-    deadline = time.monotonic() + RESUME_GRACE_S
-    while not any(b.token not in tokens for b in line.run.beats()):
-        if time.monotonic() > deadline or line.ended() is not None:
-            raise JzkError(f"the job did not start again after a stop: see {line.log}")
-        time.sleep(POLL_S / 4)
+    line.launch.starting_again(line.run, tokens, RESUME_GRACE_S)
 
 
 def _nan(line: Timeline, fault: Fault, starts_before: set[str]) -> rules.Measured:

@@ -11,6 +11,7 @@ import pytest
 from jeanzay_kit.rundir.progress import format_duration, outlook
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.metrics import MetricsWriter
+from tests.unit.slurm_answers import Answers
 
 
 @pytest.mark.parametrize(
@@ -60,19 +61,6 @@ def test_log_lines_show_eta_time_left_and_say_once_that_requeues_are_needed(
     assert "\r" not in out.getvalue()
 
 
-class Squeue:
-    """Answers `squeue -o %e` like Slurm (the runner seam of slurm/commands.py)."""
-
-    def __init__(self, text: str) -> None:
-        self.text, self.argv = text, None
-
-    def run(self, argv, timeout=60.0, cwd=None):
-        import subprocess
-
-        self.argv = list(argv)
-        return subprocess.CompletedProcess(argv, 0, self.text, "")
-
-
 @pytest.mark.parametrize(
     ("text", "expected"),
     [("2026-11-23T15:30:00\n", "2026-11-23T15:30:00"), ("Unknown\n", None), ("", None)],
@@ -82,7 +70,7 @@ def test_job_end_time_reads_squeue_once(text: str, expected: str | None) -> None
 
     from jeanzay_kit.slurm.commands import job_end_time
 
-    runner = Squeue(text)
+    runner = Answers(text)
     end = job_end_time("42", runner)
     assert runner.argv == ["squeue", "-h", "-j", "42", "-o", "%e"]
     assert end == (datetime.fromisoformat(expected).timestamp() if expected else None)

@@ -18,6 +18,7 @@ from jeanzay_kit.rehearse.report_rules import (
     young_interval_s,
 )
 from jeanzay_kit.rehearse.schedule import KINDS, from_json, misfit, paced, schedule, to_json
+from tests.unit.slurm_answers import Answers
 
 
 def test_the_same_seed_replays_the_same_schedule_and_every_kind_comes() -> None:
@@ -75,19 +76,6 @@ def test_the_schedules_seconds_become_steps_at_the_references_pace_and_must_fit(
     assert why is not None and f"about {needed} steps" in why and "train.steps" in why
 
 
-class Sacct:
-    """Answers sacct like Slurm (the runner seam of slurm/commands.py)."""
-
-    def __init__(self, text: str) -> None:
-        self.text, self.argv = text, None
-
-    def run(self, argv, timeout=60.0, cwd=None):
-        import subprocess
-
-        self.argv = list(argv)
-        return subprocess.CompletedProcess(argv, 0, self.text, "")
-
-
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -101,6 +89,6 @@ class Sacct:
 def test_a_finished_jobs_exit_code_from_sacct(text: str, expected: int | None) -> None:
     from jeanzay_kit.slurm.commands import job_exit_code
 
-    runner = Sacct(text)
+    runner = Answers(text)
     assert job_exit_code("7", runner) == expected
     assert runner.argv == ["sacct", "-n", "-X", "-P", "-j", "7", "-o", "State,ExitCode"]
