@@ -26,8 +26,9 @@ class RunFiles:
     records: list[dict[str, Any]]
 
 
-def find_runs(directory: Path) -> list[RunFiles]:
-    given = RunDir(directory)  # a run directory, or a sweep's folder with its manifest
+def find_runs(given: RunDir) -> list[RunFiles]:
+    """The runs of `given`: a run directory, or a sweep's folder (its manifest, or the
+    points inside)."""
     if given.manifest.is_file():
         by_dir: dict[str, tuple[str, ...]] = {}
         for record in read_manifest(given.manifest):
@@ -37,15 +38,14 @@ def find_runs(directory: Path) -> list[RunFiles]:
         return [RunFiles(run, overrides, run.metric_records()) for run, overrides in runs]
     if given.metrics.is_file():
         return [_run_files(given)]
-    inside = [RunDir(p) for p in directory.iterdir()] if directory.is_dir() else []
     subdirs = sorted(
-        (run for run in inside if run.metrics.is_file()),
+        (run for run in given.inside() if run.metrics.is_file()),
         key=lambda run: _point_order(run.root.name),
     )
     if subdirs:
         return [_run_files(run) for run in subdirs]
     raise JzkError(
-        f"{directory} has no {given.manifest.name}, no {given.metrics.name} and no run "
+        f"{given} has no {given.manifest.name}, no {given.metrics.name} and no run "
         "directories with one. "
         "HINT: give a run directory (outputs/<job.name>-<hash>) or a sweep directory "
         "(multirun/<job.name>)"

@@ -34,9 +34,8 @@ def archive_name(run_dir: Path) -> str:
     return f"{run_dir.name}-{hashlib.sha256(absolute.encode()).hexdigest()[:8]}.tar"
 
 
-def _complete(run_dir: Path) -> list[tuple[str, Path]]:
+def _complete(run: RunDir) -> list[tuple[str, Path]]:
     """(name in the archive, folder) of every complete checkpoint of the run."""
-    run = RunDir(run_dir)
     out = []
     for place in (run.checkpoints, run.kept):
         store = CheckpointStore(place)
@@ -46,7 +45,7 @@ def _complete(run_dir: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def archive(run_dir: Path, to: Path, remove: bool, say: Callable[[str], None]) -> Path:
+def archive(run_dir: RunDir, to: Path, remove: bool, say: Callable[[str], None]) -> Path:
     """Pack the run's complete checkpoints into `to`/<run>-<hash>.tar; with `remove`, the
     packed folders go once the archive reads back intact. The archive's path."""
     folders = _complete(run_dir)
@@ -55,7 +54,7 @@ def archive(run_dir: Path, to: Path, remove: bool, say: Callable[[str], None]) -
             f"no complete checkpoint in {run_dir} to archive. HINT: jzk ckpt list {run_dir}"
         )
     to.mkdir(parents=True, exist_ok=True)
-    final = to / archive_name(run_dir)
+    final = to / archive_name(run_dir.root)
     part = final.with_name(final.name + ".part")
     sums: list[str] = []
     with (
@@ -88,14 +87,14 @@ def archive(run_dir: Path, to: Path, remove: bool, say: Callable[[str], None]) -
     return final
 
 
-def restore(archive_path: Path, run_dir: Path, say: Callable[[str], None]) -> list[str]:
+def restore(archive_path: Path, run: RunDir, say: Callable[[str], None]) -> list[str]:
     """Unpack an archive into `run_dir` and check it bit for bit; the steps restored."""
     if not archive_path.is_file():
         raise JzkError(
             f"no archive at {archive_path}. HINT: jzk ckpt archive RUN_DIR --to DIR makes one"
         )
     expected = _check_members(archive_path)
-    run = RunDir(run_dir)
+    run_dir = run.root
     if run.checkpoints.is_symlink():  # checkpoint.dir: its folder may have been purged
         Path(os.readlink(run.checkpoints)).mkdir(parents=True, exist_ok=True)
     with tarfile.open(archive_path) as tar:
@@ -124,7 +123,7 @@ def restore(archive_path: Path, run_dir: Path, say: Callable[[str], None]) -> li
         differs += [f"{step}: {p}" for p in problems]
     if differs:
         raise JzkError(f"the restore of {archive_path} differs: {'; '.join(differs[:5])}")
-    say(f"restored {len(steps)} checkpoint(s) into {run_dir}: every file matches its checksum")
+    say(f"restored {len(steps)} checkpoint(s) into {run}: every file matches its checksum")
     return steps
 
 

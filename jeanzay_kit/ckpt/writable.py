@@ -16,7 +16,7 @@ from pathlib import Path
 
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import RunDirError
-from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import write_probe
 
 FIX = (
     "set job.run_dir to a directory you can write (on Jean Zay: under $WORK or $SCRATCH; "
@@ -82,7 +82,7 @@ def check_writable(path: Path, key: str = "job.run_dir") -> None:
     naming the key, the path, why, and the fix."""
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = RunDir(path).write_probe
+        probe = write_probe(path)
         write_synced(probe, b"jeanzay_kit write test\n")  # a full disk shows at the fsync
         # Gone already: another process checking this folder at once (two tasks of a
         # study or an array) removed it. The write went through: no refusal.

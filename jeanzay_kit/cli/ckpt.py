@@ -99,14 +99,16 @@ def _archive_or_restore(args: argparse.Namespace) -> int:
 
     from jeanzay_kit.ckpt.archive import archive, restore
     from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.rundir.run_directory import RunDir
 
+    run = RunDir(Path(args.run_dir))
     if args.ckpt_command == "restore":
-        restore(Path(args.archive), Path(args.run_dir), print)
+        restore(Path(args.archive), run, print)
         return 0
     to = args.to or os.environ.get("STORE")
     if not to:
         raise JzkError(
             "jzk ckpt archive: no --to and no $STORE. HINT: --to <folder on the archive tier>"
         )
-    archive(Path(args.run_dir), Path(to), args.remove, print)
+    archive(run, Path(to), args.remove, print)
     return 0

@@ -50,9 +50,10 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else directory / "report"
     # A read-only run or study folder: one line naming --out, before anything is read.
     check_writable(out, "jzk report --out")
+    given = RunDir(directory)  # a run directory, a sweep's or a study's folder
     if is_study_dir(directory):
-        return _study_report(directory, out)
-    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(directory)]
+        return _study_report(given, out)
+    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(given)]
     # Plots of runs that logged nothing (a script that writes no metrics.jsonl) would be
     # empty axes: none are written, and the line below says why.
     logged = any(r.loss or r.eval_loss or r.throughput or r.step_time for r in runs)
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         print("\nhow the newest attempt ended:\n" + "\n".join(f"  {line}" for line in endings))
     for line in gpu_hour_lines(directory):
         print(line)
-    rehearsal = rehearsal_lines(directory, runs, out)
+    rehearsal = rehearsal_lines(given, runs, out)
     if rehearsal:
         written.append(out / "rehearsal.png")
         print("\nrehearsal (jzk rehearse):\n" + "\n".join(f"  {line}" for line in rehearsal))
@@ -149,7 +150,7 @@ def ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
     return [head, ledger_table(rows)]
 
 
-def _study_report(directory: Path, out: Path) -> int:
+def _study_report(directory: RunDir, out: Path) -> int:
     """A study's folder (`jzk tune`): Optuna's plots of it, and its trials."""
     from jeanzay_kit.extras import require
 
@@ -157,7 +158,7 @@ def _study_report(directory: Path, out: Path) -> int:
     from jeanzay_kit.tune.study import summary_lines
     from jeanzay_kit.tune.view import format_rows, load_study_dir, trial_rows, write_study_plots
 
-    study = load_study_dir(directory)
+    study = load_study_dir(directory.root)
     written, notes = write_study_plots(study, out)
     print(format_rows(trial_rows(study)))
     print()
@@ -171,7 +172,7 @@ def _study_report(directory: Path, out: Path) -> int:
     return 0
 
 
-def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[str]:
+def study_ledger_lines(directory: RunDir, out: Path, written: list[Path]) -> list[str]:
     """Where a study's GPU hours went (launch/ledger.py study_total): a row per trial
     from its run directory, the study's row from its job array's sacct (every task);
     the picture of it (hours.png) added to `written`."""
@@ -181,7 +182,7 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     from jeanzay_kit.launch.manifest import read_manifest
     from jeanzay_kit.launch.run_files import ledger_record
 
-    manifest = RunDir(directory).manifest
+    manifest = directory.manifest
     arrays = [str(r["job_id"]) for r in read_manifest(manifest)] if manifest.exists() else []
     usage: dict = {}
     states = slurm_states(arrays, usage)[0] if arrays else {}
@@ -191,9 +192,11 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     gpus = max((u.gpus for u in tasks), default=0)
     rows = []
     # Trials' run directories (tune/files.py trial_dir); a stray trial-old/ is not one.
-    numbered = [p for p in directory.glob("trial-*") if p.name[6:].isdigit() and p.is_dir()]
-    trials = sorted(numbered, key=lambda p: int(p.name[6:]))
-    for trial in map(RunDir, trials):
+    numbered = [t for t in directory.inside() if t.root.name.startswith("trial-")]
+    trials = sorted(
+        (t for t in numbered if t.root.name[6:].isdigit()), key=lambda t: int(t.root.name[6:])
+    )
+    for trial in trials:
         record = ledger_record(trial, _newest_complete_step(trial))
         if record is not None:
             rows.append((trial.root.name, ledger(record, None, gpus, None, ended=not live)))
@@ -207,13 +210,13 @@ def study_ledger_lines(directory: Path, out: Path, written: list[Path]) -> list[
     )
     from jeanzay_kit.analysis.plots import write_hours_plot
 
-    picture = write_hours_plot([(f"study {directory.name}", study)], out)
+    picture = write_hours_plot([(f"study {directory.root.name}", study)], out)
     written.extend([picture] if picture else [])
     head = '\nwhere the study\'s GPU hours went (docs/operate.md, "Where the hours went"):'
     return [head, ledger_table(rows, in_all=study)]
 
 
-def rehearsal_lines(directory: Path, runs: list, out: Path) -> list[str]:
+def rehearsal_lines(run: RunDir, runs: list, out: Path) -> list[str]:
     """A rehearsal's run (jzk rehearse): its report's table, and rehearsal.png drawn
     against the run without faults beside it."""
     import json
@@ -223,13 +226,12 @@ def rehearsal_lines(directory: Path, runs: list, out: Path) -> list[str]:
     from jeanzay_kit.analysis.summary import run_series
     from jeanzay_kit.rehearse.rehearsal import reference_of, report_lines
 
-    run = RunDir(directory)
     if len(runs) != 1 or not run.rehearsal.is_file():
         return []
     found = json.loads(run.rehearsal.read_text())
     reference = None
     if (where := reference_of(run)).metrics.is_file():
-        (files,) = find_runs(where.root)
+        (files,) = find_runs(where)
         reference = run_series(str(files.run_dir), (), files.records)
     faults = [(str(f["kind"]), int(f["step"])) for f in found["faults"]]
     write_rehearsal_plot(runs[0], reference, faults, out)

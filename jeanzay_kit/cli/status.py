@@ -428,7 +428,7 @@ def _listed_by_sweep(run_dir: RunDir) -> list[dict]:
     that name this run directory: `jzk status|logs <one point>` as the sweep sees it."""
     from jeanzay_kit.launch.manifest import read_manifest
 
-    manifest = RunDir(run_dir.root.parent).manifest
+    manifest = run_dir.above.manifest
     if not manifest.is_file():
         return []
     here = run_dir.root.resolve()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.ending.codes import Exit
@@ -57,3 +59,24 @@ def read_outcome(run_dir: RunDir) -> str | None:
         return None
     state = record.get("state") if isinstance(record, dict) else None
     return state if isinstance(state, str) else None
+
+
+class Outcome:
+    code = 1  # until the launcher returns: an exception is a failure
+    signal = 0  # the signal a process of the run died of (a script's launcher sets it)
+
+
+@contextmanager
+def recorded_outcome(run_dir: RunDir) -> Iterator[Outcome]:
+    """A local run's end, recorded whatever happens in the block: the earlier run's
+    removed first, so a run in progress never shows it."""
+    run_dir.root.mkdir(parents=True, exist_ok=True)
+    clear_outcome(run_dir)
+    outcome = Outcome()
+    try:
+        yield outcome
+    except SystemExit as done:  # one worker trains in this process, and exits 3 on a stop
+        outcome.code = done.code if isinstance(done.code, int) else 1
+        raise
+    finally:
+        record_outcome(run_dir, outcome.code, outcome.signal)

@@ -11,8 +11,7 @@ import functools
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,10 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_present
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
+from jeanzay_kit.ending.outcome import recorded_outcome
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rundir.lease import held, refuse_if_held
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.entry import check_entry, script_command
 from jeanzay_kit.train.directions import check_directions
@@ -101,10 +102,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRe
 
     from jeanzay_kit.node import script_task
 
-    launched = launched_by(env) is not None
-    if not launched or rank_info_from_env(env).rank == 0:
-        record_provenance(run_dir, env)  # a script's run records its code too
-    if launched:
+    if launched_by(env) is not None:
         script = script_command(spec)
         return script_task.run_task(
             sys.executable, script, env, run_dir, settings=script_task.job_settings(spec)
@@ -162,61 +160,6 @@ def refuse_before_writing(spec: JobSpec, run_dir: RunDir) -> None:
     )
 
 
-def refuse_if_held(run_dir: RunDir, env: Mapping[str, str]) -> None:
-    """RunDirBusy, as the lease's own refusal says it, when another live process writes
-    run_dir; asked without taking the lease, so a refused command writes nothing. A
-    record of this Slurm job (a requeue's earlier attempt) is this job's own."""
-    from jeanzay_kit.errors import RunDirBusy
-    from jeanzay_kit.rundir.lease import holder
-    from jeanzay_kit.rundir.lease_rules import busy_message
-
-    record, held = holder(run_dir)
-    if not held or (record is not None and record.job_id == env.get("SLURM_JOB_ID", "-")):
-        return
-    raise RunDirBusy(busy_message(str(run_dir), record, time.time()))
-
-
-@contextmanager
-def held_run_dir(run_dir: RunDir, env: Mapping[str, str], spec: JobSpec) -> Iterator[bool]:
-    """The run directory's lease (lease.py) for the life of this block, taken by
-    the one process that writes it: this one outside a job step, global rank 0 in one
-    (its other ranks write only under rank 0's lease). Yields whether this process
-    holds it."""
-    if launched_by(env) is not None and rank_info_from_env(env).rank != 0:
-        yield False
-        return
-    from jeanzay_kit.rundir.lease import acquire_for
-
-    what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
-    lease = acquire_for(run_dir, env, what)
-    try:
-        yield True
-    finally:
-        lease.release()
-
-
-class _Outcome:
-    code = 1  # until the launcher returns: an exception is a failure
-    signal = 0  # the signal a process of the run died of (a script's launcher sets it)
-
-
-@contextmanager
-def recorded_outcome(run_dir: RunDir) -> Iterator[_Outcome]:
-    """A local run's end in <run_dir>/outcome.json for `jzk status` (ending/outcome.py)."""
-    from jeanzay_kit.ending.outcome import clear_outcome, record_outcome
-
-    run_dir.root.mkdir(parents=True, exist_ok=True)
-    clear_outcome(run_dir)
-    outcome = _Outcome()
-    try:
-        yield outcome
-    except SystemExit as done:  # one worker trains in this process, and exits 3 on a stop
-        outcome.code = done.code if isinstance(done.code, int) else 1
-        raise
-    finally:
-        record_outcome(run_dir, outcome.code, outcome.signal)
-
-
 def _train_as_task(
     spec: JobSpec, env: Mapping[str, str], run_dir: RunDir, stop: StopRequest
 ) -> None:
@@ -224,8 +167,6 @@ def _train_as_task(
     from jeanzay_kit.node.worker import run_worker
 
     info = rank_info_from_env(env)
-    if info.rank == 0:
-        record_provenance(run_dir, env)
     end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
     run_worker(
         spec,
@@ -257,7 +198,6 @@ def _train_here(
     """cluster=local: start the workers on this machine (main checked the resume)."""
     from jeanzay_kit.node.local import launch_local
 
-    record_provenance(run_dir, env)
     with recorded_outcome(run_dir) as outcome:
         outcome.code = launch_local(
             spec,
@@ -269,6 +209,26 @@ def _train_here(
         )
     stop.ignore_from_now()  # the workers are gone: nothing left to stop
     return outcome.code
+
+
+def _outside_a_job(cfg: dict[str, Any], spec: JobSpec, env: Mapping[str, str]) -> int:
+    """A Slurm profile's run outside a job step: a step of the allocation this shell is
+    in (salloc), or refused."""
+    from jeanzay_kit.node.allocation import allocation_nodes, run_as_step
+
+    nodes = allocation_nodes(env)
+    if nodes is not None:  # a salloc shell: the job is a step of this allocation
+        return run_as_step(cfg, spec, env, nodes)
+    # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.
+    raise JzkError(
+        f"cluster={spec.cluster.name} is a Slurm profile, and this process is neither "
+        "a task of a Slurm job step nor inside an allocation. HINT: submit it: "
+        f"`jzk submit cluster={spec.cluster.name} ...` (or `python train.py -m "
+        f"cluster={spec.cluster.name} ...`, a sweep of one); or allocate nodes and "
+        f"run the same command inside: `salloc -N2 ...`, then `jzk train "
+        f"cluster={spec.cluster.name} ...` runs as a step of the allocation; to train "
+        "on this machine use cluster=local"
+    )
 
 
 def main(
@@ -293,34 +253,26 @@ def main(
             cfg, local_gpus=local_gpu_count(), local_cpus=cpu_count, interpreter=sys.executable
         )
         if spec.cluster.is_slurm and launched_by(env) is None:
-            from jeanzay_kit.node.allocation import allocation_nodes, run_as_step
-
-            nodes = allocation_nodes(env)
-            if nodes is not None:  # a salloc shell: the job is a step of this allocation
-                return run_as_step(cfg, spec, env, nodes)
-            # e.g. `python train.py cluster=jeanzay_h100` on a login node: never train there.
-            raise JzkError(
-                f"cluster={spec.cluster.name} is a Slurm profile, and this process is neither "
-                "a task of a Slurm job step nor inside an allocation. HINT: submit it: "
-                f"`jzk submit cluster={spec.cluster.name} ...` (or `python train.py -m "
-                f"cluster={spec.cluster.name} ...`, a sweep of one); or allocate nodes and "
-                f"run the same command inside: `salloc -N2 ...`, then `jzk train "
-                f"cluster={spec.cluster.name} ...` runs as a step of the allocation; to train "
-                "on this machine use cluster=local"
-            )
+            return _outside_a_job(cfg, spec, env)
         try:
             refuse_before_writing(spec, run_dir)
         except JzkError:
             # A live writer is said first: its ways out (wait, or stop it) come before
             # the refusal's own, whose resume=never would meet it next.
-            refuse_if_held(run_dir, env)
+            refuse_if_held(run_dir, job_id=env.get("SLURM_JOB_ID", "-"))
             raise
-        # One writer per run directory: refused here, before anything is written.
-        with held_run_dir(run_dir, env, spec) as holder:
-            # Hydra's record: by the holder alone (another rank would write it before
-            # rank 0 knows whether the run directory is this job's).
-            if on_held is not None and holder:
-                on_held()
+        # One writer per run directory: refused here, before anything is written. It
+        # is this process outside a job step, global rank 0 in one (its other ranks
+        # write only under rank 0's lease).
+        writes = launched_by(env) is None or rank_info_from_env(env).rank == 0
+        what = f"script {spec.job.entry}" if spec.job.runs_script else "jzk train"
+        with held(run_dir, env, what, writes=writes) as holder:
+            if holder:
+                # Hydra's record: by the holder alone (another rank would write it
+                # before rank 0 knows whether the run directory is this job's).
+                if on_held is not None:
+                    on_held()
+                record_provenance(run_dir, env)  # the code this start runs
             if spec.job.runs_script:
                 return _run_script(spec, env, run_dir, stop)
             if launched_by(env) is not None:

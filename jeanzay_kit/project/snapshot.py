@@ -39,7 +39,7 @@ from jeanzay_kit.project.places import (
     resume_paths,
 )
 from jeanzay_kit.project.provenance import PROVENANCE_DIR, write_submit_provenance
-from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.rundir.run_directory import is_run_or_sweep
 
 SNAPSHOTS = "code"
 # A project received from a laptop (remote/code_archive.py) lists its code files here:
@@ -138,7 +138,7 @@ def toolkit_output(root: Path, name: str, run_dirs: dict[str, bool]) -> bool:
         folder = "/".join(parts[:depth])
         if folder not in run_dirs:
             # a run directory or a sweep's, wherever job.run_dir put it
-            run_dirs[folder] = RunDir(root / folder).is_run_or_sweep()
+            run_dirs[folder] = is_run_or_sweep(root / folder)
         if run_dirs[folder]:
             return True
     return False
@@ -296,7 +296,7 @@ def _link_data(tmp: Path, root: Path, names: Sequence[str], rules: SnapshotRules
             # an output place below: never linked whole.
             if any(_inside(place, [rel]) for place in [*excluded, *outputs]):
                 continue
-            if is_dir and RunDir(entry).is_run_or_sweep():
+            if is_dir and is_run_or_sweep(entry):
                 continue
             target.symlink_to(entry)
 

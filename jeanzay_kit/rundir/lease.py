@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -218,3 +218,28 @@ def holder(run_dir: RunDir) -> tuple[LeaseRecord | None, bool]:
         return record, bool(held)
     finally:
         os.close(fd)
+
+
+def refuse_if_held(run_dir: RunDir, job_id: str) -> None:
+    """RunDirBusy, as the lease's own refusal says it, when another live process writes
+    run_dir; asked without taking the lease, so a refused command writes nothing. A
+    record of this Slurm job (`job_id`: a requeue's earlier attempt) is this job's own."""
+    record, held = holder(run_dir)
+    if not held or (record is not None and record.job_id == job_id):
+        return
+    raise RunDirBusy(busy_message(str(run_dir), record, time.time()))
+
+
+@contextlib.contextmanager
+def held(run_dir: RunDir, env: Mapping[str, str], command: str, writes: bool) -> Iterator[bool]:
+    """The run directory's lease for the life of this block, taken by the process that
+    `writes` it (the others of a job step yield False and take nothing). Yields whether
+    this process holds it."""
+    if not writes:
+        yield False
+        return
+    lease = acquire_for(run_dir, env, command)
+    try:
+        yield True
+    finally:
+        lease.release()

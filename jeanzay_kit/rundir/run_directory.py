@@ -44,6 +44,21 @@ class RunDir:
         """The run directory `name` beside this one (a rehearsal's reference run)."""
         return type(self)(self.root.parent / name)
 
+    def siblings(self, pattern: str) -> list[RunDir]:
+        """The folders beside this one whose names match the glob `pattern` (the other
+        runs of a script's job.name), this one left out."""
+        return [type(self)(p) for p in self.root.parent.glob(pattern) if p != self.root]
+
+    @property
+    def above(self) -> RunDir:
+        """The folder holding this one: a sweep's, for one of its points."""
+        return type(self)(self.root.parent)
+
+    def inside(self) -> list[RunDir]:
+        """The folders inside this one (a sweep's points), none if it is no folder."""
+        folders = self.root.iterdir() if self.root.is_dir() else ()
+        return [type(self)(p) for p in folders if p.is_dir() and not p.is_symlink()]
+
     # ---- its files and folders (run_layout.ENTRIES says who writes and reads each) -----
     @property
     def checkpoints(self) -> Path:
@@ -140,10 +155,6 @@ class RunDir:
     @property
     def script_port(self) -> Path:
         return self.root / layout.SCRIPT_PORT
-
-    @property
-    def write_probe(self) -> Path:
-        return self.root / layout.WRITE_PROBE
 
     @property
     def fault_nan(self) -> Path:
@@ -273,9 +284,7 @@ class RunDir:
         return max(found, key=lambda item: item[1], default=None)
 
     def is_run_or_sweep(self) -> bool:
-        """It holds a lease, a manifest, an outcome or metrics: what the toolkit wrote
-        for a run or a sweep (a code snapshot leaves such a folder out)."""
-        return any((self.root / name).exists() for name in layout.RUN_DIR_MARKS)
+        return is_run_or_sweep(self.root)
 
     def looks_like_a_run(self) -> bool:
         """It holds what a started run writes (metrics, beats, an outcome, a lease):
@@ -306,6 +315,19 @@ class RunDir:
             return None
         job = starts[-1].get("array_id") or starts[-1].get("job_id")
         return str(job) if job else None
+
+
+def is_run_or_sweep(folder: Path) -> bool:
+    """It holds a lease, a manifest, an outcome or metrics: what the toolkit wrote for a
+    run or a sweep (a code snapshot, which asks of every folder of a project, leaves such
+    a folder out)."""
+    return any((folder / name).exists() for name in layout.RUN_DIR_MARKS)
+
+
+def write_probe(folder: Path) -> Path:
+    """The small file written to test that a folder takes writes: a run directory, a
+    study's or a report's folder (ckpt/writable.py; the batch script writes it too)."""
+    return folder / layout.WRITE_PROBE
 
 
 def read_beats(folder: Path) -> list[Beat]:

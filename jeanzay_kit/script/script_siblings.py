@@ -50,9 +50,9 @@ def earlier_run_line(
     now = time.time() if now is None else now
     entry = command.identity()["entry"]
     found: list[tuple[float, Path, list[str], str]] = []
-    for path in run_dir.root.parent.glob(f"{glob.escape(job_name)}-*"):
-        other = RunDir(path)
-        if other == run_dir or not path.is_dir():
+    for other in run_dir.siblings(f"{glob.escape(job_name)}-*"):
+        path = other.root
+        if not path.is_dir():
             continue
         try:
             record = json.loads(other.command.read_text())
