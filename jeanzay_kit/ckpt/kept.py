@@ -22,6 +22,7 @@ from pathlib import Path
 from jeanzay_kit.ckpt.layout import MANIFEST, parse_step_dir, step_dir_name, tmp_dir_name
 from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.durable_io import fsync_dir
+from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.values import expand_vars
 
@@ -34,6 +35,25 @@ def fast_root(checkpoint_dir: str, run: RunDir, env: Mapping[str, str]) -> Path:
     where = Path(expand_vars(checkpoint_dir, env)).expanduser()
     absolute = str(run.root.resolve())
     return where / f"{run.root.name}-{hashlib.sha256(absolute.encode()).hexdigest()[:8]}"
+
+
+def refuse_stale(checkpoint_dir: str | None, run: RunDir, env: Mapping[str, str]) -> None:
+    """JzkError when a start would resume from the run's fast folder unseen: it holds
+    checkpoints, but the run directory has no record of a start (removed since, or made
+    again by hand), so the run would go on from a run it does not know. Made on the
+    node (node/entry.py) and by `jzk submit`, before anything is written."""
+    if not checkpoint_dir or run.starts.exists() or run.checkpoints.is_symlink():
+        return
+    fast = fast_root(checkpoint_dir, run, env)
+    complete = [e.step for e in CheckpointStore(fast).entries() if e.has_manifest]
+    if not complete:
+        return
+    raise JzkError(
+        f"checkpoint.dir: {fast} holds step-{max(complete)} of an earlier run of {run}, "
+        "which has no record of it (its run directory was removed?): this run would resume "
+        f"from it unseen. HINT: remove it to start afresh (rm -r '{fast}'), or give the "
+        "run another job.name"
+    )
 
 
 def place(run: RunDir, fast: Path, log: Log) -> None:

@@ -208,6 +208,7 @@ def _check_storage(spec: JobSpec, workdir: Path) -> None:
 def refuse_before_writing(spec: JobSpec, run_dir: RunDir, chain: int = 1) -> None:
     """Every refusal of a submission, before anything is written (the code's snapshot,
     the script): a refused or failed submission leaves the project as it was."""
+    from jeanzay_kit.ckpt.kept import refuse_stale
     from jeanzay_kit.ckpt.store import check_resume_early
     from jeanzay_kit.ckpt.writable import check_writable
     from jeanzay_kit.launch.allocation import check_request, request_hours
@@ -229,6 +230,7 @@ def refuse_before_writing(spec: JobSpec, run_dir: RunDir, chain: int = 1) -> Non
             spec.checkpoint.resume,
             spec.checkpoint.allow_config_change,
         )
+        refuse_stale(spec.checkpoint.dir, run_dir, os.environ)
     # Refused here, not by the job after its wait in the queue.
     check_writable(run_dir.root)
     # One writer per run directory: not a second job beside a live one (launch/run_owner.py).

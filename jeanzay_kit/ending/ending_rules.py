@@ -166,6 +166,13 @@ INDEX = re.compile(re.escape(INDEX_NOTE) + r"(\d+)")
 MEMORY = re.compile(r"Tried to allocate [\d.]+ [KMGT]iB.*?(capacit?y of [\d.]+ [KMGT]iB|"
                     r"[\d.]+ [KMGT]iB total capacity)")  # fmt: skip
 NODE_NAME = re.compile(r"Node failure on (\S+)")
+# What the run carried on from, as the loop says it (train/loop.py): a save that met a
+# full disk under checkpoint.on_write_error=continue, a NaN's update dropped under
+# train.nonfinite=skip. Such a line names no end: a later crash of the same attempt is
+# what its own lines say (a rehearsal found a killed rank called "disk full" by it).
+CARRIED_ON = re.compile(
+    r"^WARNING: .*\((?:checkpoint\.on_write_error=continue|train\.nonfinite=skip)\)"
+)
 EVIDENCE_CHARS = 240
 
 
@@ -294,7 +301,7 @@ def from_log(text: str) -> Verdict | None:
         for line in text.splitlines():
             body, rank = unprefixed(line)
             # Not a traceback's source line (`    raise torch.OutOfMemoryError(`).
-            if pattern.search(body) and not body[:1].isspace():
+            if pattern.search(body) and not body[:1].isspace() and not CARRIED_ON.match(body):
                 named = NODE_NAME.search(body)
                 return Verdict(
                     kind, _short(_with_figure(kind, body)), rank=rank,

@@ -127,7 +127,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRe
     return outcome.code
 
 
-def refuse_before_writing(spec: JobSpec, run_dir: RunDir) -> None:
+def refuse_before_writing(spec: JobSpec, run_dir: RunDir, env: Mapping[str, str]) -> None:
     """Every refusal the config and the run directory's files decide, made before the
     lease is taken and anything is written there (Hydra's record, the lease's own
     record, provenance): a refused command leaves the run it names as it was, so `jzk
@@ -145,10 +145,13 @@ def refuse_before_writing(spec: JobSpec, run_dir: RunDir) -> None:
         # Another command's run directory (command.json): checked here, claimed later.
         claim_run_dir(run_dir, script_command(spec), write=False)
         return
+    from jeanzay_kit.ckpt.kept import refuse_stale
     from jeanzay_kit.ckpt.store import check_resume_early
 
     check_data_paths(spec.data)
     check_directions(spec)  # a metric that cannot say which way is better
+    # Checkpoints of a removed run directory, left on checkpoint.dir's tier.
+    refuse_stale(spec.checkpoint.dir, run_dir, env)
     # A changed config meeting another experiment's checkpoints.
     ckpt = spec.checkpoint
     check_resume_early(
@@ -255,7 +258,7 @@ def main(
         if spec.cluster.is_slurm and launched_by(env) is None:
             return _outside_a_job(cfg, spec, env)
         try:
-            refuse_before_writing(spec, run_dir)
+            refuse_before_writing(spec, run_dir, env)
         except JzkError:
             # A live writer is said first: its ways out (wait, or stop it) come before
             # the refusal's own, whose resume=never would meet it next.

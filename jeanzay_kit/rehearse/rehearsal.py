@@ -27,6 +27,7 @@ from jeanzay_kit.rehearse.schedule import (
     NAN,
     NODE_LOST,
     SLURM_KINDS,
+    kinds_for,
     misfit,
     paced,
     schedule,
@@ -56,7 +57,9 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     run = RunDir(opts.folder / "run")
     reference = reference_of(run)
     run.root.mkdir(parents=True)
-    kinds = SLURM_KINDS if opts.slurm else KINDS
+    kinds, left_out = kinds_for(SLURM_KINDS if opts.slurm else KINDS, _free_bytes(spec, opts))
+    if left_out:
+        print(f"rehearse: {left_out}", flush=True)
     plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size, kinds)
     run.faults.write_text(json.dumps(to_json(plan, opts.seed, opts.every_s), indent=1) + "\n")
     # Each crash or hang spends a restart: the rehearsal gives the run that many more.
@@ -64,7 +67,7 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
     print(f"rehearse: {len(plan)} fault(s), seed {opts.seed}, in {opts.folder}", flush=True)
     for f in plan:
-        print(f"  {f.number:>2} {f.kind:<9} after {f.after_s:g} s  ({EXPECTED[f.kind]})")
+        print(f"  {f.number:>2} {f.kind:<12} after {f.after_s:g} s  ({EXPECTED[f.kind]})")
     print("rehearse: the run without faults first (the reference)", flush=True)
     ref = run_reference(timeline(more, reference, opts.folder / "reference.log", opts.slurm))
     at_pace = paced(plan, ref.steps_per_s)
@@ -79,9 +82,7 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
         "run under the schedule",
         flush=True,
     )
-    line = timeline(
-        more, run, opts.folder / "run.log", opts.slurm, spec.train.nonfinite, spec.job.runs_script
-    )
+    line = timeline(more, run, opts.folder / "run.log", opts.slurm, spec)
     measured, total_s = rehearse_run(line, at_pace)
     rows = [rules.row(m, every) for m in measured]
     equal = run.model_digest.read_text().strip() == ref.digest
@@ -99,6 +100,22 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     return found
 
 
+def _free_bytes(spec: JobSpec, opts: Options) -> int:
+    """Free space where the run's checkpoints will be: checkpoint.dir, or the rehearsal's
+    folder (the nearest of its parents that exists)."""
+    import os
+    import shutil
+
+    from jeanzay_kit.values import expand_vars
+
+    where = opts.folder.absolute()
+    if spec.checkpoint.dir:
+        where = Path(expand_vars(spec.checkpoint.dir, os.environ)).expanduser().absolute()
+    while not where.exists():
+        where = where.parent
+    return shutil.disk_usage(where).free
+
+
 def reference_of(run: RunDir) -> RunDir:
     """The run without faults beside a rehearsal's run (<dir>/run, <dir>/reference)."""
     return run.sibling("reference")
@@ -109,13 +126,13 @@ def report_lines(found: dict[str, object]) -> list[str]:
     assert isinstance(rows, list)
     head = ("#", "FAULT", "STEP", "DETECTED", "RESUMED", "LOST")
     out = [
-        f"{head[0]:>2} {head[1]:<9} {head[2]:>5} {head[3]:>9} {head[4]:>8} {head[5]:>5}  VERDICT"
+        f"{head[0]:>2} {head[1]:<12} {head[2]:>5} {head[3]:>9} {head[4]:>8} {head[5]:>5}  VERDICT"
     ]
     for i, r in enumerate(rows):
         det = "-" if r["detected_s"] is None else f"{r['detected_s']:.1f}s"
         res = "-" if r["resumed_s"] is None else f"{r['resumed_s']:.1f}s"
         lost = "-" if r["lost_steps"] is None else str(r["lost_steps"])
-        cells = f"{i:>2} {r['kind']:<9} {r['step']:>5} {det:>9} {res:>8} {lost:>5}"
+        cells = f"{i:>2} {r['kind']:<12} {r['step']:>5} {det:>9} {res:>8} {lost:>5}"
         out.append(f"{cells}  {r['verdict']}; {r['by']}")
     out.append(
         f"final model equal to the run without faults: {found['digest_equal']}; steps lost: "

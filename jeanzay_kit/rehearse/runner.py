@@ -25,6 +25,7 @@ from jeanzay_kit.rehearse.schedule import (
     NAN,
     NODE_LOST,
     STARTUP,
+    STORAGE_FULL,
     Fault,
 )
 from jeanzay_kit.rundir.beats import Beat
@@ -46,6 +47,7 @@ class Timeline:
     run: RunDir
     log: Path
     nonfinite: str = "stop"  # train.nonfinite: what a NaN does to the run
+    on_write_error: str = "stop"  # checkpoint.on_write_error: what a full disk does
     # A script's run here is not restarted by its launcher after a crash or a hang (on
     # Slurm its job requeues itself): the rehearsal runs it again, as its user would.
     rerun_failures: bool = False
@@ -82,16 +84,20 @@ def timeline(
     run: RunDir,
     log: Path,
     slurm: bool,
-    nonfinite: str = "stop",
-    script: bool = False,
+    spec: JobSpec | None = None,
 ) -> Timeline:
-    """The run's command: `jzk train` here, `jzk submit` on the Slurm cluster. script:
-    job.entry runs the user's own loop."""
+    """The run's command: `jzk train` here, `jzk submit` on the Slurm cluster. spec:
+    what the faults meet (train.nonfinite, checkpoint.on_write_error, a script of the
+    user's own as job.entry); None for the run without faults."""
     command = "submit" if slurm else "train"
     argv = [sys.executable, "-m", "jeanzay_kit.cli", command, *overrides]
     argv += [f"job.run_dir={run.root}", "train.log_every=1"]
     launch = OnSlurm(argv, log) if slurm else Here(argv, log)
-    return Timeline(launch, run, log, nonfinite, rerun_failures=script and not slurm)
+    if spec is None:
+        return Timeline(launch, run, log)
+    rerun = spec.job.runs_script and not slurm
+    nonfinite, on_error = spec.train.nonfinite, spec.checkpoint.on_write_error
+    return Timeline(launch, run, log, nonfinite, on_error, rerun_failures=rerun)
 
 
 @dataclass(frozen=True)
@@ -182,6 +188,8 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
     starts_before, ends_before = _tokens(line.run), _stops(line.run)
     if fault.kind == NAN:
         return _nan(line, fault, starts_before)
+    if fault.kind == STORAGE_FULL:
+        return _storage_full(line, starts_before)
     if fault.kind == CKPT_WRITE:
         (beat,) = _targets(line.run, fault.rank)
         line.launch.kill_in_save(beat, line.run, RESUME_GRACE_S)
@@ -233,6 +241,58 @@ def _nan(line: Timeline, fault: Fault, starts_before: set[str]) -> rules.Measure
     line.start()  # what the user does after reading why it stopped
     resumed_s, resumed_from = _resumed(line, injected, starts_before)
     return rules.Measured(NAN, step, detected, by, resumed_s, resumed_from)
+
+
+def _storage_full(line: Timeline, starts_before: set[str]) -> rules.Measured:
+    """The checkpoints' filesystem full until the next save has met it (rehearse/
+    storage_fill.py), then space again. With checkpoint.on_write_error=stop the run
+    stops (exit 2) and is run again, as its user would once space is freed, from its
+    newest complete checkpoint; with continue it says so and trains on."""
+    from jeanzay_kit.rehearse.storage_fill import filled
+
+    step, injected = _reached(line), time.monotonic()
+    where = line.run.checkpoints if line.run.checkpoints.is_dir() else line.run.root
+    with filled(where.resolve()):
+        detected, by = _save_failed(line, len(_records(line.run.endings)), len(_said(line)))
+    took = None if detected is None else round(detected - injected, 2)
+    if line.on_write_error == "continue":  # said, and on it goes
+        while line.step() <= step and line.ended() is None:
+            time.sleep(POLL_S)
+        resumed = round(time.monotonic() - injected, 2)
+        return rules.Measured(STORAGE_FULL, step, took, by, resumed, step)
+    if _wait_end(line) not in (0, 3):
+        line.start()  # what its user does once space is freed
+    resumed_s, resumed_from = _resumed(line, injected, starts_before)
+    return rules.Measured(STORAGE_FULL, step, took, by, resumed_s, resumed_from)
+
+
+def _save_failed(line: Timeline, endings: int, said: int) -> tuple[float | None, str]:
+    """When a save met the full filesystem (time.monotonic()) and what said it: the
+    attempt's ending (endings.jsonl, on a stop), the run's line saying the checkpoint
+    could not be written, or the run's end."""
+    deadline = time.monotonic() + RESUME_GRACE_S
+    while time.monotonic() < deadline:
+        if len(records := _records(line.run.endings)) > endings:
+            new = records[endings]
+            return time.monotonic(), f"{new.get('kind')}: {new.get('evidence')}"
+        if lines := _said(line)[said:]:
+            return time.monotonic(), lines[0]
+        if line.ended() is not None:
+            return time.monotonic(), f"the run ended (exit {line.ended()})"
+        time.sleep(POLL_S / 4)
+    return None, "no save met the full filesystem"
+
+
+def _said(line: Timeline) -> list[str]:
+    """The lines of the run's logs saying a checkpoint could not be written."""
+    out = []
+    for path in (line.log, line.run.train_log):
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        out += [x.strip() for x in text.splitlines() if "could not be written" in x]
+    return out
 
 
 def _targets(run: RunDir, rank: int, whole_node: bool = False) -> list[Beat]:

@@ -14,9 +14,12 @@ HANG = "hang"  # one training process stopped (SIGSTOP): the watchdog's case
 STARTUP = "startup"  # the warning while the run starts, before its first step
 NAN = "nan"  # the loss not finite at one step (rank 0's, told to all by the agreement)
 CKPT_WRITE = "ckpt_write"  # one training process killed while a checkpoint is written
+# The checkpoints' filesystem full for a moment (a file takes its free space until a save
+# has met it): only where that filesystem is small (FILL_LIMIT), never a shared one.
+STORAGE_FULL = "storage_full"
 # On the Slurm cluster (--slurm): every training process of one node killed at once.
 NODE_LOST = "node_lost"
-KINDS = (PREEMPT, KILL_RANK, HANG, STARTUP, NAN, CKPT_WRITE)
+KINDS = (PREEMPT, KILL_RANK, HANG, STARTUP, NAN, CKPT_WRITE, STORAGE_FULL)
 SLURM_KINDS = (*KINDS, NODE_LOST)
 # What the toolkit answers with, so the report can say what to expect of each.
 EXPECTED = {
@@ -28,7 +31,27 @@ EXPECTED = {
     "newest checkpoint; skip: the step's update dropped",
     CKPT_WRITE: "the half-written checkpoint never counts: restarted from the one before",
     NODE_LOST: "the job step ends, the job requeues itself and resumes from the newest checkpoint",
+    STORAGE_FULL: "the save fails and no partial checkpoint counts; checkpoint.on_write_error="
+    "stop: stopped (exit 2) naming the full disk, run again from the newest checkpoint once "
+    "there is space; continue: said, and the next save goes through",
 }
+# A rehearsal fills a filesystem only when it has at most this free (a tmpfs, a loop
+# mount, a small quota'd scratch of a laptop): filling a shared one would hurt others.
+FILL_LIMIT = 4 << 30
+
+
+def kinds_for(kinds: Sequence[str], free_bytes: int) -> tuple[tuple[str, ...], str | None]:
+    """The kinds a rehearsal can inject where its checkpoints go (`free_bytes` free
+    there), and why one is left out (None: none is)."""
+    if STORAGE_FULL not in kinds or free_bytes <= FILL_LIMIT:
+        return tuple(kinds), None
+    why = (
+        f"{STORAGE_FULL} left out: the checkpoints' filesystem has {free_bytes / 2**30:.0f} GiB "
+        f"free, and a rehearsal fills one only up to {FILL_LIMIT >> 30} GiB (a shared "
+        "filesystem is never filled). HINT: to rehearse it, set checkpoint.dir to a small "
+        "filesystem (a tmpfs or a loop mount of a few hundred MB)"
+    )
+    return tuple(k for k in kinds if k != STORAGE_FULL), why
 
 
 @dataclass(frozen=True)

@@ -1,21 +1,25 @@
 """`jzk rehearse` on this machine (issue 70): the toolkit's loop on 2 CPU workers under a
-seeded schedule of six faults, one of each kind (the time-limit warning, a worker killed,
-a worker stopped, the warning during start-up, a NaN loss, a worker killed while a
-checkpoint is written), injected for real. Every fault survived
-within the checkpoint interval (none lost on a stop signal), the final model bitwise the
-run without faults', faults.json the seed's schedule, rehearsal.json the report."""
+seeded schedule of seven faults, one of each kind (the time-limit warning, a worker
+killed, a worker stopped, the warning during start-up, a NaN loss, a worker killed while a
+checkpoint is written, the checkpoints' filesystem full: a real small tmpfs as
+checkpoint.dir, filled), injected for real. Every fault survived within the checkpoint
+interval (none lost on a stop signal), the final model bitwise the run without faults',
+faults.json the seed's schedule, rehearsal.json the report. A session loop of a user's
+project beside it, on its usual disk: no filesystem filled there, said in one line."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.rehearse.schedule import KINDS, from_json, schedule
+from jeanzay_kit.rehearse.schedule import FILL_LIMIT, KINDS, STORAGE_FULL, from_json, schedule
 from tests.bench.test_run import RUN, load_run_module
+from tests.mounts import tmpfs
 
 JZK = str(Path(sys.executable).with_name("jzk"))
 
@@ -27,19 +31,21 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     folder = tmp_path / "rehearsal"
     argv = [JZK, "rehearse", "train.steps=3000", "checkpoint.every_steps=50"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
-    argv += ["--faults", "6", "--every", "1", "--seed", "3"]
-    done = subprocess.run(
-        [*argv, "--dir", str(folder), "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=560,
-    )
+    argv += ["--faults", "7", "--every", "1", "--seed", "3"]
+    with tmpfs(tmp_path / "small", "size=64m") as small:
+        done = subprocess.run(
+            [*argv, f"checkpoint.dir={small}/checkpoints", "--dir", str(folder), "--json"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=560,
+        )
+        assert not list(small.glob(".jzk-*")), "the filler was left behind"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     assert found == json.loads((folder / "run" / "rehearsal.json").read_text())
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
-    assert plan == schedule(6, 1.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
+    assert plan == schedule(7, 1.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
     assert [f["kind"] for f in found["faults"]] == [f.kind for f in plan]
     for fault in found["faults"]:
         assert fault["verdict"] == "ok", found
@@ -48,6 +54,8 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
             assert fault["lost_steps"] == 0, fault
         if fault["kind"] == "hang":
             assert fault["detected_s"] < 5 + 2 * 0.5 + 5, fault  # stall + two beats + slack
+        if fault["kind"] == STORAGE_FULL:  # the save that met it said so, in one line
+            assert "could not be written" in fault["by"] and "No space left" in fault["by"]
     assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
     assert "final model equal to the run without faults: True" in done.stdout
 
@@ -83,6 +91,8 @@ def test_a_session_loop_of_a_users_project_is_rehearsed_too(tmp_path: Path) -> N
     argv += ["--faults", "4", "--every", "1", "--seed", "2", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=380)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    if shutil.disk_usage(project).free > FILL_LIMIT:  # a disk of its usual size: not filled
+        assert f"rehearse: {STORAGE_FULL} left out: the checkpoints' filesystem" in done.stdout
     found = json.loads(done.stdout.splitlines()[-1])
     assert sorted(f["kind"] for f in found["faults"]) == sorted(KINDS[:4])
     for fault in found["faults"]:

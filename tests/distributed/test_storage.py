@@ -8,6 +8,8 @@ root, with set inodes and bytes) stand in for Jean Zay's scratch, work and store
   of the same commands with nothing purged.
 - `jzk ckpt archive` puts the run's checkpoints in one file on store, and `jzk ckpt
   restore` brings them back bit for bit.
+- The run directory removed, its checkpoints left on scratch: the same command is
+  refused in one line, not resumed from them unseen.
 """
 
 from __future__ import annotations
@@ -123,6 +125,19 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     assert restored.returncode == 0, restored.stdout + restored.stderr
     assert "every file matches its checksum" in restored.stdout
     assert sums(run_dir) == before
+
+    # The run directory removed, its checkpoints left on scratch: the same command would
+    # go on from them unseen; it is refused in one line instead, before it writes.
+    fast = Path(os.readlink(run_dir / "checkpoints"))
+    shutil.rmtree(run_dir)
+    cmd = [sys.executable, "train.py", *TINY, "train.steps=40", *on_scratch]
+    done = subprocess.run(
+        [*cmd, f"hydra.run.dir={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"checkpoint.dir: {fast} holds step-40 of an earlier run of {run_dir}" in done.stderr
+    assert f"rm -r '{fast}'" in done.stderr and "Traceback" not in done.stderr
+    assert not (run_dir / "starts.jsonl").exists() and not (run_dir / "checkpoints").exists()
 
 
 def sums(run_dir: Path) -> dict[str, str]:

@@ -173,6 +173,11 @@ TRUNCATED = """Traceback (most recent call last):
     with _open_zipfile_reader(opened_file) as opened_zipfile:
 RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory
 """
+CARRIED_ON_FULL = (
+    "WARNING: checkpoint step-600 could not be written to /r/checkpoints/.tmp-step-600: "
+    "[Errno 28] No space left on device (rank 0). HINT: free space. Training goes on "
+    "(checkpoint.on_write_error=continue): the next save tries again\n"
+)
 TEED_BUG = "".join(f"[default0]:{line}\n" for line in RANKED_BUG.splitlines())
 LABELLED_BUG = "".join(f"[rank 3] {line}\n" for line in RANKED_BUG.splitlines())
 RANKED_DATASET = "".join(
@@ -218,6 +223,10 @@ RANKED_DATASET = "".join(
         ("", 4, "", HANG, "watchdog"),
         (BUG, 4, "", HANG, "watchdog"),  # the watchdog's exit wins over a stopped rank's words
         (ECC, 4, "", GPU_HARDWARE, "uncorrectable ECC error"),
+        # A full disk the run carried on from (on_write_error=continue), then a rank
+        # killed: the kill decides, not the warning (a rehearsal's finding, issue 70).
+        (CARRIED_ON_FULL + PEER_KILLED, 137, "", UNKNOWN, "Killed"),
+        (CARRIED_ON_FULL + ENOSPC, 1, "", DISK_FULL, "No space left on device"),
     ],
 )
 def test_each_end_gets_its_class_and_evidence(

@@ -17,16 +17,34 @@ from jeanzay_kit.rehearse.report_rules import (
     row,
     young_interval_s,
 )
-from jeanzay_kit.rehearse.schedule import KINDS, from_json, misfit, paced, schedule, to_json
+from jeanzay_kit.rehearse.schedule import (
+    FILL_LIMIT,
+    KINDS,
+    STORAGE_FULL,
+    from_json,
+    kinds_for,
+    misfit,
+    paced,
+    schedule,
+    to_json,
+)
 from tests.unit.slurm_answers import Answers
 
 
 def test_the_same_seed_replays_the_same_schedule_and_every_kind_comes() -> None:
-    plan = schedule(12, 40.0, seed=7, ranks=2)
-    assert plan == schedule(12, 40.0, seed=7, ranks=2) != schedule(12, 40.0, seed=8, ranks=2)
-    assert sorted(f.kind for f in plan) == sorted(KINDS * (12 // len(KINDS)))
+    plan = schedule(14, 40.0, seed=7, ranks=2)
+    assert plan == schedule(14, 40.0, seed=7, ranks=2) != schedule(14, 40.0, seed=8, ranks=2)
+    assert sorted(f.kind for f in plan) == sorted(KINDS * 2)
     assert all(20.0 <= f.after_s <= 60.0 and f.rank in (0, 1) for f in plan)
     assert from_json(json.loads(json.dumps(to_json(plan, 7, 40.0)))) == plan
+
+
+def test_a_full_filesystem_is_rehearsed_only_where_the_checkpoints_filesystem_is_small() -> None:
+    assert kinds_for(KINDS, free_bytes=64 << 20) == (KINDS, None)  # a tmpfs of 64 MiB
+    kinds, why = kinds_for(KINDS, free_bytes=500 << 30)  # a shared scratch: never filled
+    assert kinds == tuple(k for k in KINDS if k != STORAGE_FULL)
+    assert why is not None and "500 GiB free" in why and "checkpoint.dir" in why
+    assert kinds_for(KINDS, FILL_LIMIT)[1] is None and kinds_for(KINDS, FILL_LIMIT + 1)[1]
 
 
 @pytest.mark.parametrize(
