@@ -31,10 +31,10 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     folder = tmp_path / "rehearsal"
     argv = [JZK, "rehearse", "train.steps=3000", "checkpoint.every_steps=50"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
-    argv += ["--faults", "7", "--every", "1", "--seed", "3"]
     with tmpfs(tmp_path / "small", "size=64m") as small:
+        argv += [f"checkpoint.dir={small}/checkpoints", "--faults", "7", "--every", "1"]
         done = subprocess.run(
-            [*argv, f"checkpoint.dir={small}/checkpoints", "--dir", str(folder), "--json"],
+            [*argv, "--seed", "3", "--dir", str(folder), "--json"],
             cwd=tmp_path,
             capture_output=True,
             text=True,
