@@ -170,9 +170,13 @@ def _library_env_lines(spec: JobSpec) -> list[str]:
     return [*why, *(f"export {k}={expanding_word(v)}" for k, v in exports.items())]
 
 
-def run_dir_check_lines(run_dir: str) -> list[str]:
+def run_dir_check_lines(run_dir: str, mark_start: bool = True) -> list[str]:
     """Refuse an unwritable run directory in the batch script, in seconds, before the job
-    step starts (exit 2: the requeue logic leaves a refusal alone)."""
+    step starts (exit 2: the requeue logic leaves a refusal alone). mark_start: the
+    start marked in its train.log too, so that how an attempt ended is read from its own
+    lines (ending/endings.py attempt_log), never an earlier job's: a NaN or a full disk
+    of the job before called a later kill the same, and it was not retried. A study's
+    folder (jzk tune) holds its trials' run directories, not a train.log to mark."""
     probe = f'"$JZK_RUN_DIR/{layout.WRITE_PROBE}"'
     return [
         "# The run directory must take writes before the job step starts: a read-only",
@@ -185,6 +189,7 @@ def run_dir_check_lines(run_dir: str) -> list[str]:
         "    exit 2",
         "fi",
         f"rm -f -- {probe}",
+        *([f'echo "$jzk_start" >> "$JZK_RUN_DIR/{layout.TRAIN_LOG}"'] if mark_start else []),
     ]
 
 
@@ -242,7 +247,7 @@ def render_sbatch(
     lines += ["", "set -eo pipefail", ""]
     lines += setup_lines(spec, code_dir)
     lines.append("")
-    lines += run_dir_check_lines(spec.tune.dir if tune else spec.checkpoint.run_dir)
+    lines += run_dir_check_lines(spec.tune.dir if tune else spec.checkpoint.run_dir, not tune)
     lines.append("")
     lines += frozen_config_lines(spec)
     lines.append("")

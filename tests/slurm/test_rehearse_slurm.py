@@ -1,9 +1,10 @@
 """`jzk rehearse --slurm` on the local Slurm cluster (issue 70): the toolkit's loop on 2
-nodes x 2 tasks, submitted as its user would, under a seeded schedule of one fault of
-every kind, each reaching the job for real (the time-limit warning through `scancel
---signal`, a process killed, stopped, or killed during a save by a command run on its
-node with `srun --overlap`, every process of a node killed, a NaN loss, the warning
-during start-up). The job requeues itself after each, and ends with the model of the
+nodes x 2 tasks, submitted as its user would, under a seeded schedule of 12 faults, every
+kind at least once, each reaching the job for real (the time-limit warning through
+`scancel --signal`, a process killed, stopped, or killed during a save by a command run
+on its node with `srun --overlap`, every process of a node killed, a NaN loss, the
+warning during start-up, the checkpoints' filesystem full: checkpoint.dir on a small
+tmpfs the nodes share). The job requeues itself after each, and ends with the model of the
 same job without faults, bit for bit; no fault loses more than the checkpoint interval,
 a stop signal none; a hang is named within the watchdog's timeout plus its beats, a
 killed process within 30 s (srun ends the job step at once: the test of a killed rank
@@ -17,10 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.ending.ending_rules import DISK_FULL, NONFINITE
 from jeanzay_kit.rehearse.schedule import SLURM_KINDS, from_json
+from tests.mounts import tmpfs
 from tests.slurm.cluster import JZK, PYTHON, REPO
 
-pytestmark = [pytest.mark.slurm, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1100)]
 
 STALL_S, BEAT_S = 5, 0.5
 
@@ -31,19 +34,21 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
     request += [f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}"]
     request += ["job.entry_kind=toolkit", "train.steps=2000", "checkpoint.every_steps=50"]
     request += [f"watchdog.stall_seconds={STALL_S}", f"watchdog.heartbeat_seconds={BEAT_S}"]
-    faults = ["--faults", str(len(SLURM_KINDS)), "--every", "0.8", "--seed", "5"]
-    done = subprocess.run(
-        [JZK, "rehearse", "--slurm", *request, *faults, "--dir", str(folder), "--json"],
-        cwd=tmp_path,
-        env=slurm,
-        capture_output=True,
-        text=True,
-        timeout=860,
-    )
+    faults = ["--faults", "12", "--every", "0.8", "--seed", "5"]
+    with tmpfs(tmp_path / "small", "size=64m") as small:
+        request += [f"checkpoint.dir={small}/checkpoints"]
+        done = subprocess.run(
+            [JZK, "rehearse", "--slurm", *request, *faults, "--dir", str(folder), "--json"],
+            cwd=tmp_path,
+            env=slurm,
+            capture_output=True,
+            text=True,
+            timeout=1000,
+        )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
-    assert sorted(f.kind for f in plan) == sorted(SLURM_KINDS)
+    assert len(plan) == 12 and set(f.kind for f in plan) == set(SLURM_KINDS)
     assert [f["kind"] for f in found["faults"]] == [f.kind for f in plan]
     for fault in found["faults"]:
         assert fault["verdict"] == "ok", done.stdout
@@ -63,4 +68,7 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
     endings = [json.loads(x) for x in (folder / "run" / "endings.jsonl").read_text().splitlines()]
     assert sum(e["retried"] is True for e in endings) == len(crashes), endings
     assert endings[-1]["kind"] == "completed", endings
+    # A NaN and a full disk repeat from the same checkpoint: never retried by the job.
+    cannot_pass = [e for e in endings if e["kind"] in (DISK_FULL, NONFINITE)]
+    assert len(cannot_pass) >= 2 and not any(e["retried"] for e in cannot_pass), endings
     print(done.stdout[-3000:])
