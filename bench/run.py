@@ -800,10 +800,10 @@ BENCHES = [
         "rehearse",
         "bench_rehearse.py",
         ["rehearsal_goodput", *(f"fault_to_step_{k}_s" for k in REHEARSED)],
-        ["--faults", "6", "--every", "1", "--steps", "3000"],
-        ["--faults", "12", "--every", "2", "--steps", "8000"],
+        ["--faults", "7", "--every", "1", "--steps", "3000"],
+        ["--faults", "14", "--every", "2", "--steps", "8000"],
         rehearse_figures,
-        tiny=["--faults", "6", "--every", "1", "--steps", "3000"],
+        tiny=["--faults", "7", "--every", "1", "--steps", "3000"],
         rounds_flag="",
     ),
     Bench(
