@@ -112,12 +112,13 @@ def record_ending(
 ) -> None:
     """Append one end of an attempt (one write on a file opened for appending). nodes:
     the attempt's nodes when known without heartbeats (the health gate's, before any)."""
+    checkpoint = newest_checkpoint(run_dir)
     hosts = nodes if nodes is not None else attempt_beats(run_dir, since)[1]
     record = {
         **verdict.record(),
         "job_id": job_id,
         "nodes": hosts,
-        "checkpoint": newest_checkpoint(run_dir),
+        "checkpoint": checkpoint,
         "retried": retried,
         "time": time.time(),
     }
