@@ -88,7 +88,9 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     equal = run.model_digest.read_text().strip() == ref.digest
     totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref.seconds / total_s)
     step_s = 1 / ref.steps_per_s
-    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every)
+    # A script's own loop sets its interval itself (its save option), not the config.
+    knob = "your script's checkpoint interval" if spec.job.runs_script else "checkpoint.every_steps"
+    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every, knob)
     if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
         lines.insert(0, "the final model differs by design: train.nonfinite=skip dropped an update")
     elif not equal:

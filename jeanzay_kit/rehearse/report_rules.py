@@ -63,17 +63,23 @@ class Totals:
 
 
 def advice(
-    rows: Sequence[FaultRow], step_s: float, save_s: float, every_s: float, every_steps: int
+    rows: Sequence[FaultRow],
+    step_s: float,
+    save_s: float,
+    every_s: float,
+    every_steps: int,
+    knob: str = "checkpoint.every_steps",
 ) -> list[str]:
     """What to change, from the figures: the checkpoint interval against Young's for
-    this fault rate, and every fault that was not survived."""
+    this fault rate (when the run recorded how long a save blocks it), and every fault
+    that was not survived. knob: what sets the interval (a script's own option)."""
     out = [f"fault {i}: {r.kind}: {r.verdict}" for i, r in enumerate(rows) if r.verdict != "ok"]
-    if step_s > 0 and every_s > 0:
+    if step_s > 0 and every_s > 0 and save_s > 0:
         best = young_interval_s(save_s, every_s) / step_s
         now = every_steps
         if now > 2 * best or now < best / 2:
             out.append(
-                f"checkpoint.every_steps={now}: for a fault every {every_s:g} s, a save of "
+                f"{knob}={now}: for a fault every {every_s:g} s, a save of "
                 f"{save_s:.2f} s and a step of {step_s:.3f} s, Young's interval is about "
                 f"{max(round(best), 1)} steps"
             )

@@ -5,7 +5,8 @@ checkpoint is written, the checkpoints' filesystem full: a real small tmpfs as
 checkpoint.dir, filled), injected for real. Every fault survived within the checkpoint
 interval (none lost on a stop signal), the final model bitwise the run without faults',
 faults.json the seed's schedule, rehearsal.json the report. A session loop of a user's
-project beside it, on its usual disk: no filesystem filled there, said in one line."""
+project beside it (a Hydra app with a session loop), on its usual disk: no filesystem
+filled there, said in one line."""
 
 from __future__ import annotations
 
@@ -77,16 +78,62 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     assert (folder / "run" / "report" / "rehearsal.png").stat().st_size > 10_000
 
 
+# A user's Hydra app whose loop uses the session API (docs/your-own-loop.md, part b):
+# written here against Hydra's and the toolkit's public API only.
+HYDRA_APP = """import hydra
+import torch
+from omegaconf import DictConfig
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from jeanzay_kit import session
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg: DictConfig) -> None:
+    with session(steps=cfg.steps) as s:
+        torch.manual_seed(0)
+        inputs = torch.randn(2048, 16)
+        data = TensorDataset(inputs, inputs.sum(dim=1, keepdim=True))
+        model = s.wrap(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+        sampler = s.sampler(data, batch_size=32 // s.world_size, global_batch_size=32)
+        ckpt = s.checkpointer(model, optimizer)
+        step = ckpt.resume()
+        while step < cfg.steps:
+            for x, y in DataLoader(data, batch_sampler=sampler):
+                loss = nn.functional.mse_loss(model(x), y)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if s.should_stop(step, loss=loss):
+                    ckpt.save(step + 1)
+                    s.requeue_and_exit()
+                if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
+                    ckpt.save(step + 1)
+                    s.log(step + 1, loss=loss)
+                step += 1
+                if step == cfg.steps:
+                    break
+        s.save_model(model)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
 @pytest.mark.timeout(400)
-def test_a_session_loop_of_a_users_project_is_rehearsed_too(tmp_path: Path) -> None:
-    """docs/examples/own_loop/train_session.py, copied into a project of its own, run by
-    `jzk rehearse job.entry=...`: its own steps and checkpoint interval (read off the run
-    without faults), a crash or a hang run again as its user would, nothing lost."""
+def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) -> None:
+    """A Hydra app of a user's project (its config.yaml, overrides in job.args) run by
+    `jzk rehearse job.entry=app.py`: its own steps and checkpoint interval read off the
+    run without faults, a crash or a hang run again as its user would, nothing lost; on
+    its usual disk no filesystem is filled."""
     project = tmp_path / "own project"
     project.mkdir()
-    example = RUN.parents[1] / "docs" / "examples" / "own_loop" / "train_session.py"
-    (project / "train_session.py").write_text(example.read_text())
-    argv = [JZK, "rehearse", "job.entry=train_session.py", "job.args=[--steps,1000]"]
+    (project / "app.py").write_text(HYDRA_APP)
+    (project / "config.yaml").write_text("steps: 60\nsave_every: 10\n")
+    argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=1000]"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "4", "--every", "1", "--seed", "2", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=380)
@@ -97,5 +144,9 @@ def test_a_session_loop_of_a_users_project_is_rehearsed_too(tmp_path: Path) -> N
     assert sorted(f["kind"] for f in found["faults"]) == sorted(KINDS[:4])
     for fault in found["faults"]:
         assert fault["verdict"] == "ok" and fault["resumed_s"] is not None, found
-        assert fault["lost_steps"] <= 10, fault  # the script's own --save-every
+        assert fault["lost_steps"] <= 10, fault  # the app's own save_every
     assert found["digest_equal"] is True, found
+    # Its interval is its own: the advice never names the config's checkpoint.every_steps.
+    assert not any("checkpoint.every_steps" in line for line in found["advice"]), found
+    # Hydra's output folder of each start is in the run directory, not in the project.
+    assert not (project / "outputs").exists(), sorted(p.name for p in project.iterdir())

@@ -70,6 +70,11 @@ def test_the_advice_names_youngs_interval_and_each_fault_not_survived() -> None:
     lines = advice(rows, step_s=0.1, save_s=0.5, every_s=40.0, every_steps=1000)
     assert lines[0].startswith("fault 0: hang: not survived")
     assert "Young's interval is about 63 steps" in lines[1]  # sqrt(2 * 0.5 * 40) / 0.1
+    assert lines[1].startswith("checkpoint.every_steps=1000: ")
+    mine = advice(rows, 0.1, 0.5, 40.0, 1000, knob="your script's checkpoint interval")
+    assert mine[1].startswith("your script's checkpoint interval=1000: ")
+    # No save time recorded (a loop of the user's own): no interval is made up from it.
+    assert advice(rows, step_s=0.1, save_s=0.0, every_s=40.0, every_steps=1000) == lines[:1]
     found = report(rows, Totals(False, 0, 0.5), lines)
     assert set(found) == {"faults", "digest_equal", "lost_steps", "goodput", "advice"}
     assert set(found["faults"][0]) == {  # type: ignore[index]
