@@ -4,10 +4,12 @@ run under the schedule, then rehearsal.json (report_rules.py says what is in it)
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jeanzay_kit.ckpt.kept import refuse_stale
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse import report_rules as rules
@@ -56,8 +58,10 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
         )
     run = RunDir(opts.folder / "run")
     reference = reference_of(run)
+    for each in (reference, run):  # checkpoint.dir: an earlier rehearsal's, left there
+        refuse_stale(spec.checkpoint.dir, each, os.environ)
     run.root.mkdir(parents=True)
-    kinds, left_out = kinds_for(SLURM_KINDS if opts.slurm else KINDS, _free_bytes(spec, opts))
+    kinds, left_out = kinds_for(SLURM_KINDS if opts.slurm else KINDS, _size_bytes(spec, opts))
     if left_out:
         print(f"rehearse: {left_out}", flush=True)
     plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size, kinds)
@@ -102,10 +106,9 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     return found
 
 
-def _free_bytes(spec: JobSpec, opts: Options) -> int:
-    """Free space where the run's checkpoints will be: checkpoint.dir, or the rehearsal's
-    folder (the nearest of its parents that exists)."""
-    import os
+def _size_bytes(spec: JobSpec, opts: Options) -> int:
+    """The size of the filesystem the run's checkpoints will be on: checkpoint.dir's, or
+    the rehearsal's folder's (the nearest of its parents that exists)."""
     import shutil
 
     from jeanzay_kit.values import expand_vars
@@ -115,7 +118,7 @@ def _free_bytes(spec: JobSpec, opts: Options) -> int:
         where = Path(expand_vars(spec.checkpoint.dir, os.environ)).expanduser().absolute()
     while not where.exists():
         where = where.parent
-    return shutil.disk_usage(where).free
+    return shutil.disk_usage(where).total
 
 
 def reference_of(run: RunDir) -> RunDir:

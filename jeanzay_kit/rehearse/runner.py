@@ -10,7 +10,7 @@ import json
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +96,9 @@ def timeline(
     if spec is None:
         return Timeline(launch, run, log)
     rerun = spec.job.runs_script and not slurm
-    nonfinite, on_error = spec.train.nonfinite, spec.checkpoint.on_write_error
+    # checkpoint.on_write_error is the toolkit's loop's: a script's own loop stops.
+    on_error = "stop" if spec.job.runs_script else spec.checkpoint.on_write_error
+    nonfinite = spec.train.nonfinite
     return Timeline(launch, run, log, nonfinite, on_error, rerun_failures=rerun)
 
 
@@ -251,11 +253,14 @@ def _storage_full(line: Timeline, starts_before: set[str]) -> rules.Measured:
     from jeanzay_kit.rehearse.storage_fill import filled
 
     step, injected = _reached(line), time.monotonic()
+    endings, logs = len(_records(line.run.endings)), _Said(line)
     where = line.run.checkpoints if line.run.checkpoints.is_dir() else line.run.root
-    with filled(where.resolve()):
-        detected, by = _save_failed(line, len(_records(line.run.endings)), len(_said(line)))
-    took = None if detected is None else round(detected - injected, 2)
-    if line.on_write_error == "continue":  # said, and on it goes
+    with filled(where.resolve()) as top_up:
+        detected, by = _save_failed(line, endings, logs, top_up)
+    if detected is None:  # no save met it: not survived, nothing to wait for
+        return rules.Measured(STORAGE_FULL, step, None, by, None, None)
+    took = round(detected - injected, 2)
+    if line.on_write_error == "continue" and line.ended() is None:  # said; on it goes
         while line.step() <= step and line.ended() is None:
             time.sleep(POLL_S)
         resumed = round(time.monotonic() - injected, 2)
@@ -266,33 +271,48 @@ def _storage_full(line: Timeline, starts_before: set[str]) -> rules.Measured:
     return rules.Measured(STORAGE_FULL, step, took, by, resumed_s, resumed_from)
 
 
-def _save_failed(line: Timeline, endings: int, said: int) -> tuple[float | None, str]:
+def _save_failed(
+    line: Timeline, endings: int, logs: _Said, top_up: Callable[[], None]
+) -> tuple[float | None, str]:
     """When a save met the full filesystem (time.monotonic()) and what said it: the
     attempt's ending (endings.jsonl, on a stop), the run's line saying the checkpoint
-    could not be written, or the run's end."""
+    could not be written, or the run's end. Space freed meanwhile is taken again."""
     deadline = time.monotonic() + RESUME_GRACE_S
     while time.monotonic() < deadline:
         if len(records := _records(line.run.endings)) > endings:
             new = records[endings]
             return time.monotonic(), f"{new.get('kind')}: {new.get('evidence')}"
-        if lines := _said(line)[said:]:
-            return time.monotonic(), lines[0]
+        if said := logs.new():
+            return time.monotonic(), said
         if line.ended() is not None:
             return time.monotonic(), f"the run ended (exit {line.ended()})"
+        top_up()
         time.sleep(POLL_S / 4)
-    return None, "no save met the full filesystem"
+    return None, f"no save met the full filesystem within {RESUME_GRACE_S:.0f} s"
 
 
-def _said(line: Timeline) -> list[str]:
-    """The lines of the run's logs saying a checkpoint could not be written."""
-    out = []
-    for path in (line.log, line.run.train_log):
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        out += [x.strip() for x in text.splitlines() if "could not be written" in x]
-    return out
+class _Said:
+    """The run's logs (the launcher's output, train.log) read from where they were when
+    the fault began: the first new line saying a checkpoint could not be written."""
+
+    def __init__(self, line: Timeline) -> None:
+        self.paths = (line.log, line.run.train_log)
+        self.offsets = {p: p.stat().st_size if p.exists() else 0 for p in self.paths}
+
+    def new(self) -> str | None:
+        for path in self.paths:
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(self.offsets[path])
+                    added = handle.read()
+            except OSError:
+                continue
+            whole = added[: added.rfind(b"\n") + 1]  # a line still being written: later
+            self.offsets[path] += len(whole)
+            for text in whole.decode(errors="replace").splitlines():
+                if "could not be written" in text:
+                    return text.strip()
+        return None
 
 
 def _targets(run: RunDir, rank: int, whole_node: bool = False) -> list[Beat]:

@@ -35,21 +35,21 @@ EXPECTED = {
     "stop: stopped (exit 2) naming the full disk, run again from the newest checkpoint once "
     "there is space; continue: said, and the next save goes through",
 }
-# A rehearsal fills a filesystem only when it has at most this free (a tmpfs, a loop
-# mount, a small quota'd scratch of a laptop): filling a shared one would hurt others.
+# A rehearsal fills a filesystem only when it is this small in all (a tmpfs, a loop
+# mount of its own): never a shared one, however little it has left.
 FILL_LIMIT = 4 << 30
 
 
-def kinds_for(kinds: Sequence[str], free_bytes: int) -> tuple[tuple[str, ...], str | None]:
-    """The kinds a rehearsal can inject where its checkpoints go (`free_bytes` free
-    there), and why one is left out (None: none is)."""
-    if STORAGE_FULL not in kinds or free_bytes <= FILL_LIMIT:
+def kinds_for(kinds: Sequence[str], size_bytes: int) -> tuple[tuple[str, ...], str | None]:
+    """The kinds a rehearsal can inject where its checkpoints go (a filesystem of
+    `size_bytes` in all), and why one is left out (None: none is)."""
+    if STORAGE_FULL not in kinds or size_bytes <= FILL_LIMIT:
         return tuple(kinds), None
     why = (
-        f"{STORAGE_FULL} left out: the checkpoints' filesystem has {free_bytes / 2**30:.0f} GiB "
-        f"free, and a rehearsal fills one only up to {FILL_LIMIT >> 30} GiB (a shared "
+        f"{STORAGE_FULL} left out: the checkpoints' filesystem is {size_bytes / 2**30:.1f} GiB "
+        f"in all, and a rehearsal fills only one of at most {FILL_LIMIT >> 30} GiB (a shared "
         "filesystem is never filled). HINT: to rehearse it, set checkpoint.dir to a small "
-        "filesystem (a tmpfs or a loop mount of a few hundred MB)"
+        "filesystem of its own (a tmpfs or a loop mount of a few hundred MB)"
     )
     return tuple(k for k in kinds if k != STORAGE_FULL), why
 

@@ -7,45 +7,78 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-from collections.abc import Iterator
+import signal
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 
 FILLER = ".jzk-rehearsal-fill"
 # Left free: the run's small appends (metrics, heartbeats) still fit for a while, a
 # checkpoint (a shard of the model's parameters and optimizer state) does not.
 LEAVE_BYTES = 64 << 10
 _CHUNK = 8 << 20
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def free_bytes(folder: Path) -> int:
+    """What a process of this user may still write there: root may write the blocks the
+    filesystem reserves for it too (ext4's 5 %), and the run is this user's."""
+    st = os.statvfs(folder)
+    return (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
 
 
 @contextmanager
-def filled(folder: Path) -> Iterator[int]:
-    """`folder`'s filesystem full for the life of the block; yields the bytes taken."""
+def filled(folder: Path) -> Iterator[Callable[[], None]]:
+    """`folder`'s filesystem full for the life of the block, the file removed at its end
+    (SIGTERM and SIGHUP too: a login shell closed must not leave it full). Yields
+    `top_up`, which takes again what was freed since (a save's retention removing an
+    older checkpoint)."""
     filler = folder / FILLER
-    taken = 0
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def leave(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)  # through the finally below
+
+    for signum in previous:
+        signal.signal(signum, leave)
     try:
         with filler.open("wb") as out:
-            want = max(shutil.disk_usage(folder).free - LEAVE_BYTES, 0)
-            try:
-                os.posix_fallocate(out.fileno(), 0, want)
-                taken = want
-            except OSError as err:  # a filesystem without fallocate: written, then
-                if err.errno not in (errno.EOPNOTSUPP, errno.ENOSPC, errno.EINVAL):
-                    raise
-                taken = _write_until_full(out.fileno(), want)
-        yield taken
+
+            def top_up() -> None:
+                _take(out.fileno(), folder)
+
+            top_up()
+            yield top_up
     finally:
         filler.unlink(missing_ok=True)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
-def _write_until_full(fd: int, want: int) -> int:
-    zeros, taken = bytes(_CHUNK), 0
-    while taken < want:
-        try:
-            taken += os.write(fd, zeros[: min(_CHUNK, want - taken)])
-        except OSError as err:
-            if err.errno in (errno.ENOSPC, errno.EDQUOT):
-                break
+def _take(fd: int, folder: Path) -> None:
+    """Extend the file at `fd` over the free space but LEAVE_BYTES."""
+    want = free_bytes(folder) - LEAVE_BYTES
+    if want <= 0:
+        return
+    size = os.fstat(fd).st_size
+    try:
+        os.posix_fallocate(fd, size, want)
+    except OSError as err:  # no fallocate there, or the run wrote in between: written
+        if err.errno not in (errno.EOPNOTSUPP, errno.EINVAL, *_FULL):
             raise
-    return taken
+        _write_until_full(fd, size, max(free_bytes(folder) - LEAVE_BYTES, 0))
+
+
+def _write_until_full(fd: int, at: int, want: int) -> None:
+    # Random bytes: zeros would be stored in next to no space where a filesystem
+    # compresses (ZFS, btrfs).
+    chunk, written = os.urandom(_CHUNK), 0
+    os.lseek(fd, at, os.SEEK_SET)
+    while written < want:
+        try:
+            written += os.write(fd, chunk[: min(_CHUNK, want - written)])
+        except OSError as err:
+            if err.errno in _FULL:
+                return
+            raise

@@ -57,7 +57,7 @@ class RunDir:
     def inside(self) -> list[RunDir]:
         """The folders inside this one (a sweep's points), none if it is no folder."""
         folders = self.root.iterdir() if self.root.is_dir() else ()
-        return [type(self)(p) for p in folders if p.is_dir() and not p.is_symlink()]
+        return [type(self)(p) for p in folders if p.is_dir()]
 
     # ---- its files and folders (run_layout.ENTRIES says who writes and reads each) -----
     @property

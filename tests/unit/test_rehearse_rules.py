@@ -40,10 +40,10 @@ def test_the_same_seed_replays_the_same_schedule_and_every_kind_comes() -> None:
 
 
 def test_a_full_filesystem_is_rehearsed_only_where_the_checkpoints_filesystem_is_small() -> None:
-    assert kinds_for(KINDS, free_bytes=64 << 20) == (KINDS, None)  # a tmpfs of 64 MiB
-    kinds, why = kinds_for(KINDS, free_bytes=500 << 30)  # a shared scratch: never filled
+    assert kinds_for(KINDS, size_bytes=64 << 20) == (KINDS, None)  # a tmpfs of 64 MiB
+    kinds, why = kinds_for(KINDS, size_bytes=500 << 30)  # a shared scratch: never filled
     assert kinds == tuple(k for k in KINDS if k != STORAGE_FULL)
-    assert why is not None and "500 GiB free" in why and "checkpoint.dir" in why
+    assert why is not None and "500.0 GiB in all" in why and "checkpoint.dir" in why
     assert kinds_for(KINDS, FILL_LIMIT)[1] is None and kinds_for(KINDS, FILL_LIMIT + 1)[1]
 
 
