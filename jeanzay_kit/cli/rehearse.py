@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from jeanzay_kit.cli.common import add_config_args, build_spec
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     spec = build_spec(args)
     folder = Path(args.dir or f"outputs/rehearse-{spec.job.name}-seed{args.seed}")
-    opts = Options(args.faults, args.every, args.seed, folder, args.slurm)
+    opts = Options(args.faults, args.every, args.seed, folder, args.slurm, dict(os.environ))
     found = rehearse(spec, args.overrides, opts)
     print("\n".join(report_lines(found)))
     if args.json:

@@ -4,9 +4,8 @@ run under the schedule, then rehearsal.json (report_rules.py says what is in it)
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from jeanzay_kit.ckpt.kept import refuse_stale
@@ -45,6 +44,8 @@ class Options:
     seed: int
     folder: Path
     slurm: bool = False  # submitted to the Slurm cluster (--slurm), else run here
+    # The environment, read once by the command (checkpoint.dir's $SCRATCH and the like).
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str, object]:
@@ -59,7 +60,7 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     run = RunDir(opts.folder / "run")
     reference = reference_of(run)
     for each in (reference, run):  # checkpoint.dir: an earlier rehearsal's, left there
-        refuse_stale(spec.checkpoint.dir, each, os.environ)
+        refuse_stale(spec.checkpoint.dir, each, opts.env)
     run.root.mkdir(parents=True)
     kinds, left_out = kinds_for(SLURM_KINDS if opts.slurm else KINDS, _size_bytes(spec, opts))
     if left_out:
@@ -115,7 +116,7 @@ def _size_bytes(spec: JobSpec, opts: Options) -> int:
 
     where = opts.folder.absolute()
     if spec.checkpoint.dir:
-        where = Path(expand_vars(spec.checkpoint.dir, os.environ)).expanduser().absolute()
+        where = Path(expand_vars(spec.checkpoint.dir, opts.env)).expanduser().absolute()
     while not where.exists():
         where = where.parent
     return shutil.disk_usage(where).total

@@ -78,44 +78,19 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     assert (folder / "run" / "report" / "rehearsal.png").stat().st_size > 10_000
 
 
-# A user's Hydra app whose loop uses the session API (docs/your-own-loop.md, part b):
-# written here against Hydra's and the toolkit's public API only.
+# A user's Hydra app around the loop of docs/examples/own_loop/train_session.py (the
+# session API, docs/your-own-loop.md part b), written against Hydra's public API only.
 HYDRA_APP = """import hydra
-import torch
 from omegaconf import DictConfig
-from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from jeanzay_kit import session
+from train_session import train
 
 
 @hydra.main(version_base=None, config_path=".", config_name="config")
 def main(cfg: DictConfig) -> None:
     with session(steps=cfg.steps) as s:
-        torch.manual_seed(0)
-        inputs = torch.randn(2048, 16)
-        data = TensorDataset(inputs, inputs.sum(dim=1, keepdim=True))
-        model = s.wrap(nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 1)))
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-        sampler = s.sampler(data, batch_size=32 // s.world_size, global_batch_size=32)
-        ckpt = s.checkpointer(model, optimizer)
-        step = ckpt.resume()
-        while step < cfg.steps:
-            for x, y in DataLoader(data, batch_sampler=sampler):
-                loss = nn.functional.mse_loss(model(x), y)
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-                if s.should_stop(step, loss=loss):
-                    ckpt.save(step + 1)
-                    s.requeue_and_exit()
-                if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
-                    ckpt.save(step + 1)
-                    s.log(step + 1, loss=loss)
-                step += 1
-                if step == cfg.steps:
-                    break
-        s.save_model(model)
+        train(cfg, s)
 
 
 if __name__ == "__main__":
@@ -131,8 +106,10 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
     its usual disk no filesystem is filled."""
     project = tmp_path / "own project"
     project.mkdir()
+    example = RUN.parents[1] / "docs" / "examples" / "own_loop" / "train_session.py"
+    (project / "train_session.py").write_text(example.read_text())
     (project / "app.py").write_text(HYDRA_APP)
-    (project / "config.yaml").write_text("steps: 60\nsave_every: 10\n")
+    (project / "config.yaml").write_text("steps: 60\nsave_every: 10\nstep_seconds: 0.0\n")
     argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=1000]"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "4", "--every", "1", "--seed", "2", "--dir", "rehearsal", "--json"]
