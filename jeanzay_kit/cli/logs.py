@@ -174,7 +174,7 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
 def _follow_local(run_dir: RunDir, rank: int | None) -> int:
     """Print what a local run adds to train.log while a live process holds the run
     directory; then its exit code (outcome.json: 0 completed, 3 stopped, 1 failed)."""
-    from jeanzay_kit.ending.outcome import read_outcome
+    from jeanzay_kit.ending.endings import read_outcome
     from jeanzay_kit.rundir.lease import holder
     from jeanzay_kit.rundir.rank_lines import lines_of_rank
 

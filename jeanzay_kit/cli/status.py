@@ -227,7 +227,7 @@ def _local_views(directory: str | None, optional: bool) -> list[RunView]:
 
 def _local_states(views: list[RunView], states: dict) -> None:
     """A run on this machine: its state from its own directory."""
-    from jeanzay_kit.ending.outcome import read_signal
+    from jeanzay_kit.ending.endings import read_signal
     from jeanzay_kit.launch import status
 
     for view in views:
@@ -453,7 +453,7 @@ def _newest(record: dict) -> float:
 def _local_state(view: RunView, run_dir: RunDir) -> str:
     """A local run has no scheduler: its files say whether it finished or still beats
     (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
-    from jeanzay_kit.ending.outcome import read_outcome
+    from jeanzay_kit.ending.endings import read_outcome
 
     ended = read_outcome(run_dir)
     if ended is not None:

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     _check_network(args, spec)
     if spec.job.runs_script:  # another run of the script, with other arguments: said
         from jeanzay_kit.script.entry import script_command
-        from jeanzay_kit.script.script_siblings import earlier_run_line
+        from jeanzay_kit.script.script_files import earlier_run_line
 
         earlier = earlier_run_line(run_dir, spec.job.name, script_command(spec))
         if earlier:

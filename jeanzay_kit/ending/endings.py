@@ -1,10 +1,20 @@
-"""The run's record of how each attempt ended: `<run_dir>/endings.jsonl`. Edge (files).
+"""How the run's attempts ended, as the run directory records it. Edge (files).
 
-One line per end of an attempt, written by whoever saw it end (the local launcher,
-node/local.py; the batch script's step after srun, node/restart_job.py): the class and
-its one line of evidence (ending/ending_rules.py), the step reached, the nodes, the newest
-complete checkpoint then. `jzk status` and `jzk report` read the newest; the next
-failure is compared with it (a repeat ends the run instead of a restart).
+- `endings.jsonl`: one line per end of an attempt, written by whoever saw it end (the
+  local launcher, node/local.py; the batch script's step after srun,
+  node/restart_job.py): the class and its one line of evidence (ending/ending_rules.py),
+  the step reached, the nodes, the newest complete checkpoint then. `jzk status` and
+  `jzk report` read the newest; the next failure is compared with it (a repeat ends the
+  run instead of a restart).
+- `restarts.json`: the restart budget. After a hang (Exit.HUNG) or a crash, a run with
+  restarts left goes again from its newest complete checkpoint; the count lives in the
+  run directory, so it survives the process that made it, and a run that keeps failing
+  stops after preemption.max_restarts restarts instead of looping. A run that finishes
+  clears it.
+- `outcome.json`: how a local run ended, for `jzk status`. A Slurm job's end is in
+  Slurm's accounting; a run on this machine has no scheduler, and a script task writes
+  neither heartbeats nor model_final.pt. It is removed when a run starts, so a run in
+  progress never shows the end of the one before.
 """
 
 from __future__ import annotations
@@ -13,9 +23,13 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import (
     Decision,
     Verdict,
@@ -145,8 +159,6 @@ def record_local_end(run_dir: RunDir, code: int, signum: int, since: float) -> N
 def judge(run_dir: RunDir, verdict: Verdict) -> Decision:
     """Whether restarting after `verdict` can help, against the run's record: the end
     before it (when this attempt was a restart) and the checkpoints since."""
-    from jeanzay_kit.ending.restarts import read_restarts
-
     restarted = bool(read_restarts(run_dir))
     endings = read_endings(run_dir) if restarted else []
     previous = verdict_of(endings[-1]) if endings else None
@@ -163,3 +175,106 @@ def verdict_line(verdict: Verdict, decision: Decision) -> str:
     """`data error at step 4: ValueError: ...; not restarted: the attempt before failed
     the same way at the same step. HINT: ...`"""
     return f"{verdict.line()}; not restarted: {decision.why}. HINT: {verdict.fix}"
+
+
+# The restart budget: restarts.json
+
+
+def _restart_records(run_dir: RunDir) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(restarts that count against the budget now, those of earlier finished runs)."""
+    return run_dir.restart_records()
+
+
+def _write_restarts(run_dir: RunDir, restarts: list, history: list) -> None:
+    run_dir.root.mkdir(parents=True, exist_ok=True)
+    body = {"restarts": restarts, "history": history}
+    write_durably(run_dir.restarts, json.dumps(body, indent=1).encode())
+
+
+def read_restarts(run_dir: RunDir) -> list[dict[str, Any]]:
+    """The restarts that count against preemption.max_restarts now."""
+    return _restart_records(run_dir)[0]
+
+
+def record_restart(run_dir: RunDir, reason: str, job_id: str | None = None) -> int:
+    """Add one restart (of Slurm job `job_id`, the manifest's form: "123" or an array
+    task's "123_4"; None: a local run); returns how many the run has had, this one
+    included."""
+    current, history = _restart_records(run_dir)
+    current.append({"reason": reason, "time": time.time(), "job_id": job_id})
+    _write_restarts(run_dir, current, history)
+    return len(current)
+
+
+def clear_restarts(run_dir: RunDir) -> None:
+    """The run finished: its budget starts afresh; what happened moves to the history."""
+    current, history = _restart_records(run_dir)
+    if current:
+        _write_restarts(run_dir, [], history + current)
+
+
+# A local run's end: outcome.json
+
+
+def state_of(exit_code: int) -> str:
+    """Slurm's words for how a run ended: COMPLETED, STOPPED (run again to go on), FAILED."""
+    if exit_code == 0:
+        return "COMPLETED"
+    return "STOPPED" if exit_code == Exit.STOPPED else "FAILED"
+
+
+def clear_outcome(run_dir: RunDir) -> None:
+    run_dir.outcome.unlink(missing_ok=True)
+
+
+def record_outcome(run_dir: RunDir, exit_code: int, signum: int = 0) -> None:
+    """signum: the signal a process of the run died of (0: none), e.g. a script's
+    SIGUSR1 it does not handle, which stops the run (exit 3) but is what happened."""
+    record = {
+        "state": state_of(exit_code),
+        "exit_code": exit_code,
+        "signal": signum or None,
+        "ended_at": time.time(),
+    }
+    write_durably(run_dir.outcome, (json.dumps(record) + "\n").encode())
+
+
+def read_signal(run_dir: RunDir) -> int:
+    """The signal a process of the last local run died of (0: none, or not recorded)."""
+    try:
+        record = json.loads(run_dir.outcome.read_text())
+    except (OSError, ValueError):
+        return 0
+    signum = record.get("signal") if isinstance(record, dict) else None
+    return signum if isinstance(signum, int) and signum > 0 else 0
+
+
+def read_outcome(run_dir: RunDir) -> str | None:
+    """The recorded state of the last local run, or None (running, or never recorded)."""
+    try:
+        record = json.loads(run_dir.outcome.read_text())
+    except (OSError, ValueError):
+        return None
+    state = record.get("state") if isinstance(record, dict) else None
+    return state if isinstance(state, str) else None
+
+
+class Outcome:
+    code = 1  # until the launcher returns: an exception is a failure
+    signal = 0  # the signal a process of the run died of (a script's launcher sets it)
+
+
+@contextmanager
+def recorded_outcome(run_dir: RunDir) -> Iterator[Outcome]:
+    """A local run's end, recorded whatever happens in the block: the earlier run's
+    removed first, so a run in progress never shows it."""
+    run_dir.root.mkdir(parents=True, exist_ok=True)
+    clear_outcome(run_dir)
+    outcome = Outcome()
+    try:
+        yield outcome
+    except SystemExit as done:  # one worker trains in this process, and exits 3 on a stop
+        outcome.code = done.code if isinstance(done.code, int) else 1
+        raise
+    finally:
+        record_outcome(run_dir, outcome.code, outcome.signal)

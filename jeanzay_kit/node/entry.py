@@ -19,7 +19,7 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_present
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
-from jeanzay_kit.ending.outcome import recorded_outcome
+from jeanzay_kit.ending.endings import recorded_outcome
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rundir.lease import held, refuse_if_held
@@ -107,7 +107,7 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRe
         return script_task.run_task(
             sys.executable, script, env, run_dir, settings=script_task.job_settings(spec)
         )
-    from jeanzay_kit.script.script_siblings import earlier_run_line
+    from jeanzay_kit.script.script_files import earlier_run_line
 
     # A new run of a script whose other arguments left a run with files beside it: said.
     earlier = earlier_run_line(run_dir, spec.job.name, script_command(spec))

@@ -31,14 +31,14 @@ from jeanzay_kit.ending.ending_rules import Verdict
 from jeanzay_kit.ending.endings import (
     classify_attempt,
     judge,
+    read_restarts,
     record_ending,
+    record_restart,
     verdict_line,
 )
 from jeanzay_kit.ending.preemption import StopRequest
-from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
 from jeanzay_kit.rundir.run_directory import RunDir
-from jeanzay_kit.runtime.stall import made_progress
 
 # What every worker imports before its first step (torch's optimizers import
 # torch._dynamo when the first one is built): the fork server of CPU workers imports
@@ -197,7 +197,7 @@ def launch_local(
     cpu_only: bool = False,
 ) -> int:
     """Run the workers; after a hang or a crash, run them again from the newest complete
-    checkpoint while preemption.max_restarts allows (ending/restarts.py) and a restart can
+    checkpoint while preemption.max_restarts allows (ending/endings.py) and a restart can
     help (ending/endings.py: a failure that repeats ends the run at once). Every end of an
     attempt is classified into <run_dir>/endings.jsonl."""
     from jeanzay_kit.runtime.startup import process_start_time
@@ -234,7 +234,7 @@ def _restart_after(
     restart it (True) or say why not (False)."""
     reason = "hang" if code == Exit.HUNG else "crash"
     limit = spec.preemption.max_restarts
-    if not made_progress(run_dir.beats(), since):
+    if not run_dir.progressed_since(since):
         record_ending(run_dir, verdict, since=since, retried=False)
         _say(
             f"the run failed ({reason}) before completing any step of this attempt: not "

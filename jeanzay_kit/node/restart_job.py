@@ -3,7 +3,7 @@
 The rendered script runs `python -m jeanzay_kit.node.restart_job` when srun ends with
 an error: a hang (the watchdog's exit 4), a crashed rank (srun's --kill-on-bad-exit has
 already ended the others), a lost node. The restart is recorded in
-`<run_dir>/restarts.json` (ending/restarts.py) and the job requeued: it resumes from its
+`<run_dir>/restarts.json` (ending/endings.py) and the job requeued: it resumes from its
 newest complete checkpoint. A refusal (exit 2) or a preemption stop (exit 3, already
 requeued by rank 0) is left alone, and a run out of budget stops with a message saying so.
 """
@@ -28,13 +28,13 @@ from jeanzay_kit.ending.endings import (
     classify_attempt,
     judge,
     read_endings,
+    read_restarts,
     record_ending,
+    record_restart,
     verdict_line,
 )
-from jeanzay_kit.ending.restarts import read_restarts, record_restart
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.rundir.run_directory import RunDir
-from jeanzay_kit.runtime.stall import made_progress
 
 NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
 # A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
@@ -122,9 +122,7 @@ def _restart(
     # highest code of the step (a peer killed after them), so their folder tells.
     hung = status == 4 or (script and since is not None and run_dir.hang_dir(int(since)).is_dir())
     reason = "hang" if hung else f"failure (srun exit {status})"
-    progressed = (
-        wrote_since(run_dir, since) if script else made_progress(run_dir.beats(), since or 0)
-    )
+    progressed = wrote_since(run_dir, since) if script else run_dir.progressed_since(since or 0)
     ended = classify_attempt(run_dir, 4 if hung else status, since, extra_log=slurm_log)
     verdict = at_fault(ended, env or {})
     # A broken node fails before any step as well: worth a start on other nodes.

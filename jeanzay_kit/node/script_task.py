@@ -353,9 +353,9 @@ def run_task(
     The command's "run me again" (exit 3, or death by SIGUSR1) requeues the job: task 0
     runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
     info, start = rank_info_from_env(env), attempt_start(env)
-    full_env = task_env(env, run_dir, settings)
-    full_env["MASTER_PORT"] = str(agreed_port(env, info, run_dir))
+    port = agreed_port(env, info, run_dir)
     cwd, extra = own_cwd(run_dir, env, script, say=info.rank == 0)
+    full_env = {**task_env(env, run_dir, settings), "MASTER_PORT": str(port)}
     argv = script_argv(python, script.entry, begin_attempt(script, run_dir, start, info.rank))
     if info.rank == 0:  # `jzk status` counts the starts of a sweep point's script too
         record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))

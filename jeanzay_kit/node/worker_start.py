@@ -128,17 +128,16 @@ def _failure_explainer(spec: JobSpec) -> Callable[[BaseException], BaseException
 
 
 def say_done(run_dir: RunDir, result: TrainResult, job_id: str | None = None) -> None:
-    """Rank 0, after a completed run: its restart budget starts afresh, its end is
-    recorded (ending/endings.py: a Slurm job's earlier failure is not its newest end), and
+    """Rank 0, after a completed run: its end is recorded (ending/endings.py: a Slurm
+    job's earlier failure is not its newest end), its restart budget starts afresh, and
     the last line. job_id: the manifest's form ("123", an array task's "123_4")."""
     from jeanzay_kit.ending.ending_rules import COMPLETED, Verdict
-    from jeanzay_kit.ending.endings import record_ending
-    from jeanzay_kit.ending.restarts import clear_restarts
+    from jeanzay_kit.ending.endings import clear_restarts, record_ending
 
-    clear_restarts(run_dir)
     done = Verdict(COMPLETED, f"done: {result.steps} steps", step=result.steps)
     with contextlib.suppress(OSError):
         record_ending(run_dir, done, job_id=job_id)
+    clear_restarts(run_dir)
     loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
     print(
         f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "

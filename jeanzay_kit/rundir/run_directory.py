@@ -246,6 +246,15 @@ class RunDir:
         """Every rank's newest heartbeat."""
         return read_beats(self.heartbeats)
 
+    def progressed_since(self, since: float) -> bool:
+        """Did any rank of the attempt started at `since` complete a step? Beats written
+        before `since` belong to an earlier attempt; a failure with no progress would only
+        repeat, so it is not worth a restart (NVIDIA Resiliency Extension's rule)."""
+        return any(
+            b.wall_time >= since and b.start_step is not None and b.step > b.start_step
+            for b in self.beats()
+        )
+
     def script_beats(self) -> list[ScriptBeat]:
         """Every script task's newest beat (node/script_watch.py writes them)."""
         return _read_records(self.heartbeats, f"{SCRIPT_BEAT_PREFIX}*.json", ScriptBeat.from_json)

@@ -81,13 +81,13 @@ ENTRIES: tuple[Entry, ...] = (
           "the trained weights"),
     Entry(MODEL_DIGEST, "file", "train/loop.py (rank 0)", "jzk status, tests",
           "sha256 over every parameter of the final model"),
-    Entry(OUTCOME, "file", "ending/outcome.py (the local launcher)", "jzk status, jzk logs -f",
+    Entry(OUTCOME, "file", "ending/endings.py (the local launcher)", "jzk status, jzk logs -f",
           "how a local run ended: COMPLETED, STOPPED, FAILED"),
     Entry(PROVENANCE, "folder", "project/provenance.py", "the user",
           "code, config and environment the run was started with"),
     Entry(LEASE, "file", "lease.py (the holder)", "jzk status, jzk cancel, jzk logs -f",
           "who writes the run directory now (one writer)"),
-    Entry(RESTARTS, "file", "ending/restarts.py", "ending/restarts.py",
+    Entry(RESTARTS, "file", "ending/endings.py", "ending/endings.py",
           "restarts spent after hangs and crashes"),
     Entry(ENDINGS, "file", "ending/endings.py (the launcher, the batch script's step)",
           "jzk status, jzk report, node/restart_job.py, node/local.py",
@@ -177,7 +177,7 @@ TOOLKIT_NAMES = frozenset(
     }
 )
 # A session's hang dumps (hang-<step>/) are the watchdog's, not the script's progress;
-# nor are the temporary files of script/script_files.py claim_run_dir and ending/outcome.py.
+# nor are the temporary files of script/script_files.py claim_run_dir and ending/endings.py.
 _TOOLKIT_PREFIXES = (HANG_PREFIX, f".{COMMAND}.", f".{OUTCOME}.")
 
 

@@ -79,12 +79,3 @@ def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: s
 
 def _frozen(beat: Beat, now: float) -> bool:
     return now - beat.wall_time > FROZEN_BEATS * beat.interval_s + 1.0
-
-
-def made_progress(beats: Iterable[Beat], since: float) -> bool:
-    """Did any rank of the attempt started at `since` complete a step? Beats written
-    before `since` belong to an earlier attempt; a failure with no progress would only
-    repeat, so it is not worth a restart (NVIDIA Resiliency Extension's rule)."""
-    return any(
-        b.wall_time >= since and b.start_step is not None and b.step > b.start_step for b in beats
-    )

@@ -1,22 +1,30 @@
-"""The files of a script task's run directory: whose they are, and which command owns
-the directory. Edge (reads and writes files); the rules are script/script_rules.py."""
+"""The files of a script task's run directory: whose they are, which command owns the
+directory, and another run of the same script beside a new one (`jzk train
+job.entry=train.py -- --epochs 14` after `-- --epochs 12` starts a new run directory,
+since the arguments name the run, while the old one holds the script's checkpoint: by
+design, but said in one line at start, with job.args_may_change). Edge (reads and writes
+files); the rules are script/script_rules.py."""
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project.places import resume_values
 from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.progress import format_duration
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.script_rules import (
     ResumeTarget,
     ScriptCommand,
+    changed_options,
     command_differences,
     refusal,
     resume_refusal,
@@ -175,3 +183,46 @@ def write_script_beat(run_dir: RunDir, beat: ScriptBeat) -> None:
         os.replace(tmp, path)
     except OSError:
         pass
+
+
+def earlier_run_line(
+    run_dir: RunDir, job_name: str, command: ScriptCommand, now: float | None = None
+) -> str | None:
+    """One line when `run_dir` is a new run of the script and another run directory of
+    the same job.name and script (other arguments) holds the script's files; None
+    otherwise (this run directory exists: it resumes)."""
+    if run_dir.command.exists():
+        return None
+    now = time.time() if now is None else now
+    entry = command.identity()["entry"]
+    found: list[tuple[float, Path, list[str], str]] = []
+    for other in run_dir.siblings(f"{glob.escape(job_name)}-*"):
+        path = other.root
+        if not path.is_dir():
+            continue
+        try:
+            record = json.loads(other.command.read_text())
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or record.get("entry") != entry:
+            continue
+        checkpoint = other.newest_script_checkpoint()
+        written = checkpoint[1] if checkpoint else newest_script_write(other)
+        if written is None:
+            continue  # it left nothing to lose
+        what = f"{checkpoint[0].relative_to(path)}, " if checkpoint else "files, "
+        args = [str(a) for a in record.get("args") or []]
+        found.append((written, path, args, what + f"written {format_duration(now - written)} ago"))
+    if not found:
+        return None
+    _, where, args, what = max(found, key=lambda item: item[0])
+    changed = changed_options(args, command.args)
+    may_change = (
+        f"job.args_may_change='[{','.join(changed)}]'" if changed else "job.args_may_change"
+    )
+    return (
+        f"jzk: {where} holds a run of the same script with other arguments "
+        f"({' '.join(args) or 'none'}) and its files ({what}); this command starts a new run "
+        f"in {run_dir}. HINT: to go on in that run with these arguments instead: "
+        f"job.run_dir={where} {may_change}"
+    )

@@ -229,3 +229,24 @@ def rerun_note(run_dir: str, resume_args: Sequence[str], ended: str) -> str:
         f"{does}. HINT: to start a new run instead, give it another job.run_dir "
         f"(job.run_dir={run_dir}-2) or remove {run_dir}"
     )
+
+
+def changed_options(old: Sequence[str], new: Sequence[str]) -> list[str]:
+    """The options (`--epochs`) whose value differs between two argument lists, or
+    that only one of them has (`--name=value` and `--name value` alike)."""
+    a, b = _options(old), _options(new)
+    return sorted(k for k in a.keys() | b.keys() if k not in a or k not in b or a[k] != b[k])
+
+
+def _options(args: Sequence[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for i, arg in enumerate(args):
+        if not arg.startswith("-") or arg == "--":
+            continue
+        name, sep, value = arg.partition("=")
+        if sep:
+            out[name] = value
+        else:
+            following = args[i + 1] if i + 1 < len(args) else None
+            out[name] = following if following and not following.startswith("-") else None
+    return out

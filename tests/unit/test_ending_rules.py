@@ -318,7 +318,7 @@ def test_jzk_status_flags_a_restart_storm_and_shows_the_verdict(tmp_path) -> Non
     shown under the table and in --json; the newest end and its fix are shown too."""
     import json
 
-    from jeanzay_kit.ending.restarts import record_restart
+    from jeanzay_kit.ending.endings import record_restart
     from jeanzay_kit.launch.run_files import run_progress
     from jeanzay_kit.launch.status import RunView, run_objects, status_table
 

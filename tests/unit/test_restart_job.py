@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.ending.restarts import read_restarts
+from jeanzay_kit.ending.endings import read_restarts
 from jeanzay_kit.node.restart_job import restart_after_failure
 from jeanzay_kit.rundir.run_directory import RunDir
 

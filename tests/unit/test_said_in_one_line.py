@@ -20,8 +20,8 @@ import pytest
 
 from jeanzay_kit.cli import main
 from jeanzay_kit.rundir.run_directory import RunDir
-from jeanzay_kit.script.script_rules import ScriptCommand
-from jeanzay_kit.script.script_siblings import changed_options, earlier_run_line
+from jeanzay_kit.script.script_files import earlier_run_line
+from jeanzay_kit.script.script_rules import ScriptCommand, changed_options
 from jeanzay_kit.slurm.discover import Accounting, discover_profile, profile_name
 from tests.unit.test_discover import CONFIG, NODES, PARTITIONS
 
@@ -204,6 +204,20 @@ def test_an_earlier_run_of_the_script_is_named(
     assert line.startswith(f"jzk: {old} holds a run of the same script with other arguments")
     assert "(--epochs 12)" in line and "out/ckpt.pt" in line
     assert line.endswith(f"job.run_dir={old} job.args_may_change='[--epochs]'")
+
+
+def test_of_several_earlier_runs_the_newest_is_named_in_the_line_and_its_hint(
+    tmp_path: Path,
+) -> None:
+    # The hint named the last folder looked at, not the one the line names.
+    older = _script_run(tmp_path, "jzk-cccc3333", "train.py", ["--epochs", "10"], True)
+    newest = _script_run(tmp_path, "jzk-aaaa1111", "train.py", ["--epochs", "12"], True)
+    os.utime(older / "cwd" / "out" / "ckpt.pt", (1, 1))
+    line = earlier_run_line(
+        RunDir(tmp_path / "jzk-bbbb2222"), "jzk", ScriptCommand("train.py", ("--epochs", "14"))
+    )
+    assert line is not None and line.startswith(f"jzk: {newest} holds")
+    assert f"job.run_dir={newest} " in line and str(older) not in line
 
 
 def test_a_run_that_exists_resumes_without_a_word(tmp_path: Path) -> None:

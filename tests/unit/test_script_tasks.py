@@ -20,7 +20,7 @@ from jeanzay_kit.distributed.script_env import (
     script_argv,
     script_env,
 )
-from jeanzay_kit.ending.restarts import read_restarts
+from jeanzay_kit.ending.endings import read_restarts
 from jeanzay_kit.errors import SpecError
 from jeanzay_kit.node.restart_job import restart_after_failure
 from jeanzay_kit.rundir.run_directory import RunDir
