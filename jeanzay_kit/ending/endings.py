@@ -25,12 +25,14 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import (
+    NODE_FAULTS,
     Decision,
     Verdict,
     attempt_part,
@@ -169,6 +171,53 @@ def judge(run_dir: RunDir, verdict: Verdict) -> Decision:
         new_checkpoint=newest_checkpoint(run_dir) != before,
         restarted_before=restarted,
     )
+
+
+# Why a failed attempt is not tried again (Retry.why), each said in its launcher's words.
+NO_PROGRESS, CANNOT_PASS, BUDGET_SPENT = "no progress", "cannot pass", "budget spent"
+
+
+@dataclass(frozen=True)
+class Retry:
+    """After a failed attempt: another one (`count`: the restarts spent, this one
+    included), or why not (`why`; `decision` when the rules say it cannot pass)."""
+
+    why: str | None = None
+    decision: Decision | None = None
+    count: int = 0
+
+
+def retry_after_failure(
+    run_dir: RunDir,
+    verdict: Verdict,
+    *,
+    since: float | None,
+    progressed: bool,
+    limit: int,
+    reason: str,
+    job_id: str | None = None,
+    other_nodes: bool = False,
+) -> Retry:
+    """The one rule both launchers follow after a hang or a crash (node/local.py
+    restarts the workers, node/restart_job.py requeues the Slurm job): an attempt that
+    completed no step would fail the same way, unless a node was at fault and the next
+    attempt may run on other nodes (`other_nodes`: a Slurm job); then the rules'
+    judgement on the run's record (ending_rules.decide); then the restart budget
+    (preemption.max_restarts). The attempt's end is recorded either way and, on a
+    retry, one restart spent."""
+    node_fault = other_nodes and verdict.kind in NODE_FAULTS
+    if since is not None and not progressed and not node_fault:
+        record_ending(run_dir, verdict, job_id=job_id, since=since, retried=False)
+        return Retry(NO_PROGRESS)
+    decision = judge(run_dir, verdict)
+    if not decision.retry:
+        record_ending(run_dir, verdict, job_id=job_id, since=since, retried=False)
+        return Retry(CANNOT_PASS, decision)
+    budget_left = len(read_restarts(run_dir)) < limit
+    record_ending(run_dir, verdict, job_id=job_id, since=since, retried=budget_left)
+    if not budget_left:
+        return Retry(BUDGET_SPENT)
+    return Retry(count=record_restart(run_dir, reason, job_id))
 
 
 def verdict_line(verdict: Verdict, decision: Decision) -> str:

@@ -29,11 +29,11 @@ from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.codes import Exit, stop_signals
 from jeanzay_kit.ending.ending_rules import Verdict
 from jeanzay_kit.ending.endings import (
+    BUDGET_SPENT,
+    NO_PROGRESS,
     classify_attempt,
-    judge,
-    read_restarts,
     record_ending,
-    record_restart,
+    retry_after_failure,
     verdict_line,
 )
 from jeanzay_kit.ending.preemption import StopRequest
@@ -230,30 +230,28 @@ def _say(line: str) -> None:
 def _restart_after(
     spec: JobSpec, run_dir: RunDir, code: int, since: float, verdict: Verdict
 ) -> bool:
-    """After a failed attempt: record its end (verdict: classify_attempt's), then
-    restart it (True) or say why not (False)."""
+    """After a failed attempt (verdict: classify_attempt's): restart it (True) or say
+    why not (False), by the rule a Slurm job follows too (ending/endings.py)."""
     reason = "hang" if code == Exit.HUNG else "crash"
     limit = spec.preemption.max_restarts
-    if not run_dir.progressed_since(since):
-        record_ending(run_dir, verdict, since=since, retried=False)
+    retry = retry_after_failure(
+        run_dir, verdict, since=since, progressed=run_dir.progressed_since(since),
+        limit=limit, reason=reason,
+    )  # fmt: skip
+    if retry.why == NO_PROGRESS:
         _say(
             f"the run failed ({reason}) before completing any step of this attempt: not "
             "restarted, since it would fail the same way (no restart of "
             f"preemption.max_restarts={limit} spent; {verdict.line()}). HINT: read the error "
-            "above, fix "
-            "its cause, then run the same command again: it resumes from the newest "
-            "complete checkpoint"
+            "above, fix its cause, then run the same command again: it resumes from the "
+            "newest complete checkpoint"
         )
-        return False
-    decision = judge(run_dir, verdict)
-    if not decision.retry:
-        record_ending(run_dir, verdict, since=since, retried=False)
+    elif retry.decision is not None:
         _say(
-            f"the run failed: {verdict_line(verdict, decision)} (history in {run_dir.endings.name})"
+            f"the run failed: {verdict_line(verdict, retry.decision)} (history in "
+            f"{run_dir.endings.name})"
         )
-        return False
-    if len(read_restarts(run_dir)) >= limit:
-        record_ending(run_dir, verdict, since=since, retried=False)
+    elif retry.why == BUDGET_SPENT:
         _say(
             f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
             f"(preemption.max_restarts={limit}, history in {run_dir.restarts}); "
@@ -261,14 +259,12 @@ def _restart_after(
             "the cause, then run the same command again: it resumes from the newest "
             f"complete checkpoint (delete {run_dir.restarts.name} to reset the budget)"
         )
-        return False
-    record_ending(run_dir, verdict, since=since, retried=True)
-    count = record_restart(run_dir, reason)
-    _say(
-        f"restarting after a {reason} ({count}/{limit}), from the newest complete "
-        f"checkpoint ({verdict.line()})"
-    )
-    return True
+    else:
+        _say(
+            f"restarting after a {reason} ({retry.count}/{limit}), from the newest complete "
+            f"checkpoint ({verdict.line()})"
+        )
+    return retry.why is None
 
 
 def local_start_mark(run_dir: RunDir) -> None:

@@ -25,12 +25,12 @@ from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.ending.endings import (
+    BUDGET_SPENT,
+    NO_PROGRESS,
     classify_attempt,
-    judge,
     read_endings,
-    read_restarts,
     record_ending,
-    record_restart,
+    retry_after_failure,
     verdict_line,
 )
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
@@ -114,9 +114,9 @@ def _restart(
     env: Mapping[str, str] | None = None,
     slurm_log: str = "",
 ) -> str:
-    """After a hang or a crash: requeue from the newest checkpoint while the budget
-    allows and a restart can help (ending/endings.py judge; no progress in the attempt:
-    it would fail the same way), leaving a node at fault out of the next start.
+    """After a hang or a crash: requeue from the newest checkpoint when the rule both
+    launchers follow allows it (ending/endings.py retry_after_failure), leaving a node
+    at fault out of the next start.
     request_file: in a container, where the batch shell is asked to requeue."""
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
@@ -125,22 +125,35 @@ def _restart(
     progressed = wrote_since(run_dir, since) if script else run_dir.progressed_since(since or 0)
     ended = classify_attempt(run_dir, 4 if hung else status, since, extra_log=slurm_log)
     verdict = at_fault(ended, env or {})
-    # A broken node fails before any step as well: worth a start on other nodes.
-    if since is not None and not progressed and verdict.kind not in NODE_FAULTS:
-        record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
+    if job is None:  # run by hand, outside a job: its end recorded, nothing restarted
+        with contextlib.suppress(OSError):
+            record_ending(run_dir, verdict, since=since, retried=False)
+        return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
+    retry = retry_after_failure(
+        run_dir, verdict, since=since, progressed=progressed, limit=max_restarts,
+        reason=reason, job_id=job, other_nodes=True,
+    )  # fmt: skip
+    if retry.why == NO_PROGRESS:  # a broken node fails before any step too: not here
         return (
             f"jzk: {reason} before any step of this attempt completed: not requeued, since "
             f"it would fail the same way (no restart spent): {verdict.line()}. HINT: read the "
             "errors above, fix the cause and submit the job again: it resumes from its "
             "newest checkpoint"
         )
-    refused = _no_retry(run_dir, verdict, job, since)
-    if refused:
-        return refused
-    if job is None:
-        return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
+    if retry.decision is not None:
+        return (
+            f"jzk: {verdict_line(verdict, retry.decision)} (not requeued, no restart spent; "
+            f"history in {run_dir.endings})"
+        )
+    if retry.why == BUDGET_SPENT:
+        return (
+            f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
+            f"(preemption.max_restarts, history in {run_dir.restarts}): not requeued. "
+            "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
+            "fix the cause and submit the job again: it resumes from its newest checkpoint"
+        )
     return _requeue(
-        run_dir, verdict, reason, max_restarts, job=job, since=since, runner=runner,
+        run_dir, verdict, reason, f"{retry.count}/{max_restarts}", job=job, runner=runner,
         request_file=request_file, env=env or {},
     )  # fmt: skip
 
@@ -149,35 +162,24 @@ def _requeue(
     run_dir: RunDir,
     verdict: Verdict,
     reason: str,
-    max_restarts: int,
+    spent: str,
     *,
     job: str,
-    since: float | None,
     runner: Any,
     request_file: str | None,
     env: Mapping[str, str],
 ) -> str:
-    """Spend a restart and requeue the job, its nodes at fault left out; or say the
-    budget is spent."""
+    """Requeue the job (its restart already spent: `spent`, "1/3"), its nodes at fault
+    left out."""
     from jeanzay_kit.ending.requeue import requeue_job
 
-    done = len(read_restarts(run_dir))
-    record_ending(run_dir, verdict, job_id=job, since=since, retried=done < max_restarts)
-    if done >= max_restarts:
-        return (
-            f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
-            f"(preemption.max_restarts, history in {run_dir.restarts}): not requeued. "
-            "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
-            "fix the cause and submit the job again: it resumes from its newest checkpoint"
-        )
-    count = record_restart(run_dir, reason, job)
     try:
         requeue_job(job, request_file, runner)
     except SlurmCommandError as err:
         return f"jzk: {reason}; could not requeue job {job}: {err}"
     left_out = leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
     return (
-        f"jzk: {reason}; requeued job {job} ({count}/{max_restarts}): it resumes from the "
+        f"jzk: {reason}; requeued job {job} ({spent}): it resumes from the "
         f"newest complete checkpoint{left_out}"
     )
 
@@ -252,20 +254,6 @@ def _record(
             run_dir, classify_attempt(run_dir, status, since), job_id=job, since=since,
             retried=retried,
         )  # fmt: skip
-
-
-def _no_retry(run_dir: RunDir, verdict: Verdict, job: str | None, since: float | None) -> str:
-    """The line that ends the run when a restart cannot help (ending/endings.py judge):
-    the same failure at the same step as the attempt before, no new checkpoint since the
-    last restart, an out of memory, a NaN, a full disk; "" when it can."""
-    decision = judge(run_dir, verdict)
-    if decision.retry:
-        return ""
-    record_ending(run_dir, verdict, job_id=job, since=since, retried=False)
-    return (
-        f"jzk: {verdict_line(verdict, decision)} (not requeued, no restart spent; history "
-        f"in {run_dir.endings})"
-    )
 
 
 def job_err_log(job_id: str | None, runner: Any = None) -> str:

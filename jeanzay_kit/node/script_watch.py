@@ -28,7 +28,7 @@ from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_han
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.rank_log import TAIL_BYTES
-from jeanzay_kit.script.script_files import newest_script_write, write_script_beat
+from jeanzay_kit.script.script_files import write_script_beat
 
 STOP_SIGNALS = stop_signals()
 TICK_S = 0.2
@@ -231,7 +231,7 @@ def _hang(watch: Watch, now: float, warned_at: float | None) -> ScriptHang | Non
     # Output alone first; the run directory is walked only when no task printed.
     if judge(None) is None:
         return None
-    return judge(newest_script_write(watch.run_dir))
+    return judge(watch.run_dir.newest_script_write())
 
 
 def _together(folder: Path, what: str, watch: Watch, hang: ScriptHang, timeout: float) -> None:

@@ -282,6 +282,10 @@ class RunDir:
                     continue
         return found
 
+    def newest_script_write(self) -> float | None:
+        """When the script last wrote a file in its run directory (None: never)."""
+        return max((mtime for _, mtime in self.script_files()), default=None)
+
     def newest_script_checkpoint(self) -> tuple[Path, float] | None:
         """The script's newest file that looks like a checkpoint, and its mtime (the newest
         written, whatever its name: `last.pth.tar` beside `checkpoint-4.pth.tar`)."""

@@ -96,11 +96,6 @@ def _newest_under(folder: Path, limit: int = 5000) -> float:
     return newest
 
 
-def newest_script_write(run_dir: RunDir) -> float | None:
-    """When the script last wrote a file in its run directory (None: never)."""
-    return max((mtime for _, mtime in _script_files(run_dir)), default=None)
-
-
 def first_start(run_dir: RunDir) -> float | None:
     """When the run's first attempt started (attempts.jsonl's first line), None: never."""
     try:
@@ -207,7 +202,7 @@ def earlier_run_line(
         if not isinstance(record, dict) or record.get("entry") != entry:
             continue
         checkpoint = other.newest_script_checkpoint()
-        written = checkpoint[1] if checkpoint else newest_script_write(other)
+        written = checkpoint[1] if checkpoint else other.newest_script_write()
         if written is None:
             continue  # it left nothing to lose
         what = f"{checkpoint[0].relative_to(path)}, " if checkpoint else "files, "

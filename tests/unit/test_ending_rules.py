@@ -394,3 +394,59 @@ def test_a_process_killed_from_outside_is_not_its_peers_tracebacks() -> None:
     killed = classify(exit_code=-9, log=PEER_KILLED.split("srun:")[0], signal_name="SIGKILL")
     assert (killed.kind, killed.evidence) == (UNKNOWN, "killed by SIGKILL")
     assert classify(exit_code=1, log=BUG, signal_name=None).kind == USER_ERROR
+
+
+CRASH = Verdict(UNKNOWN, "exit 1", step=12)
+BROKEN_GPU = Verdict(GPU_HARDWARE, "CUDA error: uncorrectable ECC error", step=0, node="n1")
+
+
+@pytest.mark.parametrize(
+    ("verdict", "progressed", "other_nodes", "spent", "why", "retried"),
+    [
+        (CRASH, True, False, 0, None, True),  # restarted, one restart spent
+        (CRASH, False, False, 0, "no progress", False),  # it would fail the same way
+        (BROKEN_GPU, False, False, 0, "no progress", False),  # here: the same GPU again
+        (BROKEN_GPU, False, True, 0, None, True),  # a Slurm job: another node can pass
+        (CRASH, True, True, 2, "budget spent", False),  # preemption.max_restarts=2 used
+    ],
+    ids=["restart", "no progress", "node fault here", "node fault on slurm", "budget"],
+)
+def test_both_launchers_follow_one_rule_after_a_failure(
+    tmp_path, verdict: Verdict, progressed: bool, other_nodes: bool, spent: int, why, retried
+) -> None:
+    """node/local.py and node/restart_job.py ask ending/endings.py: the attempt's end is
+    recorded either way, and a restart is spent only when one is made."""
+    import json
+
+    from jeanzay_kit.ending.endings import read_restarts, record_restart, retry_after_failure
+
+    run = RunDir(tmp_path)
+    for _ in range(spent):
+        record_restart(run, "crash")
+    retry = retry_after_failure(
+        run, verdict, since=1.0, progressed=progressed, limit=2, reason="crash",
+        other_nodes=other_nodes,
+    )  # fmt: skip
+    assert retry.why == why and retry.decision is None
+    assert len(read_restarts(run)) == spent + (why is None)
+    assert retry.count == (spent + 1 if why is None else 0)
+    (ended,) = [json.loads(line) for line in run.endings.read_text().splitlines()]
+    assert ended["kind"] == verdict.kind and ended["retried"] is retried
+
+
+def test_a_failure_that_repeats_is_not_retried_and_spends_no_restart(tmp_path) -> None:
+    from jeanzay_kit.ending.endings import (
+        CANNOT_PASS,
+        read_restarts,
+        record_ending,
+        record_restart,
+        retry_after_failure,
+    )
+
+    run = RunDir(tmp_path)
+    data = Verdict(DATA_ERROR, "ValueError: corrupt record 1500", step=4)
+    record_restart(run, "crash")
+    record_ending(run, data, since=0.5, retried=True)
+    retry = retry_after_failure(run, data, since=1.0, progressed=True, limit=3, reason="crash")
+    assert retry.why == CANNOT_PASS and retry.decision is not None and not retry.decision.retry
+    assert len(read_restarts(run)) == 1
