@@ -33,6 +33,15 @@ from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.rundir.run_layout import HANG_PREFIX
 
 POLL_S = 0.2
+# A script whose loop does not use the session API records none of what a rehearsal
+# follows a run by: its steps, its processes' heartbeats, its final model's digest.
+NOT_RECORDED = (
+    "the run without faults completed but recorded no steps, heartbeats or final model "
+    "digest: your script's loop does not use the toolkit's session API, and a rehearsal "
+    "of a plain script is not built yet (docs/rehearse.md, What is not rehearsed yet). "
+    "HINT: run your loop through the session (docs/your-own-loop.md, part b), or rehearse "
+    "the toolkit's loop (without job.entry)"
+)
 # After its recovery a fault must be followed by progress within this (and the watchdog).
 # On Slurm a requeued job waits for the queue and for its credential to expire too.
 RESUME_GRACE_S = 180.0
@@ -130,6 +139,8 @@ def run_reference(line: Timeline) -> Reference:
     if code != 0:
         raise JzkError(f"the run without faults failed (exit {code}): see {line.log}")
     seconds = time.monotonic() - started
+    if not line.run.model_digest.exists():  # nor heartbeats, nor steps
+        raise JzkError(NOT_RECORDED)
     pace = (last[1] - first[1]) / (last[0] - first[0]) if first and last[0] > first[0] else 0.0
     digest = line.run.model_digest.read_text().strip()
     pace = pace or max(line.step(), 1) / seconds

@@ -127,3 +127,37 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
     assert not any("checkpoint.every_steps" in line for line in found["advice"]), found
     # Hydra's output folder of each start is in the run directory, not in the project.
     assert not (project / "outputs").exists(), sorted(p.name for p in project.iterdir())
+
+
+# A nanoGPT-style script of a user's own: its own checkpoint in out/, no toolkit import.
+PLAIN_SCRIPT = """\
+import os, time, torch
+os.makedirs("out", exist_ok=True)
+start = torch.load("out/ckpt.pt", weights_only=True)["iter"] if os.path.exists("out/ckpt.pt") else 0
+w = torch.zeros(4)
+for it in range(start, 30):
+    w += 1
+    print(f"iter {it}", flush=True)
+    if it % 10 == 0:
+        torch.save({"iter": it, "w": w}, "out/ckpt.pt")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_plain_script_is_refused_in_one_line_once_its_run_shows_nothing_to_follow(
+    tmp_path: Path,
+) -> None:
+    """Not rehearsed yet (docs/rehearse.md): said in one line with the way that works,
+    never a traceback (it was FileNotFoundError on model_final.sha256)."""
+    (tmp_path / "train.py").write_text(PLAIN_SCRIPT)
+    done = subprocess.run(
+        [JZK, "rehearse", "job.entry=train.py", "--faults", "2", "--every", "1", "--dir", "r"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith("jzk rehearse: error: "), done.stderr
+    assert "session API" in said[0] and "HINT: " in said[0] and "Traceback" not in done.stderr
