@@ -128,7 +128,7 @@ def _restart(
     if job is None:  # run by hand, outside a job: its end recorded, nothing restarted
         with contextlib.suppress(OSError):
             record_ending(run_dir, verdict, since=since, retried=False)
-        return f"jzk: {reason}, and this is not a Slurm job: nothing to requeue"
+        return f"jzk: {reason} ({verdict.line()}), and this is not a Slurm job: nothing to requeue"
     retry = retry_after_failure(
         run_dir, verdict, since=since, progressed=progressed, limit=max_restarts,
         reason=reason, job_id=job, other_nodes=True,

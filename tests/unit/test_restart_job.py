@@ -64,8 +64,12 @@ def test_a_refused_requeue_is_said(tmp_path: Path) -> None:
 def test_outside_slurm_nothing_is_requeued(tmp_path: Path) -> None:
     runner = Scontrol()
     line = restart_after_failure(RunDir(tmp_path), 4, 3, env={}, runner=runner)
-    assert line == "jzk: hang, and this is not a Slurm job: nothing to requeue"
+    # The verdict is said, the end recorded, no restart spent.
+    assert line.startswith("jzk: hang (hang") and line.endswith(
+        "), and this is not a Slurm job: nothing to requeue"
+    ), line
     assert runner.calls == [] and read_restarts(RunDir(tmp_path)) == []
+    assert RunDir(tmp_path).ending_records()[-1]["retried"] is False
 
 
 def _beat(run_dir: Path, rank: int, step: int, start_step: int | None, wall_time: float) -> None:
