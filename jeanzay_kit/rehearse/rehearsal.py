@@ -17,6 +17,7 @@ from jeanzay_kit.rehearse.runner import (
     rehearse_run,
     run_reference,
     save_seconds,
+    slowest_step_seconds,
     timeline,
 )
 from jeanzay_kit.rehearse.schedule import (
@@ -96,6 +97,8 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     # A script's own loop sets its interval itself (its save option), not the config.
     knob = "your script's checkpoint interval" if spec.job.runs_script else "checkpoint.every_steps"
     lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every, knob)
+    stall = rules.watchdog_advice(spec.watchdog.stall_seconds, slowest_step_seconds(reference))
+    lines += [stall] if stall else []
     if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
         lines.insert(0, "the final model differs by design: train.nonfinite=skip dropped an update")
     elif not equal:

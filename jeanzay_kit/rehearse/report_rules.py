@@ -86,6 +86,34 @@ def advice(
     return out
 
 
+# The watchdog's timeout suggested from the run: this many of its slowest steps (with
+# their save), and never under a minute (what a step does varies more than a rehearsal
+# shows: an evaluation, a slower node, a filesystem at its busiest).
+WATCHDOG_STEPS, WATCHDOG_FLOOR_S = 10, 60.0
+
+
+def watchdog_advice(stall_s: float, slowest_s: float) -> str | None:
+    """watchdog.stall_seconds against the slowest step of the run without faults (its
+    save included): so long that a hang holds the allocation for nothing, or so short
+    that a slow step is taken for a hang; None when it fits (or the watchdog is off)."""
+    if stall_s <= 0 or slowest_s <= 0:
+        return None
+    enough = max(WATCHDOG_FLOOR_S, WATCHDOG_STEPS * slowest_s)
+    step = f"the slowest step of the run without faults took {slowest_s:.2f} s with its save"
+    if stall_s < 2 * slowest_s:
+        return (
+            f"watchdog.stall_seconds={stall_s:g} is under twice {step}: a slow step may be "
+            f"taken for a hang; about {math.ceil(enough)} s waits it out (an evaluation too?)"
+        )
+    if stall_s > 3 * enough:
+        return (
+            f"watchdog.stall_seconds={stall_s:g}: a hang holds the allocation that long "
+            f"before it is named, and {step}; about {math.ceil(enough)} s names it sooner "
+            "(keep it above your evaluation's time, which the rehearsal does not see)"
+        )
+    return None
+
+
 def report(rows: Sequence[FaultRow], totals: Totals, lines: Sequence[str]) -> dict[str, object]:
     """rehearsal.json's object (and `jzk rehearse --json`'s last line)."""
     return {

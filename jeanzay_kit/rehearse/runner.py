@@ -440,6 +440,21 @@ def _records(path: Path) -> list[dict[str, object]]:
     return out
 
 
+def slowest_step_seconds(run: RunDir) -> float:
+    """The slowest step of a run with its save (metrics.jsonl: every step, as a rehearsal
+    logs them): what the watchdog's timeout must wait out."""
+    slowest = 0.0
+    for record in _records(run.metrics):
+        try:
+            took = float(str(record.get("step_time_s", 0))) + float(
+                str(record.get("ckpt_block_s", 0))
+            )
+        except ValueError:
+            continue
+        slowest = max(slowest, took)
+    return slowest
+
+
 def save_seconds(run: RunDir) -> float:
     """The mean time a save blocked the loop (starts.jsonl's end records)."""
     blocks = [float(str(r["ckpt_block_s"])) for r in _records(run.starts) if "ckpt_block_s" in r]

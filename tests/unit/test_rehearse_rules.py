@@ -15,6 +15,7 @@ from jeanzay_kit.rehearse.report_rules import (
     advice,
     report,
     row,
+    watchdog_advice,
     young_interval_s,
 )
 from jeanzay_kit.rehearse.schedule import (
@@ -115,3 +116,27 @@ def test_a_finished_jobs_exit_code_from_sacct(text: str, expected: int | None) -
     runner = Answers(text)
     assert job_exit_code("7", runner) == expected
     assert runner.argv == ["sacct", "-n", "-X", "-P", "-j", "7", "-o", "State,ExitCode"]
+
+
+@pytest.mark.parametrize(
+    ("stall_s", "slowest_s", "said"),
+    [
+        (300.0, 0.05, "a hang holds the allocation that long"),  # the default, tiny steps
+        (1000.0, 10.0, "a hang holds the allocation that long"),  # 10 steps of 10 s: 100 s
+        (300.0, 12.0, None),  # big steps and saves: 300 s fits
+        (5.0, 0.05, None),  # the tests' timeout for a fast run
+        (5.0, 4.0, "may be taken for a hang"),  # a save alone nearly reaches it
+        (0.0, 0.05, None),  # the watchdog is off
+        (300.0, 0.0, None),  # no step recorded: nothing to say
+    ],
+)
+def test_the_advice_fits_the_watchdog_to_the_slowest_step(
+    stall_s: float, slowest_s: float, said: str | None
+) -> None:
+    line = watchdog_advice(stall_s, slowest_s)
+    if said is None:
+        assert line is None
+        return
+    assert line is not None and said in line and f"watchdog.stall_seconds={stall_s:g}" in line
+    suggested = max(60, math.ceil(10 * slowest_s))  # never under a minute
+    assert f"about {suggested} s" in line, line
