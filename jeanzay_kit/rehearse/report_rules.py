@@ -62,6 +62,14 @@ class Totals:
     goodput: float  # the fault-free run's time over the rehearsal's
 
 
+# Steps lost on a stop signal: the loop went on, or stopped, without saving first.
+NO_SAVE_ON_STOP = (
+    "your loop does not save on the stop signal: when s.should_stop(step, loss=loss) is "
+    "True, save (ckpt.save(step + 1)) before s.requeue_and_exit(), and no step is lost "
+    "(docs/your-own-loop.md, part b)"
+)
+
+
 def advice(
     rows: Sequence[FaultRow],
     step_s: float,
@@ -69,11 +77,15 @@ def advice(
     every_s: float,
     every_steps: int,
     knob: str = "checkpoint.every_steps",
+    own_loop: bool = False,
 ) -> list[str]:
     """What to change, from the figures: the checkpoint interval against Young's for
     this fault rate (when the run recorded how long a save blocks it), and every fault
-    that was not survived. knob: what sets the interval (a script's own option)."""
+    that was not survived. knob: what sets the interval (a script's own option);
+    own_loop: the user's loop (a script on the session), which must save on a stop."""
     out = [f"fault {i}: {r.kind}: {r.verdict}" for i, r in enumerate(rows) if r.verdict != "ok"]
+    if own_loop and any(r.kind in (PREEMPT, STARTUP) and r.lost_steps for r in rows):
+        out.append(NO_SAVE_ON_STOP)
     if step_s > 0 and every_s > 0 and save_s > 0:
         best = young_interval_s(save_s, every_s) / step_s
         now = every_steps

@@ -180,10 +180,12 @@ def _wait_end(line: Timeline) -> int:
 
 
 def _train_for(line: Timeline, steps: int) -> None:
-    """Let the run train `steps` past the newest step logged so far (after a resume from
-    an older checkpoint, past that step again), starting it again after a stop."""
-    target = line.step() + steps
-    while line.step() < target:
+    """Let the run train `steps` past the newest step it reached so far (after a resume
+    from an older checkpoint, past that step again), starting it again after a stop. The
+    heartbeats count too: a loop of the user's that logs only when it saves would
+    otherwise meet every fault right after a save, and never lose a step."""
+    target = _reached(line) + steps
+    while _reached(line) < target:
         if line.ended() is not None and not line.goes_on():
             raise JzkError(
                 f"the run ended (exit {line.ended()}) at step {line.step()}, before the "
@@ -218,6 +220,9 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
     else:
         line.launch.warn()
         detected, by = _stopped(line, ends_before, injected)
+        # Where it stopped, a step or two later: what it trained since its newest save
+        # is what a stop without a save loses (its heartbeats, before a new start).
+        step = max([step, *(b.step for b in line.run.beats() if b.token in starts_before)])
     resumed_s, resumed_from = _resumed(line, injected, starts_before)
     took = None if detected is None else round(detected, 2)
     return rules.Measured(fault.kind, step, took, by, resumed_s, resumed_from)
@@ -366,7 +371,7 @@ def _stopped(line: Timeline, before: int, injected: float) -> tuple[float | None
     deadline = injected + RESUME_GRACE_S
     while time.monotonic() < deadline:
         if _stops(line.run) > before:
-            return time.monotonic() - injected, "the stop agreement: saved, exit 3"
+            return time.monotonic() - injected, "the stop agreement: stopped, exit 3"
         if line.ended() not in (None, 3):
             return None, f"the run ended (exit {line.ended()})"
         time.sleep(POLL_S / 4)
@@ -404,12 +409,19 @@ def _resumed(line: Timeline, injected: float, before: set[str]) -> tuple[float |
     while time.monotonic() < deadline:
         if start is None and any(b.token not in before for b in line.run.beats()):
             start = _newest_complete(line.run)
-        if start is not None and line.step() > start:
+        # A step past it: logged, or in a new attempt's heartbeat (a loop that logs
+        # only when it saves is not kept waiting for its next save).
+        if start is not None and (line.step() > start or _past(line, before, start)):
             return round(time.monotonic() - injected, 2), start
         if not line.goes_on():
             break
         time.sleep(POLL_S / 4)
     return None, None
+
+
+def _past(line: Timeline, before: set[str], start: int) -> bool:
+    """A new attempt's heartbeat shows a step past `start`."""
+    return any(b.step > start for b in line.run.beats() if b.token not in before)
 
 
 def _reached(line: Timeline) -> int:

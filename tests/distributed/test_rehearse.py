@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from jeanzay_kit.rehearse.report_rules import NO_SAVE_ON_STOP
 from jeanzay_kit.rehearse.schedule import FILL_LIMIT, KINDS, STORAGE_FULL, from_json, schedule
 from tests.bench.test_run import RUN, load_run_module
 from tests.mounts import tmpfs
@@ -161,3 +162,25 @@ def test_a_plain_script_is_refused_in_one_line_once_its_run_shows_nothing_to_fol
     said = done.stderr.strip().splitlines()
     assert len(said) == 1 and said[0].startswith("jzk rehearse: error: "), done.stderr
     assert "session API" in said[0] and "HINT: " in said[0] and "Traceback" not in done.stderr
+
+
+@pytest.mark.timeout(200)
+def test_a_loop_that_does_not_save_on_the_stop_signal_is_told_so(tmp_path: Path) -> None:
+    """The documented session loop with its save on `should_stop` left out, and a save
+    every 50 steps it logs only then: the time-limit warning meets it between two saves
+    (the schedule follows its heartbeats, not only what it logs), the steps since its
+    last save are lost, and the advice names the missing save."""
+    example = RUN.parents[1] / "docs" / "examples" / "own_loop" / "train_session.py"
+    saving = "                ckpt.save(step + 1)\n                s.requeue_and_exit()\n"
+    assert saving in example.read_text()
+    source = example.read_text().replace(saving, "                s.requeue_and_exit()\n")
+    (tmp_path / "train_session.py").write_text(source)
+    argv = [JZK, "rehearse", "job.entry=train_session.py", "job.args=[--steps,400,--save-every,50]"]
+    argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
+    argv += ["--faults", "1", "--every", "1", "--seed", "0", "--dir", "rehearsal", "--json"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    found = json.loads(done.stdout.splitlines()[-1])
+    (fault,) = found["faults"]
+    assert done.returncode == 1 and fault["kind"] == "preempt", (fault, done.stdout[-1500:])
+    assert 0 < fault["lost_steps"] <= 50 and fault["verdict"].startswith("lost "), fault
+    assert NO_SAVE_ON_STOP in found["advice"], found["advice"]

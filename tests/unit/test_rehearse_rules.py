@@ -10,6 +10,7 @@ import math
 import pytest
 
 from jeanzay_kit.rehearse.report_rules import (
+    NO_SAVE_ON_STOP,
     Measured,
     Totals,
     advice,
@@ -21,6 +22,7 @@ from jeanzay_kit.rehearse.report_rules import (
 from jeanzay_kit.rehearse.schedule import (
     FILL_LIMIT,
     KINDS,
+    PREEMPT,
     STORAGE_FULL,
     from_json,
     kinds_for,
@@ -116,6 +118,20 @@ def test_a_finished_jobs_exit_code_from_sacct(text: str, expected: int | None) -
     runner = Answers(text)
     assert job_exit_code("7", runner) == expected
     assert runner.argv == ["sacct", "-n", "-X", "-P", "-j", "7", "-o", "State,ExitCode"]
+
+
+def test_steps_lost_on_a_stop_signal_tell_a_loop_of_your_own_to_save_there() -> None:
+    lost = [row(Measured(PREEMPT, 120, 0.1, "the stop agreement", 2.0, 100), 50)]
+    kept = [row(Measured(PREEMPT, 120, 0.1, "the stop agreement", 2.0, 120), 50)]
+    mine = advice(lost, 0.1, 0.0, 40.0, 50, knob="your script's", own_loop=True)
+    assert mine == [
+        "fault 0: preempt: lost 20 step(s) on a stop signal (0 expected)",
+        NO_SAVE_ON_STOP,
+    ]
+    assert advice(kept, 0.1, 0.0, 40.0, 50, own_loop=True) == []
+    assert NO_SAVE_ON_STOP not in advice(
+        lost, 0.1, 0.0, 40.0, 50
+    )  # the toolkit's loop saves itself
 
 
 @pytest.mark.parametrize(
