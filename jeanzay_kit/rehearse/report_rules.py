@@ -77,6 +77,7 @@ def advice(
     every_s: float,
     every_steps: int,
     knob: str = "checkpoint.every_steps",
+    *,
     own_loop: bool = False,
 ) -> list[str]:
     """What to change, from the figures: the checkpoint interval against Young's for
