@@ -95,9 +95,8 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref.seconds / total_s)
     step_s = 1 / ref.steps_per_s
     # A script's own loop sets its interval itself (its save option), not the config.
-    knob = "your script's checkpoint interval" if spec.job.runs_script else "checkpoint.every_steps"
     own = spec.job.runs_script
-    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every, knob, own_loop=own)
+    lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every, own_loop=own)
     stall = rules.watchdog_advice(spec.watchdog.stall_seconds, slowest_step_seconds(reference))
     lines += [stall] if stall else []
     if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):

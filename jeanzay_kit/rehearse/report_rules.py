@@ -76,14 +76,14 @@ def advice(
     save_s: float,
     every_s: float,
     every_steps: int,
-    knob: str = "checkpoint.every_steps",
     *,
     own_loop: bool = False,
 ) -> list[str]:
     """What to change, from the figures: the checkpoint interval against Young's for
     this fault rate (when the run recorded how long a save blocks it), and every fault
-    that was not survived. knob: what sets the interval (a script's own option);
-    own_loop: the user's loop (a script on the session), which must save on a stop."""
+    that was not survived. own_loop: the user's loop (a script on the session), which
+    sets its interval itself and must save on a stop."""
+    knob = "your script's checkpoint interval" if own_loop else "checkpoint.every_steps"
     out = [f"fault {i}: {r.kind}: {r.verdict}" for i, r in enumerate(rows) if r.verdict != "ok"]
     if own_loop and any(r.kind in (PREEMPT, STARTUP) and r.lost_steps for r in rows):
         out.append(NO_SAVE_ON_STOP)

@@ -74,7 +74,7 @@ def test_the_advice_names_youngs_interval_and_each_fault_not_survived() -> None:
     assert lines[0].startswith("fault 0: hang: not survived")
     assert "Young's interval is about 63 steps" in lines[1]  # sqrt(2 * 0.5 * 40) / 0.1
     assert lines[1].startswith("checkpoint.every_steps=1000: ")
-    mine = advice(rows, 0.1, 0.5, 40.0, 1000, knob="your script's checkpoint interval")
+    mine = advice(rows, 0.1, 0.5, 40.0, 1000, own_loop=True)
     assert mine[1].startswith("your script's checkpoint interval=1000: ")
     # No save time recorded (a loop of the user's own): no interval is made up from it.
     assert advice(rows, step_s=0.1, save_s=0.0, every_s=40.0, every_steps=1000) == lines[:1]
@@ -123,7 +123,7 @@ def test_a_finished_jobs_exit_code_from_sacct(text: str, expected: int | None) -
 def test_steps_lost_on_a_stop_signal_tell_a_loop_of_your_own_to_save_there() -> None:
     lost = [row(Measured(PREEMPT, 120, 0.1, "the stop agreement", 2.0, 100), 50)]
     kept = [row(Measured(PREEMPT, 120, 0.1, "the stop agreement", 2.0, 120), 50)]
-    mine = advice(lost, 0.1, 0.0, 40.0, 50, knob="your script's", own_loop=True)
+    mine = advice(lost, 0.1, 0.0, 40.0, 50, own_loop=True)
     assert mine == [
         "fault 0: preempt: lost 20 step(s) on a stop signal (0 expected)",
         NO_SAVE_ON_STOP,
