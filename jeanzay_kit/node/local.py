@@ -61,6 +61,12 @@ def _worker(
 ) -> None:
     from jeanzay_kit.node.worker import run_worker
 
+    # Started with the stop signals blocked (_start): ignored until run_worker installs
+    # its handler, so that one pending now or arriving meanwhile cannot kill the rank
+    # (the launcher re-sends it until the rank is done).
+    for sig in FORWARDED:
+        signal.signal(sig, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
     try:
         run_worker(
             spec,
@@ -94,30 +100,33 @@ def worker_context(cpu_only: bool) -> ForkServerContext | SpawnContext:
     # Objective-C runtime, Accelerate) is not safe, which is why Python spawns there.
     if cpu_only and sys.platform == "linux":
         context = multiprocessing.get_context("forkserver")
-        # The server starts in _start, with the preemption signals ignored: it and every
-        # worker forked from it ignore them until the worker's own handler is installed
-        # (node/worker.py).
+        # The server starts in _start, with the stop signals blocked: it and every
+        # worker forked from it keep them waiting until the worker ignores them, then
+        # installs its own handler (_worker, node/worker.py).
         context.set_forkserver_preload(list(WORKER_IMPORTS))
         return context
     return multiprocessing.get_context("spawn")
 
 
 def _start(procs: list[BaseProcess], context: ForkServerContext | SpawnContext) -> None:
-    """Start the workers with the preemption signals ignored (a disposition that survives
-    fork and exec), so that one arriving while a worker starts cannot kill it; each
-    worker installs its own handler first thing, and signals are re-sent until the
-    workers are done, so one that arrived too early is delivered once they listen."""
-    ignored = {sig: signal.signal(sig, signal.SIG_IGN) for sig in FORWARDED}
+    """Start the workers with the stop signals blocked, a mask that survives fork and
+    exec (node/script_watch.py starts a user's command the same way). One arriving
+    meanwhile waits: here, for this process's own handler once the mask is restored; in
+    a worker, until it ignores them (_worker), and signals are re-sent until the workers
+    are done, so that one that came too early is delivered once they listen. (Ignoring
+    them here instead, as this did, dropped a signal that came in the window: seen, a
+    time-limit warning 1 s into a start under load never stopped the run.)"""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         if isinstance(context, ForkServerContext):
-            # The workers are forked by the server: it is the one to start ignoring them.
+            # The workers are forked by the server: it is the one to start with them
+            # blocked.
             forkserver.ensure_running()
         else:
             for proc in procs:
                 proc.start()
     finally:
-        for sig, handler in ignored.items():
-            signal.signal(sig, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
     if isinstance(context, ForkServerContext):
         # The server imports WORKER_IMPORTS before it forks the first worker: seconds
         # in which this process's own handlers note a signal (StopRequest), not drop it.
@@ -311,16 +320,20 @@ def _launch_once(
         )
         for index in range(world)
     ]
-    _start(procs, context)
-    # A signal noted before the workers existed is delivered to them too.
-    pending: set[int] = {stop.signum} if stop is not None and stop.signum else set()
+    pending: set[int] = set()
 
     def forward(signum: int, _frame: object) -> None:
         pending.add(signum)
         _send(procs, pending)
 
+    # Ours before the workers start: a signal arriving while they start is forwarded
+    # once _start restores the mask, and one noted before (by `stop`, even between these
+    # lines) is delivered to them too.
     previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    if stop is not None and stop.signum:
+        pending.add(stop.signum)
     try:
+        _start(procs, context)
         failed = _first_failure(procs, pending)
     finally:
         for sig, handler in previous.items():

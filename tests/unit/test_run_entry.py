@@ -155,3 +155,58 @@ def test_an_older_torch_is_still_refused(monkeypatch) -> None:
     monkeypatch.setattr(metadata, "distribution", lambda _name: dist)
     with pytest.raises(JzkError, match="needs torch >= 2.9"):
         entry.check_torch({})
+
+
+# A signal sent to the launcher just as it starts its workers (the fork server, or each
+# spawned worker), then what each worker was started with.
+_SIGNAL_AS_WORKERS_START = """
+import multiprocessing, os, signal, sys
+from multiprocessing import forkserver, popen_spawn_posix
+
+from jeanzay_kit.ending.preemption import StopRequest
+from jeanzay_kit.node import local
+
+
+def started_blocked() -> None:
+    sys.exit(0 if signal.SIGUSR1 in signal.pthread_sigmask(signal.SIG_BLOCK, []) else 1)
+
+
+def warned_then(start):
+    def starting(*args):
+        os.kill(os.getpid(), signal.SIGUSR1)  # Slurm's time-limit warning, now
+        return start(*args)
+    return starting
+
+
+if __name__ == "__main__":
+    stop = StopRequest()
+    context = multiprocessing.get_context(sys.argv[1])
+    procs = [context.Process(target=started_blocked) for _ in range(2)]
+    if sys.argv[1] == "forkserver":
+        forkserver.ensure_running = warned_then(forkserver.ensure_running)
+    else:
+        popen_spawn_posix.Popen._launch = warned_then(popen_spawn_posix.Popen._launch)
+    local._start(procs, context)
+    for proc in procs:
+        proc.join()
+    print(stop.signum, [proc.exitcode for proc in procs])
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_a_signal_while_the_launcher_starts_its_workers_is_kept(tmp_path: Path, method) -> None:
+    """The launcher's own handler sees a signal that came while it started the workers
+    (it was dropped: the launcher ignored them meanwhile, so that the workers inherit
+    that), and the workers start with them blocked: one sent before they listen waits."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "start.py"
+    script.write_text(_SIGNAL_AS_WORKERS_START)
+    done = subprocess.run(
+        [sys.executable, str(script), method], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split(None, 1) == [str(int(signal.SIGUSR1)), "[0, 0]\n"]
