@@ -37,6 +37,11 @@ class StopRequest:
             self._previous[sig] = signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, _frame: object) -> None:
+        self.note(signum)
+
+    def note(self, signum: int) -> None:
+        """A stop signal received by a handler of another (the local launcher's, which
+        passes it on to the workers)."""
         # SIGTERM (15) outranks USR1 (10) and USR2 (12): a cancel or a preemption wins
         # over the time-limit warning. SIGINT (2) only stops: it never asks for a requeue.
         self._signum = max(self._signum, signum)

@@ -18,7 +18,7 @@ import signal
 import socket
 import sys
 import time
-from multiprocessing import forkserver
+from multiprocessing import forkserver, resource_tracker
 from multiprocessing.connection import wait
 from multiprocessing.context import ForkServerContext, SpawnContext
 from multiprocessing.process import BaseProcess
@@ -110,12 +110,17 @@ def worker_context(cpu_only: bool) -> ForkServerContext | SpawnContext:
 
 def _start(procs: list[BaseProcess], context: ForkServerContext | SpawnContext) -> None:
     """Start the workers with the stop signals blocked, a mask that survives fork and
-    exec (node/script_watch.py starts a user's command the same way). One arriving
-    meanwhile waits: here, for this process's own handler once the mask is restored; in
-    a worker, until it ignores them (_worker), and signals are re-sent until the workers
-    are done, so that one that came too early is delivered once they listen. (Ignoring
-    them here instead, as this did, dropped a signal that came in the window: seen, a
-    time-limit warning 1 s into a start under load never stopped the run.)"""
+    exec and that they keep until they ignore them (_worker). One arriving meanwhile is
+    not lost: the launcher's handler (`forward`, installed before) takes it once the mask
+    is restored, or at once when another thread of this process (the lease's) was handed
+    it; in a worker it waits, and signals are re-sent until the workers are done, so that
+    one that came too early is delivered once they listen. (Ignoring them here instead,
+    as this did, dropped a signal that came in the window: seen, a time-limit warning 1 s
+    into a start under load never stopped the run.)"""
+    # multiprocessing's resource tracker, started by the first start below, unblocks
+    # SIGINT and SIGTERM in this thread after starting itself (Python 3.11,
+    # resource_tracker.ensure_running): started first, it leaves our mask alone.
+    resource_tracker.ensure_running()
     before = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     try:
         if isinstance(context, ForkServerContext):
@@ -325,6 +330,8 @@ def _launch_once(
     def forward(signum: int, _frame: object) -> None:
         pending.add(signum)
         _send(procs, pending)
+        if stop is not None:
+            stop.note(signum)  # a failed attempt after it is not restarted
 
     # Ours before the workers start: a signal arriving while they start is forwarded
     # once _start restores the mask, and one noted before (by `stop`, even between these

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from copy import deepcopy
 from typing import Any
 
 import torch
@@ -175,7 +174,3 @@ def run_stage(
         return loss(out, target) if last else out
 
     return run
-
-
-def copy_fake(model: nn.Module) -> nn.Module:
-    return deepcopy(model)
