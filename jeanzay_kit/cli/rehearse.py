@@ -18,20 +18,25 @@ def add(sub: argparse._SubParsersAction) -> None:
         description="Run the request without faults (the reference), then under a seeded "
         "schedule of faults injected for real (the time-limit warning, a training process "
         "killed, one stopped, the warning during start-up, a NaN loss, a process killed "
-        "during a save; with --slurm every process of a node), each after some seconds of "
+        "during a save, the checkpoints' filesystem full when it is a small one of its own; "
+        "with --slurm every process of a node), each after some seconds of "
         "training; then say per fault when it was noticed and by what, when training went "
         "on, the steps lost, and whether the final model equals the reference's. "
         "<dir>/run/faults.json is written first; <dir>/run/rehearsal.json keeps the report.",
     )
-    rehearse.add_argument("--faults", type=int, default=4, metavar="N", help="how many faults")
+    rehearse.add_argument(
+        "--faults", type=int, default=4, metavar="N", help="how many faults (default 4)"
+    )
     rehearse.add_argument(
         "--every",
         type=float,
         default=20.0,
         metavar="S",
-        help="seconds of training between them, on average",
+        help="seconds of training between them, on average (default 20)",
     )
-    rehearse.add_argument("--seed", type=int, default=0, metavar="K", help="the schedule's seed")
+    rehearse.add_argument(
+        "--seed", type=int, default=0, metavar="K", help="the schedule's seed (default 0)"
+    )
     rehearse.add_argument(
         "--dir",
         default=None,

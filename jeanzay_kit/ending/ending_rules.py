@@ -136,6 +136,10 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     )
 )  # fmt: skip
 
+# The toolkit's watchdog's line: `jzk train: hang: rank 1 (...) ...; watchdog.stall_seconds=5.
+# Python stacks of the live ranks: <run_dir>/hang-<step>`.
+WATCHDOG_SAID = re.compile(r"hang: (rank \d+ .*?)(?:\. Python stacks of the live ranks: .*)?$")
+
 # A task killed from outside (its node lost, an administrator's kill -9), as srun says
 # it. srun also kills the others of a step after one fails (--kill-on-bad-exit): so it
 # decides only when the log's tracebacks are all peers that lost it.
@@ -329,9 +333,13 @@ def from_log(text: str) -> Verdict | None:
 
 
 def _with_figure(kind: str, line: str) -> str:
-    """A CUDA out of memory keeps its figure (what it tried, what the GPU has)."""
+    """A CUDA out of memory keeps its figure (what it tried, what the GPU has); the
+    watchdog's own line (runtime/heartbeat.py) what it found, without its `jzk train:
+    hang:` and the stacks' folder, which made it too long to keep whole."""
     if kind == GPU_OOM and (match := MEMORY.search(line)):
         return f"CUDA out of memory: {match.group(0)}"
+    if kind == HANG and (match := WATCHDOG_SAID.search(line)):
+        return match.group(1)
     return line
 
 

@@ -6,6 +6,7 @@ starts.jsonl's starts, endings.jsonl's ends, the heartbeats' processes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
@@ -76,16 +77,8 @@ class Timeline:
 
     def step(self) -> int:
         """The newest step metrics.jsonl holds (0: none yet)."""
-        try:
-            lines = self.run.metrics.read_text().splitlines()
-        except OSError:
-            return 0
-        for line in reversed(lines):
-            try:
-                return int(json.loads(line)["step"])
-            except (ValueError, KeyError, TypeError):
-                continue
-        return 0
+        steps = _logged_steps(self.run)
+        return steps[-1] if steps else 0
 
 
 def timeline(
@@ -217,6 +210,11 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
         fired = _watchdog_fired(line.run, wall)
         if fault.kind == HANG and fired is not None:  # when it fired, not when it was done
             detected = fired
+    if fault.kind in (CKPT_WRITE, KILL_RANK, HANG, NODE_LOST):
+        # The ranks may have gone a step further than seen when the fault was sent: the
+        # attempt's end records the step its heartbeats reached, as the run's ledger
+        # (starts.jsonl, `jzk status`'s lost steps) counts it.
+        step = max(step, _ending_step(line.run, endings_before))
     else:
         line.launch.warn()
         detected, by = _stopped(line, ends_before, injected)
@@ -405,13 +403,17 @@ def _resumed(line: Timeline, injected: float, before: set[str]) -> tuple[float |
     past the one it resumed from: the newest complete checkpoint when it began (a loop
     of the toolkit or of a session resumes from it; its beats' first step may precede
     the resume)."""
-    deadline, start = time.monotonic() + RESUME_GRACE_S, None
+    deadline, start, logged = time.monotonic() + RESUME_GRACE_S, None, 0
     while time.monotonic() < deadline:
         if start is None and any(b.token not in before for b in line.run.beats()):
             start = _newest_complete(line.run)
-        # A step past it: logged, or in a new attempt's heartbeat (a loop that logs
-        # only when it saves is not kept waiting for its next save).
-        if start is not None and (line.step() > start or _past(line, before, start)):
+            logged = len(_logged_steps(line.run))  # the steps logged before this start
+        # A step past it: logged by the new start (the steps logged before the fault are
+        # past it too, after a crash), or in its heartbeat (a loop that logs only when
+        # it saves is not kept waiting for its next save).
+        if start is not None and (
+            max(_logged_steps(line.run)[logged:], default=0) > start or _past(line, before, start)
+        ):
             return round(time.monotonic() - injected, 2), start
         if not line.goes_on():
             break
@@ -422,6 +424,23 @@ def _resumed(line: Timeline, injected: float, before: set[str]) -> tuple[float |
 def _past(line: Timeline, before: set[str], start: int) -> bool:
     """A new attempt's heartbeat shows a step past `start`."""
     return any(b.step > start for b in line.run.beats() if b.token not in before)
+
+
+def _logged_steps(run: RunDir) -> list[int]:
+    """The steps metrics.jsonl holds, in the order they were logged."""
+    steps = []
+    for record in _records(run.metrics):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            steps.append(int(str(record["step"])))
+    return steps
+
+
+def _ending_step(run: RunDir, before: int) -> int:
+    """The step the first attempt end recorded after the `before` first ones reached (0:
+    none recorded, or no step in it)."""
+    records = _records(run.endings)[before:]
+    step = records[0].get("step") if records else None
+    return step if isinstance(step, int) else 0
 
 
 def _reached(line: Timeline) -> int:

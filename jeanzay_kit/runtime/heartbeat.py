@@ -171,7 +171,7 @@ class Watchdog:
                 return
 
     def _on_stall(self, stall: Stall) -> None:
-        folder = self.run_dir.hang_dir(stall.beat.step)
+        folder = self.run_dir.hang_dir(stall.step)
         folder.mkdir(parents=True, exist_ok=True)
         message = stall.message(self.stall_seconds)
         with open(folder / f"rank-{self.hb.rank}.txt", "w") as out:

@@ -37,6 +37,9 @@ class Stall:
     frozen: bool  # True: the process itself stopped; False: alive without progress
     seconds: float  # how long it has made no progress
     live_ranks: tuple[int, ...]  # ranks whose heartbeat thread still runs
+    # The furthest step a rank of the attempt reached: a frozen rank's own beat is up to
+    # a beat interval old (its writer stopped with it), dozens of short steps behind.
+    step: int
 
     @property
     def reporter(self) -> int | None:
@@ -52,7 +55,7 @@ class Stall:
             else f"has made no progress for {self.seconds:.0f} s"
         )
         return (
-            f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, at step {b.step}/"
+            f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, at step {self.step}/"
             f"{b.total_steps} in phase {b.phase}; watchdog.stall_seconds={stall_seconds:g}"
         )
 
@@ -69,12 +72,13 @@ def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: s
     if not stalled:
         return None
     live = tuple(sorted(b.rank for b in current if not _frozen(b, now)))
+    step = max(b.step for b in current)
     frozen = [b for b in stalled if _frozen(b, now)]
     if frozen:
         worst = min(frozen, key=lambda b: (b.wall_time, b.rank))
-        return Stall(worst, True, now - worst.progress_time, live)
+        return Stall(worst, True, now - worst.progress_time, live, step)
     worst = min(stalled, key=lambda b: (b.phase in WAITING_PHASES, b.progress_time, b.rank))
-    return Stall(worst, False, now - worst.progress_time, live)
+    return Stall(worst, False, now - worst.progress_time, live, step)
 
 
 def _frozen(beat: Beat, now: float) -> bool:

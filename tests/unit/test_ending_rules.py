@@ -59,6 +59,12 @@ collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=46
 NumelOut=466119168, Timeout(ms)=600000) ran for 600067 milliseconds before timing out.
 """
 # hiyouga/LlamaFactory#7396
+WATCHDOG_LINE = (
+    "[rank 0] jzk train: hang: rank 1 (host vm, pid 9862) has written no heartbeat and made "
+    "no progress for 5 s (the process is stopped, dead, or hung in native code), at step "
+    "40/1000 in phase own_step; watchdog.stall_seconds=5. Python stacks of the live ranks: "
+    "/tmp/trial/docs/examples/own_loop/rehearsal/run/hang-40\n"
+)
 NCCL_TIMEOUT = (
     "[rank0]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank 0] Watchdog caught "
     "collective operation timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=466119168, "
@@ -221,6 +227,9 @@ RANKED_DATASET = "".join(
         (RANKED_DATASET, 1, "", DATA_ERROR, "corrupt record 1500 (dataset index 1500)"),
         ("", 3, "", STOPPED, "exit 3"),
         ("", 4, "", HANG, "watchdog"),
+        # The watchdog's own line, as a session loop's launcher relays it (exit 1): what
+        # it found, whole, not cut in the middle of the stacks' folder.
+        (WATCHDOG_LINE, 1, "", HANG, "phase own_step; watchdog.stall_seconds=5"),
         (BUG, 4, "", HANG, "watchdog"),  # the watchdog's exit wins over a stopped rank's words
         (ECC, 4, "", GPU_HARDWARE, "uncorrectable ECC error"),
         # A full disk the run carried on from (on_write_error=continue), then a rank

@@ -74,3 +74,16 @@ def test_the_lowest_live_rank_reports_and_the_message_names_everything() -> None
         "forward_backward; watchdog.stall_seconds=10"
     )
     assert RunDir(Path("run")).hang_dir(stall.beat.step) == Path("run", "hang-7")
+
+
+def test_a_frozen_rank_is_named_at_the_step_the_run_reached_not_its_last_beat() -> None:
+    """SIGSTOP freezes a rank's heartbeat writer with it: its beat is up to an interval
+    old (81 steps of 6 ms in a rehearsal: hang-769 for a run stopped at 850). The others
+    wait for it at the step the run reached, which names the hang and its folder."""
+    at = {"total_steps": 3000}
+    frozen = beat(1, 12, 12, step=769, phase="optimizer", **at)
+    waiting = [beat(0, 11, 0.4, step=850, phase="backward", **at), beat(2, 11, 0.5, step=850, **at)]
+    stall = find_stall([frozen, *waiting], NOW, 10, "t")
+    assert stall is not None and stall.beat.rank == 1 and stall.frozen
+    assert stall.step == 850
+    assert "at step 850/3000 in phase optimizer" in stall.message(10)
