@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from jeanzay_kit.ckpt.kept import refuse_stale
@@ -29,6 +29,7 @@ from jeanzay_kit.rehearse.schedule import (
     NAN,
     NODE_LOST,
     SLURM_KINDS,
+    Fault,
     kinds_for,
     misfit,
     paced,
@@ -47,6 +48,15 @@ class Options:
     slurm: bool = False  # submitted to the Slurm cluster (--slurm), else run here
     # The environment, read once by the command (checkpoint.dir's $SCRATCH and the like).
     env: Mapping[str, str] = field(default_factory=dict)
+
+
+def _digest_lines(spec: JobSpec, plan: Sequence[Fault], equal: bool) -> list[str]:
+    """What the final model's digest says, when it differs from the reference's."""
+    if equal:
+        return []
+    if spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
+        return ["the final model differs by design: train.nonfinite=skip dropped an update"]
+    return ["the final model differs from the run without faults: a resume was not exact"]
 
 
 def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str, object]:
@@ -88,23 +98,19 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
         "run under the schedule",
         flush=True,
     )
+    step_s = 1 / ref.steps_per_s
+    # A script's own loop sets its interval itself (its save option), not the config.
+    own = spec.job.runs_script
     line = timeline(more, run, opts.folder / "run.log", opts.slurm, spec)
+    if own:
+        line = replace(line, step_s=step_s, interval=every)
     measured, total_s = rehearse_run(line, at_pace)
     rows = [rules.row(m, every) for m in measured]
     equal = run.model_digest.read_text().strip() == ref.digest
     totals = rules.Totals(equal, sum(r.lost_steps or 0 for r in rows), ref.seconds / total_s)
-    step_s = 1 / ref.steps_per_s
-    # A script's own loop sets its interval itself (its save option), not the config.
-    own = spec.job.runs_script
     lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every, own_loop=own)
     stall = rules.watchdog_advice(spec.watchdog.stall_seconds, slowest_step_seconds(reference))
-    lines += [stall] if stall else []
-    if not equal and spec.train.nonfinite == "skip" and any(f.kind == NAN for f in plan):
-        lines.insert(0, "the final model differs by design: train.nonfinite=skip dropped an update")
-    elif not equal:
-        lines.insert(
-            0, "the final model differs from the run without faults: a resume was not exact"
-        )
+    lines = [*_digest_lines(spec, plan, equal), *lines, *([stall] if stall else [])]
     found = rules.report(rows, totals, lines)
     run.rehearsal.write_text(json.dumps(found, indent=1) + "\n")
     return found

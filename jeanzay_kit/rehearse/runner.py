@@ -61,6 +61,11 @@ class Timeline:
     # A script's run here is not restarted by its launcher after a crash or a hang (on
     # Slurm its job requeues itself): the rehearsal runs it again, as its user would.
     rerun_failures: bool = False
+    # A loop of the user's own may log only when it saves (every `interval` steps):
+    # between two logs its step is estimated at the reference's pace (seconds a step;
+    # 0: the toolkit's loop, which logs every step of a rehearsal).
+    step_s: float = 0.0
+    interval: int = 0
 
     def start(self) -> None:
         self.launch.start()
@@ -177,14 +182,29 @@ def _train_for(line: Timeline, steps: int) -> None:
     from an older checkpoint, past that step again), starting it again after a stop. The
     heartbeats count too: a loop of the user's that logs only when it saves would
     otherwise meet every fault right after a save, and never lose a step."""
-    target = _reached(line) + steps
-    while _reached(line) < target:
+    target = seen = _reached(line)
+    target += steps
+    grew: float | None = None  # when `seen` last grew, while waiting here
+    while _estimated(line, seen, grew) < target:
         if line.ended() is not None and not line.goes_on():
             raise JzkError(
                 f"the run ended (exit {line.ended()}) at step {line.step()}, before the "
                 f"next fault at step {target}: see {line.log}"
             )
         time.sleep(POLL_S / 4)
+        if (reached := _reached(line)) > seen:
+            seen, grew = reached, time.monotonic()
+
+
+def _estimated(line: Timeline, seen: int, grew: float | None) -> float:
+    """The step the run is at: the newest it was seen to reach and, for a loop of the
+    user's that logs only when it saves, the steps since at the reference's pace, up to
+    its next log (without it, every fault met such a loop just after a save, and a stop
+    that does not save lost nothing). Not before it was seen to move in this wait: after
+    a resume from an older checkpoint it first trains steps seen already."""
+    if not line.step_s or grew is None:
+        return seen
+    return seen + min((time.monotonic() - grew) / line.step_s, line.interval)
 
 
 def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:

@@ -156,3 +156,28 @@ def test_the_advice_fits_the_watchdog_to_the_slowest_step(
     assert line is not None and said in line and f"watchdog.stall_seconds={stall_s:g}" in line
     suggested = max(60, math.ceil(10 * slowest_s))  # never under a minute
     assert f"about {suggested} s" in line, line
+
+
+@pytest.mark.parametrize(
+    ("step_s", "grew_ago", "expected"),
+    [
+        (0.0, 0.5, 40),  # the toolkit's loop logs every step: what it logged
+        (0.01, None, 40),  # not seen moving yet (after a resume: re-training known steps)
+        (0.01, 0.05, 45),  # a loop that logs at its saves, 5 steps' time after its log
+        (0.01, 5.0, 50),  # never past its next log (its interval, 10)
+    ],
+)
+def test_a_loop_that_logs_at_its_saves_is_met_between_them(step_s, grew_ago, expected) -> None:
+    """Where the schedule meets a loop of the user's that logs only when it saves: at its
+    step estimated at the reference's pace since its last log, not just after a save."""
+    import time
+    from pathlib import Path
+
+    from jeanzay_kit.rehearse.launches import Here
+    from jeanzay_kit.rehearse.runner import Timeline, _estimated
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    line = Timeline(Here([], Path("log")), RunDir(Path("run")), Path("log"))
+    line.step_s, line.interval = step_s, 10
+    grew = None if grew_ago is None else time.monotonic() - grew_ago
+    assert _estimated(line, 40, grew) == pytest.approx(expected, abs=0.5)
