@@ -65,5 +65,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(found))
     rows = found["faults"]
     assert isinstance(rows, list)
-    survived = all(r["verdict"] == "ok" for r in rows) and found["digest_equal"] is True
+    # Bit for bit where the run is deterministic (CPU), else the final loss.
+    final = found["digest_equal"] is True or (
+        found["bitwise"] is False and found["loss_close"] is True
+    )
+    survived = all(r["verdict"] == "ok" for r in rows) and final
     return 0 if survived else 1

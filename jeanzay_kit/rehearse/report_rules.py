@@ -4,7 +4,8 @@ times each fault; here are the verdicts, the totals and the advice (Young's inte
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from jeanzay_kit.rehearse.schedule import PREEMPT, STARTUP
@@ -60,6 +61,46 @@ class Totals:
     digest_equal: bool
     lost_steps: int
     goodput: float  # the fault-free run's time over the rehearsal's
+    loss_close: bool | None = None  # final_loss_check's verdict (None: nothing to compare)
+    bitwise: bool = True  # the run ends bit for bit as its reference when resumes are exact
+
+
+# A run that is not deterministic (GPU kernels that add with atomics, as an embedding's
+# backward does on CUDA) never ends bit for bit as its reference, however exact its
+# resumes: then the ends' losses are compared, over the last LOSS_WINDOW steps both
+# logged (a twentieth of them, 10 to 100).
+LOSS_WINDOW = (10, 100)
+
+
+@dataclass(frozen=True)
+class LossCheck:
+    close: bool
+    line: str
+
+
+def final_loss_check(
+    reference: Mapping[int, float], rehearsed: Mapping[int, float]
+) -> LossCheck | None:
+    """The rehearsal's final loss against the run without faults' (each a step -> loss
+    map, the last attempt's value for a step trained twice): their means over the last
+    steps both logged differ by at most the reference's own spread over those steps (the
+    standard deviation of its loss from step to step at the end of training: what a
+    different batch order or rounding moves it by). None: under 2 common steps."""
+    steps = sorted(set(reference) & set(rehearsed))
+    if len(steps) < 2:
+        return None
+    low, high = LOSS_WINDOW
+    window = steps[-max(low, min(high, len(steps) // 20)) :]
+    ref = [reference[s] for s in window]
+    got = statistics.fmean(rehearsed[s] for s in window)
+    spread, want = statistics.pstdev(ref), statistics.fmean(ref)
+    close = abs(got - want) <= spread
+    return LossCheck(
+        close,
+        f"final loss {got:.4g} against the run without faults' {want:.4g} (means of the "
+        f"last {len(window)} steps): {'within' if close else 'outside'} its step-to-step "
+        f"spread ({spread:.2g})",
+    )
 
 
 # Steps lost on a stop signal: the loop went on, or stopped, without saving first.
@@ -132,6 +173,10 @@ def report(rows: Sequence[FaultRow], totals: Totals, lines: Sequence[str]) -> di
     return {
         "faults": [asdict(r) for r in rows],
         "digest_equal": totals.digest_equal,
+        "loss_close": totals.loss_close,
+        # What the final model must meet: digest_equal, or (bitwise false: a run on
+        # GPUs) loss_close.
+        "bitwise": totals.bitwise,
         "lost_steps": totals.lost_steps,
         "goodput": round(totals.goodput, 3),
         "advice": list(lines),

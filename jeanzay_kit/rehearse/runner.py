@@ -455,6 +455,16 @@ def _logged_steps(run: RunDir) -> list[int]:
     return steps
 
 
+def logged_losses(run: RunDir) -> dict[int, float]:
+    """Each logged step's loss (metrics.jsonl); for a step trained again after a resume,
+    the last attempt's."""
+    losses = {}
+    for record in _records(run.metrics):
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            losses[int(str(record["step"]))] = float(str(record["loss"]))
+    return losses
+
+
 def _ending_step(run: RunDir, before: int) -> int:
     """The step the first attempt end recorded after the `before` first ones reached (0:
     none recorded, or no step in it)."""

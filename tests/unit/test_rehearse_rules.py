@@ -79,7 +79,10 @@ def test_the_advice_names_youngs_interval_and_each_fault_not_survived() -> None:
     # No save time recorded (a loop of the user's own): no interval is made up from it.
     assert advice(rows, step_s=0.1, save_s=0.0, every_s=40.0, every_steps=1000) == lines[:1]
     found = report(rows, Totals(False, 0, 0.5), lines)
-    assert set(found) == {"faults", "digest_equal", "lost_steps", "goodput", "advice"}
+    assert set(found) == {"faults", "digest_equal", "lost_steps", "goodput", "advice"} | {
+        "loss_close",
+        "bitwise",
+    }
     assert set(found["faults"][0]) == {  # type: ignore[index]
         "kind",
         "step",
@@ -181,3 +184,30 @@ def test_a_loop_that_logs_at_its_saves_is_met_between_them(step_s, grew_ago, exp
     line.step_s, line.interval = step_s, 10
     grew = None if grew_ago is None else time.monotonic() - grew_ago
     assert _estimated(line, 40, grew) == pytest.approx(expected, abs=0.5)
+
+
+def _noisy(steps: int, shift: float = 0.0) -> dict[int, float]:
+    """A loss that falls, with a step-to-step wobble of +-0.01 at the end."""
+    return {s: 2.0 / s + (0.01 if s % 2 else -0.01) + shift for s in range(1, steps + 1)}
+
+
+@pytest.mark.parametrize(
+    ("rehearsed", "close", "window"),
+    [
+        (_noisy(1000), True, 50),  # the same run: a twentieth of its steps
+        (_noisy(1000, shift=0.005), True, 50),  # moved by less than its wobble (GPU rounding)
+        (_noisy(1000, shift=0.1), False, 50),  # ten times its wobble: a resume went wrong
+        (_noisy(100), True, 10),  # at least 10 steps
+        ({s: v for s, v in _noisy(1000).items() if s % 10 == 0}, True, 10),  # logged at saves
+    ],
+)
+def test_a_final_model_that_differs_is_held_to_the_references_final_loss(
+    rehearsed: dict[int, float], close: bool, window: int
+) -> None:
+    from jeanzay_kit.rehearse.report_rules import final_loss_check
+
+    reference = _noisy(max(rehearsed))
+    check = final_loss_check(reference, rehearsed)
+    assert check is not None and check.close is close, check
+    assert f"(means of the last {window} steps)" in check.line
+    assert final_loss_check(reference, {5: 1.0}) is None  # nothing to compare
