@@ -91,15 +91,17 @@ def run_series(
 
 
 def legend_labels(runs: Sequence[RunSeries]) -> list[str]:
-    """Each run's overrides minus those all runs share; the run directory when that leaves
-    nothing (a single run, or runs that differ by nothing but their directory)."""
+    """Each run's overrides minus those all runs share and the one naming its directory
+    (`job.run_dir=`: a rehearsal's, a script's; the directory is said where it matters);
+    the run directory when that leaves nothing (a single run, or runs that differ by
+    nothing but their directory)."""
     if len(runs) > 1:
         shared = set(runs[0].overrides).intersection(*(set(r.overrides) for r in runs[1:]))
     else:
         shared = set()
     labels = []
     for run in runs:
-        own = [o for o in run.overrides if o not in shared]
+        own = [o for o in run.overrides if o not in shared and not o.startswith("job.run_dir=")]
         labels.append(" ".join(own) if own else run.name)
     return labels
 

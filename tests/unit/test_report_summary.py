@@ -52,6 +52,9 @@ def test_tokens_per_second_when_every_record_has_it() -> None:
         ([("lr=0.1",)], ["lr=0.1"]),
         ([()], ["run0"]),
         ([("x=1",), ("x=1",)], ["run0", "run1"]),
+        # A run's own directory is no difference worth a legend (a rehearsal names it).
+        ([("train.steps=3000", "job.run_dir=/tmp/r/run")], ["train.steps=3000"]),
+        ([("job.run_dir=/a",), ("job.run_dir=/b",)], ["run0", "run1"]),
     ],
 )
 def test_legend_labels(overrides: list[tuple[str, ...]], labels: list[str]) -> None:
