@@ -101,6 +101,7 @@ class Run:
     checkpointers: list[Any] = field(default_factory=list)  # SessionCheckpointer
     opened: list[Checkpointer] = field(default_factory=list)  # every loop's, for kept/
     saved_step: int = 0  # the newest step a checkpointer of this run saved
+    stop_step: int = 0  # the step a stop signal ended the loop after (settle), 0: none
     heartbeat: Any = None
     reported: tuple[float, int] | None = None  # s.report's (value, step)
     _watchdog: Any = None
@@ -320,9 +321,24 @@ class Run:
         from jeanzay_kit.ending.requeue import after_stop_as_set
 
         saved = self.saved_step if step is None else step
+        if self.is_main and step is None and self.stop_step > saved:
+            self._say_unsaved_stop(saved)
         self.close(failed=False)
         self.stop.ignore_from_now()
         after_stop_as_set(self.settings, self.info, self.env, self.stopped_by or "a request", saved)
+
+    def _say_unsaved_stop(self, saved: int) -> None:
+        """A loop of the user's that stops on the signal without saving where it stopped:
+        said where it happens (`jzk rehearse` tells it too, from the steps lost)."""
+        newest = f"its newest checkpoint is step-{saved}" if saved else "it has no checkpoint"
+        print(
+            f"{self.ending.said_as}: warning: stopped after step {self.stop_step} without saving "
+            f"it: {newest}, and the steps since are trained again. HINT: save where it "
+            "stops (ckpt.save(step + 1)) before s.requeue_and_exit() (docs/your-own-loop.md, "
+            "part b)",
+            file=sys.stderr,
+            flush=True,
+        )
 
     # ---- every step ----------------------------------------------------------------------
 
@@ -372,7 +388,7 @@ class Run:
                 f"{self.run_dir.checkpoints}"
             )
         if signum and not self.stopped_by:
-            self.stopped_by = signal_name(signum)
+            self.stopped_by, self.stop_step = signal_name(signum), at + 1
             if self.is_main:
                 print(f"{self.stopped_by} received: stopping after step {at + 1}", flush=True)
         return bool(self.stopped_by)

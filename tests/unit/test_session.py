@@ -25,7 +25,9 @@ pytestmark = pytest.mark.usefixtures("keep_signal_handlers")
 DATA = TensorDataset(torch.randn(64, 4), torch.randn(64, 1))
 
 
-def train(run_dir: Path, steps: int, stop_at: int | None = None, lr: float = 0.1) -> dict:
+def train(
+    run_dir: Path, steps: int, stop_at: int | None = None, lr: float = 0.1, save_on_stop=True
+) -> dict:
     """A user's loop: returns the final weights and what `extra` held."""
     torch.manual_seed(0)
     with session(steps=steps, run_dir=run_dir, env={}, stall_seconds=0) as s:
@@ -50,7 +52,8 @@ def train(run_dir: Path, steps: int, stop_at: int | None = None, lr: float = 0.1
                 os.kill(os.getpid(), signal.SIGUSR1)  # as Slurm's time-limit warning
             s.log(step + 1, loss=loss)
             if s.should_stop(step, loss=loss):
-                ckpt.save(step + 1)
+                if save_on_stop:
+                    ckpt.save(step + 1)
                 s.requeue_and_exit()
         ckpt.save(steps)
         return {
@@ -75,6 +78,21 @@ def test_a_stopped_session_resumes_to_the_same_weights_and_extra_state(tmp_path:
     lines = (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()
     # The records up to the checkpoint kept, the rest logged again: each step once.
     assert [json.loads(line)["step"] for line in lines] == list(range(1, 11))
+
+
+@pytest.mark.parametrize("save_on_stop", [True, False])
+def test_a_loop_that_stops_without_saving_where_it_stopped_is_told(
+    tmp_path: Path, capsys, save_on_stop: bool
+) -> None:
+    train(tmp_path, 4)  # step-4
+    with pytest.raises(SystemExit) as stopped:
+        train(tmp_path, 10, stop_at=6, save_on_stop=save_on_stop)
+    assert stopped.value.code == 3
+    warned = (
+        "session: warning: stopped after step 7 without saving it: its newest checkpoint "
+        "is step-4, and the steps since are trained again. HINT: save where it stops"
+    )
+    assert (warned in capsys.readouterr().err) is not save_on_stop
 
 
 def test_a_resume_with_other_hyper_parameters_is_refused_naming_them(
