@@ -54,9 +54,16 @@ class Stall:
             if self.frozen
             else f"has made no progress for {self.seconds:.0f} s"
         )
+        # Its phase is its last beat's: said with that beat's step when the run went
+        # further (a saving phase at step 40 is not what it did at step 44).
+        where = (
+            f"in phase {b.phase}"
+            if b.step == self.step
+            else f"(its last heartbeat: step {b.step} in phase {b.phase})"
+        )
         return (
             f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, at step {self.step}/"
-            f"{b.total_steps} in phase {b.phase}; watchdog.stall_seconds={stall_seconds:g}"
+            f"{b.total_steps} {where}; watchdog.stall_seconds={stall_seconds:g}"
         )
 
 
