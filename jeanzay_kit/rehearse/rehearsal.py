@@ -63,6 +63,11 @@ def _digest_lines(
         return [f"the final model differs by design: train.nonfinite=skip dropped an update{loss}"]
     if not _bitwise(spec, plan) and check is not None and check.close:
         return [f"the final model differs, as it does on GPUs however exact the resumes{loss}"]
+    if not _bitwise(spec, plan) and check is None:
+        return [
+            "the final model differs, as it does on GPUs however exact the resumes, and the "
+            "runs logged no loss to compare it by: log it (s.log(step, loss=loss))"
+        ]
     return [f"the final model differs from the run without faults: a resume was not exact{loss}"]
 
 

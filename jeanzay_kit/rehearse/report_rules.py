@@ -70,6 +70,7 @@ class Totals:
 # resumes: then the ends' losses are compared, over the last LOSS_WINDOW steps both
 # logged (a twentieth of them, 10 to 100).
 LOSS_WINDOW = (10, 100)
+LOSS_FLOOR = 1e-4  # of the loss: the least difference allowed
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ def final_loss_check(
     map, the last attempt's value for a step trained twice): their means over the last
     steps both logged differ by at most the reference's own spread over those steps (the
     standard deviation of its loss from step to step at the end of training: what a
-    different batch order or rounding moves it by). None: under 2 common steps."""
+    different batch order or rounding moves it by), or LOSS_FLOOR of it when it is
+    flat. None: under 2 common steps."""
     steps = sorted(set(reference) & set(rehearsed))
     if len(steps) < 2:
         return None
@@ -94,7 +96,8 @@ def final_loss_check(
     ref = [reference[s] for s in window]
     got = statistics.fmean(rehearsed[s] for s in window)
     spread, want = statistics.pstdev(ref), statistics.fmean(ref)
-    close = abs(got - want) <= spread
+    # A loss that does not move at all (spread 0) still allows for rounding.
+    close = abs(got - want) <= max(spread, LOSS_FLOOR * abs(want))
     return LossCheck(
         close,
         f"final loss {got:.4g} against the run without faults' {want:.4g} (means of the "

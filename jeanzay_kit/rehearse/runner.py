@@ -6,7 +6,6 @@ starts.jsonl's starts, endings.jsonl's ends, the heartbeats' processes).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import sys
@@ -423,22 +422,39 @@ def _resumed(line: Timeline, injected: float, before: set[str]) -> tuple[float |
     past the one it resumed from: the newest complete checkpoint when it began (a loop
     of the toolkit or of a session resumes from it; its beats' first step may precede
     the resume)."""
-    deadline, start, logged = time.monotonic() + RESUME_GRACE_S, None, 0
+    deadline, start, new = time.monotonic() + RESUME_GRACE_S, None, NewSteps([])
     while time.monotonic() < deadline:
         if start is None and any(b.token not in before for b in line.run.beats()):
             start = _newest_complete(line.run)
-            logged = len(_logged_steps(line.run))  # the steps logged before this start
+            new = NewSteps(_logged_steps(line.run))  # the steps logged before this start
         # A step past it: logged by the new start (the steps logged before the fault are
         # past it too, after a crash), or in its heartbeat (a loop that logs only when
         # it saves is not kept waiting for its next save).
         if start is not None and (
-            max(_logged_steps(line.run)[logged:], default=0) > start or _past(line, before, start)
+            new.past(_logged_steps(line.run), start) or _past(line, before, start)
         ):
             return round(time.monotonic() - injected, 2), start
         if not line.goes_on():
             break
         time.sleep(POLL_S / 4)
     return None, None
+
+
+@dataclass
+class NewSteps:
+    """Whether a new start has logged a step past the one it resumed from. Its metrics
+    writer first cuts metrics.jsonl back to the steps up to that one (runtime/metrics.py),
+    then appends: until then the file still holds the steps the old attempt logged past
+    it, with the same numbers."""
+
+    before: list[int]  # the steps logged when the new start appeared
+    cut: bool = False  # the file was seen shorter than that: cut back by the new start
+
+    def past(self, steps: list[int], start: int) -> bool:
+        self.cut = self.cut or len(steps) < len(self.before)
+        # Longer than before: cut back, then appended to.
+        rewritten = self.cut or len(steps) > len(self.before)
+        return rewritten and bool(steps) and steps[-1] > start
 
 
 def _past(line: Timeline, before: set[str], start: int) -> bool:
@@ -448,11 +464,13 @@ def _past(line: Timeline, before: set[str], start: int) -> bool:
 
 def _logged_steps(run: RunDir) -> list[int]:
     """The steps metrics.jsonl holds, in the order they were logged."""
-    steps = []
-    for record in _records(run.metrics):
-        with contextlib.suppress(KeyError, TypeError, ValueError):
-            steps.append(int(str(record["step"])))
-    return steps
+    return [step for record in _records(run.metrics) if (step := _step_of(record)) is not None]
+
+
+def _step_of(record: dict[str, object]) -> int | None:
+    """A record's step (logged as an int, or a float by a loop of the user's)."""
+    step = record.get("step")
+    return int(step) if isinstance(step, int | float) and not isinstance(step, bool) else None
 
 
 def logged_losses(run: RunDir) -> dict[int, float]:
@@ -460,8 +478,9 @@ def logged_losses(run: RunDir) -> dict[int, float]:
     the last attempt's."""
     losses = {}
     for record in _records(run.metrics):
-        with contextlib.suppress(KeyError, TypeError, ValueError):
-            losses[int(str(record["step"]))] = float(str(record["loss"]))
+        step, loss = _step_of(record), record.get("loss")
+        if step is not None and isinstance(loss, int | float) and not isinstance(loss, bool):
+            losses[step] = float(loss)
     return losses
 
 

@@ -211,3 +211,33 @@ def test_a_final_model_that_differs_is_held_to_the_references_final_loss(
     assert check is not None and check.close is close, check
     assert f"(means of the last {window} steps)" in check.line
     assert final_loss_check(reference, {5: 1.0}) is None  # nothing to compare
+
+
+def test_a_flat_final_loss_allows_for_rounding() -> None:
+    from jeanzay_kit.rehearse.report_rules import final_loss_check
+
+    flat = {s: 1.0 for s in range(1, 101)}
+    near = final_loss_check(flat, {s: 1.0 + 1e-9 for s in flat})
+    far = final_loss_check(flat, {s: 1.01 for s in flat})
+    assert near is not None and near.close and far is not None and not far.close
+
+
+@pytest.mark.parametrize(
+    ("steps", "cut", "past"),
+    [
+        ([1, 2, 3, 4, 5, 6, 7], False, False),  # the old attempt's steps, 6 and 7 past 5
+        ([1, 2, 3, 4, 5], True, False),  # cut back to the checkpoint's step by the new start
+        ([1, 2, 3, 4, 5, 6], True, True),  # then a step of its own
+        ([1, 2, 3, 4, 5, 6, 7, 8], False, True),  # cut and appended between two looks
+        ([1, 2, 3, 4, 5, 6, 7], True, True),  # ... seen cut before: 6 and 7 are its own
+    ],
+)
+def test_a_new_start_has_logged_past_its_checkpoint_only_once_it_cut_the_log(
+    steps: list[int], cut: bool, past: bool
+) -> None:
+    """After a crash at step 7 and a resume from step-5, metrics.jsonl holds steps 6 and 7
+    of the old attempt until the new start's writer cuts it back (runtime/metrics.py)."""
+    from jeanzay_kit.rehearse.runner import NewSteps
+
+    new = NewSteps([1, 2, 3, 4, 5, 6, 7], cut=cut)
+    assert new.past(steps, start=5) is past
