@@ -27,7 +27,13 @@ from jeanzay_kit.errors import ContractError
 from jeanzay_kit.runtime.sampler import eval_share
 from jeanzay_kit.runtime.seeded_samples import keys
 from jeanzay_kit.train.batch import split_batch, to_device
-from jeanzay_kit.train.loader import build_loader, fetch, stop_workers, workers_here
+from jeanzay_kit.train.loader import (
+    build_loader,
+    eval_workers,
+    fetch,
+    stop_workers,
+    workers_here,
+)
 from jeanzay_kit.train.loss import ComputeLoss
 from jeanzay_kit.train.strategies.base import ReplicatedStrategy, Strategy
 
@@ -75,12 +81,11 @@ class Evaluator:
         # Keys (dataset index, position in the eval set), read without seeding: an
         # evaluation is never resumed half-way (runtime/seeded_samples.py).
         self.batch_lists = [keys(indices[b], b) for b in self.share.batches]
-        workers = workers_here(spec.loader)
         self.loader = build_loader(
             dataset,
             self.batch_lists,
             spec.loader,
-            workers=workers,
+            workers=eval_workers(workers_here(spec.loader), len(self.batch_lists)),
             device_type=ctx.device.type,
             seed=spec.train.seed,
             seeded=False,

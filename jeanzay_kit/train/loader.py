@@ -106,6 +106,20 @@ def workers_here(settings: LoaderSettings) -> int:
     return settings.workers_for(max(1, torch.get_num_threads()))
 
 
+# Batches a loader worker must have to read in an evaluation for its start to pay.
+EVAL_BATCHES_PER_WORKER = 4
+
+
+def eval_workers(workers: int, batches: int) -> int:
+    """loader.num_workers for an evaluation of `batches` batches on this rank: a worker
+    is forked from the training process at each evaluation and pays its start before its
+    first batch, so a few batches are read here instead. That is also a fork of a busy
+    process fewer: on CPython before 3.11.10 such a fork's child can hang for ever when
+    another thread creates its interpreter state at that moment (CPython gh-112275), which
+    hung an evaluation's worker twice in this project's test suite."""
+    return min(workers, batches // EVAL_BATCHES_PER_WORKER)
+
+
 def prefetch_for(setting: int | None, workers: int, per_step: int) -> int:
     """loader.prefetch_factor, or by default enough batches in flight for a whole step:
     a step takes its `per_step` micro-batches at once, and with torch's 2 per worker the

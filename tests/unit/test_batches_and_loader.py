@@ -25,6 +25,7 @@ from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.train.batch import concat, describe, split_batch, to_device
 from jeanzay_kit.train.loader import (
+    eval_workers,
     StepBatches,
     build_collate,
     build_loader,
@@ -97,6 +98,22 @@ class _Linear(torch.nn.Module):
     @staticmethod
     def loss(output, target):
         return torch.nn.functional.cross_entropy(output, target)
+
+
+@pytest.mark.parametrize(
+    ("workers", "batches", "expected"),
+    [
+        (4, 1, 0),  # a tiny evaluation is read in the training process: no fork
+        (4, 7, 1),
+        (4, 8, 2),
+        (4, 1000, 4),  # never more than loader.num_workers
+        (0, 1000, 0),
+    ],
+)
+def test_an_evaluation_forks_a_worker_only_for_batches_enough_to_pay_its_start(
+    workers: int, batches: int, expected: int
+) -> None:
+    assert eval_workers(workers, batches) == expected
 
 
 @pytest.mark.parametrize("form", ["criterion", "model"])
