@@ -25,11 +25,11 @@ from jeanzay_kit.runtime.batch_sampler import PlanBatchSampler
 from jeanzay_kit.runtime.sampler import GlobalBatchPlan
 from jeanzay_kit.train.batch import concat, describe, split_batch, to_device
 from jeanzay_kit.train.loader import (
-    eval_workers,
     StepBatches,
     build_collate,
     build_loader,
     dead_worker,
+    eval_workers,
     ignore_stop_signals,
 )
 from jeanzay_kit.train.loss import ComputeLoss, loss_in_output
