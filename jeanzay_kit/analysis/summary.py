@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from jeanzay_kit.rundir.progress import is_eval_metric
+from jeanzay_kit.rundir.progress import is_eval_metric, record_step
 
 
 @dataclass(frozen=True)
@@ -39,11 +39,6 @@ def _number(value: object) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _step_of(record: Mapping[str, object]) -> int:
-    step = record.get("step")
-    return step if isinstance(step, int) else 0
-
-
 def run_series(
     name: str, overrides: Sequence[str], records: Sequence[Mapping[str, object]]
 ) -> RunSeries:
@@ -62,9 +57,9 @@ def run_series(
         "mfu": [],
     }
     metrics: dict[str, list[tuple[int, float]]] = {}
-    for record in sorted(records, key=lambda r: _step_of(r)):
-        step = record.get("step")
-        if not isinstance(step, int):
+    for record in sorted(records, key=lambda r: record_step(r) or 0):
+        step = record_step(record)
+        if step is None:
             continue
         for key, points in curves.items():
             value = _number(record.get(key))

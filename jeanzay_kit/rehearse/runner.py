@@ -29,6 +29,7 @@ from jeanzay_kit.rehearse.schedule import (
     Fault,
 )
 from jeanzay_kit.rundir.beats import Beat
+from jeanzay_kit.rundir.progress import record_step
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.rundir.run_layout import HANG_PREFIX
 
@@ -464,13 +465,7 @@ def _past(line: Timeline, before: set[str], start: int) -> bool:
 
 def _logged_steps(run: RunDir) -> list[int]:
     """The steps metrics.jsonl holds, in the order they were logged."""
-    return [step for record in _records(run.metrics) if (step := _step_of(record)) is not None]
-
-
-def _step_of(record: dict[str, object]) -> int | None:
-    """A record's step (logged as an int, or a float by a loop of the user's)."""
-    step = record.get("step")
-    return int(step) if isinstance(step, int | float) and not isinstance(step, bool) else None
+    return [step for record in _records(run.metrics) if (step := record_step(record)) is not None]
 
 
 def logged_losses(run: RunDir) -> dict[int, float]:
@@ -478,7 +473,7 @@ def logged_losses(run: RunDir) -> dict[int, float]:
     the last attempt's."""
     losses = {}
     for record in _records(run.metrics):
-        step, loss = _step_of(record), record.get("loss")
+        step, loss = record_step(record), record.get("loss")
         if step is not None and isinstance(loss, int | float) and not isinstance(loss, bool):
             losses[step] = float(loss)
     return losses

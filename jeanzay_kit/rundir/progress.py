@@ -5,6 +5,7 @@ allocation, and how many requeues the rest needs. Pure: numbers in, numbers and 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -12,6 +13,15 @@ def is_eval_metric(key: str) -> bool:
     """A metrics.jsonl key of eval.metrics (eval_<name>), not the eval loss or its count:
     the progress line, TensorBoard, `jzk status` and `jzk report` show these alike."""
     return key.startswith("eval_") and key not in ("eval_loss", "eval_samples")
+
+
+def record_step(record: Mapping[str, object]) -> int | None:
+    """A metrics.jsonl record's step: an int, or a whole float (written so by a session
+    before s.log took only whole numbers); None when it has none."""
+    step = record.get("step")
+    if isinstance(step, bool) or not isinstance(step, int | float):
+        return None
+    return int(step) if float(step).is_integer() else None
 
 
 def format_duration(seconds: float) -> str:

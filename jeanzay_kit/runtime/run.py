@@ -44,6 +44,7 @@ from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_fail
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.run_result import direction_of
+from jeanzay_kit.runtime.session_rules import whole_step
 from jeanzay_kit.runtime.trackers import flat_params, options_from_spec
 
 
@@ -403,6 +404,7 @@ class Run:
         return StepVerdict(stop=bool(signum), save_due=bool(due), nonfinite=bool(nonfinite))
 
     def log(self, step: int, values: Mapping[str, float | torch.Tensor]) -> None:
+        step = whole_step(step)
         tensors = {k: v for k, v in values.items() if isinstance(v, torch.Tensor)}
         names = list(tensors)
         record: dict[str, Any] = {"step": step}

@@ -8,6 +8,8 @@ resume check, and whether the user's extra state can be saved and loaded back wi
 
 from __future__ import annotations
 
+import math
+import operator
 from collections.abc import Callable, Mapping
 
 from jeanzay_kit.errors import JzkError
@@ -16,6 +18,26 @@ from jeanzay_kit.errors import JzkError
 DEFAULT_RUN_DIR = "outputs/session"
 # What torch.load(weights_only=True) reads back, besides tensors.
 _PLAIN = (str, int, float, bool, type(None))
+
+
+def whole_step(step: object) -> int:
+    """s.log's step as metrics.jsonl keeps it: the number of optimizer steps done, given
+    as an int, numpy's or a one-number tensor's integer, or a whole float (100.0). The
+    trackers, `jzk report` and the rehearsal read steps as whole numbers."""
+    try:
+        return operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        pass
+    try:  # a text is not a number of steps, whatever it reads
+        value = math.nan if isinstance(step, str | bytes) else float(step)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = math.nan
+    if value.is_integer():
+        return int(value)
+    raise JzkError(
+        f"s.log(step={step!r}): the step is the number of optimizer steps done, a whole "
+        "number. HINT: pass your loop's step counter, e.g. s.log(step + 1, loss=loss)"
+    )
 
 
 def run_dir_for(given: str | None, env: Mapping[str, str], hydra_dir: str | None = None) -> str:

@@ -39,6 +39,12 @@ def test_tokens_per_second_when_every_record_has_it() -> None:
     assert series.throughput == [(1, 5.0)] and series.throughput_unit == "tokens/s"
 
 
+def test_steps_a_session_logged_as_floats_are_drawn_and_a_record_without_one_is_not() -> None:
+    # Written so by s.log before it kept only whole numbers (runtime/session_rules.whole_step).
+    rows = [{"step": 2.0, "loss": 0.5}, {"step": 1.0, "loss": 0.9}, {"loss": 0.1}]
+    assert run_series("r", (), rows).loss == [(1, 0.9), (2, 0.5)]
+
+
 @pytest.mark.parametrize(
     ("overrides", "labels"),
     [

@@ -9,6 +9,7 @@ import os
 import signal
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -138,6 +139,36 @@ def test_reading_the_loader_before_resume_is_refused(tmp_path: Path, capsys) -> 
         s.checkpointer(model, torch.optim.SGD(model.parameters(), lr=0.1))
         next(iter(DataLoader(DATA, batch_sampler=sampler)))
     assert "started before ckpt.resume()" in capsys.readouterr().err
+
+
+def test_a_step_logged_as_a_float_or_a_numpy_int_is_kept_as_a_whole_number(
+    tmp_path: Path, capsys
+) -> None:
+    with (
+        pytest.raises(SystemExit),
+        session(steps=3, run_dir=tmp_path, env={}, stall_seconds=0) as s,
+    ):
+        s.log(1.0, loss=0.5)
+        s.log(np.int64(2), loss=torch.tensor(0.25))
+        s.log(2.5, loss=0.1)  # not a number of steps: refused, nothing written
+    steps = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2] and all(type(step) is int for step in steps)
+    err = capsys.readouterr().err
+    assert "s.log(step=2.5): the step is the number of optimizer steps done" in err, err
+
+
+@pytest.mark.parametrize(
+    ("step", "expected"),
+    [(3, 3), (3.0, 3), (np.int64(3), 3), (torch.tensor(3), 3), (torch.tensor(3.0), 3)],
+)
+def test_a_whole_step_is_read_from_any_number_type(step: object, expected: int) -> None:
+    assert rules.whole_step(step) == expected
+
+
+@pytest.mark.parametrize("step", [2.5, "3", None, torch.tensor([1, 2])])
+def test_a_step_that_is_no_whole_number_is_refused(step: object) -> None:
+    with pytest.raises(JzkError, match="s.log"):
+        rules.whole_step(step)
 
 
 @pytest.mark.parametrize(
