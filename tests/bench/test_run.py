@@ -147,7 +147,7 @@ OTHER_SCRIPTS = {
     "bench_watchdog.py": ["--steps", "3", "--warmup", "1", "--rounds", "1"],
     "bench_checkpoint_parts.py": ["--rounds", "1"],
     "bench_fit.py": ["pipeline"],
-    "bench_pruning.py": ["--trials", "2", "--steps", "20"],
+    "bench_pruning.py": ["--trials", "1", "--steps", "20"],
 }
 
 

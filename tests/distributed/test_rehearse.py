@@ -178,7 +178,10 @@ def test_a_loop_that_does_not_save_on_the_stop_signal_is_told_so(tmp_path: Path)
     assert saving in example.read_text()
     source = example.read_text().replace(saving, "                s.requeue_and_exit()\n")
     (tmp_path / "train_session.py").write_text(source)
-    argv = [JZK, "rehearse", "job.entry=train_session.py", "job.args=[--steps,400,--save-every,50]"]
+    # 5 ms of pretend work a step: the loop's own 3 ms would let the fault's 1.34 s of
+    # training take more steps than the run has on an idle machine (then refused).
+    args = "job.args=[--steps,400,--save-every,50,--step-seconds,0.005]"
+    argv = [JZK, "rehearse", "job.entry=train_session.py", args]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "1", "--every", "1", "--seed", "0", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180)
