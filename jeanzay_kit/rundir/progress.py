@@ -21,7 +21,9 @@ def record_step(record: Mapping[str, object]) -> int | None:
     step = record.get("step")
     if isinstance(step, bool) or not isinstance(step, int | float):
         return None
-    return int(step) if float(step).is_integer() else None
+    if isinstance(step, int):
+        return step
+    return int(step) if step.is_integer() else None
 
 
 def format_duration(seconds: float) -> str:

@@ -104,7 +104,9 @@ def keys(indices: np.ndarray, positions: np.ndarray) -> list[tuple[int, int]]:
 
 class IndexedSamples(Dataset):
     """The user's dataset read by (index, position) keys without seeding: evaluation, where
-    nothing is resumed mid-way and every microsecond per sample shows."""
+    nothing is resumed mid-way and every microsecond per sample shows. Read in the training
+    process (a small evaluation forks no worker: train/loader.py eval_workers), a sample's
+    random numbers leave torch's CPU generator where it was, as in training."""
 
     def __init__(self, dataset: Any):
         self.dataset = dataset
@@ -118,4 +120,5 @@ class IndexedSamples(Dataset):
     def __getitems__(self, keys: Sequence[tuple[int, int]]) -> list[Any]:
         own = getattr(self.dataset, "__getitems__", None)
         indices = [index for index, _ in keys]
-        return own(indices) if own is not None else [self.dataset[i] for i in indices]
+        with torch_generator_kept():
+            return own(indices) if own is not None else [self.dataset[i] for i in indices]

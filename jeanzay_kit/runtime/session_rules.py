@@ -24,13 +24,15 @@ def whole_step(step: object) -> int:
     """s.log's step as metrics.jsonl keeps it: the number of optimizer steps done, given
     as an int, numpy's or a one-number tensor's integer, or a whole float (100.0). The
     trackers, `jzk report` and the rehearsal read steps as whole numbers."""
-    try:
-        return operator.index(step)  # type: ignore[arg-type]
-    except TypeError:
-        pass
+    if not isinstance(step, bool):  # True is no number of steps
+        try:
+            return operator.index(step)  # type: ignore[arg-type]
+        except TypeError:
+            pass
     try:  # a text is not a number of steps, whatever it reads
-        value = math.nan if isinstance(step, str | bytes) else float(step)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        text = isinstance(step, str | bytes | bool)
+        value = math.nan if text else float(step)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
         value = math.nan
     if value.is_integer():
         return int(value)

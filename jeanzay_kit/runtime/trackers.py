@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jeanzay_kit.durable_io import write_durably
+from jeanzay_kit.rundir.progress import record_step
 from jeanzay_kit.rundir.run_directory import RunDir
 
 INSTALL_HINT = "pip install 'jeanzay_kit[trackers]'"
@@ -246,8 +247,8 @@ class Trackers:
     def log(self, record: Mapping[str, Any]) -> None:
         """One metrics.jsonl record, to every tracker that has not received its step."""
         values = scalars(record)
-        step = record.get("step")
-        if not values or not isinstance(step, int):
+        step = record_step(record)  # an older run's float steps too, replayed on a resume
+        if not values or step is None:
             return
         sent = False
         for name, tracker in list(self.open.items()):

@@ -43,6 +43,8 @@ def test_steps_a_session_logged_as_floats_are_drawn_and_a_record_without_one_is_
     # Written so by s.log before it kept only whole numbers (runtime/session_rules.whole_step).
     rows = [{"step": 2.0, "loss": 0.5}, {"step": 1.0, "loss": 0.9}, {"loss": 0.1}]
     assert run_series("r", (), rows).loss == [(1, 0.9), (2, 0.5)]
+    huge = [{"step": 10**400, "loss": 0.5}, {"step": 2.5, "loss": 0.1}, {"step": True, "loss": 1}]
+    assert run_series("r", (), huge).loss == [(10**400, 0.5)]
 
 
 @pytest.mark.parametrize(

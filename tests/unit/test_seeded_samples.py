@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from jeanzay_kit.config.sections import LoaderSettings
-from jeanzay_kit.runtime.seeded_samples import SeededSamples, keys, sample_seed
+from jeanzay_kit.runtime.seeded_samples import IndexedSamples, SeededSamples, keys, sample_seed
 from jeanzay_kit.train.loader import build_loader
 
 
@@ -54,13 +54,16 @@ def test_the_same_keys_draw_the_same_numbers_whoever_reads_them(dataset: Dataset
     assert not torch.equal(alone[:, 1:], other[:, 1:])
 
 
-def test_the_training_process_torch_generator_is_left_where_it_was() -> None:
-    """Dropout draws from it: the data must not move it (numpy's and random's are left
-    seeded by the last sample: restoring numpy's would cost ten times the seeding)."""
+@pytest.mark.parametrize("read_by", [lambda d: SeededSamples(d, 0), IndexedSamples])
+@pytest.mark.parametrize("dataset", [Draws(), BatchDraws()], ids=["getitem", "getitems"])
+def test_the_training_process_torch_generator_is_left_where_it_was(read_by, dataset) -> None:
+    """Dropout draws from it: the data must not move it, a training batch's (seeded) or an
+    evaluation's read in the training process (IndexedSamples). numpy's and random's are
+    left seeded by the last sample: restoring numpy's would cost ten times the seeding."""
     torch.manual_seed(1)
     expected = torch.rand(3)
     torch.manual_seed(1)
-    SeededSamples(Draws(), 0).__getitems__(BATCHES[0])
+    read_by(dataset).__getitems__(BATCHES[0])
     assert torch.equal(expected, torch.rand(3))
 
 

@@ -5,8 +5,10 @@ refusals a user can meet. Multi-process runs: tests/distributed/test_session.py.
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -159,13 +161,23 @@ def test_a_step_logged_as_a_float_or_a_numpy_int_is_kept_as_a_whole_number(
 
 @pytest.mark.parametrize(
     ("step", "expected"),
-    [(3, 3), (3.0, 3), (np.int64(3), 3), (torch.tensor(3), 3), (torch.tensor(3.0), 3)],
+    [
+        (3, 3),
+        (3.0, 3),
+        (np.int64(3), 3),
+        (np.float64(3.0), 3),
+        (torch.tensor(3), 3),
+        (torch.tensor(3.0), 3),
+        (10**400, 10**400),
+    ],
 )
 def test_a_whole_step_is_read_from_any_number_type(step: object, expected: int) -> None:
     assert rules.whole_step(step) == expected
 
 
-@pytest.mark.parametrize("step", [2.5, "3", None, torch.tensor([1, 2])])
+@pytest.mark.parametrize(
+    "step", [2.5, "3", None, True, math.nan, math.inf, Fraction(10**400, 3), torch.tensor([1, 2])]
+)
 def test_a_step_that_is_no_whole_number_is_refused(step: object) -> None:
     with pytest.raises(JzkError, match="s.log"):
         rules.whole_step(step)

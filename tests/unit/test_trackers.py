@@ -59,6 +59,17 @@ def test_a_resumed_attempt_sends_only_steps_the_tracker_has_not_received(tmp_pat
     assert fake.closed
 
 
+def test_an_older_runs_float_steps_are_sent_as_steps(tmp_path: Path) -> None:
+    # metrics.jsonl of a session loop logged before s.log kept its step whole, replayed
+    # to the tracker on a resume.
+    fake = Recorder()
+    trackers = trackers_with(tmp_path, fake, step=10)
+    for step in (10.0, 20.0, 25.5):
+        trackers.log({"step": step, "loss": 0.5})
+    assert [s for s, _ in fake.sent] == [20]
+    trackers.close()
+
+
 def test_a_failing_tracker_is_dropped_and_training_goes_on(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
