@@ -147,7 +147,7 @@ def test_a_step_logged_as_a_float_or_a_numpy_int_is_kept_as_a_whole_number(
     tmp_path: Path, capsys
 ) -> None:
     with (
-        pytest.raises(SystemExit),
+        pytest.raises(SystemExit) as refused,
         session(steps=3, run_dir=tmp_path, env={}, stall_seconds=0) as s,
     ):
         s.log(1.0, loss=0.5)
@@ -155,6 +155,7 @@ def test_a_step_logged_as_a_float_or_a_numpy_int_is_kept_as_a_whole_number(
         s.log(2.5, loss=0.1)  # not a number of steps: refused, nothing written
     steps = [json.loads(x)["step"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2] and all(type(step) is int for step in steps)
+    assert refused.value.code == 2
     err = capsys.readouterr().err
     assert "s.log(step=2.5): the step is the number of optimizer steps done" in err, err
 
