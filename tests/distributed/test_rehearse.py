@@ -26,6 +26,13 @@ from tests.mounts import tmpfs
 JZK = str(Path(sys.executable).with_name("jzk"))
 
 
+def _report(done: subprocess.CompletedProcess[str]) -> dict:
+    """`jzk rehearse --json`'s report (its last line), or the failure with what it said."""
+    last = done.stdout.splitlines()[-1:] or [""]
+    assert last[0].startswith("{"), (done.returncode, done.stdout[-3000:] + done.stderr[-3000:])
+    return json.loads(last[0])
+
+
 @pytest.mark.timeout(600)
 def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     tmp_path: Path,
@@ -44,7 +51,7 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
         )
         assert not list(small.rglob(".jzk-rehearsal-fill")), "the filler was left behind"
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    found = json.loads(done.stdout.splitlines()[-1])
+    found = _report(done)
     assert found == json.loads((folder / "run" / "rehearsal.json").read_text())
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
     assert plan == schedule(7, 1.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
@@ -121,7 +128,7 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     if shutil.disk_usage(project).total > FILL_LIMIT:  # a disk of its usual size: not filled
         assert f"rehearse: {STORAGE_FULL} left out: the checkpoints' filesystem" in done.stdout
-    found = json.loads(done.stdout.splitlines()[-1])
+    found = _report(done)
     assert sorted(f["kind"] for f in found["faults"]) == sorted(KINDS[:4])
     for fault in found["faults"]:
         assert fault["verdict"] == "ok" and fault["resumed_s"] is not None, found
@@ -179,13 +186,15 @@ def test_a_loop_that_does_not_save_on_the_stop_signal_is_told_so(tmp_path: Path)
     source = example.read_text().replace(saving, "                s.requeue_and_exit()\n")
     (tmp_path / "train_session.py").write_text(source)
     # 5 ms of pretend work a step: the loop's own 3 ms would let the fault's 1.34 s of
-    # training take more steps than the run has on an idle machine (then refused).
-    args = "job.args=[--steps,400,--save-every,50,--step-seconds,0.005]"
+    # training take more steps than the run has on an idle machine (then refused). 800
+    # steps: the fault comes after about 100 to 200 of them, and the rehearsal, starved
+    # of the CPU on a loaded machine, once saw a run of 400 end before it (CI, then).
+    args = "job.args=[--steps,800,--save-every,50,--step-seconds,0.005]"
     argv = [JZK, "rehearse", "job.entry=train_session.py", args]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "1", "--every", "1", "--seed", "0", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180)
-    found = json.loads(done.stdout.splitlines()[-1])
+    found = _report(done)
     (fault,) = found["faults"]
     assert done.returncode == 1 and fault["kind"] == "preempt", (fault, done.stdout[-1500:])
     assert 0 < fault["lost_steps"] <= 50 and fault["verdict"].startswith("lost "), fault
