@@ -171,6 +171,22 @@ def watchdog_advice(stall_s: float, slowest_s: float) -> str | None:
     return None
 
 
+def ended_before_fault(code: int | None, step: int, due: int, log: str) -> str:
+    """Why a run ended before the schedule's next fault was sent (the rehearsal stops
+    there). Past the step where the fault was due: the rehearsal, which reads the run's
+    records a few times a second, was not given the CPU while the run got there and on
+    to its end (a loaded machine; once on a 2-core CI runner)."""
+    said = f"the run ended (exit {code}) at step {step}"
+    if step < due:
+        return f"{said}, before the next fault at step {due}: see {log}"
+    return (
+        f"{said}, past step {due} where the next fault was due, before the rehearsal saw "
+        "it get there: the machine was too busy for the rehearsal to follow the run. "
+        "HINT: rehearse where the cores are not all taken, or give the run more steps "
+        f"(train.steps, or your script's own) so that its faults fall well inside it; see {log}"
+    )
+
+
 def report(rows: Sequence[FaultRow], totals: Totals, lines: Sequence[str]) -> dict[str, object]:
     """rehearsal.json's object (and `jzk rehearse --json`'s last line)."""
     return {

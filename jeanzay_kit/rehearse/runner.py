@@ -188,8 +188,7 @@ def _train_for(line: Timeline, steps: int) -> None:
     while _estimated(line, seen, grew) < target:
         if line.ended() is not None and not line.goes_on():
             raise JzkError(
-                f"the run ended (exit {line.ended()}) at step {line.step()}, before the "
-                f"next fault at step {target}: see {line.log}"
+                rules.ended_before_fault(line.ended(), line.step(), target, str(line.log))
             )
         time.sleep(POLL_S / 4)
         if (reached := _reached(line)) > seen:

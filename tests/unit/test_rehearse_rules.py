@@ -241,3 +241,23 @@ def test_a_new_start_has_logged_past_its_checkpoint_only_once_it_cut_the_log(
 
     new = NewSteps([1, 2, 3, 4, 5, 6, 7], cut=cut)
     assert new.past(steps, start=5) is past
+
+
+@pytest.mark.parametrize(
+    ("step", "due", "said"),
+    [
+        (80, 106, "before the next fault at step 106: see run.log"),
+        # Past the fault's step: the rehearsal did not see it get there (a starved poller)
+        (400, 106, "past step 106 where the next fault was due, before the rehearsal saw"),
+        (106, 106, "the machine was too busy for the rehearsal to follow the run"),
+    ],
+)
+def test_a_run_that_ends_before_its_next_fault_is_said_as_it_happened(step, due, said) -> None:
+    """The rehearsal stops when the run ends before the next fault was sent: short of
+    the fault's step, the run was too short; past it, the rehearsal could not follow
+    (once on a loaded 2-core CI runner), and the hint says what to do."""
+    from jeanzay_kit.rehearse.report_rules import ended_before_fault
+
+    line = ended_before_fault(0, step, due, "run.log")
+    assert line.startswith(f"the run ended (exit 0) at step {step}") and said in line, line
+    assert ("HINT: " in line) == (step >= due) and line.endswith("see run.log")
