@@ -174,7 +174,7 @@ def watchdog_advice(stall_s: float, slowest_s: float) -> str | None:
 def ended_before_fault(code: int | None, step: int, due: int, log: str) -> str:
     """Why a run ended before the schedule's next fault was sent (the rehearsal stops
     there). Past the step where the fault was due: the rehearsal, which reads the run's
-    records a few times a second, was not given the CPU while the run got there and on
+    records twenty times a second, was not given the CPU while the run got there and on
     to its end (a loaded machine; once on a 2-core CI runner)."""
     said = f"the run ended (exit {code}) at step {step}"
     if step < due:
