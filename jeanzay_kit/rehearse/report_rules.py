@@ -178,7 +178,11 @@ def ended_before_fault(code: int | None, step: int, due: int, log: str) -> str:
     to its end (a loaded machine; once on a 2-core CI runner)."""
     said = f"the run ended (exit {code}) at step {step}"
     if step < due:
-        return f"{said}, before the next fault at step {due}: see {log}"
+        return (
+            f"{said}, before the next fault at step {due}: it trained fewer steps than its "
+            "run without faults. HINT: give it more steps (train.steps, or your script's "
+            f"own), or lower --faults or --every; see {log}"
+        )
     return (
         f"{said}, past step {due} where the next fault was due, before the rehearsal saw "
         "it get there: the machine was too busy for the rehearsal to follow the run. "

@@ -181,15 +181,20 @@ def _train_for(line: Timeline, steps: int) -> None:
     """Let the run train `steps` past the newest step it reached so far (after a resume
     from an older checkpoint, past that step again), starting it again after a stop. The
     heartbeats count too: a loop of the user's that logs only when it saves would
-    otherwise meet every fault right after a save, and never lose a step."""
+    otherwise meet every fault right after a save, and never lose a step. Whether the
+    run has ended is asked before whether it got there: a rehearsal starved of the CPU
+    sees both at once, and a fault sent to a run that had completed was reported as not
+    survived."""
     target = seen = _reached(line)
     target += steps
     grew: float | None = None  # when `seen` last grew, while waiting here
-    while _estimated(line, seen, grew) < target:
+    while True:
         if line.ended() is not None and not line.goes_on():
             raise JzkError(
                 rules.ended_before_fault(line.ended(), line.step(), target, str(line.log))
             )
+        if _estimated(line, seen, grew) >= target:
+            return
         time.sleep(POLL_S / 4)
         if (reached := _reached(line)) > seen:
             seen, grew = reached, time.monotonic()

@@ -246,7 +246,7 @@ def test_a_new_start_has_logged_past_its_checkpoint_only_once_it_cut_the_log(
 @pytest.mark.parametrize(
     ("step", "due", "said"),
     [
-        (80, 106, "before the next fault at step 106: see run.log"),
+        (80, 106, "before the next fault at step 106: it trained fewer steps than"),
         # Past the fault's step: the rehearsal did not see it get there (a starved poller)
         (400, 106, "past step 106 where the next fault was due, before the rehearsal saw"),
         (106, 106, "the machine was too busy for the rehearsal to follow the run"),
@@ -260,4 +260,47 @@ def test_a_run_that_ends_before_its_next_fault_is_said_as_it_happened(step, due,
 
     line = ended_before_fault(0, step, due, "run.log")
     assert line.startswith(f"the run ended (exit 0) at step {step}") and said in line, line
-    assert ("HINT: " in line) == (step >= due) and line.endswith("see run.log")
+    # Each its own fix: a run too short gets more steps, a starved rehearsal free cores.
+    assert ("HINT: rehearse where the cores are not all taken" in line) == (step >= due), line
+    assert "HINT: give it more steps" in line or step >= due, line
+    assert line.count("HINT: ") == 1 and line.endswith("; see run.log"), line
+
+
+class _EndsUnseen:
+    """A launch whose run completes at step 400 while the rehearsal is not looking: the
+    first poll finds it running, the metrics say 400 by the next read, and from then on
+    it has ended (exit 0)."""
+
+    def __init__(self, metrics) -> None:  # noqa: ANN001 - a Path
+        self.metrics, self.polls = metrics, 0
+
+    def start(self) -> None:
+        raise AssertionError("a completed run is not started again")
+
+    def ended(self) -> int | None:
+        self.polls += 1
+        if self.polls == 1:
+            self.metrics.parent.mkdir(parents=True, exist_ok=True)
+            self.metrics.write_text('{"step": 400, "loss": 1.0}\n')
+            return None
+        return 0
+
+
+def test_no_fault_is_sent_to_a_run_that_completed_while_the_rehearsal_was_not_looking(
+    tmp_path,  # noqa: ANN001
+) -> None:
+    """The run got past the fault's step and to its end between two polls (a starved
+    rehearsal): the rehearsal stops, saying so, instead of sending the fault to a
+    finished run and reporting it not survived."""
+    from pathlib import Path
+
+    from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.rehearse.runner import Timeline, _train_for
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    run = RunDir(Path(tmp_path) / "run")
+    line = Timeline(_EndsUnseen(run.metrics), run, Path("run.log"))  # type: ignore[arg-type]
+    with pytest.raises(JzkError) as refused:
+        _train_for(line, 106)
+    said = str(refused.value)
+    assert said.startswith("the run ended (exit 0) at step 400, past step 106"), said
