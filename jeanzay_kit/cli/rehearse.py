@@ -54,11 +54,13 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from jeanzay_kit.launch.request import workdir_of
     from jeanzay_kit.rehearse.rehearsal import Options, rehearse, report_lines
 
     spec = build_spec(args)
     folder = Path(args.dir or f"outputs/rehearse-{spec.job.name}-seed{args.seed}")
-    opts = Options(args.faults, args.every, args.seed, folder, args.slurm, dict(os.environ))
+    env, project = dict(os.environ), workdir_of(spec)
+    opts = Options(args.faults, args.every, args.seed, folder, args.slurm, env, project)
     found = rehearse(spec, args.overrides, opts)
     print("\n".join(report_lines(found)))
     if args.json:

@@ -37,6 +37,7 @@ from jeanzay_kit.rehearse.schedule import (
     schedule,
     to_json,
 )
+from jeanzay_kit.rehearse.script_reach import refuse_plain_script
 from jeanzay_kit.rundir.run_directory import RunDir
 
 
@@ -49,6 +50,7 @@ class Options:
     slurm: bool = False  # submitted to the Slurm cluster (--slurm), else run here
     # The environment, read once by the command (checkpoint.dir's $SCRATCH and the like).
     env: Mapping[str, str] = field(default_factory=dict)
+    project: Path | None = None  # where job.entry's script lies (job.workdir, or here)
 
 
 def _digest_lines(
@@ -92,6 +94,8 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     check_launch(spec, opts.slurm)
     if opts.faults < 1 or opts.every_s <= 0:
         raise JzkError("--faults N (1 or more) and --every S (seconds, more than 0)")
+    if spec.job.runs_script and opts.project is not None:
+        refuse_plain_script(spec.job.entry, opts.project)  # before its run without faults
     if opts.folder.exists():
         raise JzkError(
             f"{opts.folder} exists: a rehearsal starts afresh. HINT: remove it, or "

@@ -155,12 +155,25 @@ for it in range(start, 30):
 
 
 @pytest.mark.timeout(120)
-def test_a_plain_script_is_refused_in_one_line_once_its_run_shows_nothing_to_follow(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("first_line", "runs_first"),
+    [
+        ("import os, time, torch", False),  # no module of the toolkit's: said at once
+        ("import jeanzay_kit  # its version, no session", True),  # said once its run shows
+    ],
+)
+def test_a_plain_script_is_refused_in_one_line_with_the_way_that_works(
+    tmp_path: Path, first_line: str, runs_first: bool
 ) -> None:
     """Not rehearsed yet (docs/rehearse.md): said in one line with the way that works,
-    never a traceback (it was FileNotFoundError on model_final.sha256)."""
-    (tmp_path / "train.py").write_text(PLAIN_SCRIPT)
+    never a traceback (it was FileNotFoundError on model_final.sha256); before anything
+    runs when none of the script's own modules names the toolkit (it was said only after
+    the run without faults, as long as the job), else once that run has shown it."""
+    (tmp_path / "train.py").write_text(PLAIN_SCRIPT.replace("import os, time, torch", first_line))
+    if runs_first:
+        (tmp_path / "train.py").write_text(
+            "import os, time, torch\n" + (tmp_path / "train.py").read_text()
+        )
     done = subprocess.run(
         [JZK, "rehearse", "job.entry=train.py", "--faults", "2", "--every", "1", "--dir", "r"],
         cwd=tmp_path,
@@ -171,7 +184,8 @@ def test_a_plain_script_is_refused_in_one_line_once_its_run_shows_nothing_to_fol
     assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
     said = done.stderr.strip().splitlines()
     assert len(said) == 1 and said[0].startswith("jzk rehearse: error: "), done.stderr
-    assert "session API" in said[0] and "HINT: " in said[0] and "Traceback" not in done.stderr
+    assert "session" in said[0] and "HINT: " in said[0] and "Traceback" not in done.stderr
+    assert (tmp_path / "r" / "reference").exists() is runs_first, done.stdout
 
 
 @pytest.mark.timeout(200)

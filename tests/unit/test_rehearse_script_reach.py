@@ -1,0 +1,130 @@
+"""rehearse/script_reach.py: a script that reaches no module naming the toolkit is told,
+before any run, that it cannot be rehearsed; one that does, through modules of its own,
+goes on; one that cannot be read as Python is left to the run without faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rehearse.script_reach import (
+    entry_file,
+    imported_names,
+    reaches_toolkit,
+    refuse_plain_script,
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ("import torch, numpy as np", [("torch", 0), ("numpy", 0)]),
+        ("from model import GPT", [("model", 0), ("model.GPT", 0)]),
+        ("from . import utils", [("utils", 1)]),
+        ("from ..lib.io import *", [("lib.io", 2)]),
+        ("def f(:\n", []),  # does not parse: nothing
+    ],
+)
+def test_every_name_an_import_may_load(source: str, names: list[tuple[str, int]]) -> None:
+    assert imported_names(source) == names
+
+
+def _project(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("files", "reaches"),
+    [
+        # nanoGPT's layout: the script, its model, its configurator; torch only.
+        (
+            {
+                "train.py": "import torch\nfrom model import GPT\n"
+                "exec(open('configurator.py').read())",
+                "model.py": "import torch.nn as nn\nclass GPT(nn.Module): pass",
+                "configurator.py": "import sys",
+            },
+            False,
+        ),
+        # The session, two imports away, in a package of the project's.
+        (
+            {
+                "train.py": "from mylib.loop import train\ntrain()",
+                "mylib/__init__.py": "",
+                "mylib/loop.py": "from .session_use import go\ndef train(): go()",
+                "mylib/session_use.py": "from jeanzay_kit import Session\ndef go(): pass",
+            },
+            True,
+        ),
+        # A src/ layout, and the toolkit named to importlib rather than imported.
+        (
+            {
+                "train.py": "import pkg",
+                "src/pkg/__init__.py": "import importlib\nimportlib.import_module('jeanzay_kit')",
+            },
+            True,
+        ),
+        # Modules that import each other: read once each.
+        ({"train.py": "import a", "a.py": "import b", "b.py": "import a"}, False),
+    ],
+)
+def test_the_toolkit_is_looked_for_through_the_users_own_modules(
+    tmp_path: Path, files: dict[str, str], reaches: bool
+) -> None:
+    project = _project(tmp_path, files)
+    found = reaches_toolkit(project / "train.py", project, installed=lambda _top: None)
+    assert found is reaches
+
+
+def test_a_module_installed_from_the_users_own_folder_is_followed(tmp_path: Path) -> None:
+    """An editable install of the user's library, outside the project's folder."""
+    lib = _project(tmp_path / "lib", {"mylib/__init__.py": "from jeanzay_kit import Session"})
+    project = _project(tmp_path / "proj", {"train.py": "import mylib"})
+
+    def installed(top: str) -> Path | None:
+        return lib / "mylib" / "__init__.py" if top == "mylib" else None
+
+    assert reaches_toolkit(project / "train.py", project, installed=installed) is True
+    assert reaches_toolkit(project / "train.py", project, installed=lambda _t: None) is False
+
+
+@pytest.mark.parametrize(
+    ("entry", "found"),
+    [
+        ("train.py --steps 10", "train.py"),
+        ("-m pkg.train", "pkg/train.py"),
+        ("-m pkg", "pkg/__main__.py"),
+        ("run.sh", None),  # not Python: undecided
+        ("missing.py", None),
+    ],
+)
+def test_the_entrys_python_file(tmp_path: Path, entry: str, found: str | None) -> None:
+    files = {"train.py": "", "pkg/__init__.py": "", "pkg/train.py": "", "pkg/__main__.py": ""}
+    project = _project(tmp_path, {**files, "run.sh": "python train.py"})
+    got = entry_file(entry, project)
+    assert (None if got is None else got.relative_to(project).as_posix()) == found
+
+
+def test_a_plain_script_is_refused_naming_it_and_the_way_that_works(tmp_path: Path) -> None:
+    project = _project(tmp_path, {"train.py": "import torch\n", "run.sh": "python train.py"})
+    with pytest.raises(JzkError) as err:
+        refuse_plain_script("train.py --steps 10", project)
+    said = str(err.value)
+    assert "job.entry=train.py --steps 10" in said and "train.py" in said
+    assert "session" in said and "HINT: " in said
+    refuse_plain_script("run.sh", project)  # undecided: goes on
+
+
+def test_a_relative_import_above_the_root_is_nowhere() -> None:
+    from jeanzay_kit.rehearse.script_reach import module_files
+
+    assert module_files("x", 9, Path("/a/b.py"), [Path("/a")]) == []
+    assert module_files("x", 2, Path("/a/b/c.py"), []) == [
+        Path("/a/x.py"),
+        Path("/a/x/__init__.py"),
+    ]
