@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import shutil
 import tarfile
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from jeanzay_kit.ckpt.store import CheckpointStore
+from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rundir.run_directory import RunDir
 
@@ -55,6 +57,7 @@ def archive(run_dir: RunDir, to: Path, remove: bool, say: Callable[[str], None])
         )
     to.mkdir(parents=True, exist_ok=True)
     final = to / archive_name(run_dir.root)
+    earlier = _replaceable(final, {name for name, _ in folders})
     part = final.with_name(final.name + ".part")
     sums: list[str] = []
     with (
@@ -78,13 +81,50 @@ def archive(run_dir: RunDir, to: Path, remove: bool, say: Callable[[str], None])
     size = final.stat().st_size
     say(
         f"archived {len(folders)} checkpoint(s), {len(sums)} files, {size / 1e6:.1f} MB "
-        f"into {final} (one file)"
+        f"into {final} (one file){earlier}"
     )
     if remove:
+        # Said where the run is, before anything goes: a start of the run refuses to begin
+        # again from step 0 (ckpt/store.py check_resume_early) until they are restored.
+        names = [name for name, _ in folders]
+        record = {"archive": str(final.resolve()), "checkpoints": names}
+        write_durably(run_dir.archived, (json.dumps(record) + "\n").encode())
         for _, folder in folders:
             shutil.rmtree(folder)
         say(f"removed the {len(folders)} archived folder(s) from {run_dir}")
     return final
+
+
+def _replaceable(final: Path, names: set[str]) -> str:
+    """An earlier archive of the run at the same place is replaced only when every
+    checkpoint it holds is in the new one (what the run has not removed since); the words
+    saying so, or '' when there is none."""
+    if not final.exists():
+        return ""
+    with tarfile.open(final) as tar:  # the headers only
+        held = {"/".join(n.split("/")[:2]) for n in tar.getnames() if n != SUMS}
+    if missing := sorted(held - names):
+        raise JzkError(
+            f"{final} exists and holds {len(missing)} checkpoint(s) the run no longer has "
+            f"({', '.join(missing[:3])}): this archive would lose them. HINT: --to another "
+            f"folder, or bring them back first (jzk ckpt restore '{final}' RUN_DIR)"
+        )
+    return f", replacing the earlier archive there (its {len(held)} checkpoint(s) are in it)"
+
+
+def archived_note(run: RunDir) -> str | None:
+    """Where `jzk ckpt archive --remove` put this run's checkpoints, and the command that
+    brings them back, or None (no such record, or one that cannot be read)."""
+    try:
+        record = json.loads(run.archived.read_text())
+        where, names = str(record["archive"]), list(record["checkpoints"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (
+        f"its {len(names)} checkpoint(s) were archived into {where} and removed (jzk ckpt "
+        f"archive --remove). HINT: jzk ckpt restore '{where}' '{run.root}' brings them "
+        "back; to start afresh instead, give the run another job.name"
+    )
 
 
 def restore(archive_path: Path, run: RunDir, say: Callable[[str], None]) -> list[str]:
@@ -123,6 +163,7 @@ def restore(archive_path: Path, run: RunDir, say: Callable[[str], None]) -> list
         differs += [f"{step}: {p}" for p in problems]
     if differs:
         raise JzkError(f"the restore of {archive_path} differs: {'; '.join(differs[:5])}")
+    run.archived.unlink(missing_ok=True)  # back where they were: the run may start again
     say(f"restored {len(steps)} checkpoint(s) into {run}: every file matches its checksum")
     return steps
 

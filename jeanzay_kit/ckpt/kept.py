@@ -82,7 +82,7 @@ def _restore_newest(kept: CheckpointStore, fast: CheckpointStore, log: Log) -> N
     copy_checkpoint(kept.step_dir(saved), fast)
     lost = "has none" if have is None else f"has only step {have}"
     log(
-        f"checkpoint.dir: {fast} {lost} (purged?): step {saved} copied back from "
+        f"checkpoint.dir: {fast.root} {lost} (purged?): step {saved} copied back from "
         f"{kept.root}; the run goes on from there"
     )
 

@@ -227,6 +227,14 @@ class CheckpointStore:
                 fsync_dir(self.root)
 
 
+def _refuse_archived(run_dir: RunDir) -> None:
+    """A run whose checkpoints went into an archive does not begin again from step 0."""
+    from jeanzay_kit.ckpt.archive import archived_note
+
+    if (note := archived_note(run_dir)) is not None:
+        raise ResumeError(f"{run_dir.root} would train again from step 0: {note}")
+
+
 def check_resume_early(
     run_dir: RunDir,
     config: Mapping[str, Any],
@@ -249,6 +257,7 @@ def check_resume_early(
         store = CheckpointStore(run_dir.checkpoints)
         complete = [e for e in store.entries() if e.has_manifest]
         if not complete:
+            _refuse_archived(run_dir)
             return
         folder = store.step_dir(complete[0].step)
     else:

@@ -10,8 +10,9 @@ import sys
 def add(sub: argparse._SubParsersAction) -> None:
     ckpt = sub.add_parser(
         "ckpt",
-        help="list, verify or digest the checkpoints of a run directory",
-        description="Inspect <RUN_DIR>/checkpoints without starting a job.",
+        help="list, verify, digest, archive or restore the checkpoints of a run directory",
+        description="Inspect <RUN_DIR>/checkpoints without starting a job; pack them into "
+        "one file on the archive tier and bring them back (docs/storage.md).",
     )
     ckpt_sub = ckpt.add_subparsers(dest="ckpt_command", required=True, metavar="ACTION")
     c_list = ckpt_sub.add_parser(
@@ -67,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
         rows = inspection.list_checkpoints(args.run_dir)
         if not rows:
             print("no checkpoints")
+            _say_archived(args.run_dir)
         for row in rows:
             size = f"{row['bytes'] / 1e6:10.1f} MB" if row["bytes"] is not None else " " * 13
             state = "complete" if row["complete"] else "INCOMPLETE (not loadable)"
@@ -91,6 +93,16 @@ def run(args: argparse.Namespace) -> int:
     print(value)
     print(f"step-{step}", file=sys.stderr)
     return 0
+
+
+def _say_archived(run_dir: str) -> None:
+    from pathlib import Path
+
+    from jeanzay_kit.ckpt.archive import archived_note
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    if (note := archived_note(RunDir(Path(run_dir)))) is not None:
+        print(f"{run_dir}: {note}")
 
 
 def _archive_or_restore(args: argparse.Namespace) -> int:

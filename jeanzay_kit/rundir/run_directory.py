@@ -205,6 +205,10 @@ class RunDir:
         return self.root / layout.KEPT
 
     @property
+    def archived(self) -> Path:
+        return self.root / layout.ARCHIVED
+
+    @property
     def starts(self) -> Path:
         return self.root / layout.STARTS
 

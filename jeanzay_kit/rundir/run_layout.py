@@ -50,6 +50,7 @@ MICRO_BATCH = "micro_batch.json"  # train.micro_batch_size=auto: the size the ru
 FAULTS = "faults.json"  # a rehearsal's fault schedule, written before it starts
 REHEARSAL = "rehearsal.json"  # a rehearsal's report: each fault, the digest, the goodput
 KEPT = "kept"  # checkpoint.dir: the last and best checkpoints copied back (ckpt/kept.py)
+ARCHIVED = "archived.json"  # jzk ckpt archive --remove: where the removed checkpoints went
 # ---- in a run directory or a sweep's / log folder ---------------------------------------
 MANIFEST = "manifest.jsonl"
 
@@ -143,6 +144,9 @@ ENTRIES: tuple[Entry, ...] = (
     Entry(KEPT, "folder", "ckpt/kept.py (rank 0, at each job's end)",
           "ckpt/kept.py (a resume after a purge), jzk ckpt archive",
           "with checkpoint.dir: the newest and best checkpoints, copied from the fast tier"),
+    Entry(ARCHIVED, "file", "ckpt/archive.py (jzk ckpt archive --remove)",
+          "a start (refused until restored), jzk ckpt list; removed by jzk ckpt restore",
+          "the archive the run's removed checkpoints went into, and their steps"),
 )  # fmt: skip
 
 NAMES = frozenset(e.name for e in ENTRIES)

@@ -92,6 +92,7 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     )
     train(run_dir, "train.steps=30", *on_scratch)
     link = run_dir / "checkpoints"
+    fast = Path(os.readlink(link))
     assert link.is_symlink() and Path(os.readlink(link)).is_relative_to(tiers["scratch"])
     assert (run_dir / "kept" / "step-30" / "manifest.json").is_file()
     # 25 days later, were it not kept on work: jzk status names it before scratch's purge.
@@ -106,7 +107,7 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     for child in tiers["scratch"].iterdir():
         shutil.rmtree(child)
     again = train(run_dir, "train.steps=40", *on_scratch)
-    assert "(purged?): step 30 copied back" in again.stdout, again.stdout
+    assert f"checkpoint.dir: {fast} has none (purged?): step 30 copied back" in again.stdout
     assert "(step 30)" in again.stdout, again.stdout
     # The same two commands with the checkpoints in the run directory, nothing purged.
     plain = tmp_path / "plain"
@@ -121,14 +122,35 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     assert packed.returncode == 0, packed.stdout + packed.stderr
     (archive,) = tiers["store"].iterdir()
     assert archive.suffix == ".tar" and not list(run_dir.glob("kept/step-*"))
+    # Started again now, the run would train from step 0 (it did, unsaid): refused in
+    # one line with the command that brings its checkpoints back, before it writes.
+    cmd = [sys.executable, "train.py", *TINY, "train.steps=50", *on_scratch]
+    done = subprocess.run(
+        [*cmd, f"hydra.run.dir={run_dir}"], cwd=REPO, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    assert f"were archived into {archive} and removed" in done.stderr, done.stderr
+    assert f"jzk ckpt restore '{archive}' '{run_dir}'" in done.stderr, done.stderr
+    assert not list(fast.glob("step-*")) and "Traceback" not in done.stderr
+    listed = jzk("ckpt", "list", str(run_dir))
+    assert "no checkpoints" in listed.stdout and f"archived into {archive}" in listed.stdout
     restored = jzk("ckpt", "restore", str(archive), str(run_dir))
     assert restored.returncode == 0, restored.stdout + restored.stderr
     assert "every file matches its checksum" in restored.stdout
-    assert sums(run_dir) == before
+    assert sums(run_dir) == before and not (run_dir / "archived.json").exists()
+    # Archived again at the same place: it replaces the earlier archive, whose every
+    # checkpoint it holds; once the run lacks one of them, it is refused instead.
+    replaced = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]))
+    assert "replacing the earlier archive there" in replaced.stdout, replaced.stdout
+    (kept,) = run_dir.glob("kept/step-*")
+    shutil.rmtree(kept)
+    refused = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"holds 1 checkpoint(s) the run no longer has (kept/{kept.name})" in refused.stderr
+    assert archive.stat().st_size > 0 and sorted(tiers["store"].iterdir()) == [archive]
 
     # The run directory removed, its checkpoints left on scratch: the same command would
     # go on from them unseen; it is refused in one line instead, before it writes.
-    fast = Path(os.readlink(run_dir / "checkpoints"))
     shutil.rmtree(run_dir)
     cmd = [sys.executable, "train.py", *TINY, "train.steps=40", *on_scratch]
     done = subprocess.run(
