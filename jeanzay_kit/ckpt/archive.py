@@ -87,7 +87,7 @@ def archive(run_dir: RunDir, to: Path, remove: bool, say: Callable[[str], None])
         # Said where the run is, before anything goes: a start of the run refuses to begin
         # again from step 0 (ckpt/store.py check_resume_early) until they are restored.
         names = [name for name, _ in folders]
-        record = {"archive": str(final.resolve()), "checkpoints": names}
+        record = {"archive": str(final.resolve()), "folders": names}
         write_durably(run_dir.archived, (json.dumps(record) + "\n").encode())
         for _, folder in folders:
             shutil.rmtree(folder)
@@ -110,21 +110,6 @@ def _replaceable(final: Path, names: set[str]) -> str:
             f"folder, or bring them back first (jzk ckpt restore '{final}' RUN_DIR)"
         )
     return f", replacing the earlier archive there (its {len(held)} checkpoint(s) are in it)"
-
-
-def archived_note(run: RunDir) -> str | None:
-    """Where `jzk ckpt archive --remove` put this run's checkpoints, and the command that
-    brings them back, or None (no such record, or one that cannot be read)."""
-    try:
-        record = json.loads(run.archived.read_text())
-        where, names = str(record["archive"]), list(record["checkpoints"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return (
-        f"its {len(names)} checkpoint(s) were archived into {where} and removed (jzk ckpt "
-        f"archive --remove). HINT: jzk ckpt restore '{where}' '{run.root}' brings them "
-        "back; to start afresh instead, give the run another job.name"
-    )
 
 
 def restore(archive_path: Path, run: RunDir, say: Callable[[str], None]) -> list[str]:

@@ -227,10 +227,23 @@ class CheckpointStore:
                 fsync_dir(self.root)
 
 
+def archived_note(run: RunDir) -> str | None:
+    """Where `jzk ckpt archive --remove` put this run's checkpoints, and the command that
+    brings them back, or None (no such record, or one that cannot be read)."""
+    try:
+        record = json.loads(run.archived.read_text())
+        where, names = str(record["archive"]), list(record["folders"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (
+        f"its {len(names)} checkpoint(s) were archived into {where} and removed (jzk ckpt "
+        f"archive --remove). HINT: jzk ckpt restore '{where}' '{run.root}' brings them "
+        "back; to start afresh instead, give the run another job.name"
+    )
+
+
 def _refuse_archived(run_dir: RunDir) -> None:
     """A run whose checkpoints went into an archive does not begin again from step 0."""
-    from jeanzay_kit.ckpt.archive import archived_note
-
     if (note := archived_note(run_dir)) is not None:
         raise ResumeError(f"{run_dir.root} would train again from step 0: {note}")
 

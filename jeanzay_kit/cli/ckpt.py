@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
 def _say_archived(run_dir: str) -> None:
     from pathlib import Path
 
-    from jeanzay_kit.ckpt.archive import archived_note
+    from jeanzay_kit.ckpt.store import archived_note
     from jeanzay_kit.rundir.run_directory import RunDir
 
     if (note := archived_note(RunDir(Path(run_dir)))) is not None:

@@ -371,6 +371,11 @@ def classify(
         return Verdict(UNKNOWN, f"killed by {signal_name}", step)
     if seen is not None and (exit_code != 3 or seen.kind in NODE_FAULTS):
         return Verdict(seen.kind, seen.evidence, step, seen.index, seen.rank, seen.node)
+    if exit_code == 3 and signal_name:
+        # A script of the user's that died of the stop signal passed on to it: no save
+        # on the signal; it goes on from its own newest checkpoint (node/script_task.py).
+        said = f"exit 3: stopped by {signal_name}, which the script does not handle: no save"
+        return Verdict(STOPPED, said, step)
     if exit_code == 3:
         return Verdict(STOPPED, "exit 3: stopped after a save (a signal or a request)", step)
     if exit_code == 4:

@@ -75,15 +75,16 @@ def restart_after_failure(
     job = array_id(env) or env.get("SLURM_JOB_ID")
     request_file = env.get("JZK_REQUEUE_FILE") or None  # in a container: slurm/container.py
     mark = run_dir.requeue_mark
-    how = f"exit {status}"
+    how, died = f"exit {status}", None
     if script and mark.exists():  # a task's command exited 3 (node/script_task.py)
         # "<pid> [SIGNAL]": the signal it died of when it did not handle the warning
         words = mark.read_text(errors="replace").split()
-        how = f"killed by {words[1]}, which it does not handle" if len(words) > 1 else "exit 3"
+        died = words[1] if len(words) > 1 else None
+        how = f"killed by {died}, which it does not handle" if died else "exit 3"
         mark.unlink(missing_ok=True)
         status = Exit.STOPPED
     if script and status in SCRIPT_REQUEUE:
-        _record(run_dir, status, since, job, retried=job is not None)
+        _record(run_dir, status, since, job, retried=job is not None, died=died)
         if job is None:
             return ""
         try:
@@ -246,14 +247,18 @@ def _nodes_left(job: str, excluded: list[str], env: Mapping[str, str], runner: A
 
 
 def _record(
-    run_dir: RunDir, status: int, since: float | None, job: str | None, retried: bool
+    run_dir: RunDir,
+    status: int,
+    since: float | None,
+    job: str | None,
+    retried: bool,
+    died: str | None = None,
 ) -> None:
-    """The end of a step the restart logic leaves alone (a refusal, a stop), recorded."""
+    """The end of a step the restart logic leaves alone (a refusal, a stop), recorded.
+    died: the stop signal a script died of (it did not handle it: nothing saved)."""
     with contextlib.suppress(OSError):
-        record_ending(
-            run_dir, classify_attempt(run_dir, status, since), job_id=job, since=since,
-            retried=retried,
-        )  # fmt: skip
+        ended = classify_attempt(run_dir, status, since, signal_name=died)
+        record_ending(run_dir, ended, job_id=job, since=since, retried=retried)
 
 
 def job_err_log(job_id: str | None, runner: Any = None) -> str:

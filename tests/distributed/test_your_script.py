@@ -63,6 +63,10 @@ def test_a_nanogpt_style_script_is_stopped_and_goes_on_from_its_own_checkpoint(
     (run_dir,) = (project / "outputs").glob("jzk-*")
     assert (run_dir / "ckpt.pt").is_file()
     assert json.loads((run_dir / "outcome.json").read_text())["state"] == "STOPPED"
+    # Its record says what happened: no save on the signal, which it does not handle.
+    (stop,) = (json.loads(x) for x in (run_dir / "endings.jsonl").read_text().splitlines())
+    assert stop["kind"] == "stopped" and "after a save" not in stop["evidence"], stop
+    assert "SIGUSR1, which the script does not handle" in stop["evidence"], stop
 
     resumed = finish(start(project, *COMMAND))
     assert resumed.returncode == 0, resumed.stderr[-3000:]

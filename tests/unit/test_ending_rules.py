@@ -459,3 +459,17 @@ def test_a_failure_that_repeats_is_not_retried_and_spends_no_restart(tmp_path) -
     retry = retry_after_failure(run, data, since=1.0, progressed=True, limit=3, reason="crash")
     assert retry.why == CANNOT_PASS and retry.decision is not None and not retry.decision.retry
     assert len(read_restarts(run)) == 1
+
+
+def test_a_stop_is_said_to_be_after_a_save_only_when_nothing_died_of_the_signal() -> None:
+    """A script of the user's that does not handle the time-limit warning dies of it; the
+    run stops (exit 3) and goes on from the script's own newest checkpoint: its record
+    does not claim a save on the signal (a user trial read one that never happened)."""
+    saved = classify(exit_code=3)
+    assert (saved.kind, saved.evidence) == (
+        STOPPED,
+        "exit 3: stopped after a save (a signal or a request)",
+    )
+    died = classify(exit_code=3, signal_name="SIGUSR1")
+    assert died.kind == STOPPED and "SIGUSR1, which the script does not handle" in died.evidence
+    assert "after a save" not in died.evidence and "no save" in died.evidence
