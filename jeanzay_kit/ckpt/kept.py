@@ -52,7 +52,7 @@ def refuse_stale(checkpoint_dir: str | None, run: RunDir, env: Mapping[str, str]
         f"checkpoint.dir: {fast} holds step-{max(complete)} of an earlier run of {run}, "
         "which has no record of it (its run directory was removed?): this run would resume "
         f"from it unseen. HINT: remove it to start afresh (rm -r '{fast}'), or give the "
-        "run another job.name"
+        "run another job.name (or job.run_dir)"
     )
 
 

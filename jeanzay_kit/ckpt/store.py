@@ -238,7 +238,7 @@ def archived_note(run: RunDir) -> str | None:
     return (
         f"its {len(names)} checkpoint(s) were archived into {where} and removed (jzk ckpt "
         f"archive --remove). HINT: jzk ckpt restore '{where}' '{run.root}' brings them "
-        "back; to start afresh instead, give the run another job.name"
+        "back; to start afresh instead, give the run another job.name (or job.run_dir)"
     )
 
 

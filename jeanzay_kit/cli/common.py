@@ -132,6 +132,7 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
 
     run_dir = run_dir_of(spec)
     claim_run_dir(run_dir, script_command(spec), write=False)
+    _warn_copies(spec, workdir)
     if not (spec.cluster.is_slurm and spec.preemption.requeue):
         return
     script = workdir / spec.job.entry
@@ -142,6 +143,24 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
     warning = resume_warning(spec.job.args, spec.job.resume_args, text, spec.checkpoint.run_dir)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
+
+
+def _warn_copies(spec: JobSpec, workdir: Path) -> None:
+    """A script started as several processes that starts no process group, and a
+    checkpoint.dir that a script not using the toolkit never reads: said once each."""
+    from jeanzay_kit.script.reach import TOOLKIT, entry_file, names_any, single_process_warning
+
+    said = single_process_warning(spec.job.entry, workdir, spec.layout.world_size)
+    if said:
+        print(f"warning: {said}", file=sys.stderr)
+    script = entry_file(spec.job.entry, workdir)
+    if spec.checkpoint.dir and script and names_any(script, workdir, TOOLKIT) is False:
+        print(
+            f"warning: checkpoint.dir={spec.checkpoint.dir} is where the toolkit's loop and "
+            f"its session save; job.entry={spec.job.entry} saves where it chooses itself "
+            "(docs/storage.md)",
+            file=sys.stderr,
+        )
 
 
 # Hydra's own output folders: a job's run directory is job.run_dir (the script passes it).

@@ -484,7 +484,12 @@ def _start_processes(
     spec: JobSpec,
 ) -> list[subprocess.Popen]:
     """One process of the command per rank, each as torchrun would start it (its
-    variables, TORCHELASTIC_* included: distributed/script_env.py launcher_env)."""
+    variables, TORCHELASTIC_* included: distributed/script_env.py launcher_env); first
+    a warning when the script starts no process group (script/reach.py)."""
+    from jeanzay_kit.script.reach import single_process_warning
+
+    if said := single_process_warning(spec.job.entry, Path.cwd(), len(infos)):
+        print(f"jzk: warning: {said}", file=sys.stderr, flush=True)
     run_id = str(os.getpid())  # this launcher's: TORCHELASTIC_RUN_ID of its processes
     # A process group of their own: a Ctrl-C in the terminal reaches this launcher
     # alone, which passes it on once (in the terminal's group they would get it twice).

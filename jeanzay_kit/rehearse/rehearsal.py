@@ -37,7 +37,6 @@ from jeanzay_kit.rehearse.schedule import (
     schedule,
     to_json,
 )
-from jeanzay_kit.rehearse.script_reach import refuse_plain_script
 from jeanzay_kit.rundir.run_directory import RunDir
 
 
@@ -150,6 +149,25 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     found = rules.report(rows, totals, lines)
     run.rehearsal.write_text(json.dumps(found, indent=1) + "\n")
     return found
+
+
+def refuse_plain_script(entry: str, project: Path) -> None:
+    """JzkError, before anything runs, when job.entry's script reaches no module that
+    names the toolkit (script/reach.py; nothing said when undecided: the run without
+    faults shows it, runner.NOT_RECORDED)."""
+    from jeanzay_kit.script.reach import TOOLKIT, entry_file, names_any
+
+    script = entry_file(entry, project)
+    if script is None or names_any(script, project, TOOLKIT) is not False:
+        return
+    raise JzkError(
+        f"job.entry={entry}: neither {script.name} nor a module of yours it imports uses "
+        f"the toolkit ({TOOLKIT[0]}), so its loop records no steps, heartbeats or final "
+        "model digest for a rehearsal to follow, and a rehearsal of a plain script is not "
+        "built yet (docs/rehearse.md, What is not rehearsed yet). HINT: run your loop "
+        "through the session (docs/your-own-loop.md, part b), or rehearse the toolkit's "
+        "loop (without job.entry)"
+    )
 
 
 def _size_bytes(spec: JobSpec, opts: Options) -> int:

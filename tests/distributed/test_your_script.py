@@ -112,3 +112,40 @@ def test_sigterm_to_a_local_run_is_a_stop_not_a_crash(project: Path) -> None:
     assert proc.returncode == 3, (lines, err[-3000:])
     assert "killed by SIGTERM" not in err
     assert "stopped (SIGTERM)" in "".join(lines)
+
+
+SINGLE = """\
+import os, torch
+os.makedirs("out", exist_ok=True)
+w = torch.zeros(3)
+for it in range(5):
+    w += 1
+torch.save({"w": w}, "out/ckpt.pt")
+print("done", flush=True)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_script_that_starts_no_process_group_is_warned_when_started_twice(
+    tmp_path: Path,
+) -> None:
+    """cluster=local starts 2 processes by default: a script of one process, unchanged,
+    is two copies of one run writing the same files. A user trial saw every line twice,
+    unsaid; now one warning with the way to run it once, here and before the queue."""
+    (tmp_path / "train.py").write_text(SINGLE)
+    twice = finish(start(tmp_path, "job.entry=train.py"))
+    assert twice.returncode == 0, twice.stderr[-2000:]
+    warned = [x for x in twice.stderr.splitlines() if "warning: job.entry=train.py" in x]
+    assert len(warned) == 1 and "runs as 2 processes" in warned[0], twice.stderr
+    assert twice.stdout.count("done") == 2
+    once = finish(start(tmp_path, "job.entry=train.py", "resources.gpus_per_node=1"))
+    assert once.returncode == 0 and "warning" not in once.stderr, once.stderr
+    # Before the queue too; and checkpoint.dir, which such a script never reads, is said.
+    checked = subprocess.run(
+        [JZK, "validate", "job.entry=train.py", f"checkpoint.dir={tmp_path / 'fast'}"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert "HINT: resources.gpus_per_node=1 resources.nodes=1" in checked.stderr, checked
+    assert f"warning: checkpoint.dir={tmp_path / 'fast'} is where the toolkit" in checked.stderr

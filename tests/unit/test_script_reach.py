@@ -1,6 +1,7 @@
-"""rehearse/script_reach.py: a script that reaches no module naming the toolkit is told,
-before any run, that it cannot be rehearsed; one that does, through modules of its own,
-goes on; one that cannot be read as Python is left to the run without faults."""
+"""script/reach.py: what a script of the user's reaches, read before anything runs. A
+script that reaches no module naming the toolkit is told it cannot be rehearsed; one
+that does, through modules of its own, goes on; a script started as several processes
+that starts no process group is warned; one that cannot be read as Python is left be."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.rehearse.script_reach import (
+from jeanzay_kit.rehearse.rehearsal import refuse_plain_script
+from jeanzay_kit.script.reach import (
+    DISTRIBUTED,
+    TOOLKIT,
     entry_file,
     imported_names,
-    reaches_toolkit,
-    refuse_plain_script,
+    names_any,
+    single_process_warning,
 )
 
 
@@ -77,7 +81,7 @@ def test_the_toolkit_is_looked_for_through_the_users_own_modules(
     tmp_path: Path, files: dict[str, str], reaches: bool
 ) -> None:
     project = _project(tmp_path, files)
-    found = reaches_toolkit(project / "train.py", project, installed=lambda _top: None)
+    found = names_any(project / "train.py", project, TOOLKIT, installed=lambda _top: None)
     assert found is reaches
 
 
@@ -89,8 +93,8 @@ def test_a_module_installed_from_the_users_own_folder_is_followed(tmp_path: Path
     def installed(top: str) -> Path | None:
         return lib / "mylib" / "__init__.py" if top == "mylib" else None
 
-    assert reaches_toolkit(project / "train.py", project, installed=installed) is True
-    assert reaches_toolkit(project / "train.py", project, installed=lambda _t: None) is False
+    assert names_any(project / "train.py", project, TOOLKIT, installed=installed) is True
+    assert names_any(project / "train.py", project, TOOLKIT, lambda _t: None) is False
 
 
 @pytest.mark.parametrize(
@@ -121,10 +125,33 @@ def test_a_plain_script_is_refused_naming_it_and_the_way_that_works(tmp_path: Pa
 
 
 def test_a_relative_import_above_the_root_is_nowhere() -> None:
-    from jeanzay_kit.rehearse.script_reach import module_files
+    from jeanzay_kit.script.reach import module_files
 
     assert module_files("x", 9, Path("/a/b.py"), [Path("/a")]) == []
     assert module_files("x", 2, Path("/a/b/c.py"), []) == [
         Path("/a/x.py"),
         Path("/a/x/__init__.py"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("source", "processes", "warned"),
+    [
+        ("import torch\nfor i in range(9): pass", 2, True),  # nanoGPT without its DDP part
+        ("import torch\nfor i in range(9): pass", 1, False),  # one process: nothing to say
+        ("import torch.distributed as dist\ndist.init_process_group('gloo')", 2, False),
+        ("import idr_torch", 4, False),
+        ("import lightning as L", 2, False),
+        ("import os\nrank = int(os.environ['LOCAL_RANK'])", 2, False),
+    ],
+)
+def test_a_script_started_as_several_processes_that_starts_no_group_is_warned(
+    tmp_path: Path, source: str, processes: int, warned: bool
+) -> None:
+    project = _project(tmp_path, {"train.py": source})
+    said = single_process_warning("train.py --steps 3", project, processes)
+    assert (said is not None) is warned, said
+    if said:
+        assert f"runs as {processes} processes" in said and "train.py" in said
+        assert "HINT: resources.gpus_per_node=1 resources.nodes=1" in said
+    assert "torch.distributed" in DISTRIBUTED

@@ -1,18 +1,14 @@
-"""Whether a script of the user's (job.entry) reaches the toolkit at all, read before a
-rehearsal runs anything.
-
-A rehearsal follows its run by what the toolkit's session API records: the steps, the
-processes' heartbeats, the final model's digest (runner.py). A script none of whose
-project modules names `jeanzay_kit` records none of them, and was refused only once its
-run without faults, as long as the job itself, had shown it. Now it is refused first.
+"""What a script of the user's (job.entry) reaches, read before anything runs: whether
+it or a module of the user's it imports names the toolkit (a rehearsal follows only a
+loop on the session API), or anything that starts a process group (a script started as
+several processes that does not is several copies of one run).
 
 Read as text and with `ast`, never imported: from the entry file through the modules it
 imports that are the user's own (found beside the entry, under the project's root or
 its `src/`, or installed from a folder outside the interpreter's own, as an editable
-install is), breadth first. A file that merely names `jeanzay_kit` (in an import, or a
-string given to importlib) counts as reaching it. Undecided (None) when the entry is not
-a Python file of the project (a shell script, a module installed elsewhere): the
-rehearsal then goes on and its run without faults shows it (runner.NOT_RECORDED).
+install is), breadth first. A file that merely names a word looked for (in an import,
+or a string given to importlib) counts. Undecided (None) when the entry is not a Python
+file of the project (a shell script, a module installed elsewhere): nothing is said.
 """
 
 from __future__ import annotations
@@ -24,7 +20,15 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-TOOLKIT = "jeanzay_kit"
+TOOLKIT = ("jeanzay_kit",)
+# What a script that runs as several processes names to be one run: torch's process
+# group, or a library that starts one for it. Generous on purpose: a word here only
+# keeps a warning from being said.
+DISTRIBUTED = (
+    "jeanzay_kit", "torch.distributed", "init_process_group", "DistributedDataParallel",
+    "idr_torch", "lightning", "accelerate", "transformers", "deepspeed", "horovod",
+    "torchrun", "LOCAL_RANK", "SLURM_PROCID", "WORLD_SIZE",
+)  # fmt: skip
 MAX_FILES = 2000  # a project's own modules; past this, undecided
 
 
@@ -85,12 +89,13 @@ def entry_file(entry: str, project: Path) -> Path | None:
     return None
 
 
-def reaches_toolkit(
+def names_any(
     entry: Path,
     project: Path,
+    words: Sequence[str],
     installed: Callable[[str], Path | None] | None = None,
 ) -> bool | None:
-    """Whether the entry or one of the user's modules it imports names the toolkit.
+    """Whether the entry or one of the user's modules it imports names one of `words`.
     installed: where a module the project's folders do not hold lies when it is the
     user's own (default: found by importlib outside this interpreter's folders)."""
     roots = [entry.parent, project, project / "src"]
@@ -108,7 +113,7 @@ def reaches_toolkit(
             source = path.read_text(errors="replace")
         except OSError:
             continue
-        if TOOLKIT in source:
+        if any(word in source for word in words):
             return True
         queue += _next_files(imported_names(source), path, roots, find)
     return False
@@ -148,19 +153,16 @@ def _users_installed(top: str) -> Path | None:
     return path
 
 
-def refuse_plain_script(entry: str, project: Path) -> None:
-    """JzkError, before anything runs, when job.entry's script reaches no module that
-    names the toolkit (nothing said when undecided: the run without faults will show)."""
-    from jeanzay_kit.errors import JzkError
-
+def single_process_warning(entry: str, project: Path, processes: int) -> str | None:
+    """The warning for a script started as several processes (resources: nodes x
+    gpus_per_node) that names nothing starting a process group, or None."""
     script = entry_file(entry, project)
-    if script is None or reaches_toolkit(script, project) is not False:
-        return
-    raise JzkError(
-        f"job.entry={entry}: neither {script.name} nor a module of yours it imports uses "
-        f"the toolkit ({TOOLKIT}), so its loop records no steps, heartbeats or final "
-        "model digest for a rehearsal to follow, and a rehearsal of a plain script is not "
-        "built yet (docs/rehearse.md, What is not rehearsed yet). HINT: run your loop "
-        "through the session (docs/your-own-loop.md, part b), or rehearse the toolkit's "
-        "loop (without job.entry)"
+    if processes < 2 or script is None or names_any(script, project, DISTRIBUTED) is not False:
+        return None
+    return (
+        f"job.entry={entry} runs as {processes} processes (resources.nodes x "
+        f"resources.gpus_per_node), but neither {script.name} nor a module of yours it "
+        "imports starts a process group (torch.distributed, idr_torch, Lightning, "
+        "Accelerate...): each process trains the same model alone and writes the same "
+        "files. HINT: resources.gpus_per_node=1 resources.nodes=1 runs it once"
     )
