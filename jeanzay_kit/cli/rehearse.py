@@ -22,7 +22,9 @@ def add(sub: argparse._SubParsersAction) -> None:
         "with --slurm every process of a node), each after some seconds of "
         "training; then say per fault when it was noticed and by what, when training went "
         "on, the steps lost, and whether the final model equals the reference's. "
-        "<dir>/run/faults.json is written first; <dir>/run/rehearsal.json keeps the report.",
+        "<dir>/run/faults.json is written first; <dir>/run/rehearsal.json keeps the report. "
+        "Rehearsed: the toolkit's loop, and a loop of yours on the session API (job.entry); "
+        "a plain script is not yet (docs/rehearse.md).",
     )
     rehearse.add_argument(
         "--faults", type=int, default=4, metavar="N", help="how many faults (default 4)"
