@@ -8,6 +8,7 @@ requeued (no restart spent) and the script goes on from that checkpoint to the e
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from pathlib import Path
@@ -55,6 +56,9 @@ def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_
     assert "done: 60 steps" in out, err[-3000:]
     assert (run_dir / "checkpoint.pt").is_file()
     assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
+    # It handles the signal (saves, exits 3): its stop is recorded as one after a save.
+    stop = json.loads((run_dir / "endings.jsonl").read_text().splitlines()[0])
+    assert stop["kind"] == "stopped" and "stopped after a save" in stop["evidence"], stop
 
 
 def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(

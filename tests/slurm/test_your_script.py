@@ -76,6 +76,10 @@ def test_a_nanogpt_style_script_is_requeued_and_resumes_its_own_checkpoint(
     assert re.search(r"^iter 11:.*world 2$", after, re.MULTILINE), after[:2000]
     assert "done: 40 iters" in out, err[-3000:]
     assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
+    # Its record says what happened: no save on the signal, which it does not handle.
+    stop = json.loads((run_dir / "endings.jsonl").read_text().splitlines()[0])
+    assert stop["kind"] == "stopped" and "after a save" not in stop["evidence"], stop
+    assert "SIGUSR1, which the script does not handle" in stop["evidence"], stop
     # The config file named in the arguments was read from the frozen copy: its relative
     # path resolves in the script's working directory, whose config/ leads there.
     frozen = (run_dir / "cwd" / "config" / "tiny.py").resolve()
