@@ -212,6 +212,7 @@ def _local_views(directory: str | None, optional: bool) -> list[RunView]:
         replace(
             view,
             checkpoint=(kept := _newest_complete_step(run)),
+            archived=run.archived.is_file(),
             record=ledger_record(run, kept),
             progress=run_progress(
                 run,

@@ -181,6 +181,7 @@ class RunView:
     progress: RunProgress = RunProgress()
     record: RunRecord | None = None  # its starts and step times, for the ledger
     gpu_memory: str | None = None  # the plan's per-GPU estimate at submission (jzk submit)
+    archived: bool = False  # its checkpoints went into an archive (jzk ckpt archive --remove)
 
     @property
     def key(self) -> str:
@@ -446,7 +447,7 @@ def _checkpoint(view: RunView) -> str:
         return f"step-{view.checkpoint}"
     if p.checkpoint_file:
         return f"{p.checkpoint_file} ({_duration(p.checkpoint_age_s)} ago)"
-    return "-"
+    return "archived" if view.archived else "-"
 
 
 def _script_lines(views: Sequence[RunView]) -> list[str]:

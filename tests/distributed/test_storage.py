@@ -134,6 +134,7 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     assert not list(fast.glob("step-*")) and "Traceback" not in done.stderr
     listed = jzk("ckpt", "list", str(run_dir))
     assert "no checkpoints" in listed.stdout and f"archived into {archive}" in listed.stdout
+    assert " archived " in jzk("status", str(run_dir)).stdout  # its CKPT column
     restored = jzk("ckpt", "restore", str(archive), str(run_dir))
     assert restored.returncode == 0, restored.stdout + restored.stderr
     assert "every file matches its checksum" in restored.stdout
