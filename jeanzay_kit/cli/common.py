@@ -122,25 +122,32 @@ def render(
 
 def check_script_run(spec: JobSpec, workdir: Path) -> None:
     """Before the queue, for a script task: refuse a run directory that belongs to another
-    command (script/script_files.py), and warn when a requeue would start the script from
-    the beginning (script/script_rules.py resume_warning)."""
+    command (script/script_files.py); warn when a requeue would start the script from
+    the beginning (script/script_rules.py resume_warning), and what _warn_copies says."""
     if not spec.job.runs_script or not workdir.is_dir():
         return
     from jeanzay_kit.script.entry import script_command
     from jeanzay_kit.script.script_files import claim_run_dir
+
+    claim_run_dir(run_dir_of(spec), script_command(spec), write=False)
+    _warn_copies(spec, workdir)
+    if spec.cluster.is_slurm and spec.preemption.requeue:
+        _warn_no_resume(spec, workdir)
+
+
+def _warn_no_resume(spec: JobSpec, workdir: Path) -> None:
+    from jeanzay_kit.script.reach import TOOLKIT, entry_file, names_any
     from jeanzay_kit.script.script_rules import resume_warning
 
-    run_dir = run_dir_of(spec)
-    claim_run_dir(run_dir, script_command(spec), write=False)
-    _warn_copies(spec, workdir)
-    if not (spec.cluster.is_slurm and spec.preemption.requeue):
-        return
     script = workdir / spec.job.entry
     try:
         text = script.read_text(errors="replace") if script.is_file() else None
     except OSError:
         text = None
-    warning = resume_warning(spec.job.args, spec.job.resume_args, text, spec.checkpoint.run_dir)
+    found = entry_file(spec.job.entry, workdir)
+    session = found is not None and names_any(found, workdir, TOOLKIT) is True
+    job = spec.job
+    warning = resume_warning(job.args, job.resume_args, text, spec.checkpoint.run_dir, session)
     if warning:
         print(f"warning: {warning}", file=sys.stderr)
 

@@ -24,6 +24,7 @@ def after_stop(
     requeue_signal: str = "USR1",
     requeue: bool = True,
     term_wait_seconds: float = 300.0,
+    task_requeues: bool = False,
     runner=None,  # noqa: ANN001
     sleep=time.sleep,  # noqa: ANN001
 ) -> NoReturn:
@@ -48,11 +49,13 @@ def after_stop(
         if wants_requeue:
             _requeue(info, steps, runner)
         elif not waits_for_slurm:
-            print(
-                f"stopped by {stopped_by} after saving step-{steps}; run the "
-                "same command again to resume",
-                flush=True,
+            # Under a script task in a job, the task requeues the job once this exits 3.
+            then = (
+                "the job's task requeues the job: it resumes from there"
+                if task_requeues
+                else "run the same command again to resume"
             )
+            print(f"stopped by {stopped_by} after saving step-{steps}; {then}", flush=True)
     if waits_for_slurm:
         # Preemption sends SIGTERM, waits GraceTime, then kills and requeues the job. A job
         # that ends by itself first is marked FAILED and never requeued, so every task
@@ -88,6 +91,7 @@ def after_stop_as_set(
         requeue_signal=settings.requeue_signal,
         requeue=settings.requeue and not under_script_task(env),
         term_wait_seconds=settings.term_wait_seconds,
+        task_requeues=settings.requeue and under_script_task(env) and info.job_id is not None,
         runner=runner,
         sleep=sleep,
     )

@@ -145,11 +145,18 @@ def requeue_note(
 
 
 def resume_warning(
-    args: Sequence[str], resume_args: Sequence[str], script_text: str | None, run_dir: str
+    args: Sequence[str],
+    resume_args: Sequence[str],
+    script_text: str | None,
+    run_dir: str,
+    uses_toolkit: bool = False,
 ) -> str | None:
     """Before the queue: a script that can be requeued but shows no way to resume (no
-    resume arguments, no run directory in its arguments, no JZK_RUN_DIR in its source)."""
-    if resume_args:
+    resume arguments, no run directory in its arguments, no JZK_RUN_DIR in its source).
+    uses_toolkit: it or a module of the user's it imports names the toolkit
+    (script/reach.py): a loop on the session API resumes from the run directory's
+    checkpoints by itself, wherever its Hydra output directory is."""
+    if resume_args or uses_toolkit:
         return None
     if any("JZK_RUN_DIR" in a or "${job.run_dir}" in a or run_dir in a for a in args):
         return None

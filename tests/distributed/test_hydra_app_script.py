@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.distributed.test_your_model import finish, start
+from tests.distributed.test_your_model import JZK, finish, start
 
 APP = """\
 import os
@@ -133,3 +133,42 @@ def test_jzk_validate_says_where_a_hydra_apps_output_directory_is(app: Path) -> 
     assert done.returncode == 0, done.stderr[-2000:]
     line = "hydra app       its output directory is <run dir>/cwd at every start"
     assert line in done.stdout, done.stdout
+
+
+APP_ON_ITS_MODULE = """import hydra
+from omegaconf import DictConfig
+from loop import train
+
+
+@hydra.main(version_base=None, config_path=".", config_name="config")
+def main(cfg: DictConfig) -> None:
+    train(cfg)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+@pytest.mark.parametrize(
+    ("loop", "warned"),
+    [
+        ("from jeanzay_kit import session\n\ndef train(cfg):\n    pass\n", False),
+        ("def train(cfg):\n    pass\n", True),
+    ],
+)
+def test_the_warning_that_a_requeue_starts_an_app_afresh_spares_a_session_loop(
+    tmp_path: Path, loop: str, warned: bool
+) -> None:
+    """`jzk validate` of a Slurm request: a Hydra app whose loop, in a module of its own,
+    is on the session API resumes from the run directory by itself; one whose loop is
+    not is warned (a user trial read the warning about the first)."""
+    (tmp_path / "app.py").write_text(APP_ON_ITS_MODULE)
+    (tmp_path / "loop.py").write_text(loop)
+    (tmp_path / "config.yaml").write_text("steps: 10\n")
+    argv = [JZK, "validate", "cluster=slurm_local", "job.entry=app.py"]
+    done = subprocess.run(
+        [*argv, "resources.gpus_per_node=1"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert ("will start it from the beginning" in done.stderr) is warned, done.stderr

@@ -93,6 +93,9 @@ def test_before_the_queue_a_hydra_app_gets_the_hydra_hint() -> None:
     assert warning is not None and "hydra.run.dir" in warning and "--out_dir" not in warning
     saves = DECORATED + "    out = HydraConfig.get().runtime.output_dir\n"
     assert resume_warning([], [], saves, "outputs/a") is None
+    # On the session API (in the app or a module of the user's it imports), it resumes
+    # from the run directory's checkpoints: no warning (a user trial read a false one).
+    assert resume_warning([], [], DECORATED, "outputs/a", uses_toolkit=True) is None
 
 
 @pytest.mark.parametrize(

@@ -185,3 +185,24 @@ def test_a_session_under_submitit_saves_at_usr2_and_requeues_the_job(capsys) -> 
     # A job of the toolkit's own passes its settings: preemption.signal wins.
     settings = {SETTINGS_ENV: to_env(runtime_settings(SPEC)), **SUBMITIT}
     assert from_env(settings).requeue_signal == "USR1"
+
+
+@pytest.mark.parametrize(
+    ("info", "said"),
+    [
+        # A session in a script task of a job: the task requeues the job once it exits 3.
+        (RANK0, "after saving step-40; the job's task requeues the job: it resumes from there"),
+        # The same here (jzk train job.entry=...): the user runs it again.
+        (replace(RANK0, job_id=None, array_job_id=None), "; run the same command again"),
+    ],
+)
+def test_a_session_in_a_script_task_says_who_goes_on_after_its_save(
+    capsys, info: RankInfo, said: str
+) -> None:
+    """A user trial read 'run the same command again' in a job that requeued itself."""
+    runner = FakeRunner()
+    task = {"JZK_RUN_DIR": "/runs/r"}
+    with pytest.raises(SystemExit) as ended:
+        after_stop_as_set(runtime_settings(SPEC), info, task, "SIGUSR1", 40, runner=runner)
+    assert ended.value.code == 3 and runner.calls == []  # the task requeues, not the session
+    assert said in capsys.readouterr().out
