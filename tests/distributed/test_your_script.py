@@ -77,6 +77,14 @@ def test_a_nanogpt_style_script_is_stopped_and_goes_on_from_its_own_checkpoint(
     assert "done: 40 iters" in resumed.stdout
     status = subprocess.run([JZK, "status", str(run_dir)], capture_output=True, text=True)
     assert " COMPLETED " in status.stdout, status.stdout + status.stderr
+    # The same command for Slurm is this run too: said before the queue, not in the job.
+    checked = subprocess.run(
+        [JZK, "validate", "cluster=slurm_local", *COMMAND],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
+    assert f"note: {run_dir} holds this command's run, which ran to its end" in checked.stderr
 
     # Another argument: another run, which neither resumes nor touches the first one.
     other = finish(start(project, *COMMAND, "--learning_rate=0.01", "--max_iters=12"))
