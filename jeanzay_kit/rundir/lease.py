@@ -17,6 +17,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import signal
 import threading
 import time
 import uuid
@@ -53,7 +54,16 @@ class Lease:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._renew_loop, name="jzk-lease", daemon=True)
-        self._thread.start()
+        # Started with every signal blocked, which it keeps: a signal sent to the process
+        # is the main thread's. A script task's main thread blocks the stop signals and
+        # takes them with sigtimedwait (node/script_watch.py); between two waits the
+        # kernel handed a SIGUSR1 to this thread instead, whose default action killed the
+        # task (a CI run: "task 0: User defined signal 1"; task 0 holds the lease).
+        before = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            self._thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
     def _write(self, record: LeaseRecord) -> None:
         with self._lock:

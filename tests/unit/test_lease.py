@@ -146,3 +146,36 @@ def test_a_requeued_job_takes_over_its_own_lease(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+BLOCKED_MAIN = """
+import os, signal, sys, time
+from pathlib import Path
+from jeanzay_kit.rundir.lease import acquire
+from jeanzay_kit.rundir.run_directory import RunDir
+
+lease = acquire(RunDir(Path(sys.argv[1])), host="n1")
+# As a script task's main thread between two sigtimedwait calls (node/script_watch.py):
+# the stop signal blocked here, its default action unchanged.
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+os.kill(os.getpid(), signal.SIGUSR1)  # to the process, as slurmstepd sends it
+time.sleep(0.5)
+info = signal.sigtimedwait({signal.SIGUSR1}, 5)
+print("taken", info.si_signo if info else None, flush=True)
+lease.release()
+"""
+
+
+def test_a_signal_to_the_process_waits_for_the_main_thread_not_the_leases(
+    tmp_path: Path,
+) -> None:
+    """The lease's thread blocks every signal: one sent to the process while its main
+    thread blocks it stays pending for that thread (it killed a script task on CI)."""
+    done = subprocess.run(
+        [sys.executable, "-c", BLOCKED_MAIN, str(tmp_path / "run")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.strip() == f"taken {int(signal.SIGUSR1)}", done.stdout
