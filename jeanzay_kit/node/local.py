@@ -112,8 +112,8 @@ def _start(procs: list[BaseProcess], context: ForkServerContext | SpawnContext) 
     """Start the workers with the stop signals blocked, a mask that survives fork and
     exec and that they keep until they ignore them (_worker). One arriving meanwhile is
     not lost: the launcher's handler (`forward`, installed before) takes it once the mask
-    is restored, or at once when another thread of this process (the lease's) was handed
-    it; in a worker it waits, and signals are re-sent until the workers are done, so that
+    is restored (the lease's thread blocks every signal: rundir/lease.py); in a worker
+    it waits, and signals are re-sent until the workers are done, so that
     one that came too early is delivered once they listen. (Ignoring them here instead,
     as this did, dropped a signal that came in the window: seen, a time-limit warning 1 s
     into a start under load never stopped the run.)"""
