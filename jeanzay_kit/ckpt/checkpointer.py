@@ -89,10 +89,12 @@ def _save_bytes(data: bytes, path: Path) -> FileRecord:
     return FileRecord(len(data), checksum_of(data))
 
 
-def _save_tensors(dcp: Any, state: dict[str, Any], writer: Any) -> None:
+def _save_tensors(state: dict[str, Any], writer: Any) -> None:
     """DCP's save; a one-process group skips DCP's planning round trip (its plans
     pickled and sent to itself through the group, about 15 ms a save on the bench's
     state): the same files, the same metadata, as its loads already do (load below)."""
+    import torch.distributed.checkpoint as dcp
+
     alone = dist.is_initialized() and dist.get_world_size() == 1
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
@@ -238,7 +240,6 @@ class Checkpointer:
     ) -> None:
         """The tensors through DCP, then the commit (manifest last): here, or in the
         background (checkpoint.async) unless force_sync."""
-        import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.api import CheckpointException
 
         from jeanzay_kit.ckpt.raw_storage import RawWriter
@@ -272,7 +273,7 @@ class Checkpointer:
             return
         try:
             try:
-                _save_tensors(dcp, state, writer)
+                _save_tensors(state, writer)
             finally:
                 small.join()  # nothing writes into the folder once this ends
             self._small_done(step, small)

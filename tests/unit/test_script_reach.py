@@ -12,7 +12,6 @@ import pytest
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rehearse.rehearsal import refuse_plain_script
 from jeanzay_kit.script.reach import (
-    DISTRIBUTED,
     TOOLKIT,
     entry_file,
     imported_names,
@@ -154,4 +153,3 @@ def test_a_script_started_as_several_processes_that_starts_no_group_is_warned(
     if said:
         assert f"runs as {processes} processes" in said and "train.py" in said
         assert "HINT: resources.gpus_per_node=1 resources.nodes=1" in said
-    assert "torch.distributed" in DISTRIBUTED
