@@ -66,6 +66,11 @@ class Timeline:
     # 0: the toolkit's loop, which logs every step of a rehearsal).
     step_s: float = 0.0
     interval: int = 0
+    # The step the latest fault met: the next one is sent past it. Two faults of a kind
+    # at one step read, to the job's restart rule, as one that cannot pass (ending_rules
+    # `decide`): a hang at step 34, a resume from step 0, a hang at 34 again ended a
+    # rehearsal on Slurm with its run (exit 4) instead of retrying it.
+    met: int = 0
 
     def start(self) -> None:
         self.launch.start()
@@ -163,7 +168,10 @@ def rehearse_run(
     would, until it is done)."""
     started = time.monotonic()
     line.start()
-    measured = [_one(line, fault, steps) for fault, steps in plan]
+    measured = []
+    for fault, steps in plan:
+        measured.append(_one(line, fault, steps))
+        line.met = max(line.met, measured[-1].step)
     while (code := _wait_end(line)) == 3:
         line.start()  # a stop after a save: run again, as Slurm's requeue would
     if code != 0:
@@ -185,7 +193,7 @@ def _train_for(line: Timeline, steps: int) -> None:
     run has ended is asked before whether it got there: a rehearsal starved of the CPU
     sees both at once, and a fault sent to a run that had completed was reported as not
     survived."""
-    target = seen = _reached(line)
+    target = seen = max(_reached(line), line.met)
     target += steps
     grew: float | None = None  # when `seen` last grew, while waiting here
     while True:

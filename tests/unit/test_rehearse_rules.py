@@ -304,3 +304,35 @@ def test_no_fault_is_sent_to_a_run_that_completed_while_the_rehearsal_was_not_lo
         _train_for(line, 106)
     said = str(refused.value)
     assert said.startswith("the run ended (exit 0) at step 400, past step 106"), said
+
+
+class _Resumed:
+    """A run resumed from step 0 after a fault at step 34: each poll finds one more step
+    logged (metrics.jsonl cut back to the resume, then appended to)."""
+
+    def __init__(self, metrics) -> None:  # noqa: ANN001 - a Path
+        self.metrics, self.steps = metrics, 3
+        metrics.parent.mkdir(parents=True, exist_ok=True)
+        metrics.write_text("".join(f'{{"step": {s}}}\n' for s in range(1, 4)))
+
+    def ended(self) -> int | None:
+        self.steps += 1
+        with self.metrics.open("a") as out:
+            out.write(f'{{"step": {self.steps}}}\n')
+        return None
+
+
+def test_the_next_fault_is_sent_past_the_step_the_last_one_met(tmp_path) -> None:  # noqa: ANN001
+    """After a fault at step 34 and a resume from step 0, 31 steps of training end past
+    step 34, not at it: two hangs at one step read as one that cannot pass, and the job
+    was not retried (a rehearsal on Slurm ended with its run)."""
+    from pathlib import Path
+
+    from jeanzay_kit.rehearse.runner import Timeline, _train_for
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    run = RunDir(Path(tmp_path) / "run")
+    line = Timeline(_Resumed(run.metrics), run, Path("run.log"))  # type: ignore[arg-type]
+    line.met = 34
+    _train_for(line, 31)
+    assert 34 + 31 <= line.step() <= 34 + 32
