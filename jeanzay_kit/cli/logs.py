@@ -27,9 +27,10 @@ def add(sub: argparse._SubParsersAction) -> None:
         help="print a run's output, every start of its jobs; -f follows it",
         description="Print the log of each job of a run (a requeued job's starts are "
         "marked `jzk: start N of job ...`). TARGET is a run or sweep directory, or a job id "
-        "(an array job's id gives all its tasks).",
+        "(an array job's id gives all its tasks); without it, the run under outputs/ and "
+        "multirun/ here that wrote last.",
     )
-    logs.add_argument("target", metavar="RUN_DIR|JOB_ID")
+    logs.add_argument("target", nargs="?", default=None, metavar="RUN_DIR|JOB_ID")
     logs.add_argument(
         "-f",
         "--follow",
@@ -56,10 +57,12 @@ def add(sub: argparse._SubParsersAction) -> None:
     logs.set_defaults(run=run_logs)
 
 
-def run_records(target: str) -> list[dict]:
+def run_records(target: str | None) -> list[dict]:
     from jeanzay_kit.cli.status import status_records
     from jeanzay_kit.launch.log_rules import find_records
 
+    if target is None:
+        return _newest_run(status_records(None))
     if Path(target).exists():
         return status_records(target)
     found = find_records(status_records(None), target)
@@ -69,6 +72,36 @@ def run_records(target: str) -> list[dict]:
             "HINT: run it in the project you submitted from, or give the run directory"
         )
     return found
+
+
+def _newest_run(records: list[dict]) -> list[dict]:
+    """The records of the run that wrote last (its job logs, its run directory's
+    files), said on stderr so that the output stays the log alone."""
+    newest = max(records, key=_last_write)
+    run_dir = newest.get("run_dir")
+    print(
+        f"jzk logs: {run_dir or 'job ' + str(newest.get('job_id'))}, the run here that wrote "
+        "last (jzk status lists them all; jzk logs RUN_DIR|JOB_ID for another)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return [r for r in records if r.get("run_dir") == run_dir] if run_dir else [newest]
+
+
+def _last_write(record: Mapping) -> float:
+    places = []
+    if record.get("run_dir"):
+        run = RunDir.of(str(record["run_dir"]))
+        places += [run.train_log, run.metrics, run.root]
+    if record.get("log"):
+        places.append(Path(str(record["log"])))
+    times = []
+    for place in places:
+        try:
+            times.append(place.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times, default=0.0)
 
 
 def _log_of(record: Mapping, err: bool) -> Path | None:
@@ -82,7 +115,7 @@ def _log_of(record: Mapping, err: bool) -> Path | None:
 def run_logs(args: argparse.Namespace) -> int:
     from jeanzay_kit.launch.log_rules import pick_start
 
-    if _is_study(Path(args.target)):
+    if args.target is not None and _is_study(Path(args.target)):
         return _trial_logs(Path(args.target), args)
     records = run_records(args.target)
     slurm = [r for r in records if r.get("job_id") != "local" and r.get("log")]

@@ -113,3 +113,22 @@ def test_one_point_of_a_slurm_sweep_is_read_as_the_sweep_lists_it(tmp_path: Path
     from jeanzay_kit.launch.run_files import run_progress
 
     assert run_progress(RunDir.of(sweep / "lr-1"), job_id="7_1").restarts == 1
+
+
+def test_without_a_target_the_run_that_wrote_last_is_shown(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """`jzk logs` alone, in the project: the run here that wrote last (a user's first
+    try after `jzk train`), named on stderr; the others are left out."""
+    monkeypatch.chdir(tmp_path)
+    for name, line, when in (("old", "old run\n", 1_000), ("new", "new run\n", 2_000)):
+        run = RunDir(tmp_path / "outputs" / name)
+        run.root.mkdir(parents=True)
+        run.metrics.write_text('{"step": 1}\n')
+        run.train_log.write_text(line)
+        for place in (run.metrics, run.train_log, run.root):
+            os.utime(place, (when, when))
+    assert main(["logs"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "new run\n", out
+    assert "outputs/new, the run here that wrote last" in err, err
