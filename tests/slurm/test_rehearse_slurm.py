@@ -34,7 +34,7 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
     folder = tmp_path / "rehearsal"
     request = ["cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_node=2"]
     request += [f"job.python={PYTHON}", f"job.entry={REPO / 'train.py'}"]
-    request += ["job.entry_kind=toolkit", "train.steps=2000", "checkpoint.every_steps=50"]
+    request += ["job.entry_kind=toolkit", "train.steps=1200", "checkpoint.every_steps=50"]
     request += [f"watchdog.stall_seconds={STALL_S}", f"watchdog.heartbeat_seconds={BEAT_S}"]
     faults = ["--faults", "12", "--every", "0.8", "--seed", "5"]
     with tmpfs(tmp_path / "small", "size=64m") as small:

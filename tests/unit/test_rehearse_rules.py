@@ -20,10 +20,12 @@ from jeanzay_kit.rehearse.report_rules import (
     young_interval_s,
 )
 from jeanzay_kit.rehearse.schedule import (
+    CKPT_WRITE,
     FILL_LIMIT,
     KINDS,
     PREEMPT,
     STORAGE_FULL,
+    Fault,
     from_json,
     kinds_for,
     misfit,
@@ -99,7 +101,19 @@ def test_the_schedules_seconds_become_steps_at_the_references_pace_and_must_fit(
     at_pace = paced(plan, steps_per_s=100.0)
     assert [n for _, n in at_pace] == [round(f.after_s * 100) for f in plan]
     assert paced(plan, steps_per_s=0.01)[0][1] == 1  # at least one step of training
-    needed = sum(n for _, n in at_pace) + 2 * 50 * 4
+
+
+@pytest.mark.parametrize(
+    ("plan", "needed"),
+    [
+        # 40 steps, 6 to be noticed, a quarter of 40; then an interval to resume past it
+        ([(PREEMPT, 40)], 40 + 6 + 10 + 50),
+        # a write interrupted waits up to an interval for the next save
+        ([(PREEMPT, 40), (CKPT_WRITE, 20)], 40 + 6 + 10 + 20 + 6 + 5 + 2 * 50),
+    ],
+)
+def test_a_schedule_fits_when_the_run_trains_past_its_last_fault(plan, needed) -> None:
+    at_pace = [(Fault(i, kind, 1.0, 0), n) for i, (kind, n) in enumerate(plan)]
     assert misfit(at_pace, needed + 1, checkpoint_every=50) is None
     why = misfit(at_pace, needed, checkpoint_every=50)
     assert why is not None and f"about {needed} steps" in why and "train.steps" in why
