@@ -191,11 +191,26 @@ def write_end_result(
 ) -> dict[str, Any]:
     """Rank 0, at the end of a completed run, whichever loop ran it: result.json from
     metrics.jsonl's last values, and what the loop reported itself (s.report) over them;
-    a note for each objective without a value. Returns the record."""
+    a note for each objective without a value, when one was asked for. Returns the
+    record."""
     values = {**final_values(run_dir.metric_records()), **(reported or {})}
     record = result_record(values, objectives, directions)
     write_result(run_dir, record)
+    if not _value_asked(objectives, values):
+        return record
     for objective, value in zip(objectives, record.get("values", [record["value"]]), strict=True):
         if value is None:
             print(f"note: no result value: {missing_reason(objective, record)}", flush=True)
     return record
+
+
+def _value_asked(objectives: Sequence[str], values: Mapping[str, Any]) -> bool:
+    """Whether the run's value was asked for: an objective set (tune.objective), an
+    evaluation logged, or a value reported. A run that did none of them (a plain run
+    of a loop without evaluation) is told nothing about the default objective, eval_loss:
+    its note ended every such run (a user's trial)."""
+    from jeanzay_kit.config.schema import TuneConfig
+
+    reported = "objective_step" in values
+    evaluated = any(k.startswith("eval_") for k in values)
+    return reported or evaluated or list(objectives) != [TuneConfig().objective]

@@ -20,6 +20,7 @@ from jeanzay_kit.runtime.run_result import (
     missing_reason,
     read_result,
     result_record,
+    write_end_result,
 )
 
 # Sessions install signal handlers (tests/conftest.py puts pytest's back).
@@ -216,3 +217,24 @@ def test_one_direction_rule_for_every_loop(
     from jeanzay_kit.runtime.run_result import direction_of
 
     assert direction_of(objective, direction, higher) == expected
+
+
+@pytest.mark.parametrize(
+    ("objectives", "records", "noted"),
+    [
+        (["eval_loss"], [{"step": 5, "loss": 0.3}], False),  # nothing asked: a plain run
+        (["eval_loss"], [{"step": 5, "loss": 0.3, "eval_acc": 0.9}], True),  # evaluated
+        (["train_los"], [{"step": 5, "loss": 0.3}], True),  # set, and not among them
+        (["train_loss"], [{"step": 5, "loss": 0.3}], False),  # set, and found
+    ],
+)
+def test_a_missing_value_is_noted_only_when_one_was_asked_for(
+    objectives, records, noted, tmp_path: Path, capsys
+) -> None:
+    import json
+
+    run = RunDir(tmp_path)
+    run.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    write_end_result(run, objectives, ["minimize"])
+    assert ("note: no result value" in capsys.readouterr().out) is noted
+    assert read_result(run) is not None  # written either way: jzk report reads it
