@@ -38,7 +38,7 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "rehearsal"
-    argv = [JZK, "rehearse", "train.steps=3000", "checkpoint.every_steps=50"]
+    argv = [JZK, "rehearse", "train.steps=2000", "checkpoint.every_steps=50"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     with tmpfs(tmp_path / "small", "size=64m") as small:
         argv += [f"checkpoint.dir={small}/checkpoints", "--faults", "7", "--every", "1"]
