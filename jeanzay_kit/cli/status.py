@@ -452,10 +452,15 @@ def _newest(record: dict) -> float:
 
 
 def _local_state(view: RunView, run_dir: RunDir) -> str:
-    """A local run has no scheduler: its files say whether it finished or still beats
-    (outcome.json: how `jzk train` ended, for the toolkit's loop and scripts alike)."""
+    """A local run has no scheduler: its files say whether it runs (a live writer holds
+    its lease: a script of its own writes no heartbeat, and the outcome.json of an
+    earlier start may still be there), finished or still beats (outcome.json: how `jzk
+    train` ended, for the toolkit's loop and scripts alike)."""
     from jeanzay_kit.ending.endings import read_outcome
+    from jeanzay_kit.rundir.lease import holder
 
+    if holder(run_dir)[1]:
+        return "RUNNING"
     ended = read_outcome(run_dir)
     if ended is not None:
         return ended

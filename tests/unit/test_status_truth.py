@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,40 @@ print("epoch 0 loss 1.0", flush=True)
 print("epoch 1 loss 0.5", flush=True)
 if sys.argv[1:] == ["--die"]:
     os.kill(os.getpid(), signal.SIGUSR1)  # the warning it does not handle
+while sys.argv[1:] == ["--wait"] and not os.path.exists(os.environ["JZK_PROJECT_DIR"] + "/go"):
+    time.sleep(0.1)
 """
+
+
+@pytest.mark.timeout(300)
+def test_a_local_script_that_runs_is_running(tmp_path: Path) -> None:
+    """A script of its own writes no heartbeat: while `jzk train` runs it (its lease held
+    by a live process), status says RUNNING, not STOPPED (a user's trial), even over the
+    outcome an earlier start left."""
+    (tmp_path / "s.py").write_text(SCRIPT)
+    run_dir = tmp_path / "run"
+    argv = [sys.executable, "-m", "jeanzay_kit.cli", "train", "job.entry=s.py"]
+    argv += ["job.args=[--wait]", "resources.gpus_per_node=1", f"job.run_dir={run_dir}"]
+    (run_dir).mkdir()
+    (run_dir / "outcome.json").write_text('{"state": "STOPPED"}\n')  # an earlier start's
+    training = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        log = RunDir(run_dir).train_log
+        deadline = time.monotonic() + 200
+        while "epoch 1" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and training.poll() is None, "it never ran"
+            time.sleep(0.2)
+        shown = subprocess.run(
+            [sys.executable, "-m", "jeanzay_kit.cli", "status", "--json", str(run_dir)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert json.loads(shown.stdout)["state"] == "RUNNING", shown.stdout
+    finally:
+        (tmp_path / "go").touch()
+        assert training.wait(timeout=120) == 0
 
 
 @pytest.mark.timeout(300)
