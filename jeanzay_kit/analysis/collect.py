@@ -36,10 +36,12 @@ def find_runs(given: RunDir) -> list[RunFiles]:
             by_dir[str(record.get("run_dir", ""))] = tuple(record.get("overrides") or ())
         runs = [(RunDir(Path(d)), overrides) for d, overrides in by_dir.items() if d]
         return [RunFiles(run, overrides, run.metric_records()) for run, overrides in runs]
-    if given.metrics.is_file():
+    # A script of its own logs no metrics.jsonl: its run is reported all the same (its
+    # starts, its end, its GPU hours), without curves.
+    if given.metrics.is_file() or given.looks_like_a_run():
         return [_run_files(given)]
     subdirs = sorted(
-        (run for run in given.inside() if run.metrics.is_file()),
+        (run for run in given.inside() if run.metrics.is_file() or run.looks_like_a_run()),
         key=lambda run: _point_order(run.root.name),
     )
     if subdirs:

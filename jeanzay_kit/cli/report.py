@@ -48,12 +48,19 @@ def run(args: argparse.Namespace) -> int:
     from jeanzay_kit.tune.files import is_study_dir
 
     out = Path(args.out) if args.out else directory / "report"
+    made = not out.exists()
     # A read-only run or study folder: one line naming --out, before anything is read.
     check_writable(out, "jzk report --out")
     given = RunDir(directory)  # a run directory, a sweep's or a study's folder
     if is_study_dir(directory):
         return _study_report(given, out)
-    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in find_runs(given)]
+    try:
+        found = find_runs(given)
+    except JzkError:
+        if made:  # a refused report leaves nothing behind (its folder made a run newest)
+            out.rmdir()
+        raise
+    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in found]
     # Plots of runs that logged nothing (a script that writes no metrics.jsonl) would be
     # empty axes: none are written, and the line below says why.
     logged = any(r.loss or r.eval_loss or r.throughput or r.step_time for r in runs)

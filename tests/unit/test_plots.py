@@ -83,3 +83,30 @@ def test_a_run_that_logged_nothing_gets_no_empty_plots(tmp_path: Path, capsys) -
     assert "no metrics yet" in out and "(no plots)" in out, out
     assert not list((tmp_path / "out").glob("*.png"))
     assert (tmp_path / "out" / "summary.csv").is_file()
+
+
+def test_a_scripts_own_run_is_reported_and_a_refused_report_leaves_nothing(
+    tmp_path: Path, capsys
+) -> None:
+    """A script of its own writes no metrics.jsonl: `jzk report <its run dir>` reports it
+    (no curves) instead of refusing the folder the hint itself asks for (a user trial);
+    a report refused leaves no report/ folder behind (it made that run the newest)."""
+    import subprocess
+    import sys
+
+    from jeanzay_kit.cli import main
+
+    (tmp_path / "s.py").write_text("print('epoch 1 loss 0.5', flush=True)\n")
+    run_dir = tmp_path / "outputs" / "run"
+    argv = [sys.executable, "-m", "jeanzay_kit.cli", "train", "job.entry=s.py"]
+    argv += ["resources.gpus_per_node=1", f"job.run_dir={run_dir}"]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not (run_dir / "metrics.jsonl").exists()
+    assert main(["report", str(run_dir)]) == 0
+    assert "(no plots)" in capsys.readouterr().out
+    assert (run_dir / "report" / "summary.csv").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 2
+    assert list(empty.iterdir()) == []
