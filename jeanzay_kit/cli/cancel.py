@@ -51,7 +51,7 @@ def _stop_local(run_dir: RunDir) -> str:
     import signal
     import socket
 
-    from jeanzay_kit.rundir.lease_rules import parse_record
+    from jeanzay_kit.rundir.lease_rules import parse_record, saves_on_stop
 
     path = run_dir.lease
     record = parse_record(path.read_text()) if path.exists() else None
@@ -63,4 +63,4 @@ def _stop_local(run_dir: RunDir) -> str:
         os.kill(record.pid, signal.SIGTERM)
     except ProcessLookupError:
         return f"{run_dir}: its holder (pid {record.pid}) is gone"
-    return f"{run_dir}: SIGTERM sent to pid {record.pid} (it saves at the next step and ends)"
+    return f"{run_dir}: SIGTERM sent to pid {record.pid} ({saves_on_stop(record)}, then ends)"

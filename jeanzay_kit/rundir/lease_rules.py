@@ -118,13 +118,22 @@ def describe_holder(record: LeaseRecord | None, now: float) -> str:
     )
 
 
+def saves_on_stop(record: LeaseRecord) -> str:
+    """What a stop signal makes the holder do: the toolkit's loop saves first; a script
+    (`command` "script ...") saves only if it handles the signal (a session does), and a
+    user's trial was told "saves first" of a script that saved nothing."""
+    if record.command.startswith("script "):
+        return "a session saves first, a script of its own only if it handles the signal"
+    return "it saves first"
+
+
 def busy_message(run_dir: str, record: LeaseRecord | None, now: float) -> str:
     """The one line a second writer gets: the holder and the ways out."""
     holder = describe_holder(record, now)
     if record is not None and record.job_id:
         stop = f"`scancel {record.job_id}`"
     elif record is not None:
-        stop = f"stop it (`kill -USR1 {record.pid}` on {record.host} saves first)"
+        stop = f"stop it (`kill -USR1 {record.pid}` on {record.host}: {saves_on_stop(record)})"
     else:
         stop = "stop it"
     return (

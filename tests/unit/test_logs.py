@@ -132,3 +132,23 @@ def test_without_a_target_the_run_that_wrote_last_is_shown(
     out, err = capsys.readouterr()
     assert out == "new run\n", out
     assert "outputs/new, the run here that wrote last" in err, err
+
+
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        ("jzk train", "it saves first"),
+        ("script train.py", "a script of its own only if it handles the signal"),
+    ],
+)
+def test_a_stop_promises_a_save_only_where_one_is_made(command: str, said: str) -> None:
+    """`jzk cancel` and the one-writer refusal: the toolkit's loop saves on the signal, a
+    script of its own only if it handles it (a user trial was told 'it saves' of a
+    script that saved nothing)."""
+    from jeanzay_kit.rundir.lease_rules import LeaseRecord, busy_message, saves_on_stop
+
+    record = LeaseRecord("vm", 7, "", 1.0, 1.0, command=command)
+    assert (
+        saves_on_stop(record) == said if command == "jzk train" else said in saves_on_stop(record)
+    )
+    assert said in busy_message("outputs/r", record, 2.0)
