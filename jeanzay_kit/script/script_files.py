@@ -218,6 +218,7 @@ def earlier_run_line(
     return (
         f"jzk: {where} holds a run of the same script with other arguments "
         f"({' '.join(args) or 'none'}) and its files ({what}); this command starts a new run "
-        f"in {run_dir}. HINT: to go on in that run with these arguments instead: "
-        f"job.run_dir={where} {may_change}"
+        f"in {run_dir}. HINT: another experiment (another learning rate) needs nothing; "
+        "if these arguments only take the same one further (more epochs), go on in that "
+        f"run instead: job.run_dir={where} {may_change}"
     )
