@@ -178,6 +178,13 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
 
     named = dict.fromkeys(str(r.get("run_dir", "")) for r in records if r.get("run_dir"))
     run_dirs = [RunDir.of(d) for d in named]
+    if args.err and args.rank is None:
+        print(
+            "jzk logs: --err is a Slurm job's .err; a run on this machine keeps one log, "
+            "train.log (every rank's output and errors, labelled): shown whole",
+            file=sys.stderr,
+            flush=True,
+        )
     for run_dir in run_dirs:
         path = run_dir.train_log
         text = path.read_text(errors="replace") if path.exists() else ""
@@ -192,9 +199,10 @@ def _train_logs(records: list[dict], args: argparse.Namespace) -> int:
             if args.rank not in found:
                 raise JzkError(
                     f"{path} holds no line of rank {args.rank} (ranks found: "
-                    f"{', '.join(map(str, found)) or 'none'}). HINT: a script started by "
-                    "srun or torchrun on Slurm writes to the job's log only: `jzk logs` "
-                    "without --rank"
+                    f"{', '.join(map(str, found)) or 'none'}). HINT: a rank that prints "
+                    "nothing has no line (a script often prints on rank 0 only); a script "
+                    "started by srun or torchrun on Slurm writes to the job's log only: "
+                    "`jzk logs` without --rank"
                 )
             text = lines_of_rank(text, args.rank)
         sys.stdout.write(text)

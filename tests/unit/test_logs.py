@@ -152,3 +152,15 @@ def test_a_stop_promises_a_save_only_where_one_is_made(command: str, said: str) 
         saves_on_stop(record) == said if command == "jzk train" else said in saves_on_stop(record)
     )
     assert said in busy_message("outputs/r", record, 2.0)
+
+
+def test_err_of_a_local_run_says_it_has_one_log(tmp_path: Path, capsys) -> None:
+    """A run on this machine has no .err: `jzk logs RUN --err` says so, and shows its one
+    log (a user trial saw the same text twice and no word why)."""
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    run.metrics.write_text("")
+    run.train_log.write_text("[rank 0] step 1\n")
+    assert main(["logs", str(run.root), "--err"]) == 0
+    out, err = capsys.readouterr()
+    assert out == "[rank 0] step 1\n" and "--err is a Slurm job's .err" in err, err
