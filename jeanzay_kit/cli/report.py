@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.rundir.run_directory import RunDir
+
+if TYPE_CHECKING:
+    from jeanzay_kit.analysis.collect import RunFiles
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -28,10 +32,22 @@ def add(sub: argparse._SubParsersAction) -> None:
     report_cmd.set_defaults(run=run)
 
 
+def _found(given: RunDir, out: Path, made: bool) -> list[RunFiles]:
+    """The runs to report; when there are none, the report folder this call made is
+    removed before the refusal (an empty report/ made its run the newest here)."""
+    from jeanzay_kit.analysis.collect import find_runs
+
+    try:
+        return find_runs(given)
+    except JzkError:
+        if made:
+            out.rmdir()
+        raise
+
+
 def run(args: argparse.Namespace) -> int:
     import csv
 
-    from jeanzay_kit.analysis.collect import find_runs
     from jeanzay_kit.analysis.plots import write_plots
     from jeanzay_kit.analysis.summary import (
         format_table,
@@ -54,13 +70,7 @@ def run(args: argparse.Namespace) -> int:
     given = RunDir(directory)  # a run directory, a sweep's or a study's folder
     if is_study_dir(directory):
         return _study_report(given, out)
-    try:
-        found = find_runs(given)
-    except JzkError:
-        if made:  # a refused report leaves nothing behind (its folder made a run newest)
-            out.rmdir()
-        raise
-    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in found]
+    runs = [run_series(str(f.run_dir), f.overrides, f.records) for f in _found(given, out, made)]
     # Plots of runs that logged nothing (a script that writes no metrics.jsonl) would be
     # empty axes: none are written, and the line below says why.
     logged = any(r.loss or r.eval_loss or r.throughput or r.step_time for r in runs)
