@@ -102,11 +102,11 @@ def misfit(plan: Sequence[tuple[Fault, int]], steps: int, checkpoint_every: int)
     """Why the schedule does not fit in the run (None: it fits). Each fault is sent past
     the step the one before met (rehearse/runner.py), after its own steps of training;
     the run goes on a few steps while a fault is sent and noticed (NOTICED_STEPS, and a
-    quarter of the fault's steps: more steps go by at a faster pace); a write
+    tenth of the fault's steps: more steps go by at a faster pace); a write
     interrupted waits for the next save (up to a checkpoint interval); and after the
     last fault an interval is left to resume past it."""
     writes = sum(f.kind == CKPT_WRITE for f, _ in plan)
-    needed = sum(n + NOTICED_STEPS + n // 4 for _, n in plan) + checkpoint_every * (writes + 1)
+    needed = sum(n + NOTICED_STEPS + n // 10 for _, n in plan) + checkpoint_every * (writes + 1)
     if needed < steps:
         return None
     return (

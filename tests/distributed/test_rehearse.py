@@ -121,7 +121,7 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
     (project / "train_session.py").write_text(example.read_text())
     (project / "app.py").write_text(HYDRA_APP)
     (project / "config.yaml").write_text("steps: 60\nsave_every: 10\nstep_seconds: 0.0\n")
-    argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=1000]"]
+    argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=2000]"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "4", "--every", "1", "--seed", "2", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=380)

@@ -106,10 +106,10 @@ def test_the_schedules_seconds_become_steps_at_the_references_pace_and_must_fit(
 @pytest.mark.parametrize(
     ("plan", "needed"),
     [
-        # 40 steps, 6 to be noticed, a quarter of 40; then an interval to resume past it
-        ([(PREEMPT, 40)], 40 + 6 + 10 + 50),
+        # 40 steps, 6 to be noticed, a tenth of 40; then an interval to resume past it
+        ([(PREEMPT, 40)], 40 + 6 + 4 + 50),
         # a write interrupted waits up to an interval for the next save
-        ([(PREEMPT, 40), (CKPT_WRITE, 20)], 40 + 6 + 10 + 20 + 6 + 5 + 2 * 50),
+        ([(PREEMPT, 40), (CKPT_WRITE, 20)], 40 + 6 + 4 + 20 + 6 + 2 + 2 * 50),
     ],
 )
 def test_a_schedule_fits_when_the_run_trains_past_its_last_fault(plan, needed) -> None:
