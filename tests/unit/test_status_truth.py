@@ -175,6 +175,19 @@ while sys.argv[1:] == ["--wait"] and not os.path.exists(os.environ["JZK_PROJECT_
 """
 
 
+def _status_json(cwd: Path, run_dir: Path) -> dict:
+    """`jzk status --json RUN_DIR` as a user runs it, in its own process."""
+    shown = subprocess.run(
+        [sys.executable, "-m", "jeanzay_kit.cli", "status", "--json", str(run_dir)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    return json.loads(shown.stdout)
+
+
 @pytest.mark.timeout(300)
 def test_a_local_script_that_runs_is_running(tmp_path: Path) -> None:
     """A script of its own writes no heartbeat: while `jzk train` runs it (its lease held
@@ -193,14 +206,7 @@ def test_a_local_script_that_runs_is_running(tmp_path: Path) -> None:
         while "epoch 1" not in (log.read_text() if log.exists() else ""):
             assert time.monotonic() < deadline and training.poll() is None, "it never ran"
             time.sleep(0.2)
-        shown = subprocess.run(
-            [sys.executable, "-m", "jeanzay_kit.cli", "status", "--json", str(run_dir)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert json.loads(shown.stdout)["state"] == "RUNNING", shown.stdout
+        assert _status_json(tmp_path, run_dir)["state"] == "RUNNING"
     finally:
         (tmp_path / "go").touch()
         assert training.wait(timeout=120) == 0
@@ -235,14 +241,7 @@ def test_a_local_script_run_as_status_shows_it(
     assert trained.returncode == (0 if how is None else 3), trained.stderr[-2000:]
     if how:
         assert f"jzk train: stopped ({how}, which it does not handle)" in trained.stdout
-    shown = subprocess.run(
-        [sys.executable, "-m", "jeanzay_kit.cli", "status", "--json", str(run_dir)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    obj = json.loads(shown.stdout)
+    obj = _status_json(tmp_path, run_dir)
     assert (obj["state"], obj["ending"], obj["last_line"]) == (
         state,
         how,
