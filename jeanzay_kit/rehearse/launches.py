@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jeanzay_kit.ckpt.layout import TMP_PREFIX
@@ -34,6 +35,17 @@ from jeanzay_kit.rundir.run_directory import RunDir
 SAVE_POLL_S = 0.002
 # How long the watcher on a node waits for a save (within a Slurm command's timeout).
 WATCH_S = 50
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a run that makes no step is: in words; whether it can never go on by itself
+    (a held job, one Slurm refuses as it stands); whether it waits in a queue (a wait
+    that may last, on a busy cluster)."""
+
+    words: str
+    never: bool = False
+    queued: bool = False
 
 
 @dataclass
@@ -54,6 +66,11 @@ class Here:
 
     def ended(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    def waiting(self) -> Where:
+        """Where the run is, when it has made no step for a while."""
+        pid = None if self.proc is None else self.proc.pid
+        return Where(f"its process {pid} is alive; its log: {self.log}")
 
     def warn(self) -> None:
         """The time-limit warning to the run."""
@@ -120,6 +137,20 @@ class OnSlurm:
             time.sleep(0.25)
         return 1
 
+    def waiting(self) -> Where:
+        """Where the job is, when it has made no step for a while (job_waiting)."""
+        from jeanzay_kit.slurm.commands import show_text
+
+        if self.job is None:
+            return Where("not submitted yet", queued=True)
+        try:
+            row = show_text(["squeue", "-h", "-j", self.job, "-o", "%T|%r|%N"])
+            shown = show_text(["scontrol", "show", "job", self.job])
+        except JzkError as err:
+            return Where(f"job {self.job}: {err}")
+        where = job_waiting(self.job, row, shown)
+        return replace(where, words=f"{where.words}; its log: {self.log}")
+
     def starting_again(self, run: RunDir, tokens: set[str], timeout_s: float) -> None:
         """After a stop: until the requeued job's processes have begun (a heartbeat of a
         new attempt; a signal to a job with no step running yet reaches nobody)."""
@@ -163,3 +194,27 @@ class OnSlurm:
             run_on_node(self.job, beat.host, argv)
         except JzkError as err:
             raise JzkError(f"no save was interrupted on {beat.host}: {err}") from None
+
+
+def job_waiting(job: str, row: str, shown: str) -> Where:
+    """A job's state in words, from squeue's `%T|%r|%N` row and `scontrol show job`: why
+    it pends (slurm/pending.py) or where it runs, and the nodes it leaves out (after a
+    node at fault, restart_job.leave_out); and whether it can never start by itself:
+    held, or refused as it stands (Slurm's BadConstraints when the nodes it leaves out
+    leave too few)."""
+    from jeanzay_kit.slurm.pending import NEVER_AS_ASKED, Waiting, pending_why
+
+    state, reason, nodes = ([*row.strip().split("|"), "", ""])[:3]
+    found = re.search(r"ExcNodeList=(\S+)", shown)
+    left_out = found[1] if found and found[1] != "(null)" else ""
+    said = f"job {job} {state or 'not in the queue'}"
+    if state == "PENDING" and reason == "BadConstraints" and left_out:
+        said += f" ({reason}): the node(s) it leaves out, {left_out}, leave too few for it"
+    elif state == "PENDING":
+        said += f": {pending_why(Waiting(job, reason))}"
+    elif nodes:
+        said += f" on {nodes}"
+    if left_out and reason != "BadConstraints":
+        said += f"; it leaves out node(s) {left_out}"
+    never = state == "PENDING" and (reason in NEVER_AS_ASKED or reason.startswith("JobHeld"))
+    return Where(said, never, queued=state in ("PENDING", "REQUEUED", "CONFIGURING"))

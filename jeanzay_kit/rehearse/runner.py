@@ -46,6 +46,12 @@ NOT_RECORDED = (
 # After its recovery a fault must be followed by progress within this (and the watchdog).
 # On Slurm a requeued job waits for the queue and for its credential to expire too.
 RESUME_GRACE_S = 180.0
+# A run that has made no step for this long is said to be waiting, with where it is (a
+# job pending in the queue and why, the nodes it leaves out), and again each time as long.
+QUIET_NOTE_S = 90.0
+# A run that is running (not queued) and has made no step for this long is broken: its
+# watchdog ends a hang within its timeout, a killed peer ends a GPU job within NCCL's.
+STUCK_S = RESUME_GRACE_S + 600
 
 
 @dataclass
@@ -169,9 +175,10 @@ def rehearse_run(
     started = time.monotonic()
     line.start()
     measured = []
-    for fault, steps in plan:
+    for number, (fault, steps) in enumerate(plan):
         measured.append(_one(line, fault, steps))
         line.met = max(line.met, measured[-1].step)
+        print(rules.progress_line(number, len(plan), measured[-1]), flush=True)
     while (code := _wait_end(line)) == 3:
         line.start()  # a stop after a save: run again, as Slurm's requeue would
     if code != 0:
@@ -180,9 +187,38 @@ def rehearse_run(
 
 
 def _wait_end(line: Timeline) -> int:
+    quiet = Quiet(line)
     while (code := line.ended()) is None:
+        quiet.note(_reached(line))
         time.sleep(POLL_S)
     return code
+
+
+@dataclass
+class Quiet:
+    """Says where a run is each QUIET_NOTE_S it makes no new step (a job pending for
+    nodes it left out waited silently until a test's timeout killed the rehearsal), and
+    ends the rehearsal when the run can never go on by itself (a held job, one Slurm
+    refuses as it stands)."""
+
+    line: Timeline
+    step: int = -1
+    since: float = 0.0
+    notes: int = 0  # said since the step last moved
+
+    def note(self, step: int) -> None:
+        now = time.monotonic()
+        if step != self.step:
+            self.step, self.since, self.notes = step, now, 0
+        elif now - self.since >= QUIET_NOTE_S * (self.notes + 1):
+            self.notes += 1
+            where = self.line.launch.waiting()
+            quiet = QUIET_NOTE_S * self.notes
+            said = f"no new step for {quiet:.0f} s (at step {step}): {where.words}"
+            # It would wait for ever, or it is stuck: the rehearsal ends, saying why.
+            if where.never or (quiet >= STUCK_S and not where.queued):
+                raise JzkError(f"the run cannot go on: {said}")
+            print(f"rehearse: {said}", flush=True)
 
 
 def _train_for(line: Timeline, steps: int) -> None:
@@ -196,6 +232,7 @@ def _train_for(line: Timeline, steps: int) -> None:
     target = seen = max(_reached(line), line.met)
     target += steps
     grew: float | None = None  # when `seen` last grew, while waiting here
+    quiet = Quiet(line)
     while True:
         if line.ended() is not None and not line.goes_on():
             raise JzkError(
@@ -204,7 +241,8 @@ def _train_for(line: Timeline, steps: int) -> None:
         if _estimated(line, seen, grew) >= target:
             return
         time.sleep(POLL_S / 4)
-        if (reached := _reached(line)) > seen:
+        quiet.note(reached := _reached(line))
+        if reached > seen:
             seen, grew = reached, time.monotonic()
 
 

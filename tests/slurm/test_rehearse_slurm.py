@@ -20,6 +20,7 @@ import pytest
 
 from jeanzay_kit.ending.ending_rules import DISK_FULL, NONFINITE
 from jeanzay_kit.rehearse.schedule import SLURM_KINDS, from_json
+from jeanzay_kit.rundir.run_directory import RunDir
 from tests.mounts import tmpfs
 from tests.slurm.cluster import JZK, PYTHON, REPO
 
@@ -39,14 +40,19 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
     faults = ["--faults", "12", "--every", "0.8", "--seed", "5"]
     with tmpfs(tmp_path / "small", "size=64m") as small:
         request += [f"checkpoint.dir={small}/checkpoints"]
-        done = subprocess.run(
-            [JZK, "rehearse", "--slurm", *request, *faults, "--dir", str(folder), "--json"],
-            cwd=tmp_path,
-            env=slurm,
-            capture_output=True,
-            text=True,
-            timeout=1000,
-        )
+        try:
+            done = subprocess.run(
+                [JZK, "rehearse", "--slurm", *request, *faults, "--dir", str(folder), "--json"],
+                cwd=tmp_path,
+                env=slurm,
+                capture_output=True,
+                text=True,
+                timeout=1000,
+            )
+        except subprocess.TimeoutExpired as err:  # what it said it waited for, and the job's log
+            said = err.stdout.decode() if isinstance(err.stdout, bytes) else str(err.stdout)
+            log = RunDir(folder / "run").train_log
+            pytest.fail(said[-4000:] + (log.read_text()[-3000:] if log.exists() else ""))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))

@@ -350,3 +350,108 @@ def test_the_next_fault_is_sent_past_the_step_the_last_one_met(tmp_path) -> None
     line.met = 34
     _train_for(line, 31)
     assert 34 + 31 <= line.step() <= 34 + 32
+
+
+class _Pending:
+    def waiting(self):  # noqa: ANN201
+        from jeanzay_kit.rehearse.launches import Where
+
+        return Where("job 7 PENDING: Slurm says Resources", queued=True)
+
+
+def test_a_run_without_a_new_step_is_said_waiting_each_interval(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """A job that pends for ever after its requeue was silent until a test's timeout
+    killed the rehearsal: each QUIET_NOTE_S without a new step it says where the run is,
+    once, and nothing while it moves."""
+    from pathlib import Path
+
+    from jeanzay_kit.rehearse import runner
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    clock = iter([0.0, 50.0, 91.0, 100.0, 182.0, 183.0, 190.0, 281.0])
+    monkeypatch.setattr(runner.time, "monotonic", lambda: next(clock))
+    line = runner.Timeline(_Pending(), RunDir(Path("run")), Path("run.log"))  # type: ignore[arg-type]
+    quiet = runner.Quiet(line)
+    for step in (5, 5, 5, 5, 5, 5, 6, 6):
+        quiet.note(step)
+    said = capsys.readouterr().out.splitlines()
+    assert said == [
+        "rehearse: no new step for 90 s (at step 5): job 7 PENDING: Slurm says Resources",
+        "rehearse: no new step for 180 s (at step 5): job 7 PENDING: Slurm says Resources",
+        "rehearse: no new step for 90 s (at step 6): job 7 PENDING: Slurm says Resources",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("row", "shown", "said", "never"),
+    [
+        (
+            "PENDING|Resources|\n",
+            "JobId=7 ExcNodeList=n2 NodeList=(null)",
+            "job 7 PENDING: it is next, but the nodes it asks for are busy",
+            False,
+        ),
+        (  # what the local cluster says of a 2-node job that leaves out one of its 2
+            "PENDING|BadConstraints|\n",
+            "JobId=7 ExcNodeList=n2 NodeList=(null)",
+            "job 7 PENDING (BadConstraints): the node(s) it leaves out, n2, leave too few",
+            True,
+        ),
+        ("PENDING|JobHeldAdmin|\n", "ExcNodeList=(null)", "job 7 PENDING: it is held by", True),
+        ("RUNNING|None|n[1-2]\n", "JobId=7 ExcNodeList=(null)", "job 7 RUNNING on n[1-2]", False),
+        ("", "", "job 7 not in the queue", False),
+    ],
+)
+def test_where_a_quiet_job_is_in_words(row: str, shown: str, said: str, never: bool) -> None:
+    from jeanzay_kit.rehearse.launches import job_waiting
+
+    where = job_waiting("7", row, shown)
+    assert where.words.startswith(said) and where.never is never, where
+    assert ("n2" in where.words) == ("ExcNodeList=n2" in shown), where
+    assert where.queued is row.startswith("PENDING"), where
+
+
+def test_a_run_that_can_never_go_on_ends_the_rehearsal(monkeypatch) -> None:  # noqa: ANN001
+    from pathlib import Path
+
+    from jeanzay_kit.errors import JzkError
+    from jeanzay_kit.rehearse import runner
+    from jeanzay_kit.rehearse.launches import Where
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    class _Stuck:
+        def __init__(self, where: Where) -> None:
+            self.where = where
+
+        def waiting(self) -> Where:
+            return self.where
+
+    held = Where("job 7 PENDING: it is held", never=True, queued=True)
+    running = Where("job 7 RUNNING on n[1-2]")
+    # Held: at the first note.
+    # Running without a step: at the first note once STUCK_S have gone by (notes come
+    # each QUIET_NOTE_S).
+    stuck_s = math.ceil(runner.STUCK_S / runner.QUIET_NOTE_S) * runner.QUIET_NOTE_S
+    for launch, quiet_s, said in ((held, 90, "held"), (running, stuck_s, "RUNNING")):
+        clock = iter([0.0, *(90.0 * n + 1 for n in range(1, 20))])
+        monkeypatch.setattr(runner.time, "monotonic", lambda clock=clock: next(clock))
+        line = runner.Timeline(_Stuck(launch), RunDir(Path("run")), Path("run.log"))  # type: ignore[arg-type]
+        quiet = runner.Quiet(line)
+        quiet.note(5)
+        with pytest.raises(
+            JzkError, match=f"cannot go on: no new step for {quiet_s:.0f} s .*{said}"
+        ):
+            for _ in range(19):
+                quiet.note(5)
+
+
+def test_each_fault_is_said_as_it_ends() -> None:
+    from jeanzay_kit.rehearse.report_rules import Measured, progress_line
+
+    ok = Measured("hang", 120, 11.24, "hang: the watchdog", 30.0, 100)
+    lost = Measured("kill_rank", 40, None, "nothing noticed it", None, None)
+    assert progress_line(2, 12, ok) == (
+        "rehearse: fault 2/12 hang at step 120: noticed in 11.2 s (hang: the watchdog); "
+        "went on from step 100 30.0 s after it"
+    )
+    assert progress_line(3, 12, lost).endswith("not noticed (nothing noticed it); did not go on")
