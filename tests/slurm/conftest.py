@@ -15,6 +15,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,6 +56,28 @@ def slurm() -> Iterator[dict[str, str]]:
     finally:
         subprocess.run([str(SCRIPT), "down", str(state)], capture_output=True, timeout=60)
         shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _nothing_left_in_the_queue(request: pytest.FixtureRequest) -> Iterator[None]:
+    """The cluster is shared: a job a test left pending or running (a failed assertion
+    before its scancel) would take the nodes from the next test's requeued job, which
+    then waits for it. Each test's leftovers are cancelled when it ends."""
+    yield
+    if "slurm" not in request.fixturenames:
+        return
+    env = request.getfixturevalue("slurm")
+    argv = ["squeue", "-h", "-o", "%i"]
+    left = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60).stdout
+    if not left.split():
+        return
+    subprocess.run(["scancel", *left.split()], env=env, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+        if not done.stdout.split():
+            return
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")
