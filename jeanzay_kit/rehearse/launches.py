@@ -15,6 +15,7 @@ pid), which the toolkit's own loop writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -66,6 +67,14 @@ class Here:
 
     def ended(self) -> int | None:
         return None if self.proc is None else self.proc.poll()
+
+    def stop(self) -> None:
+        """End the run and its ranks (its own session: start_new_session), when the
+        rehearsal ends before it: nothing of it goes on training unwatched."""
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
 
     def waiting(self) -> Where:
         """Where the run is, when it has made no step for a while."""
@@ -136,6 +145,14 @@ class OnSlurm:
                 return code
             time.sleep(0.25)
         return 1
+
+    def stop(self) -> None:
+        """Cancel the job when the rehearsal ends before it (it would hold the nodes)."""
+        from jeanzay_kit.slurm.commands import scancel
+
+        if self.job is not None:
+            with contextlib.suppress(JzkError):
+                scancel([self.job])
 
     def waiting(self) -> Where:
         """Where the job is, when it has made no step for a while (job_waiting)."""

@@ -49,16 +49,18 @@ def row(m: Measured, checkpoint_every: int) -> FaultRow:
     return FaultRow(m.kind, m.step, m.detected_s, m.by, m.resumed_s, lost, verdict)
 
 
-def progress_line(number: int, total: int, m: Measured) -> str:
+def progress_line(number: int, done: int, total: int, m: Measured) -> str:
     """One line as each fault ends, while the rehearsal goes on (a run on a cluster takes
-    minutes a fault: its user sees where it is)."""
+    minutes a fault: its user sees where it is). number: the fault's in faults.json and
+    the report (from 0); done: the faults ended so far, this one included."""
     took = "not noticed" if m.detected_s is None else f"noticed in {m.detected_s:.1f} s"
     went_on = (
         "did not go on"
         if m.resumed_s is None
         else f"went on from step {m.resumed_from} {m.resumed_s:.1f} s after it"
     )
-    return f"rehearse: fault {number}/{total} {m.kind} at step {m.step}: {took} ({m.by}); {went_on}"
+    head = f"rehearse: #{number} {m.kind} ({done}/{total}) at step {m.step}"
+    return f"{head}: {took} ({m.by}); {went_on}"
 
 
 def young_interval_s(save_s: float, mtbf_s: float) -> float:

@@ -6,11 +6,13 @@ starts.jsonl's starts, endings.jsonl's ends, the heartbeats' processes).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,6 +79,7 @@ class Timeline:
     # `decide`): a hang at step 34, a resume from step 0, a hang at 34 again ended a
     # rehearsal on Slurm with its run (exit 4) instead of retrying it.
     met: int = 0
+    done: int = 0  # the faults ended so far
 
     def start(self) -> None:
         self.launch.start()
@@ -135,6 +138,11 @@ class Reference:
 
 def run_reference(line: Timeline) -> Reference:
     line.launch.rehearsal = False  # no fault's file is looked for
+    with stopped_if_left(line):
+        return _reference(line)
+
+
+def _reference(line: Timeline) -> Reference:
     started = time.monotonic()
     line.start()
     first: tuple[float, int] | None = None
@@ -173,17 +181,48 @@ def rehearse_run(
     fault measured; the run's total time (started again after each stop, as a requeue
     would, until it is done)."""
     started = time.monotonic()
-    line.start()
-    measured = []
-    for number, (fault, steps) in enumerate(plan):
-        measured.append(_one(line, fault, steps))
-        line.met = max(line.met, measured[-1].step)
-        print(rules.progress_line(number, len(plan), measured[-1]), flush=True)
-    while (code := _wait_end(line)) == 3:
-        line.start()  # a stop after a save: run again, as Slurm's requeue would
+    with stopped_if_left(line):
+        line.start()
+        measured = [_said(line, fault, steps, len(plan)) for fault, steps in plan]
+        while (code := _wait_end(line)) == 3:
+            line.start()  # a stop after a save: run again, as Slurm's requeue would
     if code != 0:
         raise JzkError(f"the rehearsal's run ended with exit {code}: see {line.log}")
     return measured, time.monotonic() - started
+
+
+@contextlib.contextmanager
+def stopped_if_left(line: Timeline) -> Iterator[None]:
+    """The run ended (its process group killed, its job cancelled) when the rehearsal
+    leaves before it: an error, Ctrl-C, a SIGTERM (exit 143). `timeout 300 jzk rehearse`
+    left the run and its ranks training on, unwatched; on Slurm its job would hold the
+    nodes."""
+    previous = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        yield
+    except BaseException as left:
+        line.launch.stop()
+        if isinstance(left, SystemExit | KeyboardInterrupt):
+            print("rehearse: interrupted: its run is stopped too", file=sys.stderr, flush=True)
+        raise
+    finally:
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
+def _said(line: Timeline, fault: Fault, steps: int, total: int) -> rules.Measured:
+    """One fault, measured, and said as it ends."""
+    measured = _one(line, fault, steps)
+    line.met = max(line.met, measured.step)
+    line.done += 1
+    print(rules.progress_line(fault.number, line.done, total, measured), flush=True)
+    return measured
 
 
 def _wait_end(line: Timeline) -> int:
@@ -420,8 +459,9 @@ def _targets(run: RunDir, rank: int, whole_node: bool = False) -> list[Beat]:
 def _detected(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
     """Until endings.jsonl records the attempt's end (the stop agreement, the launcher,
     the watchdog, the job's restart step)."""
-    deadline = injected + RESUME_GRACE_S + 600
+    deadline, quiet = injected + RESUME_GRACE_S + 600, Quiet(line)
     while time.monotonic() < deadline:
+        quiet.note(_reached(line))
         records = _records(line.run.endings)
         if len(records) > before:
             new = records[before]
@@ -474,7 +514,9 @@ def _resumed(line: Timeline, injected: float, before: set[str]) -> tuple[float |
     of the toolkit or of a session resumes from it; its beats' first step may precede
     the resume)."""
     deadline, start, new = time.monotonic() + RESUME_GRACE_S, None, NewSteps([])
+    quiet = Quiet(line)
     while time.monotonic() < deadline:
+        quiet.note(_reached(line))
         if start is None and any(b.token not in before for b in line.run.beats()):
             start = _newest_complete(line.run)
             new = NewSteps(_logged_steps(line.run))  # the steps logged before this start

@@ -67,6 +67,10 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
             assert "could not be written" in fault["by"] and "No space left" in fault["by"]
     assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
     assert "final model equal to the run without faults: True" in done.stdout
+    # Each fault said as it ended, while the rehearsal went on.
+    said = [line for line in done.stdout.splitlines() if line.startswith("rehearse: #")]
+    assert [line.split()[1:3] for line in said] == [[f"#{f.number}", f.kind] for f in plan], said
+    assert said[-1].split()[3] == "(7/7)" and "went on from step" in said[-1], said
     # On CPU the digest is what must hold; the final loss, read from both runs' logs,
     # agrees as well (it decides on GPUs).
     assert found["bitwise"] is True and found["loss_close"] is True, found
@@ -215,3 +219,43 @@ def test_a_loop_that_does_not_save_on_the_stop_signal_is_told_so(tmp_path: Path)
     assert done.returncode == 1 and fault["kind"] == "preempt", (fault, done.stdout[-1500:])
     assert 0 < fault["lost_steps"] <= 50 and fault["verdict"].startswith("lost "), fault
     assert NO_SAVE_ON_STOP in found["advice"], found["advice"]
+
+
+def test_a_rehearsal_interrupted_stops_its_run(tmp_path: Path) -> None:
+    """`timeout 300 jzk rehearse` (a SIGTERM) left the run it was watching training on,
+    with its ranks: a rehearsal that ends before its run ends the run too."""
+    import os
+    import signal
+    import time
+
+    folder = tmp_path / "rehearsal"
+    argv = [JZK, "rehearse", "train.steps=100000", "--faults", "1", "--every", "1"]
+    with subprocess.Popen(
+        [*argv, "--seed", "1", "--dir", str(folder)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as rehearsal:
+        metrics = folder / "reference" / "metrics.jsonl"
+        deadline = time.monotonic() + 120
+        while not metrics.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert metrics.exists(), rehearsal.stderr
+        rehearsal.send_signal(signal.SIGTERM)
+        out, err = rehearsal.communicate(timeout=60)
+    assert rehearsal.returncode == 128 + signal.SIGTERM, out + err
+    assert "interrupted: its run is stopped too" in err, err
+    left = [
+        pid
+        for pid in os.listdir("/proc")
+        if pid.isdigit() and str(folder).encode() in _cmdline(pid)
+    ]
+    assert not left, left
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""

@@ -450,8 +450,8 @@ def test_each_fault_is_said_as_it_ends() -> None:
 
     ok = Measured("hang", 120, 11.24, "hang: the watchdog", 30.0, 100)
     lost = Measured("kill_rank", 40, None, "nothing noticed it", None, None)
-    assert progress_line(2, 12, ok) == (
-        "rehearse: fault 2/12 hang at step 120: noticed in 11.2 s (hang: the watchdog); "
+    assert progress_line(2, 3, 12, ok) == (
+        "rehearse: #2 hang (3/12) at step 120: noticed in 11.2 s (hang: the watchdog); "
         "went on from step 100 30.0 s after it"
     )
-    assert progress_line(3, 12, lost).endswith("not noticed (nothing noticed it); did not go on")
+    assert progress_line(3, 4, 12, lost).endswith("not noticed (nothing noticed it); did not go on")
