@@ -40,22 +40,17 @@ def check_entry(entry: str, base: Path) -> None:
 
 def hydra_job(command: ScriptCommand, project: Path) -> str | None:
     """Hydra's job name of the entry when it is a Hydra app (script/hydra_app_rules.py),
-    else None: the script (or `-m` module) of the project, read once."""
+    else None: the script (or `-m` module) of the project, found as the rehearsal and
+    the submit checks find it (script/reach.py entry_file), read once."""
     from jeanzay_kit.script.hydra_app_rules import is_hydra_app, job_name
+    from jeanzay_kit.script.reach import entry_file
 
-    words = command.entry.split()
-    if len(words) == 2 and words[0] == "-m":
-        base = project.joinpath(*words[1].split("."))
-        paths = [base.with_name(base.name + ".py"), base / "__main__.py"]
-    else:
-        paths = [project / command.entry]
-    for path in paths:
-        try:
-            source = path.read_text(errors="replace")
-        except OSError:
-            continue
-        return job_name(command.entry) if is_hydra_app(source) else None
-    return None
+    path = entry_file(command.entry, project)
+    try:
+        source = "" if path is None else path.read_text(errors="replace")
+    except OSError:
+        return None
+    return job_name(command.entry) if is_hydra_app(source) else None
 
 
 def script_command(spec: JobSpec) -> ScriptCommand:
