@@ -134,6 +134,9 @@ class Session:
         # A loop run on its own (not a job.entry script, whose wrapper holds it; not
         # the toolkit's loop, whose entry point does) holds its run directory itself.
         self.run.holds_lease = self.is_main and not under_script_task(env)
+        # What started the ranks, as the first line says it: a job.entry task passes
+        # torchrun's variables to its script, which then reads as torchrun's worker.
+        self._started_by = "job.entry task" if under_script_task(env) else self.run.info.launcher
 
     # ---- where this process sits ---------------------------------------------------------
 
@@ -212,7 +215,7 @@ class Session:
         if self.is_main:
             different = changed(self.settings)
             print(
-                f"jzk session: {self.world_size} rank(s) ({self.info.launcher}), device "
+                f"jzk session: {self.world_size} rank(s) ({self._started_by}), device "
                 f"{self.device}, backend {dist.get_backend()}, run dir {self.run_dir}"
                 + (f", settings {different}" if different else ""),
                 flush=True,

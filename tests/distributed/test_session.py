@@ -48,6 +48,8 @@ def test_a_session_loop_resumes_exactly_and_on_another_world_size(project: Path)
         start(project, *SESSION, "job.args=[--steps,40]", f"job.run_dir={runs / 'straight'}")
     )
     assert straight.returncode == 0, straight.stderr[-3000:]
+    # Its first line says what started its ranks: the toolkit's task, not torchrun.
+    assert "jzk session: 2 rank(s) (job.entry task), device cpu" in straight.stdout
 
     # The same 40 steps, slower, stopped by SIGUSR1 once step 10 is logged.
     cut = ("job.args=[--steps,40,--step-seconds,0.05]", f"job.run_dir={runs / 'cut'}")
