@@ -350,7 +350,9 @@ def _nan(line: Timeline, fault: Fault, starts_before: set[str]) -> rules.Measure
     its newest checkpoint; with skip it drops the update and goes on."""
     step, injected = line.step(), time.monotonic()
     line.run.fault_nan.write_text(f"fault {fault.number}\n")
+    quiet = Quiet(line)
     while line.run.fault_nan.exists() and line.ended() is None:
+        quiet.note(_reached(line))
         time.sleep(POLL_S / 4)
     if line.nonfinite == "skip":  # the update dropped, on it goes
         detected = round(time.monotonic() - injected, 2)
