@@ -491,6 +491,13 @@ def done_at_exit(
     return f"rank {rank} died at exit after the work was done (exit {shown})"
 
 
+def stopped_at_exit(rank: int, code: int) -> str:
+    """The note that a rank died at exit after a stop signal reached it (died_at_exit:
+    its program had ended, so it handled the signal): the stop's end, not a crash."""
+    shown = 128 - code if code < 0 else code
+    return f"rank {rank} died at exit after the stop signal (exit {shown})"
+
+
 def peers_undecided(
     rank: int, peers: Mapping[int, tuple[int | None, bool]], world_size: int
 ) -> bool:

@@ -40,7 +40,7 @@ from jeanzay_kit.distributed.script_env import (
     script_env,
 )
 from jeanzay_kit.ending.codes import Exit
-from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit
+from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, stopped_at_exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_port import agreed_port
@@ -562,10 +562,7 @@ def _watch_processes(
 
 def _died_at_exit(codes: Sequence[int | None], errs: Sequence[Any], sent: int) -> set[int]:
     """The processes killed by SIGABRT after their program had ended (faulthandler's
-    report in their stderr: ending_rules.died_at_exit; pytorch/pytorch#190489). Under a
-    stop signal every end is the stop's."""
-    if sent:
-        return set()
+    report in their stderr: ending_rules.died_at_exit; pytorch/pytorch#190489)."""
     tails = [e.tail.decode("utf-8", "replace") for e in errs]
     return {i for i, (c, t) in enumerate(zip(codes, tails, strict=True)) if died_at_exit(c, t)}
 
@@ -574,11 +571,15 @@ def _after_the_work(
     codes: list[int | None], at_exit: set[int], sent: int
 ) -> tuple[int, int | None] | None:
     """The first failure among the ended processes, or None. One that died at exit is no
-    failure when each other ended 0 or likewise (ending_rules.done_at_exit): said, no
-    failure counted. A single process that aborts is still a crash."""
+    failure when each other ended 0 or likewise (ending_rules.done_at_exit), nor after a
+    stop signal was passed on (its program had ended: it handled the signal; gloo's
+    abort at exit turned a stop after a save into a crash, exit 1): said, no failure
+    counted. A single process that aborts is still a crash."""
     peers = {r: (c, r in at_exit) for r, c in enumerate(codes)}
     for rank, code in enumerate(codes):
-        if rank in at_exit:
+        if rank in at_exit and sent and len(codes) > 1:
+            print(f"jzk train: {stopped_at_exit(rank, code or 0)}: not a failure", flush=True)
+        elif rank in at_exit:
             note = done_at_exit(rank, code or 0, True, peers, len(codes))
             if note is None:
                 return rank, code
