@@ -578,7 +578,8 @@ def _after_the_work(
     peers = {r: (c, r in at_exit) for r, c in enumerate(codes)}
     for rank, code in enumerate(codes):
         if rank in at_exit and sent and len(codes) > 1:
-            print(f"jzk train: {stopped_at_exit(rank, code or 0)}: not a failure", flush=True)
+            stopped = stopped_at_exit(rank, code or 0)
+            print(f"jzk train: {stopped}: not a failure", file=sys.stderr, flush=True)
         elif rank in at_exit:
             note = done_at_exit(rank, code or 0, True, peers, len(codes))
             if note is None:

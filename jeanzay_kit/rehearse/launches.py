@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 from jeanzay_kit.ckpt.layout import TMP_PREFIX
 from jeanzay_kit.distributed.script_env import REHEARSAL_ENV
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.rehearse.report_rules import Where, job_waiting
 from jeanzay_kit.rundir.beats import Beat
 from jeanzay_kit.rundir.run_directory import RunDir
 
@@ -36,17 +36,6 @@ from jeanzay_kit.rundir.run_directory import RunDir
 SAVE_POLL_S = 0.002
 # How long the watcher on a node waits for a save (within a Slurm command's timeout).
 WATCH_S = 50
-
-
-@dataclass(frozen=True)
-class Where:
-    """Where a run that makes no step is: in words; whether it can never go on by itself
-    (a held job, one Slurm refuses as it stands); whether it waits in a queue (a wait
-    that may last, on a busy cluster)."""
-
-    words: str
-    never: bool = False
-    queued: bool = False
 
 
 @dataclass
@@ -211,27 +200,3 @@ class OnSlurm:
             run_on_node(self.job, beat.host, argv)
         except JzkError as err:
             raise JzkError(f"no save was interrupted on {beat.host}: {err}") from None
-
-
-def job_waiting(job: str, row: str, shown: str) -> Where:
-    """A job's state in words, from squeue's `%T|%r|%N` row and `scontrol show job`: why
-    it pends (slurm/pending.py) or where it runs, and the nodes it leaves out (after a
-    node at fault, restart_job.leave_out); and whether it can never start by itself:
-    held, or refused as it stands (Slurm's BadConstraints when the nodes it leaves out
-    leave too few)."""
-    from jeanzay_kit.slurm.pending import NEVER_AS_ASKED, Waiting, pending_why
-
-    state, reason, nodes = ([*row.strip().split("|"), "", ""])[:3]
-    found = re.search(r"ExcNodeList=(\S+)", shown)
-    left_out = found[1] if found and found[1] != "(null)" else ""
-    said = f"job {job} {state or 'not in the queue'}"
-    if state == "PENDING" and reason == "BadConstraints" and left_out:
-        said += f" ({reason}): the node(s) it leaves out, {left_out}, leave too few for it"
-    elif state == "PENDING":
-        said += f": {pending_why(Waiting(job, reason))}"
-    elif nodes:
-        said += f" on {nodes}"
-    if left_out and reason != "BadConstraints":
-        said += f"; it leaves out node(s) {left_out}"
-    never = state == "PENDING" and (reason in NEVER_AS_ASKED or reason.startswith("JobHeld"))
-    return Where(said, never, queued=state in ("PENDING", "REQUEUED", "CONFIGURING"))

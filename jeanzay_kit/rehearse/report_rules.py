@@ -4,6 +4,7 @@ times each fault; here are the verdicts, the totals and the advice (Young's inte
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -47,6 +48,41 @@ def row(m: Measured, checkpoint_every: int) -> FaultRow:
     else:
         verdict = "ok"
     return FaultRow(m.kind, m.step, m.detected_s, m.by, m.resumed_s, lost, verdict)
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a run that makes no step is: in words; whether it can never go on by itself
+    (a held job, one Slurm refuses as it stands); whether it waits in a queue (a wait
+    that may last, on a busy cluster)."""
+
+    words: str
+    never: bool = False
+    queued: bool = False
+
+
+def job_waiting(job: str, row: str, shown: str) -> Where:
+    """A job's state in words, from squeue's `%T|%r|%N` row and `scontrol show job`: why
+    it pends (slurm/pending.py) or where it runs, and the nodes it leaves out (after a
+    node at fault, restart_job.leave_out); and whether it can never start by itself:
+    held, or refused as it stands (Slurm's BadConstraints when the nodes it leaves out
+    leave too few)."""
+    from jeanzay_kit.slurm.pending import Waiting, never_starts, pending_why
+
+    state, reason, nodes = ([*row.strip().split("|"), "", ""])[:3]
+    found = re.search(r"ExcNodeList=(\S+)", shown)
+    left_out = found[1] if found and found[1] != "(null)" else ""
+    said = f"job {job} {state or 'not in the queue'}"
+    if state == "PENDING" and reason == "BadConstraints" and left_out:
+        said += f" ({reason}): the node(s) it leaves out, {left_out}, leave too few for it"
+    elif state == "PENDING":
+        said += f": {pending_why(Waiting(job, reason))}"
+    elif nodes:
+        said += f" on {nodes}"
+    if left_out and reason != "BadConstraints":
+        said += f"; it leaves out node(s) {left_out}"
+    never = state == "PENDING" and never_starts(reason)
+    return Where(said, never, queued=state in ("PENDING", "REQUEUED", "CONFIGURING"))
 
 
 def progress_line(number: int, done: int, total: int, m: Measured) -> str:

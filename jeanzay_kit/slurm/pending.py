@@ -143,6 +143,13 @@ def limit_why(reason: str) -> str | None:
     )
 
 
+def never_starts(reason: str) -> bool:
+    """Whether a pending job with this reason can never start by itself: held, or
+    refused as it stands (NEVER_AS_ASKED; BadConstraints also when the nodes it leaves
+    out leave too few for it)."""
+    return reason in NEVER_AS_ASKED or reason.startswith("JobHeld")
+
+
 def pending_why(
     waiting: Waiting, dependency_states: Mapping[str, str] | None = None, partition: str = ""
 ) -> str:

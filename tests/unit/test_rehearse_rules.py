@@ -354,7 +354,7 @@ def test_the_next_fault_is_sent_past_the_step_the_last_one_met(tmp_path) -> None
 
 class _Pending:
     def waiting(self):  # noqa: ANN201
-        from jeanzay_kit.rehearse.launches import Where
+        from jeanzay_kit.rehearse.report_rules import Where
 
         return Where("job 7 PENDING: Slurm says Resources", queued=True)
 
@@ -403,7 +403,7 @@ def test_a_run_without_a_new_step_is_said_waiting_each_interval(monkeypatch, cap
     ],
 )
 def test_where_a_quiet_job_is_in_words(row: str, shown: str, said: str, never: bool) -> None:
-    from jeanzay_kit.rehearse.launches import job_waiting
+    from jeanzay_kit.rehearse.report_rules import job_waiting
 
     where = job_waiting("7", row, shown)
     assert where.words.startswith(said) and where.never is never, where
@@ -416,7 +416,7 @@ def test_a_run_that_can_never_go_on_ends_the_rehearsal(monkeypatch) -> None:  # 
 
     from jeanzay_kit.errors import JzkError
     from jeanzay_kit.rehearse import runner
-    from jeanzay_kit.rehearse.launches import Where
+    from jeanzay_kit.rehearse.report_rules import Where
     from jeanzay_kit.rundir.run_directory import RunDir
 
     class _Stuck:
