@@ -470,38 +470,46 @@ def died_at_exit(code: int | None, stderr_tail: str) -> bool:
     return _IN_PROGRAM.search(stderr_tail, at) is None
 
 
-def done_at_exit(
+@dataclass(frozen=True)
+class AtExit:
+    """A rank's death at exit that is no failure of the run: what to say, and what it
+    ended (stopped: the stop after its signal, run again to go on; else the work)."""
+
+    note: str
+    stopped: bool
+
+
+def forgiven_at_exit(
     rank: int,
     code: int,
     at_exit: bool,
     peers: Mapping[int, tuple[int | None, bool]],
     world_size: int,
-) -> str | None:
-    """The note that a rank's failure is no failure of the run: it died at exit, after
-    its program ended (died_at_exit), and every other rank's command has ended, each
-    with 0 or likewise at exit; None otherwise (it counts as a failure). peers: rank ->
-    (exit code, died at exit) of the others' ended commands (a rank still running is
-    absent). Alone (world_size 1) nothing says what its program meant to return."""
+    stopped: bool = False,
+) -> AtExit | None:
+    """Whether a rank's failure is no failure of the run: it died at exit, after its
+    program ended (died_at_exit), and either a stop signal had been passed on to it
+    (stopped: its program ended, so it handled the signal; gloo's abort at exit turned a
+    stop after a save into a crash) or every other rank's command has ended, each with 0
+    or likewise at exit. None: it counts as a failure. peers: rank -> (exit code, died at
+    exit) of the others' ended commands (a rank still running is absent). Alone
+    (world_size 1) nothing says what its program meant to return. Both launchers (the
+    local one, node/script_task.py, and a Slurm task's watch) decide by this rule."""
     if code == 0 or not at_exit or world_size < 2:
         return None
+    shown = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+    if stopped:
+        return AtExit(f"rank {rank} died at exit after the stop signal (exit {shown})", True)
     others = [r for r in range(world_size) if r != rank]
     if any(r not in peers or not (peers[r][0] == 0 or peers[r][1]) for r in others):
         return None
-    shown = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
-    return f"rank {rank} died at exit after the work was done (exit {shown})"
-
-
-def stopped_at_exit(rank: int, code: int) -> str:
-    """The note that a rank died at exit after a stop signal reached it (died_at_exit:
-    its program had ended, so it handled the signal): the stop's end, not a crash."""
-    shown = 128 - code if code < 0 else code
-    return f"rank {rank} died at exit after the stop signal (exit {shown})"
+    return AtExit(f"rank {rank} died at exit after the work was done (exit {shown})", False)
 
 
 def peers_undecided(
     rank: int, peers: Mapping[int, tuple[int | None, bool]], world_size: int
 ) -> bool:
-    """Whether done_at_exit must wait: some other rank's command is still running and
+    """Whether forgiven_at_exit must wait: some other rank's command is still running and
     none has failed yet (a failed one decides at once)."""
     others = [r for r in range(world_size) if r != rank]
     failed = any(r in peers and not (peers[r][0] == 0 or peers[r][1]) for r in others)

@@ -40,7 +40,7 @@ from jeanzay_kit.distributed.script_env import (
     script_env,
 )
 from jeanzay_kit.ending.codes import Exit
-from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, stopped_at_exit
+from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_port import agreed_port
@@ -292,14 +292,16 @@ def _run_slurm_script(
     ended = supervise(command, full, watch, cwd=cwd)
     code = ended.code
     # Died at exit, after its program ended, while every other rank's command ended
-    # well: the work is done, no restart is spent (ending_rules.done_at_exit). Said and
-    # recorded, and the task ends 0 (srun's --kill-on-bad-exit would end the others
-    # mid-exit, and the restart step would requeue a finished run).
-    note = after_the_work(watch, rank_info_from_env(env).world_size, ended)
-    if note is not None:
-        print(f"jzk: {note}: not a failure, no restart spent", file=sys.stderr, flush=True)
-        record_done(run_dir, env, note)
-        return 0
+    # well or after the stop signal: no restart is spent (ending_rules.forgiven_at_exit).
+    # Said and recorded, and the task ends 0 (srun's --kill-on-bad-exit would end the
+    # others mid-exit, and the restart step would requeue a finished run) or as a stop.
+    forgiven = after_the_work(watch, rank_info_from_env(env).world_size, ended)
+    if forgiven is not None:
+        print(f"jzk: {forgiven.note}: not a failure, no restart spent", file=sys.stderr, flush=True)
+        if not forgiven.stopped:
+            record_done(run_dir, env, forgiven.note)
+            return 0
+        code = Exit.STOPPED
     if code == 0 and rank == 0:
         record_done(run_dir, env)
     if code in STOPPED:
@@ -317,7 +319,7 @@ def record_done(run_dir: RunDir, env: Mapping[str, str], note: str | None = None
     as the toolkit's loop records its own (node/worker_start.py say_done); without it
     `jzk status` kept saying the stop before the requeue, with its "run the same command
     again". A peer that fails after it is recorded later by the restart step, and wins.
-    note: a rank died at exit after the work was done (ending_rules.done_at_exit)."""
+    note: a rank died at exit after the work was done (ending_rules.forgiven_at_exit)."""
     from jeanzay_kit.ending.ending_rules import COMPLETED, Verdict
     from jeanzay_kit.ending.endings import record_ending
 
@@ -571,20 +573,16 @@ def _after_the_work(
     codes: list[int | None], at_exit: set[int], sent: int
 ) -> tuple[int, int | None] | None:
     """The first failure among the ended processes, or None. One that died at exit is no
-    failure when each other ended 0 or likewise (ending_rules.done_at_exit), nor after a
-    stop signal was passed on (its program had ended: it handled the signal; gloo's
-    abort at exit turned a stop after a save into a crash, exit 1): said, no failure
-    counted. A single process that aborts is still a crash."""
+    failure when the stop signal was passed on or each other ended 0 or likewise
+    (ending_rules.forgiven_at_exit): said, no failure counted. A single process that
+    aborts is still a crash."""
     peers = {r: (c, r in at_exit) for r, c in enumerate(codes)}
     for rank, code in enumerate(codes):
-        if rank in at_exit and sent and len(codes) > 1:
-            stopped = stopped_at_exit(rank, code or 0)
-            print(f"jzk train: {stopped}: not a failure", file=sys.stderr, flush=True)
-        elif rank in at_exit:
-            note = done_at_exit(rank, code or 0, True, peers, len(codes))
-            if note is None:
+        if rank in at_exit:
+            forgiven = forgiven_at_exit(rank, code or 0, True, peers, len(codes), sent != 0)
+            if forgiven is None:
                 return rank, code
-            print(f"jzk train: {note}: not a failure", file=sys.stderr, flush=True)
+            print(f"jzk train: {forgiven.note}: not a failure", file=sys.stderr, flush=True)
         elif not _stopped_or_done(code, sent):
             return rank, code
     return None

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from jeanzay_kit.ending.codes import Exit, stop_signals
-from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
+from jeanzay_kit.ending.ending_rules import AtExit, died_at_exit, forgiven_at_exit, peers_undecided
 from jeanzay_kit.ending.preemption import NOTE_CHECK_S, stop_note
 from jeanzay_kit.ending.signal_rules import SignalRelay, from_step_daemon
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
@@ -41,11 +41,13 @@ PEERS_WAIT_S = 120.0
 
 @dataclass(frozen=True)
 class Ended:
-    """How the command ended: its exit code (negative: killed by that signal) and
-    whether it died at exit, after its program had ended (ending_rules.died_at_exit)."""
+    """How the command ended: its exit code (negative: killed by that signal), whether
+    it died at exit, after its program had ended (ending_rules.died_at_exit), and
+    whether a stop signal had been passed on to it."""
 
     code: int
     at_exit: bool = False
+    signalled: bool = False
 
 
 @dataclass(frozen=True)
@@ -123,22 +125,23 @@ def supervise(
     for pump in pumps:
         pump.start()
     try:
-        code = _watch(child, pumps, watch)
+        code, signalled = _watch(child, pumps, watch)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
     for pump in pumps:
         pump.join(timeout=2.0)  # a grandchild may still hold the pipe open
     last = max(pumps, key=lambda p: p.last_time)
-    ended = Ended(code, died_at_exit(code, pumps[1].tail.decode("utf-8", "replace")))
+    tail = pumps[1].tail.decode("utf-8", "replace")
+    ended = Ended(code, died_at_exit(code, tail), signalled)
     _write_beat(watch, child.pid, last.last_time, last.last_line, finished=True, ended=ended)
     return ended
 
 
-def after_the_work(watch: Watch, world_size: int, ended: Ended) -> str | None:
-    """When this task's command died at exit: wait (PEERS_WAIT_S at most) until the
-    other tasks' commands of the attempt have ended, and the note that the run's work
-    was done (ending_rules.done_at_exit), or None: a failure. A genuine crash (not at
-    exit) never waits."""
+def after_the_work(watch: Watch, world_size: int, ended: Ended) -> AtExit | None:
+    """When this task's command died at exit: whether that is no failure
+    (ending_rules.forgiven_at_exit). After a stop signal it is the stop's end at once;
+    else it waits (PEERS_WAIT_S at most) until the other tasks' commands of the attempt
+    have ended. None: a failure. A genuine crash (not at exit) never waits."""
     if not ended.at_exit or world_size < 2:
         return None
     deadline = time.monotonic() + PEERS_WAIT_S
@@ -148,12 +151,17 @@ def after_the_work(watch: Watch, world_size: int, ended: Ended) -> str | None:
             for b in watch.run_dir.script_beats()
             if b.token == watch.token and b.finished and b.rank != watch.rank
         }
-        if not peers_undecided(watch.rank, peers, world_size) or time.monotonic() > deadline:
-            return done_at_exit(watch.rank, ended.code, ended.at_exit, peers, world_size)
+        decided = ended.signalled or not peers_undecided(watch.rank, peers, world_size)
+        if decided or time.monotonic() > deadline:
+            return forgiven_at_exit(
+                watch.rank, ended.code, ended.at_exit, peers, world_size, ended.signalled
+            )
         time.sleep(TICK_S)
 
 
-def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
+def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> tuple[int, bool]:
+    """The command's exit code, and whether a stop signal reached it (passed on by this
+    watch, or sent by the step daemon to the whole task)."""
     relay, seen = SignalRelay(), StopSeen()
     note_seen: int | None = None
     next_beat = next_note = 0.0
@@ -185,8 +193,8 @@ def _watch(child: subprocess.Popen, pumps: list[_Pump], watch: Watch) -> int:
             last_check = now
             hang = _hang(watch, now, seen.warned_at)
             if hang is not None:
-                return _end_hung(child, pumps, watch, hang, now)
-    return child.returncode
+                return _end_hung(child, pumps, watch, hang, now), bool(relay.reached)
+    return child.returncode, bool(relay.reached)
 
 
 def _write_beat(

@@ -21,6 +21,7 @@ from tests.slurm.cluster import (
     sbatch,
     submit_script,
     wait_for,
+    wait_for_file,
 )
 
 pytestmark = pytest.mark.timeout(420)
@@ -59,15 +60,23 @@ def test_two_experiments_of_a_relative_saving_script_keep_their_own_snapshots(
     assert torch.load(project / "snapshot.pt", weights_only=True)["EPOCHS_RUN"] == 3
 
 
-def test_a_rank_that_dies_at_exit_after_the_work_spends_no_restart(slurm, tmp_path: Path) -> None:
-    """Issue 65 point 9: rank 1 of the tutorial ran all its epochs, then aborted at exit
-    (torch 2.13's gloo on a loaded node, pytorch/pytorch#190489; here its own atexit
-    handler, deterministic): the job completes, says so, and spends no restart."""
+def test_a_rank_that_dies_at_exit_after_a_stop_or_the_work_spends_no_restart(
+    slurm, tmp_path: Path
+) -> None:
+    """Issue 65 point 9: rank 1 of the tutorial aborts at exit (torch 2.13's gloo on a
+    loaded node, pytorch/pytorch#190489; here its own atexit handler, deterministic).
+    Stopped by the time-limit warning, which the script handles by exiting 3, it aborts:
+    the stop's end, requeued as a stop; at the end of its work it aborts again: the job
+    completes. Neither spends a restart (the first did, as a crash, before the rule was
+    the same as the local launcher's)."""
     project = tmp_path / "at exit"
     project.mkdir()
-    (project / "multinode.py").write_text(
-        SCRIPT + "if rank == 1:\n    import atexit\n    atexit.register(os.abort)\n"
+    stops = (
+        "import atexit, os, signal, sys\n"
+        "signal.signal(signal.SIGUSR1, lambda *_: sys.exit(3))\n"
+        "if os.environ.get('RANK') == '1':\n    atexit.register(os.abort)\n"
     )
+    (project / "multinode.py").write_text(stops + SCRIPT)
     job_id, run_dir, log = submit_script(
         project,
         slurm,
@@ -75,15 +84,20 @@ def test_a_rank_that_dies_at_exit_after_the_work_spends_no_restart(slurm, tmp_pa
         "resources.nodes=2",
         "resources.gpus_per_node=1",
         "job.entry=multinode.py",
-        "job.args=[2,1]",
+        "job.args=[30,1,--sleep,0.3]",
     )
+    wait_for_file(run_dir / "cwd" / "snapshot.pt", log, job_id, slurm, timeout=120)
+    assert run(["scancel", "--signal=USR1", job_id], slurm).returncode == 0
     wait_for(job_id, slurm, timeout=240)
     err = log.with_suffix(".err").read_text()
     assert sacct_states(job_id, slurm)[-1] == "COMPLETED", err
+    assert "rank 1 died at exit after the stop signal (exit 134)" in err, err
     assert "rank 1 died at exit after the work was done (exit 134)" in err, err
-    assert "requeued" not in err and not (run_dir / "restarts.json").exists(), err
+    assert "Resuming training from snapshot" in log.read_text()
+    restarts = run_dir / "restarts.json"
+    assert not restarts.exists() or json.loads(restarts.read_text())["history"] == [], err
     ends = [json.loads(x) for x in (run_dir / "endings.jsonl").read_text().splitlines()]
-    assert {e["kind"] for e in ends} == {"completed"}, ends
+    assert ends[0]["kind"] == "stopped" and {e["kind"] for e in ends[1:]} == {"completed"}, ends
     assert any("died at exit" in e["evidence"] for e in ends), ends
 
 

@@ -1,5 +1,5 @@
 """A rank that dies at exit after the run's work was done (issue 65, point 9): the rule
-(ending_rules.died_at_exit, done_at_exit, peers_undecided) from the real report, and the
+(ending_rules.died_at_exit, forgiven_at_exit, peers_undecided) from the real report, and the
 wrapper's wait for the other tasks' last beats (node/script_watch.py after_the_work)."""
 
 from __future__ import annotations
@@ -10,7 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.ending.ending_rules import died_at_exit, done_at_exit, peers_undecided
+from jeanzay_kit.ending.ending_rules import (
+    AtExit,
+    died_at_exit,
+    forgiven_at_exit,
+    peers_undecided,
+)
 from jeanzay_kit.node import script_watch
 from jeanzay_kit.node.script_watch import Ended, Watch, after_the_work
 from jeanzay_kit.rundir.beats import ScriptBeat
@@ -98,7 +103,32 @@ def test_a_rank_that_died_at_exit_after_the_work_spends_no_restart(
     world: int,
     note: str | None,
 ) -> None:
-    assert done_at_exit(rank, code, at_exit, peers, world) == note
+    forgiven = forgiven_at_exit(rank, code, at_exit, peers, world)
+    assert (forgiven and forgiven.note) == note and not (forgiven and forgiven.stopped)
+
+
+STOP_1 = "rank 1 died at exit after the stop signal (exit 134)"
+
+
+@pytest.mark.parametrize(
+    ("code", "at_exit", "peers", "world", "note"),
+    [
+        # A stop signal was passed on: its program ended, so it handled it. Whatever the
+        # others did (still saving, or stopped), it is the stop's end, not a crash.
+        (-6, True, {}, 2, STOP_1),
+        (-6, True, {0: (3, False)}, 2, STOP_1),
+        (-6, True, {0: (-6, True)}, 4, STOP_1),
+        # Died of something else, or while its program ran: still a crash.
+        (-6, False, {0: (3, False)}, 2, None),
+        (-11, False, {}, 2, None),
+        (-6, True, {}, 1, None),  # alone: its own stop says nothing of the abort
+    ],
+)
+def test_a_rank_that_died_at_exit_after_the_stop_signal_is_part_of_the_stop(
+    code: int, at_exit: bool, peers: dict[int, tuple[int, bool]], world: int, note: str | None
+) -> None:
+    forgiven = forgiven_at_exit(1, code, at_exit, peers, world, stopped=True)
+    assert (forgiven and forgiven.note) == note and (forgiven is None or forgiven.stopped)
 
 
 @pytest.mark.parametrize(
@@ -139,8 +169,17 @@ def test_the_wrapper_waits_for_task_0_then_ends_well(tmp_path, monkeypatch) -> N
     monkeypatch.setattr(script_watch, "PEERS_WAIT_S", 0.3)
     assert after_the_work(watch, 2, Ended(-6, True)) is None  # never ended: a failure
     _beat(tmp_path, 0, 0)
-    assert after_the_work(watch, 2, Ended(-6, True)) == NOTE_1
+    assert after_the_work(watch, 2, Ended(-6, True)) == AtExit(NOTE_1, stopped=False)
     assert after_the_work(watch, 2, Ended(1)) is None  # a crash never waits
+
+
+def test_after_a_stop_signal_the_wrapper_does_not_wait(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(script_watch, "PEERS_WAIT_S", 30.0)
+    watch = Watch(RunDir(tmp_path), 1, "5-100", 100.0)
+    _beat(tmp_path, 0, None)  # task 0 still saving after the signal
+    started = time.monotonic()
+    assert after_the_work(watch, 2, Ended(-6, True, signalled=True)) == AtExit(STOP_1, True)
+    assert time.monotonic() - started < 1.0
 
 
 def test_a_crash_does_not_wait_for_the_others(tmp_path, monkeypatch) -> None:
