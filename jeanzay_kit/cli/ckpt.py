@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jeanzay_kit.rundir.run_directory import RunDir
 
 
 def add(sub: argparse._SubParsersAction) -> None:
@@ -62,13 +66,17 @@ def add(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jeanzay_kit.ckpt import inspection
+    from pathlib import Path
 
+    from jeanzay_kit.ckpt import inspection
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    folder = RunDir(Path(args.run_dir))  # the command line's RUN_DIR, wrapped once
     if args.ckpt_command == "list":
         rows = inspection.list_checkpoints(args.run_dir)
         if not rows:
             print("no checkpoints")
-            _say_archived(args.run_dir)
+            _say_archived(folder)
         for row in rows:
             size = f"{row['bytes'] / 1e6:10.1f} MB" if row["bytes"] is not None else " " * 13
             state = "complete" if row["complete"] else "INCOMPLETE (not loadable)"
@@ -88,32 +96,27 @@ def run(args: argparse.Namespace) -> int:
             print("no complete checkpoints")
         return 1 if damaged else 0
     if args.ckpt_command in ("archive", "restore"):
-        return _archive_or_restore(args)
+        return _archive_or_restore(args, folder)
     step, value = inspection.digest(args.run_dir, args.step)
     print(value)
     print(f"step-{step}", file=sys.stderr)
     return 0
 
 
-def _say_archived(run_dir: str) -> None:
-    from pathlib import Path
-
+def _say_archived(run: RunDir) -> None:
     from jeanzay_kit.ckpt.store import archived_note
-    from jeanzay_kit.rundir.run_directory import RunDir
 
-    if (note := archived_note(RunDir(Path(run_dir)))) is not None:
-        print(f"{run_dir}: {note}")
+    if (note := archived_note(run)) is not None:
+        print(f"{run.root}: {note}")
 
 
-def _archive_or_restore(args: argparse.Namespace) -> int:
+def _archive_or_restore(args: argparse.Namespace, run: RunDir) -> int:
     import os
     from pathlib import Path
 
     from jeanzay_kit.ckpt.archive import archive, restore
     from jeanzay_kit.errors import JzkError
-    from jeanzay_kit.rundir.run_directory import RunDir
 
-    run = RunDir(Path(args.run_dir))
     if args.ckpt_command == "restore":
         restore(Path(args.archive), run, print)
         return 0
