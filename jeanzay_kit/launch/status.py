@@ -459,12 +459,21 @@ def _script_lines(views: Sequence[RunView]) -> list[str]:
         if p.attempts is None:
             continue
         said = (
-            f"last line {_duration(p.last_line_age_s)} ago: {p.last_line[-100:]!r}"
+            f"last line {_duration(p.last_line_age_s)} ago: {_clip(p.last_line)!r}"
             if p.last_line
             else "no line printed yet"
         )
         lines.append(f"{view.job_id} (script, {p.attempts} start(s)): {said}")
     return ["", *lines] if lines else []
+
+
+def _clip(line: str, width: int = 100) -> str:
+    """A long line's head (what it is: "[rank 0] done", "Epoch 3") and tail (its newest
+    figures), not its tail alone cut mid-word ("ank 0] done: ...")."""
+    if len(line) <= width:
+        return line
+    head = width * 3 // 5
+    return f"{line[:head]} … {line[-(width - head - 3) :]}"
 
 
 def _duration(seconds: float | None) -> str:

@@ -240,6 +240,12 @@ def test_status_shows_a_scripts_starts_last_line_and_checkpoint() -> None:
     table = status_table([rec], {"42": JobState("42", "RUNNING", "1:00", "n[1-2]")})
     assert "last.ckpt (1m15s ago)" in table
     assert "42 (script, 2 start(s)): last line 4s ago: 'Epoch 3: 40%" in table
+    # A long line keeps its head and its tail (it lost its head: "ank 0] done: ...").
+    done = "[rank 0] done: 30 steps, model digest " + "672def74" * 8
+    progress = RunProgress(attempts=1, last_line=done, last_line_age_s=1.0)
+    said = status_table([RunView("7", "outputs/own-2", progress=progress)], {}).splitlines()[-1]
+    assert "ago: '[rank 0] done: 30 steps, model digest 672def74" in said, said
+    assert said.endswith(" … " + done[-37:] + "'") and len(said.split("ago: ")[1]) == 102
     row = table.splitlines()[1].split()
     header = table.splitlines()[0].split()
     assert row[:2] == ["42", "RUNNING"]
