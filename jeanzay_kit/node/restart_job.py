@@ -123,7 +123,9 @@ def _restart(
     # highest code of the step (a peer killed after them), so their folder tells.
     hung = status == 4 or (script and since is not None and run_dir.hang_dir(int(since)).is_dir())
     reason = "hang" if hung else f"failure (srun exit {status})"
-    progressed = wrote_since(run_dir, since) if script else run_dir.progressed_since(since or 0)
+    # Progress: a step completed (the toolkit's loop's beats, or a session's in a script),
+    # or, for a script that says no step, a file it wrote into the run directory.
+    progressed = run_dir.progressed_since(since or 0) or (script and wrote_since(run_dir, since))
     ended = classify_attempt(run_dir, 4 if hung else status, since, extra_log=slurm_log)
     verdict = at_fault(ended, env or {})
     if job is None:  # run by hand, outside a job: its end recorded, nothing restarted

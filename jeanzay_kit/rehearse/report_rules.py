@@ -221,12 +221,21 @@ def watchdog_advice(stall_s: float, slowest_s: float) -> str | None:
     return None
 
 
-def ended_before_fault(code: int | None, step: int, due: int, log: str) -> str:
+def ended_before_fault(
+    code: int | None, step: int, due: int, log: str, after: str | None = None
+) -> str:
     """Why a run ended before the schedule's next fault was sent (the rehearsal stops
-    there). Past the step where the fault was due: the rehearsal, which reads the run's
-    records twenty times a second, was not given the CPU while the run got there and on
-    to its end (a loaded machine; once on a 2-core CI runner)."""
+    there). A failure after the fault before (`after`: its "#N kind"): that fault was not
+    survived (on Slurm its job was not requeued), whatever the run's length. Past the
+    step where the fault was due: the rehearsal, which reads the run's records twenty
+    times a second, was not given the CPU while the run got there and on to its end (a
+    loaded machine; once on a 2-core CI runner)."""
     said = f"the run ended (exit {code}) at step {step}"
+    if code and after is not None:
+        return (
+            f"{said} after fault {after} and did not go on: that fault was not survived "
+            f"(nothing started the run again). HINT: its log says why, in its last lines: {log}"
+        )
     if step < due:
         return (
             f"{said}, before the next fault at step {due}: it trained fewer steps than its "

@@ -80,6 +80,7 @@ class Timeline:
     # rehearsal on Slurm with its run (exit 4) instead of retrying it.
     met: int = 0
     done: int = 0  # the faults ended so far
+    last: Fault | None = None  # the fault ended last
 
     def start(self) -> None:
         self.launch.start()
@@ -221,6 +222,7 @@ def _said(line: Timeline, fault: Fault, steps: int, total: int) -> rules.Measure
     measured = _one(line, fault, steps)
     line.met = max(line.met, measured.step)
     line.done += 1
+    line.last = fault
     print(rules.progress_line(fault.number, line.done, total, measured), flush=True)
     return measured
 
@@ -274,8 +276,9 @@ def _train_for(line: Timeline, steps: int) -> None:
     quiet = Quiet(line)
     while True:
         if line.ended() is not None and not line.goes_on():
+            after = f"#{line.last.number} {line.last.kind}" if line.last else None
             raise JzkError(
-                rules.ended_before_fault(line.ended(), line.step(), target, str(line.log))
+                rules.ended_before_fault(line.ended(), line.step(), target, str(line.log), after)
             )
         if _estimated(line, seen, grew) >= target:
             return

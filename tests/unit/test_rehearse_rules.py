@@ -280,6 +280,18 @@ def test_a_run_that_ends_before_its_next_fault_is_said_as_it_happened(step, due,
     assert line.count("HINT: ") == 1 and line.endswith("; see run.log"), line
 
 
+def test_a_run_that_failed_after_a_fault_is_said_not_survived_not_too_short() -> None:
+    """A session script's job hung at step 33 and was not requeued: the rehearsal said
+    "it trained fewer steps than its run without faults. HINT: give it more steps"."""
+    from jeanzay_kit.rehearse.report_rules import ended_before_fault
+
+    line = ended_before_fault(4, 0, 62, "run.log", after="#0 hang")
+    assert line.startswith("the run ended (exit 4) at step 0 after fault #0 hang"), line
+    assert "not survived" in line and "more steps" not in line and line.endswith("run.log")
+    # A run that completed short of the next fault is still too short.
+    assert "give it more steps" in ended_before_fault(0, 80, 106, "run.log", after="#0 hang")
+
+
 class _EndsUnseen:
     """A launch whose run completes at step 400 while the rehearsal is not looking: the
     first poll finds it running, the metrics say 400 by the next read, and from then on

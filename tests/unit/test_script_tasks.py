@@ -4,6 +4,7 @@ requeue of a script that asks for it. Pure parts, plus the real restart-budget f
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 from pathlib import Path
@@ -177,6 +178,28 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
         runner.calls == [["scontrol", "requeue", "42"]]
         and len(read_restarts(RunDir(tmp_path))) == 1
     )
+
+
+def test_a_session_in_a_script_that_completed_steps_is_restarted_before_its_first_save(
+    tmp_path: Path,
+) -> None:
+    """A session loop run as job.entry hung at step 33, before its first save (every 50):
+    its beats say it completed steps, so the hang is worth a restart from the newest
+    checkpoint (it was "before any step of this attempt completed: not requeued", met by a
+    Slurm rehearsal of docs/examples/own_loop/train_session.py)."""
+    started = 1_000_000_000.0
+    beat = {"rank": 0, "host": "n1", "pid": 7, "job_id": "42", "step": 33}
+    beat |= {"total_steps": 1500, "phase": "backward", "progress_time": started + 14}
+    beat |= {"wall_time": started + 15, "token": "t", "interval_s": 0.5, "start_step": 0}
+    (tmp_path / "heartbeat").mkdir()
+    (tmp_path / "heartbeat" / "rank-0.json").write_text(json.dumps(beat))
+    runner = Scontrol()
+    line = restart_after_failure(
+        RunDir(tmp_path), 4, 3, env={"SLURM_JOB_ID": "42"}, runner=runner, since=started,
+        script=True,
+    )  # fmt: skip
+    assert runner.calls == [["scontrol", "requeue", "42"]], line
+    assert len(read_restarts(RunDir(tmp_path))) == 1
 
 
 def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path) -> None:
