@@ -141,9 +141,13 @@ PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 WATCHDOG_SAID = re.compile(r"hang: (rank \d+ .*?)(?:\. Python stacks of the live ranks: .*)?$")
 
 # A task killed from outside (its node lost, an administrator's kill -9), as srun says
-# it. srun also kills the others of a step after one fails (--kill-on-bad-exit): so it
-# decides only when the log's tracebacks are all peers that lost it.
-KILLED = re.compile(r"^srun: error: \S+: tasks? [\d,-]+: Killed$", re.M)
+# it: "Killed", or exit 137 (128 + SIGKILL) from a script task, whose watch outlives the
+# script it runs and ends as it died (node/script_task.py). srun also kills the others
+# of a step after one fails (--kill-on-bad-exit): so it decides only when the log's
+# tracebacks are all peers that lost it.
+KILLED = re.compile(
+    r"^srun: error: \S+: tasks? [\d,-]+: (?:Killed|Exited with exit code 137)$", re.M
+)
 # A rank's error that says only that a peer went away (gloo, the toolkit's own note).
 PEER_LOST = re.compile(
     r"Connection closed by peer|Connection reset by peer|a peer left the job|Broken pipe"

@@ -118,6 +118,13 @@ RuntimeError: [/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0
 srun: error: n1: tasks 0-1: Killed
 srun: error: n2: tasks 2-3: Exited with exit code 1
 """
+SCRIPT_PEER_KILLED = """Traceback (most recent call last):
+  File "/p/train_session.py", line 40, in train
+RuntimeError: [/gloo/tcp/pair.cc:537] Read error [127.0.10.1]:6029: Connection reset by peer.
+srun: error: n1: task 1: Exited with exit code 137
+srun: error: n1: task 0: Exited with exit code 1
+srun: error: n2: task 2: Exited with exit code 1
+"""
 # A dataset raising in a DataLoader worker: torch's wrapper, the original, the toolkit's note
 DATASET = """[rank 0] rank 0 failed:
 [rank 0] Traceback (most recent call last):
@@ -210,6 +217,9 @@ RANKED_DATASET = "".join(
         (PREEMPTION, 0, "PREEMPTED", PREEMPTED, "DUE TO PREEMPTION"),
         (NODE_FAIL, 1, "", NODE_FAILURE, "Node failure on jzxh042"),
         (PEER_KILLED, 137, "", UNKNOWN, "srun: error: n1: tasks 0-1: Killed"),
+        # A script task's rank killed: its watch ends 137, its peers' gloo lost it (a
+        # session loop as job.entry under jzk rehearse --slurm: it read user_error).
+        (SCRIPT_PEER_KILLED, 1, "", UNKNOWN, "n1: task 1: Exited with exit code 137"),
         # One rank's own error, the others killed by srun after it: the error decides.
         (BUG + "srun: error: n1: task 1: Killed\n", 137, "", USER_ERROR, "mat1 and mat2"),
         ("", 1, "NODE_FAIL", NODE_FAILURE, "sacct State=NODE_FAIL"),
