@@ -274,6 +274,11 @@ class Session:
         # comm hook around the all-reduce cost 2 % of the step (an extra pass over the
         # gradient buckets, bench/bench_session.py).
         ddp.register_forward_hook(lambda *_: self._beat_phase("backward"))
+        if self.world_size > 2:  # a resume sums gradients as the uninterrupted run does
+            from jeanzay_kit.distributed.ddp_buckets import RebuildOnResume
+
+            resumed = RebuildOnResume(lambda: self.run.start_step > 0, self.device)
+            ddp.register_forward_pre_hook(resumed, with_kwargs=True)
         return ddp
 
     def _beat_phase(self, phase: str) -> None:

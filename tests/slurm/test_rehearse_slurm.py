@@ -8,7 +8,8 @@ tmpfs the nodes share). The job requeues itself after each, and ends with the mo
 same job without faults, bit for bit; no fault loses more than the checkpoint interval,
 a stop signal none; a hang is named within the watchdog's timeout plus its beats, a
 killed process within 30 s (srun ends the job step at once: the test of a killed rank
-that tests/slurm/test_faults.py ran alone)."""
+that tests/slurm/test_faults.py ran alone). Then a user's own session script, unmodified,
+as job.entry under the same schedule."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.timeout(1100)]
 # 10 s, not 5: under a loaded CI machine (2 cores, 4 ranks, the cluster's daemons) a
 # rank starved of the CPU for 6 s was once named frozen at a start with no fault injected.
 STALL_S, BEAT_S = 10, 0.5
+CRASHES = ("kill_rank", "hang", "ckpt_write", "node_lost")
 
 
 def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path: Path) -> None:
@@ -70,7 +72,7 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
     assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
     # Each crash spent a restart; the run that finished starts its budget afresh.
     restarts = json.loads((folder / "run" / "restarts.json").read_text())
-    crashes = [f for f in plan if f.kind in ("kill_rank", "hang", "ckpt_write", "node_lost")]
+    crashes = [f for f in plan if f.kind in CRASHES]
     assert restarts["restarts"] == [] and len(restarts["history"]) == len(crashes), restarts
     # Every end of an attempt is in the run's record: each crash retried, then completed.
     endings = [json.loads(x) for x in (folder / "run" / "endings.jsonl").read_text().splitlines()]
@@ -79,4 +81,54 @@ def test_a_rehearsal_on_two_nodes_survives_a_fault_of_every_kind(slurm, tmp_path
     # A NaN and a full disk repeat from the same checkpoint: never retried by the job.
     cannot_pass = [e for e in endings if e["kind"] in (DISK_FULL, NONFINITE)]
     assert len(cannot_pass) >= 2 and not any(e["retried"] for e in cannot_pass), endings
+    print(done.stdout[-3000:])
+
+
+def test_a_users_own_session_script_on_two_nodes_survives_a_fault_of_every_kind(
+    slurm, tmp_path: Path
+) -> None:
+    """A user's script, unmodified: docs/examples/own_loop/train_session.py (the session
+    API, written against the public contract only) in a project of its own, run as
+    job.entry on 2 nodes x 2 tasks under the same 12 faults. Its job requeues itself
+    after each: a hang before its first save (it was not requeued: no step counted for a
+    script), a rank killed (its peers' gloo error read as the user's own, never
+    retried), and ends with the model of the same script without faults, bit for bit."""
+    project = tmp_path / "own loop"
+    project.mkdir()
+    example = REPO / "docs" / "examples" / "own_loop" / "train_session.py"
+    (project / "train_session.py").write_text(example.read_text())
+    folder = project / "rehearsal"
+    request = ["cluster=slurm_local", "resources.nodes=2", "resources.gpus_per_node=2"]
+    request += [f"job.python={PYTHON}", "job.entry=train_session.py"]
+    request += ["job.args=[--steps,1500,--save-every,50,--step-seconds,0.01]"]
+    request += [f"watchdog.stall_seconds={STALL_S}", f"watchdog.heartbeat_seconds={BEAT_S}"]
+    faults = ["--faults", "12", "--every", "0.8", "--seed", "5"]
+    with tmpfs(tmp_path / "small", "size=64m") as small:
+        request += [f"checkpoint.dir={small}/checkpoints"]
+        try:
+            done = subprocess.run(
+                [JZK, "rehearse", "--slurm", *request, *faults, "--dir", str(folder), "--json"],
+                cwd=project,
+                env=slurm,
+                capture_output=True,
+                text=True,
+                timeout=1000,
+            )
+        except subprocess.TimeoutExpired as err:
+            said = err.stdout.decode() if isinstance(err.stdout, bytes) else str(err.stdout)
+            pytest.fail(said[-4000:])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
+    assert len(plan) == 12 and set(f.kind for f in plan) == set(SLURM_KINDS)
+    for fault in found["faults"]:
+        assert fault["verdict"] == "ok", done.stdout
+        if fault["kind"] in ("preempt", "startup"):
+            assert fault["lost_steps"] == 0, fault
+        if fault["kind"] in CRASHES:  # a restart from a checkpoint, never the user's error
+            assert not fault["by"].startswith("user_error"), fault
+    assert found["digest_equal"] is True and 0 < found["goodput"] < 1, found
+    endings = [json.loads(x) for x in (folder / "run" / "endings.jsonl").read_text().splitlines()]
+    crashes = [f for f in plan if f.kind in CRASHES]
+    assert sum(e["retried"] is True for e in endings if e["kind"] != "stopped") == len(crashes)
     print(done.stdout[-3000:])

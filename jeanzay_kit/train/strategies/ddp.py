@@ -59,28 +59,16 @@ class DDPStrategy(ReplicatedStrategy):
 
     def before_resumed_steps(self, batch: Batch) -> None:
         """Put a resumed run on the bucket layout the uninterrupted run has, so it stays
-        bit-identical.
+        bit-identical: one throw-away backward of this batch, leaving no trace
+        (distributed/ddp_buckets.py says why)."""
+        from jeanzay_kit.distributed.ddp_buckets import throwaway_backward
 
-        DDP's first synchronised backward puts every gradient in one bucket; the next
-        forward rebuilds the buckets in the order gradients became ready. The layout sets
-        where each gradient sits in the all-reduced buffer, and a ring all-reduce over 3+
-        ranks sums each position in a different rank order: a run resumed at step N would
-        sum step N's gradients differently from the uninterrupted run (which rebuilt
-        after its step 1), 1e-8 apart and growing. One throw-away backward, with the RNG
-        and the gradients restored, triggers the same rebuild. The buffers are put back
-        too: a forward in training mode moves BatchNorm's running statistics.
-        """
-        devices = [self.ctx.device] if self.ctx.device.type == "cuda" else []
-        buffers = [buffer.detach().clone() for buffer in self.model.buffers()]
-        with torch.random.fork_rng(devices=devices):
+        def backward() -> None:
             with self.autocast():
                 loss = self.compute_loss(self.model, batch)
             loss.float().backward()
-        for param in self.model.parameters():
-            param.grad = None
-        with torch.no_grad():
-            for buffer, saved in zip(self.model.buffers(), buffers, strict=True):
-                buffer.copy_(saved)
+
+        throwaway_backward(self.model, backward, self.ctx.device)
 
     def agree_buffers(self) -> None:
         """Rank 0's buffers on every rank. DDP broadcasts them at the start of a synced
