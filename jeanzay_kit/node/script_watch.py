@@ -126,8 +126,13 @@ def supervise(
         pump.start()
     try:
         code, signalled = _watch(child, pumps, watch)
-    finally:
+    except BaseException:
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        raise
+    # The command has ended: the stop signals stay in the mask until this task ends, and
+    # go with it. srun's SIGTERM to the step's other tasks once one has exited
+    # (--kill-on-bad-exit) ended this one with 143 instead of its command's own code: a
+    # NaN's exit 2 on every rank read as a crash, requeued and retried.
     for pump in pumps:
         pump.join(timeout=2.0)  # a grandchild may still hold the pipe open
     last = max(pumps, key=lambda p: p.last_time)

@@ -265,3 +265,27 @@ def test_status_shows_the_newest_checkpoint_written_whatever_its_name(tmp_path) 
         os.utime(folder / name, (1000 - age, 1000 - age))
     found = RunDir(tmp_path).newest_script_checkpoint()
     assert found is not None and found[0].name == "last.pth.tar"
+
+
+def test_a_stop_signal_after_the_command_ended_leaves_the_tasks_code_its_own(tmp_path) -> None:
+    """srun ends a step's other tasks (SIGTERM) once one has exited: a task whose command
+    had ended (exit 2, a NaN on every rank) died of it, 143, and the restart step read a
+    crash and requeued. The signal now waits in the mask and goes with the task."""
+    import os
+    import sys
+
+    from jeanzay_kit.node.script_watch import STOP_SIGNALS, Watch, supervise
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    delivered: list[int] = []  # not pytest's own end: a handler that notes it
+    previous = signal.signal(signal.SIGTERM, lambda signum, _: delivered.append(signum))
+    watch = Watch(RunDir(tmp_path), 0, "1-100", 100.0)
+    try:
+        ended = supervise([sys.executable, "-c", "raise SystemExit(2)"], dict(os.environ), watch)
+        os.kill(os.getpid(), signal.SIGTERM)  # srun's, after the command ended
+        assert ended.code == 2 and signal.SIGTERM in signal.sigpending() and not delivered
+    finally:
+        signal.sigtimedwait(STOP_SIGNALS, 0)  # this test's process goes on: take it back
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+        signal.signal(signal.SIGTERM, previous)
