@@ -273,6 +273,7 @@ def test_a_stop_signal_after_the_command_ended_leaves_the_tasks_code_its_own(tmp
     crash and requeued. The signal now waits in the mask and goes with the task."""
     import os
     import sys
+    import threading
 
     from jeanzay_kit.node.script_watch import STOP_SIGNALS, Watch, supervise
     from jeanzay_kit.rundir.run_directory import RunDir
@@ -283,7 +284,10 @@ def test_a_stop_signal_after_the_command_ended_leaves_the_tasks_code_its_own(tmp
     watch = Watch(RunDir(tmp_path), 0, "1-100", 100.0)
     try:
         ended = supervise([sys.executable, "-c", "raise SystemExit(2)"], dict(os.environ), watch)
-        os.kill(os.getpid(), signal.SIGTERM)  # srun's, after the command ended
+        # srun's, after the command ended, to this thread: a process-directed one goes
+        # to any thread that does not block it (pytest-xdist's own); the task's threads
+        # all block them (its pumps start after the mask is set, the lease's blocks all).
+        signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         assert ended.code == 2 and signal.SIGTERM in signal.sigpending() and not delivered
     finally:
         signal.sigtimedwait(STOP_SIGNALS, 0)  # this test's process goes on: take it back
