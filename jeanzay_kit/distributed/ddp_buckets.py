@@ -41,7 +41,7 @@ def throwaway_backward(
 
 class RebuildOnResume:
     """A forward pre-hook (with_kwargs) of a session's DDP model: on the first forward
-    with gradients of a resumed run (`resumed()`: its start step is past 0), the
+    with gradients once the run has resumed (`resumed()`: its start step is past 0), the
     throw-away backward, synchronised even under no_sync (the all-reduce is what records
     the order), before the forward goes on as the user called it."""
 
@@ -51,11 +51,11 @@ class RebuildOnResume:
         self.pending = True
 
     def __call__(self, ddp: Any, args: tuple, kwargs: dict) -> None:
-        if not self.pending or not torch.is_grad_enabled():
+        # Not before the resume: a warm-up forward of the user's before ckpt.resume()
+        # would otherwise use up the one rebuild.
+        if not self.pending or not torch.is_grad_enabled() or not self.resumed():
             return
         self.pending = False  # the throw-away forward below calls this hook again
-        if not self.resumed():
-            return
 
         def backward() -> None:
             out = ddp(*args, **kwargs)
