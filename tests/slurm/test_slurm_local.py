@@ -165,8 +165,17 @@ def test_pipeline_ddp_across_two_nodes_matches_one_process(slurm, tmp_path: Path
     ours = torch.load(run_dir / "model_final.pt", weights_only=True)
     reference = torch.load(single / "model_final.pt", weights_only=True)
     assert ours.keys() == reference.keys()
-    for name, tensor in reference.items():
-        torch.testing.assert_close(ours[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    # 2 replicas averaging half batches against one full batch: the summation order
+    # differs, ~1e-7 here. On a mismatch say how far, and how the job ran (its starts).
+    far = {
+        name: float((ours[name] - tensor).abs().max())
+        for name, tensor in reference.items()
+        if not torch.allclose(ours[name], tensor, rtol=1e-5, atol=1e-6)
+    }
+    starts = (run_dir / "starts.jsonl").read_text() if (run_dir / "starts.jsonl").exists() else ""
+    assert not far, (
+        f"max |difference| {far}\nstarts:\n{starts}\n{out[-3000:]}\n{local.stdout[-2000:]}"
+    )
 
 
 @pytest.mark.slurm
