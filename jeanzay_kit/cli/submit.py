@@ -200,9 +200,11 @@ def _check_storage(spec: JobSpec, workdir: Path) -> None:
     """The files and bytes the job writes on each filesystem, against what is left there
     (launch/storage.py): refused before the queue, with a change that fits."""
     from jeanzay_kit.launch.storage import check_storage, request_of
+    from jeanzay_kit.project.job_code import snapshot_footprint
 
     env = dict(os.environ)
-    check_storage(request_of(spec, workdir, env), spec, env)
+    snapshot = snapshot_footprint(spec, workdir)
+    check_storage(request_of(spec, workdir, env, snapshot=snapshot), spec, env)
 
 
 def refuse_before_writing(spec: JobSpec, run_dir: RunDir, chain: int = 1) -> None:

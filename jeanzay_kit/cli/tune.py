@@ -188,7 +188,10 @@ def _check_storage(spec: JobSpec, study_dir: Path) -> None:
 
     from jeanzay_kit.launch.request import workdir_of
     from jeanzay_kit.launch.storage import check_storage, request_of
+    from jeanzay_kit.project.job_code import snapshot_footprint
 
     env = dict(os.environ)
-    request = request_of(spec, workdir_of(spec), env, runs=spec.tune.n_trials)
+    workdir = workdir_of(spec)
+    snapshot = snapshot_footprint(spec, workdir)  # one for the study: its trials share it
+    request = request_of(spec, workdir, env, runs=spec.tune.n_trials, snapshot=snapshot)
     check_storage(replace(request, run_dir=str(study_dir.resolve())), spec, env)

@@ -328,11 +328,11 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _print_snapshot(spec: JobSpec, workdir: Path) -> int:
+def _print_snapshot(spec: JobSpec, workdir: Path) -> tuple[int, int]:
     """What `jzk submit` would freeze of the project: files count against the inode
-    quota of $WORK (identical code shares one snapshot). Returns the file count."""
+    quota of $WORK (identical code shares one snapshot). Returns (files, bytes)."""
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
-        return 0
+        return 0, 0
     from jeanzay_kit.project.job_code import snapshot_rules
     from jeanzay_kit.project.snapshot import count_snapshot
 
@@ -341,10 +341,10 @@ def _print_snapshot(spec: JobSpec, workdir: Path) -> int:
         f"code snapshot: {plan.summary(f'{spec.job.log_dir}/code/<hash>/')}, of {source}'s "
         "files, once per distinct code"
     )
-    return plan.frozen_part.files
+    return plan.frozen_part.files, plan.frozen_part.bytes
 
 
-def _print_footprint(spec: JobSpec, snapshot_files: int, sizes: bool) -> None:
+def _print_footprint(spec: JobSpec, snapshot: tuple[int, int], sizes: bool) -> None:
     """The files and bytes the job adds (launch/footprint.py), then the site's own quota
     report where its command exists (Jean Zay: idr_quota_user)."""
     import shutil
@@ -356,14 +356,14 @@ def _print_footprint(spec: JobSpec, snapshot_files: int, sizes: bool) -> None:
         runs=1,
         ranks=spec.layout.world_size,
         keep_last=spec.checkpoint.keep_last,
-        snapshot_files=snapshot_files,
+        snapshot_files=snapshot[0],
         checkpoint_bytes=_newest_checkpoint_bytes(run_dir_of(spec).checkpoints),
         params=_count_params(spec) if sizes else None,
         optimizer_states=1 if spec.optim.name == "sgd" else 2,  # momentum; AdamW: 2
     )
     for line in describe(footprint):
         print(line)
-    _check_storage(spec, workdir_of(spec), snapshot_files, footprint.estimated_checkpoint_bytes)
+    _check_storage(spec, workdir_of(spec), snapshot, footprint.estimated_checkpoint_bytes)
     quota = shutil.which("idr_quota_user")
     if quota:
         done = subprocess.run([quota], capture_output=True, text=True, timeout=30)
@@ -371,14 +371,18 @@ def _print_footprint(spec: JobSpec, snapshot_files: int, sizes: bool) -> None:
 
 
 def _check_storage(
-    spec: JobSpec, workdir: Path, snapshot_files: int, checkpoint_bytes: int | None, runs: int = 1
+    spec: JobSpec,
+    workdir: Path,
+    snapshot: tuple[int, int],
+    checkpoint_bytes: int | None,
+    runs: int = 1,
 ) -> None:
     """Per filesystem, what the request writes and what is left (launch/storage.py);
     refused as `jzk submit` would refuse it."""
     from jeanzay_kit.launch.storage import check_storage, request_of, storage_lines
 
     env = dict(os.environ)
-    request = request_of(spec, workdir, env, runs, (snapshot_files, 0), checkpoint_bytes)
+    request = request_of(spec, workdir, env, runs, snapshot, checkpoint_bytes)
     for line in storage_lines(request, spec, env):
         print(line)
     check_storage(request, spec, env)
@@ -459,7 +463,10 @@ def run_sweep(args: argparse.Namespace) -> int:
     )
     _allocation(first, ceiling)
     if not first.job.runs_script:
-        _check_storage(first, workdir_of(first), 0, None, runs=len(points))
+        from jeanzay_kit.project.job_code import snapshot_footprint
+
+        workdir = workdir_of(first)
+        _check_storage(first, workdir, snapshot_footprint(first, workdir), None, len(points))
     print("\nOK: every point fits the profile.")
     return 0
 
@@ -501,9 +508,9 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     workdir = workdir_of(spec)
     check_script_run(spec, workdir)
-    snapshot_files = _print_snapshot(spec, workdir)
+    snapshot = _print_snapshot(spec, workdir)
     if not spec.job.runs_script:
-        _print_footprint(spec, snapshot_files, args.sizes)
+        _print_footprint(spec, snapshot, args.sizes)
     fit = _fit_line(spec, args.overrides, args.config_dir)
     if fit:
         print(fit)

@@ -10,7 +10,7 @@ from pathlib import Path
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.project.places import Limits
-from jeanzay_kit.project.snapshot import SnapshotRules, take_snapshot
+from jeanzay_kit.project.snapshot import SnapshotRules, count_snapshot, take_snapshot
 
 
 def snapshot_rules(spec: JobSpec) -> SnapshotRules:
@@ -26,6 +26,16 @@ def snapshot_rules(spec: JobSpec) -> SnapshotRules:
         limits=Limits(job.snapshot_max_file_bytes, job.snapshot_max_folder_files),
         toolkit_dirs=(spec.tune.dir,) if spec.tune.dir else (),
     )
+
+
+def snapshot_footprint(spec: JobSpec, workdir: Path) -> tuple[int, int]:
+    """The files and bytes a submission freezes of the project (none for a job run
+    without a snapshot), counted without copying: the storage check's share of the code.
+    At most: code frozen already is shared, not written again."""
+    if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
+        return 0, 0
+    plan, _ = count_snapshot(workdir, snapshot_rules(spec))
+    return plan.frozen_part.files, plan.frozen_part.bytes
 
 
 def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:

@@ -80,6 +80,28 @@ def test_checkpoints_past_works_file_count_are_refused_before_the_start(tiers) -
     assert not run_dir.exists()  # nothing written by the refusal
 
 
+TUNE = ("tune.n_trials=3", "tune.params={optim.lr: 'tag(log, interval(1e-4, 1e-1))'}")
+
+
+@pytest.mark.parametrize("command, extra", [("submit", ()), ("tune", TUNE)], ids=["submit", "tune"])
+def test_a_code_snapshot_past_works_file_count_is_refused_before_the_queue(
+    tiers, tmp_path: Path, command: str, extra: tuple[str, ...]
+) -> None:
+    """A project of 80 files whose logs (and so its frozen code) go on work: `jzk submit`
+    and `jzk tune` count the snapshot, once, and refuse before anything is written."""
+    project = tmp_path / "project"
+    project.mkdir()
+    for i in range(80):
+        (project / f"part_{i}.py").write_text(f"X = {i}\n")
+    logs = tiers["work"] / "logs"
+    request = ("cluster=slurm_local", *storage(tiers), f"job.log_dir={logs}")
+    done = jzk(command, *request, *extra, f"job.run_dir={tiers['scratch']}/run", cwd=project)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert "does not fit where it writes" in done.stderr, done.stderr
+    assert "files on work" in done.stderr and "code snapshot 80" in done.stderr, done.stderr
+    assert not logs.exists() and not (tiers["scratch"] / "run").exists()
+
+
 @pytest.mark.timeout(600)
 def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path
