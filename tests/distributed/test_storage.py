@@ -2,8 +2,10 @@
 root, with set inodes and bytes) stand in for Jean Zay's scratch, work and store.
 
 - A run whose checkpoints would exceed work's file count is refused by `jzk validate`
-  before anything starts, with a change that passes (the checkpoints on scratch).
-- A run with its checkpoints on scratch ends with its newest checkpoint kept on work;
+  before anything starts, with a change that passes (the checkpoints on scratch); a
+  project whose frozen code would, by `jzk submit` and `jzk tune`.
+- A run with its checkpoints on scratch ends with its newest and its best checkpoints
+  (checkpoint.keep_best) kept on work;
   scratch purged, the next command goes on from the kept one, and ends with the digest
   of the same commands with nothing purged.
 - `jzk ckpt archive` puts the run's checkpoints in one file on store, and `jzk ckpt
@@ -107,16 +109,22 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path
 ) -> None:
     run_dir = tiers["work"] / "run"
+    # The best checkpoint is the worst loss here (mode max), so it is not the newest one:
+    # both are kept on work.
+    best = ("train.eval_every=10", "checkpoint.keep_best=loss", "checkpoint.keep_best_mode=max")
     on_scratch = (
         *storage(tiers),
         f"checkpoint.dir={tiers['scratch']}/ckpt",
         "checkpoint.keep_last=1",
+        *best,
     )
     train(run_dir, "train.steps=30", *on_scratch)
     link = run_dir / "checkpoints"
     fast = Path(os.readlink(link))
     assert link.is_symlink() and Path(os.readlink(link)).is_relative_to(tiers["scratch"])
-    assert (run_dir / "kept" / "step-30" / "manifest.json").is_file()
+    kept = sorted(p.name for p in (run_dir / "kept").iterdir())
+    assert kept == ["step-10", "step-30"], kept
+    assert all((run_dir / "kept" / step / "manifest.json").is_file() for step in kept)
     # 25 days later, were it not kept on work: jzk status names it before scratch's purge.
     old = time.time() - 25 * 86400
     os.utime(Path(os.readlink(link)) / "step-30", (old, old))
@@ -133,8 +141,8 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     assert "(step 30)" in again.stdout, again.stdout
     # The same two commands with the checkpoints in the run directory, nothing purged.
     plain = tmp_path / "plain"
-    train(plain, "train.steps=30", "checkpoint.keep_last=1")
-    train(plain, "train.steps=40", "checkpoint.keep_last=1")
+    train(plain, "train.steps=30", "checkpoint.keep_last=1", *best)
+    train(plain, "train.steps=40", "checkpoint.keep_last=1", *best)
     digest = (run_dir / "model_final.sha256").read_text()
     assert digest == (plain / "model_final.sha256").read_text()
 
@@ -165,11 +173,11 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     # checkpoint it holds; once the run lacks one of them, it is refused instead.
     replaced = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]))
     assert "replacing the earlier archive there" in replaced.stdout, replaced.stdout
-    (kept,) = run_dir.glob("kept/step-*")
-    shutil.rmtree(kept)
+    gone = sorted(run_dir.glob("kept/step-*"))[0]  # the newest and the best are kept
+    shutil.rmtree(gone)
     refused = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]))
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"holds 1 checkpoint(s) the run no longer has (kept/{kept.name})" in refused.stderr
+    assert f"holds 1 checkpoint(s) the run no longer has (kept/{gone.name})" in refused.stderr
     assert archive.stat().st_size > 0 and sorted(tiers["store"].iterdir()) == [archive]
 
     # The run directory removed, its checkpoints left on scratch: the same command would
