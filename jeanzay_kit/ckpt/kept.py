@@ -119,11 +119,15 @@ def copy_checkpoint(folder: Path, into: CheckpointStore) -> Path:
     tmp = into.root / tmp_dir_name(step)
     shutil.rmtree(tmp, ignore_errors=True)
     files = sorted(p for p in folder.rglob("*") if p.is_file())
-    for src in sorted(files, key=lambda p: p.name == MANIFEST):  # the manifest last
-        dst = tmp / src.relative_to(folder)
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        _copy_durably(src, dst)
-    fsync_dir(tmp)
+    try:
+        for src in sorted(files, key=lambda p: p.name == MANIFEST):  # the manifest last
+            dst = tmp / src.relative_to(folder)
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            _copy_durably(src, dst)
+        fsync_dir(tmp)
+    except OSError:  # a full disk or quota: give back what the copy took
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     final = into.root / step_dir_name(step)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)

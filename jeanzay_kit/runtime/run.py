@@ -237,7 +237,16 @@ class Run:
             return
         from jeanzay_kit.ckpt.kept import keep
 
-        keep(self.run_dir, self.opened[0].keep_best, _say)
+        try:
+            keep(self.run_dir, self.opened[0].keep_best, _say)
+        except OSError as err:  # the run trained: it ends as it did, the loss said once
+            _say(
+                f"WARNING: the newest checkpoints were not kept in {self.run_dir.kept} "
+                f"({err.strerror or err}): they are only in checkpoint.dir, which a purge "
+                "empties. HINT: free room there (`df -i`, `df -h`; files count as much as "
+                f"bytes), then `jzk ckpt archive {self.run_dir.root} --to $STORE` "
+                "(docs/storage.md)"
+            )
 
     def _place_checkpoints(self) -> None:
         """checkpoint.dir: <run_dir>/checkpoints links to the run's folder on the fast

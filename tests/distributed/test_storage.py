@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.conftest import REPO
-from tests.mounts import tmpfs
+from tests.mounts import small_filesystem
 
 JZK = str(Path(sys.executable).parent / "jzk")
 TINY = ("train.log_every=5", "train.eval_every=0", "checkpoint.every_steps=10")
@@ -40,10 +40,10 @@ def tiers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]
     root = tmp_path_factory.mktemp("tiers")
     with ExitStack() as stack:
         yield {
-            "scratch": stack.enter_context(tmpfs(root / "scratch", "size=64m")),
-            # 60 inodes: a run's record fits, its checkpoints (4 x 15 files) do not.
-            "work": stack.enter_context(tmpfs(root / "work", "size=64m,nr_inodes=60")),
-            "store": stack.enter_context(tmpfs(root / "store", "size=64m,nr_inodes=8")),
+            "scratch": stack.enter_context(small_filesystem(root / "scratch", 64)),
+            # About 60 free inodes: a run's record fits, its checkpoints (4 x 15 files) do not.
+            "work": stack.enter_context(small_filesystem(root / "work", 64, inodes=59)),
+            "store": stack.enter_context(small_filesystem(root / "store", 64, inodes=7)),
         }
 
 
@@ -54,6 +54,10 @@ def storage(tiers: dict[str, Path]) -> tuple[str, ...]:
         f"+cluster.storage.work={{path:'{tiers['work']}',files:500000}}",
         f"+cluster.storage.store={{path:'{tiers['store']}'}}",
     )
+
+
+def archives(store: Path) -> list[Path]:
+    return sorted(p for p in store.iterdir() if p.name != "lost+found")  # ext4's own
 
 
 def jzk(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
@@ -104,6 +108,27 @@ def test_a_code_snapshot_past_works_file_count_is_refused_before_the_queue(
     assert not logs.exists() and not (tiers["scratch"] / "run").exists()
 
 
+def test_a_work_too_full_to_keep_the_checkpoints_is_said_and_the_run_ends(
+    tiers, tmp_path: Path
+) -> None:
+    """Work holds the run's record but not a checkpoint more (30 free inodes, a
+    checkpoint takes 12): the run ends as it trained, says in one line that its
+    checkpoints are only on scratch and what to do, and leaves no half copy on work."""
+    with small_filesystem(tmp_path / "work", 64, inodes=30) as work:
+        run_dir = work / "run"
+        fast = (
+            *storage(tiers),
+            f"checkpoint.dir={tiers['scratch']}/full",
+            "checkpoint.keep_last=1",
+        )
+        done = train(run_dir, "train.steps=20", *fast)
+        assert "Traceback" not in done.stdout + done.stderr, done.stderr[-3000:]
+        said = [x for x in done.stdout.splitlines() if "were not kept in" in x]
+        assert len(said) == 1 and f"jzk ckpt archive {run_dir} --to $STORE" in said[0], said
+        assert not list((run_dir / "kept").glob("*")), list((run_dir / "kept").iterdir())
+        assert (run_dir / "checkpoints" / "step-20" / "manifest.json").is_file()
+
+
 @pytest.mark.timeout(600)
 def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path
@@ -150,7 +175,7 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     before = sums(run_dir)
     packed = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]), "--remove")
     assert packed.returncode == 0, packed.stdout + packed.stderr
-    (archive,) = tiers["store"].iterdir()
+    (archive,) = archives(tiers["store"])
     assert archive.suffix == ".tar" and not list(run_dir.glob("kept/step-*"))
     # Started again now, the run would train from step 0 (it did, unsaid): refused in
     # one line with the command that brings its checkpoints back, before it writes.
@@ -178,7 +203,7 @@ def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     refused = jzk("ckpt", "archive", str(run_dir), "--to", str(tiers["store"]))
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert f"holds 1 checkpoint(s) the run no longer has (kept/{gone.name})" in refused.stderr
-    assert archive.stat().st_size > 0 and sorted(tiers["store"].iterdir()) == [archive]
+    assert archive.stat().st_size > 0 and archives(tiers["store"]) == [archive]
 
     # The run directory removed, its checkpoints left on scratch: the same command would
     # go on from them unseen; it is refused in one line instead, before it writes.

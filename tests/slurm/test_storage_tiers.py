@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mounts import tmpfs
+from tests.mounts import small_filesystem
 from tests.slurm.cluster import JZK, Reference, jzk_submit, run, sacct_states, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(540)]
@@ -31,9 +31,9 @@ KEEP = ("checkpoint.keep_last=1",)
 def tiers(tmp_path: Path) -> Iterator[dict[str, Path]]:
     with ExitStack() as stack:
         yield {
-            "scratch": stack.enter_context(tmpfs(tmp_path / "scratch", "size=64m")),
-            # 60 inodes: a run's record fits, its checkpoints (4 x 15 files) do not.
-            "work": stack.enter_context(tmpfs(tmp_path / "work", "size=64m,nr_inodes=60")),
+            "scratch": stack.enter_context(small_filesystem(tmp_path / "scratch", 64)),
+            # About 60 free inodes: a run's record fits, its checkpoints (4 x 15 files) do not.
+            "work": stack.enter_context(small_filesystem(tmp_path / "work", 64, inodes=59)),
         }
 
 
