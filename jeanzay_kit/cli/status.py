@@ -158,8 +158,9 @@ def _show(directory: str | None, as_json: bool, remote: list | None = None) -> b
 
 
 def _purge_notes(views: list) -> list[str]:
-    """A run whose newest checkpoint is on a purged tier (checkpoint.dir on scratch), near
-    its purge age and not kept in the run directory (config/storage_rules.py)."""
+    """A run whose newest checkpoint is on a purged tier (checkpoint.dir on scratch, or
+    the run directory itself there), near its purge age and not kept in the run
+    directory (config/storage_rules.py)."""
     import os
     import time
 
@@ -171,7 +172,7 @@ def _purge_notes(views: list) -> list[str]:
     notes = []
     for view in views:
         run = RunDir(Path(view.run_dir)) if view.run_dir else None
-        if run is None or not run.checkpoints.is_symlink() or not run.checkpoints.is_dir():
+        if run is None or not run.checkpoints.is_dir():
             continue
         step = _newest_complete_step(run)
         frozen = run.hydra / "config.yaml"
@@ -183,8 +184,10 @@ def _purge_notes(views: list) -> list[str]:
         where = str(run.checkpoints.resolve())
         tier = next((t for t in tiers if t.name == tier_of(where, tiers, expanded)), None)
         written = CheckpointStore(run.checkpoints).step_dir(step).stat().st_mtime
-        kept = (CheckpointStore(run.kept).step_dir(step) / "manifest.json").is_file()
-        note = purge_note(str(run.root), step, (time.time() - written) / 86400, tier, kept)
+        linked = run.checkpoints.is_symlink()  # else kept/ is on the same tier: no help
+        kept = linked and (CheckpointStore(run.kept).step_dir(step) / "manifest.json").is_file()
+        age = (time.time() - written) / 86400
+        note = purge_note(str(run.root), step, age, tier, kept, linked)
         notes += [note] if note else []
     return notes
 

@@ -94,18 +94,29 @@ PURGE_MARGIN_DAYS = 7
 
 
 def purge_note(
-    run_dir: str, step: int, age_days: float, tier: StorageTier | None, kept: bool
+    run_dir: str,
+    step: int,
+    age_days: float,
+    tier: StorageTier | None,
+    kept: bool,
+    linked: bool = True,
 ) -> str | None:
     """`jzk status`'s line on a resumable run whose newest checkpoint sits on a purged
     tier (scratch) and nears its purge age, with the command that keeps it; None when
-    it is safe (no purge, kept on the run directory's tier already, young enough)."""
+    it is safe (no purge, kept on the run directory's tier already, young enough).
+    linked: the checkpoints are on checkpoint.dir; else the run directory itself is
+    on that tier, and a job's end keeps nothing elsewhere."""
     if tier is None or tier.purge_days is None or kept:
         return None
     if age_days < tier.purge_days - PURGE_MARGIN_DAYS:
         return None
+    other_way = (
+        "or run it again: each job's end keeps its newest checkpoint in <run_dir>/kept"
+        if linked
+        else f"or move the run directory off {tier.name} (its record goes with it)"
+    )
     return (
         f"{run_dir}: its newest checkpoint, step {step}, is on {tier.name} and was written "
         f"{age_days:.0f} days ago; {tier.name} removes files unused for {tier.purge_days} "
-        f"days. HINT: jzk ckpt archive {run_dir} --to $STORE (one file), or run it again: "
-        "each job's end keeps its newest checkpoint in <run_dir>/kept"
+        f"days. HINT: jzk ckpt archive {run_dir} --to $STORE (one file), {other_way}"
     )

@@ -129,6 +129,17 @@ def test_a_work_too_full_to_keep_the_checkpoints_is_said_and_the_run_ends(
         assert (run_dir / "checkpoints" / "step-20" / "manifest.json").is_file()
 
 
+def test_a_run_directory_on_scratch_near_its_purge_is_named(tiers) -> None:
+    run_dir = tiers["scratch"] / "whole-run"
+    train(run_dir, "train.steps=10", *storage(tiers))
+    old = time.time() - 25 * 86400
+    os.utime(run_dir / "checkpoints" / "step-10", (old, old))
+    shown = jzk("status", str(run_dir))
+    assert "step 10, is on scratch and was written 25 days ago" in shown.stderr, shown
+    assert f"jzk ckpt archive {run_dir} --to $STORE" in shown.stderr
+    assert "move the run directory off scratch" in shown.stderr
+
+
 @pytest.mark.timeout(600)
 def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path

@@ -93,3 +93,10 @@ def test_a_scratch_checkpoint_near_its_purge_is_named(age: float, kept: bool, sa
     note = purge_note("/w/runs/a", 30, age, scratch, kept)
     assert (note is not None) == said
     assert purge_note("/w/runs/a", 30, 99.0, StorageTier("work", "$WORK"), False) is None
+
+
+def test_a_run_directory_on_scratch_is_named_with_a_way_that_keeps_it() -> None:
+    scratch = StorageTier("scratch", "$SCRATCH", purge_days=30)
+    note = purge_note("/s/runs/a", 30, 25.0, scratch, kept=False, linked=False)
+    assert note is not None and "jzk ckpt archive /s/runs/a --to $STORE" in note
+    assert "move the run directory off scratch" in note and "kept" not in note
