@@ -237,6 +237,9 @@ RANKED_DATASET = "".join(
         (RANKED_DATASET, 1, "", DATA_ERROR, "corrupt record 1500 (dataset index 1500)"),
         ("", 3, "", STOPPED, "exit 3"),
         ("", 4, "", HANG, "watchdog"),
+        # A task that died of a signal, nothing in its log: its exit code named.
+        ("", 137, "", UNKNOWN, "exit 137: killed by SIGKILL"),
+        ("", 1, "", UNKNOWN, "exit 1"),
         # The watchdog's own line, as a session loop's launcher relays it (exit 1): what
         # it found, whole, not cut in the middle of the stacks' folder.
         (WATCHDOG_LINE, 1, "", HANG, "phase own_step; watchdog.stall_seconds=5"),
