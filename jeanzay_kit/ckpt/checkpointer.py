@@ -38,7 +38,6 @@ from jeanzay_kit.ckpt.checksum import checksum_of
 from jeanzay_kit.ckpt.commit import TrashEmptier, any_rank_failed, commit_checkpoint
 from jeanzay_kit.ckpt.layout import (
     MANIFEST,
-    WRITER_THREADS_MAX,
     FileRecord,
     parameter_mismatch,
     parse_step_dir,
@@ -49,6 +48,7 @@ from jeanzay_kit.ckpt.store import CheckpointStore
 from jeanzay_kit.ckpt.trainer_state import TrainerState
 from jeanzay_kit.ckpt.writable import save_failure_hint
 from jeanzay_kit.config.identity import resume_hash
+from jeanzay_kit.config.sections import WRITER_THREADS_MAX
 from jeanzay_kit.durable_io import write_synced
 from jeanzay_kit.errors import CheckpointWriteError, PeerFailed, ResumeError, is_loader_death
 from jeanzay_kit.rundir.run_directory import RunDir
@@ -140,6 +140,7 @@ class Checkpointer:
         use_async: bool = False,
         log: Callable[[str], None] = print,
         keep_best: tuple[str, str] | None = None,
+        writer_threads: int | None = None,
     ):
         self.store = CheckpointStore(run_dir.checkpoints)
         self.module = module
@@ -149,6 +150,7 @@ class Checkpointer:
         self.config = config
         self.device = device
         self.keep_last = keep_last
+        self.writer_threads = writer_threads or WRITER_THREADS  # checkpoint.writer_threads
         self.keep_best = keep_best  # (metrics.jsonl key, "min" | "max"): kept by retention
         self.log = log if rank == 0 else (lambda _msg: None)
         self._trash = TrashEmptier(self.store)
@@ -247,7 +249,7 @@ class Checkpointer:
         background = self._background is not None and not force_sync
         # In the background one writer thread is enough and leaves the cores to training
         # (measured in docs/performance.md, "Checkpoint costs").
-        writer = RawWriter(tmp / "dcp", 1 if background else WRITER_THREADS)
+        writer = RawWriter(tmp / "dcp", 1 if background else self.writer_threads)
 
         def commit(group: Any) -> None:
             commit_checkpoint(

@@ -27,9 +27,6 @@ from jeanzay_kit.errors import ManifestError
 from jeanzay_kit.values import as_node
 
 MANIFEST = "manifest.json"
-# Threads (so DCP shard files) a rank writes a checkpoint with, at most: fewer on a
-# machine with fewer cores (ckpt/checkpointer.py), counted by jzk validate's footprint.
-WRITER_THREADS_MAX = 4
 # Format 2 records "checksum": "<algorithm>:<hex>"; format 1 (still read) had "sha256".
 FORMAT = 2
 READABLE_FORMATS = (1, 2)

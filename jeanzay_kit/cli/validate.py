@@ -351,6 +351,7 @@ def _print_footprint(spec: JobSpec, snapshot: tuple[int, int], sizes: bool) -> N
     import subprocess
 
     from jeanzay_kit.launch.footprint import Footprint, describe
+    from jeanzay_kit.launch.storage import writer_threads_of
 
     footprint = Footprint(
         runs=1,
@@ -360,6 +361,7 @@ def _print_footprint(spec: JobSpec, snapshot: tuple[int, int], sizes: bool) -> N
         checkpoint_bytes=_newest_checkpoint_bytes(run_dir_of(spec).checkpoints),
         params=_count_params(spec) if sizes else None,
         optimizer_states=1 if spec.optim.name == "sgd" else 2,  # momentum; AdamW: 2
+        writer_threads=writer_threads_of(spec),
     )
     for line in describe(footprint):
         print(line)

@@ -11,6 +11,7 @@ from jeanzay_kit.config.collector import CONTROL, Collector, complete
 from jeanzay_kit.config.entry import ENTRY_KINDS
 from jeanzay_kit.config.schema import AdamWConfig, default
 from jeanzay_kit.config.sections import (
+    WRITER_THREADS_MAX,
     CheckpointSettings,
     Communication,
     JobSettings,
@@ -330,6 +331,7 @@ NONFINITE_CHOICES = ("stop", "skip")
 def check_checkpoint(
     c: Collector, ckpt: Mapping[str, object], run_dir: object, resume: object
 ) -> CheckpointSettings | None:
+    threads = _writer_threads(c, ckpt.get("writer_threads"))
     raw_minutes = ckpt.get("every_minutes")  # null: no time-based saves
     every_minutes = None
     if raw_minutes is not None:
@@ -338,7 +340,8 @@ def check_checkpoint(
         )
     settings = complete(
         CheckpointSettings,
-        nullable=("every_minutes", "dir"),  # null: no time-based saves; in the run dir
+        # null: no time-based saves; in the run dir; one writer thread per core
+        nullable=("every_minutes", "dir", "writer_threads"),
         run_dir=c.line("job.run_dir", run_dir, "use e.g. job.run_dir=outputs/my_run"),
         resume=c.line(
             "resume", resume, "use resume=auto, resume=never or the path of a step-N folder"
@@ -356,8 +359,22 @@ def check_checkpoint(
         dir=None
         if ckpt.get("dir") is None
         else c.line("checkpoint.dir", ckpt.get("dir"), "e.g. checkpoint.dir=$SCRATCH/ckpt"),
+        writer_threads=threads,
     )
-    return settings if raw_minutes is None or every_minutes is not None else None
+    usable = raw_minutes is None or every_minutes is not None
+    return settings if usable and (ckpt.get("writer_threads") is None or threads) else None
+
+
+def _writer_threads(c: Collector, value: object) -> int | None:
+    """checkpoint.writer_threads: null (one per core), or 1 to WRITER_THREADS_MAX."""
+    key = "checkpoint.writer_threads"
+    threads = None if value is None else c.positive_int(key, value)
+    if threads is not None and threads > WRITER_THREADS_MAX:
+        most = WRITER_THREADS_MAX
+        fix = f"use {key}=1 to {most}, or null (one per core, up to {most})"
+        c.add(key, value, f"is more than {WRITER_THREADS_MAX}", fix)
+        return None
+    return threads
 
 
 def check_preemption(c: Collector, pre: Mapping[str, object]) -> PreemptionSettings | None:

@@ -276,6 +276,10 @@ class CheckpointConfig:
     # and the last and best checkpoints are copied to <run_dir>/kept at each job's end.
     # null: in the run directory.
     dir: Optional[str] = None
+    # Threads each rank writes a checkpoint with, so DCP files per rank (+1 for its
+    # rank-<r>.pt): fewer files on a filesystem that counts them ($WORK's inodes), slower
+    # saves. null: one per core, up to sections.WRITER_THREADS_MAX.
+    writer_threads: Optional[int] = None
 
 
 # The key `checkpoint.async` is public. A dataclass field named `async` works as long as no
@@ -290,6 +294,7 @@ CheckpointConfig.__annotations__ = {
     "keep_best": Optional[str],
     "keep_best_mode": str,
     "dir": Optional[str],
+    "writer_threads": Optional[int],
 }
 setattr(CheckpointConfig, "async", field(default=False, init=False, repr=False, compare=False))
 CheckpointConfig = dataclass(CheckpointConfig)  # type: ignore[misc]

@@ -18,6 +18,10 @@ from jeanzay_kit.slurm_syntax.timefmt import format_time
 # settings object built by hand (tests, benchmarks) gets what the YAML would give.
 _JOB, _TRAIN, _LOADER = schema.JobConfig(), schema.TrainConfig(), schema.LoaderConfig()
 _CHECKPOINT, _ADAMW = schema.CheckpointConfig(), schema.AdamWConfig()
+# Threads (so DCP shard files) a rank writes a checkpoint with, at most: fewer on a
+# machine with fewer cores or with checkpoint.writer_threads (ckpt/checkpointer.py),
+# counted by the storage forecast (launch/footprint.py).
+WRITER_THREADS_MAX = 4
 
 
 @dataclass(frozen=True)
@@ -223,6 +227,9 @@ class CheckpointSettings:
     keep_best_mode: str = _CHECKPOINT.keep_best_mode
     # checkpoint.dir: the folder on a fast tier the checkpoints go to (None: run_dir)
     dir: str | None = _CHECKPOINT.dir
+    # checkpoint.writer_threads: DCP writer threads per rank (None: one per core, up to
+    # WRITER_THREADS_MAX)
+    writer_threads: int | None = _CHECKPOINT.writer_threads
 
 
 @dataclass(frozen=True)

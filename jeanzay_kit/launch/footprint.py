@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jeanzay_kit.ckpt.layout import WRITER_THREADS_MAX
+from jeanzay_kit.config.sections import WRITER_THREADS_MAX
 from jeanzay_kit.values import human_bytes
 
-# A checkpoint (ckpt/checkpointer.py): per rank up to WRITER_THREADS_MAX DCP shards and
+# A checkpoint (ckpt/checkpointer.py): per rank a DCP shard per writer thread and
 # its rank-<r>.pt; once: DCP's .metadata, trainer.pt, config.json, manifest.json.
 CHECKPOINT_SHARED_FILES = 4
 # The run directory besides checkpoints: metrics.jsonl, lease.json, outcome.json,
@@ -30,11 +30,12 @@ class Footprint:
     checkpoint_bytes: int | None  # one checkpoint, when known (an existing one)
     params: int | None = None  # the model's parameter count, when counted (--sizes)
     optimizer_states: int = 2  # tensors per parameter the optimizer keeps (AdamW: 2)
+    writer_threads: int = WRITER_THREADS_MAX  # checkpoint.writer_threads, or the most
 
     @property
     def checkpoint_files(self) -> int:
         """The most files one checkpoint holds."""
-        return self.ranks * (WRITER_THREADS_MAX + 1) + CHECKPOINT_SHARED_FILES
+        return self.ranks * (self.writer_threads + 1) + CHECKPOINT_SHARED_FILES
 
     @property
     def run_files(self) -> int:
@@ -72,7 +73,7 @@ def describe(fp: Footprint) -> list[str]:
     lines = [
         f"writes          at most {fp.total_files:,} files{runs}: checkpoints "
         f"{fp.keep_last} kept x {fp.checkpoint_files} files ({fp.ranks} rank(s) x up to "
-        f"{WRITER_THREADS_MAX + 1} + {CHECKPOINT_SHARED_FILES}), ~{RUN_FILES + fp.ranks} "
+        f"{fp.writer_threads + 1} + {CHECKPOINT_SHARED_FILES}), ~{RUN_FILES + fp.ranks} "
         "other files per run dir, 2 logs per run"
         + (f", snapshot {fp.snapshot_files} files once" if fp.snapshot_files else ""),
         f"checkpoints     {size}",

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from jeanzay_kit.config.sections import WRITER_THREADS_MAX
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.config.storage_rules import tier_of
 from jeanzay_kit.errors import JzkError
@@ -44,6 +45,12 @@ def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
     return Room(os.stat(existing).st_dev, files, size, name)
 
 
+def writer_threads_of(spec: JobSpec) -> int:
+    """The writer threads the forecast counts: checkpoint.writer_threads, else the most
+    (the nodes' cores are not known on the login node)."""
+    return spec.checkpoint.writer_threads or WRITER_THREADS_MAX
+
+
 def request_of(
     spec: JobSpec,
     workdir: Path,
@@ -52,7 +59,14 @@ def request_of(
     snapshot: tuple[int, int] = (0, 0),
     checkpoint_bytes: int | None = None,
 ) -> Request:
-    fp = Footprint(runs, spec.layout.world_size, spec.checkpoint.keep_last, 0, checkpoint_bytes)
+    fp = Footprint(
+        runs,
+        spec.layout.world_size,
+        spec.checkpoint.keep_last,
+        0,
+        checkpoint_bytes,
+        writer_threads=writer_threads_of(spec),
+    )
     ckpt_dir = spec.checkpoint.dir
     return Request(
         runs=runs,
@@ -105,7 +119,8 @@ def storage_lines(request: Request, spec: JobSpec, env: Mapping[str, str]) -> li
 def check_storage(request: Request, spec: JobSpec, env: Mapping[str, str]) -> None:
     """Refuse a request that cannot fit where it writes, with the first change that fits:
     its checkpoints on the profile's fast tier (a tier with a purge age: scratch), then
-    one checkpoint kept (checkpoint.keep_last=1)."""
+    one checkpoint kept (checkpoint.keep_last=1), then one writer thread per rank
+    (checkpoint.writer_threads=1: fewer files, slower saves)."""
     problems = _shortfalls(request, spec, env)
     if not problems:
         return
@@ -125,6 +140,12 @@ def _a_change_that_fits(request: Request, spec: JobSpec, env: Mapping[str, str])
         candidates.append((f"checkpoint.dir={where} (the {fast.name} tier)", moved))
     if request.keep_last > 1:
         candidates.append(("checkpoint.keep_last=1", replace(request, keep_last=1)))
+    one_thread = Footprint(
+        request.runs, request.ranks, request.keep_last, 0, None, writer_threads=1
+    )
+    if one_thread.checkpoint_files < request.checkpoint_files:
+        fewer = replace(request, checkpoint_files=one_thread.checkpoint_files)
+        candidates.append(("checkpoint.writer_threads=1 (fewer files, slower saves)", fewer))
     for words, changed in candidates:
         if not _shortfalls(changed, spec, env):
             return f"{words}: then it fits"

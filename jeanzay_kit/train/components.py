@@ -301,5 +301,6 @@ def build_checkpointer(
         {
             "use_async": spec.checkpoint.use_async,
             "keep_best": (keep_best, best_direction(spec)) if keep_best else None,
+            "writer_threads": spec.checkpoint.writer_threads,
         },
     )

@@ -140,6 +140,29 @@ def test_a_run_directory_on_scratch_near_its_purge_is_named(tiers) -> None:
     assert "move the run directory off scratch" in shown.stderr
 
 
+def test_one_writer_thread_is_the_hint_that_fits_and_a_run_writes_its_fewer_files(
+    tmp_path: Path,
+) -> None:
+    """A work tier with 40 free inodes, no scratch, one checkpoint kept already: the one
+    change left is fewer DCP files per rank (checkpoint.writer_threads=1); the run it
+    passes writes a checkpoint of 2 ranks x (1 shard + rank-<r>.pt) + 4 shared files."""
+    with small_filesystem(tmp_path / "work", 64, inodes=40) as work:
+        run_dir = work / "run"
+        request = (
+            "train.steps=10",
+            "checkpoint.keep_last=1",
+            f"+cluster.storage.work={{path:'{work}',files:500000}}",
+            f"job.run_dir={run_dir}",
+        )
+        done = jzk("validate", *request)
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr
+        assert "HINT: checkpoint.writer_threads=1 (fewer files, slower saves)" in done.stderr
+        assert jzk("validate", *request, "checkpoint.writer_threads=1").returncode == 0
+        train(run_dir, "train.steps=10", "checkpoint.keep_last=1", "checkpoint.writer_threads=1")
+        files = [p for p in (run_dir / "checkpoints" / "step-10").rglob("*") if p.is_file()]
+        assert len(files) == 2 * 2 + 4, sorted(str(p) for p in files)
+
+
 @pytest.mark.timeout(600)
 def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path

@@ -49,3 +49,13 @@ def test_validate_measures_the_run_dirs_newest_checkpoint(tmp_path: Path) -> Non
     ).stdout
     assert "checkpoints     3.0 KB each (measured on the run's newest checkpoint)" in out, out
     assert "writes          at most 60 files" in out
+
+
+def test_fewer_writer_threads_are_fewer_files_per_checkpoint() -> None:
+    # Per rank a DCP file per thread and its rank-<r>.pt; once: 4 shared files.
+    most = Footprint(runs=1, ranks=8, keep_last=3, snapshot_files=0, checkpoint_bytes=None)
+    one = Footprint(
+        runs=1, ranks=8, keep_last=3, snapshot_files=0, checkpoint_bytes=None, writer_threads=1
+    )
+    assert (most.checkpoint_files, one.checkpoint_files) == (8 * 5 + 4, 8 * 2 + 4)
+    assert "8 rank(s) x up to 2 + 4" in describe(one)[0]

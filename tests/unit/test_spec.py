@@ -435,6 +435,16 @@ SCHEMA_RULES = [
         "checkpoint.every_minutes=30",
     ),
     (
+        ["checkpoint.writer_threads=0"],
+        "checkpoint.writer_threads=0 must be at least 1. HINT: use checkpoint.writer_threads=1 "
+        "or more",
+    ),
+    (
+        ["checkpoint.writer_threads=5"],
+        "checkpoint.writer_threads=5 is more than 4. HINT: use checkpoint.writer_threads=1 to "
+        "4, or null (one per core, up to 4)",
+    ),
+    (
         ["parallel.timeout_minutes=0"],
         "parallel.timeout_minutes=0 must be in (0, inf]. HINT: use e.g. "
         "parallel.timeout_minutes=10",
