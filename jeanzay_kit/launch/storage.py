@@ -33,7 +33,9 @@ def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
         existing = existing.parent
     st = os.statvfs(existing)
     files = st.f_favail if st.f_files else None  # 0 inodes in all: not counted (btrfs...)
-    size = st.f_bavail * st.f_frsize
+    # 0 blocks in all: a pseudo filesystem (/proc): no room to forecast; whether it can be
+    # written at all is said by the writability checks, with the key to change.
+    size = st.f_bavail * st.f_frsize if st.f_blocks else None
     tiers = spec.cluster.storage
     expanded = {t.name: os.path.abspath(expand_vars(t.path, env)) for t in tiers}
     name = tier_of(os.path.abspath(path), tiers, expanded)
@@ -41,7 +43,7 @@ def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
     if tier is not None and tier.files is not None:
         files = tier.files if files is None else min(files, tier.files)
     if tier is not None and tier.bytes is not None:
-        size = min(size, tier.bytes)
+        size = tier.bytes if size is None else min(size, tier.bytes)
     return Room(os.stat(existing).st_dev, files, size, name)
 
 
