@@ -169,25 +169,31 @@ def _purge_notes(views: list) -> list[str]:
     from jeanzay_kit.ckpt.store import CheckpointStore
     from jeanzay_kit.config.storage_rules import purge_note, storage_tiers, tier_of
 
-    notes = []
-    for view in views:
-        run = RunDir(Path(view.run_dir)) if view.run_dir else None
-        if run is None or not run.checkpoints.is_dir():
-            continue
+    def note_of(run: RunDir) -> str | None:
         step = _newest_complete_step(run)
         frozen = run.hydra / "config.yaml"
         if step is None or not frozen.is_file():
-            continue
+            return None
         cluster = (yaml.safe_load(frozen.read_text()) or {}).get("cluster") or {}
         tiers = storage_tiers(cluster.get("storage"))
-        expanded = {t.name: os.path.expandvars(t.path) for t in tiers}
+        expanded = {t.name: os.path.realpath(os.path.expandvars(t.path)) for t in tiers}
         where = str(run.checkpoints.resolve())
         tier = next((t for t in tiers if t.name == tier_of(where, tiers, expanded)), None)
         written = CheckpointStore(run.checkpoints).step_dir(step).stat().st_mtime
         linked = run.checkpoints.is_symlink()  # else kept/ is on the same tier: no help
         kept = linked and (CheckpointStore(run.kept).step_dir(step) / "manifest.json").is_file()
         age = (time.time() - written) / 86400
-        note = purge_note(str(run.root), step, age, tier, kept, linked)
+        return purge_note(str(run.root), step, age, tier, kept, linked)
+
+    notes = []
+    for view in views:
+        run = RunDir(Path(view.run_dir)) if view.run_dir else None
+        if run is None or not run.checkpoints.is_dir():
+            continue
+        try:  # a run whose record cannot be read has no note; the others still do
+            note = note_of(run)
+        except (JzkError, OSError, yaml.YAMLError):
+            continue
         notes += [note] if note else []
     return notes
 

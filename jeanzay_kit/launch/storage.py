@@ -48,8 +48,11 @@ def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
 
 
 def writer_threads_of(spec: JobSpec) -> int:
-    """The writer threads the forecast counts: checkpoint.writer_threads, else the most
-    (the nodes' cores are not known on the login node)."""
+    """The writer threads the forecast counts: checkpoint.writer_threads (the toolkit's
+    loop reads it; a script's session does not), else the most (the nodes' cores are not
+    known on the login node)."""
+    if spec.job.runs_script:
+        return WRITER_THREADS_MAX
     return spec.checkpoint.writer_threads or WRITER_THREADS_MAX
 
 
@@ -143,9 +146,14 @@ def _a_change_that_fits(request: Request, spec: JobSpec, env: Mapping[str, str])
     if request.keep_last > 1:
         candidates.append(("checkpoint.keep_last=1", replace(request, keep_last=1)))
     one_thread = Footprint(
-        request.runs, request.ranks, request.keep_last, 0, None, writer_threads=1
+        runs=request.runs,
+        ranks=request.ranks,
+        keep_last=request.keep_last,
+        snapshot_files=0,
+        checkpoint_bytes=None,
+        writer_threads=1,
     )
-    if one_thread.checkpoint_files < request.checkpoint_files:
+    if not spec.job.runs_script and one_thread.checkpoint_files < request.checkpoint_files:
         fewer = replace(request, checkpoint_files=one_thread.checkpoint_files)
         candidates.append(("checkpoint.writer_threads=1 (fewer files, slower saves)", fewer))
     for words, changed in candidates:

@@ -12,6 +12,7 @@ documented `Session` (runtime/session.py) is its face for your loop.
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 import traceback
@@ -240,12 +241,17 @@ class Run:
         try:
             keep(self.run_dir, self.opened[0].keep_best, _say)
         except OSError as err:  # the run trained: it ends as it did, the loss said once
+            full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+            first = (
+                "free room there (`df -i`, `df -h`; files count as much as bytes), then "
+                if full
+                else ""
+            )
             _say(
-                f"WARNING: the newest checkpoints were not kept in {self.run_dir.kept} "
-                f"({err.strerror or err}): they are only in checkpoint.dir, which a purge "
-                "empties. HINT: free room there (`df -i`, `df -h`; files count as much as "
-                f"bytes), then `jzk ckpt archive {self.run_dir.root} --to $STORE` "
-                "(docs/storage.md)"
+                f"WARNING: the newest checkpoints were not all kept in {self.run_dir.kept} "
+                f"({err.strerror or err}): what is missing there is only in checkpoint.dir, "
+                f"which a purge empties. HINT: {first}`jzk ckpt archive {self.run_dir.root} "
+                "--to $STORE` (docs/storage.md)"
             )
 
     def _place_checkpoints(self) -> None:

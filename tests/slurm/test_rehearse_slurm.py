@@ -37,9 +37,10 @@ def rehearse_on_slurm(
     request: list[str], faults: int, folder: Path, project: Path, env: dict[str, str]
 ) -> subprocess.CompletedProcess:
     """`jzk rehearse --slurm` from the project's folder, seed 5, the checkpoints on a small
-    tmpfs the nodes share (the full disk's fault); it must end with exit 0."""
+    tmpfs the nodes share (the full disk's fault), beside the project, not in it (its
+    code snapshot); it must end with exit 0."""
     schedule = ["--faults", str(faults), "--every", "0.8", "--seed", "5"]
-    with tmpfs(folder.parent / "small", "size=64m") as small:
+    with tmpfs(project.parent / f"{project.name.replace(' ', '-')}-small", "size=64m") as small:
         request = [*request, f"checkpoint.dir={small}/checkpoints"]
         try:
             done = subprocess.run(
@@ -99,9 +100,10 @@ def test_a_users_own_session_script_on_two_nodes_survives_a_fault_of_every_kind(
     """A user's script, unmodified: docs/examples/own_loop/train_session.py (the session
     API, written against the public contract only) in a project of its own, run as
     job.entry on 2 nodes x 2 tasks under a fault of every kind. Its job requeues itself
-    after each: a hang before its first save (it was not requeued: no step counted for a
-    script), a rank killed (its peers' gloo error read as the user's own, never
-    retried), and ends with the model of the same script without faults, bit for bit."""
+    after each (a rank killed: its peers' gloo error once read as the user's own, never
+    retried; the hang before a first save once not requeued is tests/unit/
+    test_script_tasks.py's), and ends with the model of the same script without faults,
+    bit for bit."""
     project = tmp_path / "own loop"
     project.mkdir()
     example = REPO / "docs" / "examples" / "own_loop" / "train_session.py"

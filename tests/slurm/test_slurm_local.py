@@ -179,6 +179,8 @@ def test_pipeline_ddp_across_two_nodes_matches_one_process(slurm, tmp_path: Path
             f"max |difference| {far}; sacct -D {records}; {starts}\n"
             f"{out[-3000:]}\n--- one process:\n{local.stdout[-2000:]}"
         )
+    for name, tensor in reference.items():  # shapes and dtypes too
+        torch.testing.assert_close(ours[name], tensor, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slurm
