@@ -181,7 +181,10 @@ def _purge_notes(views: list) -> list[str]:
         tier = next((t for t in tiers if t.name == tier_of(where, tiers, expanded)), None)
         written = CheckpointStore(run.checkpoints).step_dir(step).stat().st_mtime
         linked = run.checkpoints.is_symlink()  # else kept/ is on the same tier: no help
-        kept = linked and (CheckpointStore(run.kept).step_dir(step) / "manifest.json").is_file()
+        kept_on = tier_of(os.path.realpath(run.kept), tiers, expanded)
+        lasting = all(t.purge_days is None for t in tiers if t.name == kept_on)
+        copied = (CheckpointStore(run.kept).step_dir(step) / "manifest.json").is_file()
+        kept = linked and lasting and copied  # kept/ on a purged tier too keeps nothing
         age = (time.time() - written) / 86400
         return purge_note(str(run.root), step, age, tier, kept, linked)
 

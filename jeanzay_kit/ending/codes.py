@@ -83,3 +83,13 @@ def table_lines() -> list[str]:
     ]
     codes = [f"exit {int(e):<3} {e.meaning}" for e in Exit]
     return rows + codes
+
+
+_SIGNAL_NUMBERS = frozenset(int(s) for s in signal.Signals)
+
+
+def signal_of_exit(code: int) -> str | None:
+    """The signal a process died of, read off its 128 + N exit code (as shells, srun and
+    a script task report it: node/script_task.py); None for any other code."""
+    number = code - 128
+    return signal.Signals(number).name if code > 128 and number in _SIGNAL_NUMBERS else None

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from jeanzay_kit.distributed.ranks import parse_tasks_per_node
+from jeanzay_kit.ending.codes import signal_of_exit
 from jeanzay_kit.errors import HostlistError, RankEnvError
 from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
 
@@ -386,15 +387,9 @@ def classify(
         return Verdict(HANG, "exit 4: the watchdog found a rank stuck", step)
     if signal_name:
         return Verdict(UNKNOWN, f"killed by {signal_name}", step)
-    if exit_code is not None and (name := SIGNAL_EXITS.get(exit_code)):
-        # 128 + N: a task whose process died of signal N, as shells and srun say it.
+    if exit_code is not None and (name := signal_of_exit(exit_code)):
         return Verdict(UNKNOWN, f"exit {exit_code}: killed by {name}", step)
     return Verdict(UNKNOWN, f"exit {exit_code}" if exit_code is not None else "no evidence", step)
-
-
-# The signals a process is killed by from outside, as 128 + N exit codes (Linux's
-# numbers; this module names no os or signal module: it is pure).
-SIGNAL_EXITS = {128 + 9: "SIGKILL", 128 + 15: "SIGTERM", 128 + 6: "SIGABRT", 128 + 11: "SIGSEGV"}
 
 
 @dataclass(frozen=True)

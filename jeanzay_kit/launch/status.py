@@ -11,6 +11,7 @@ import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from jeanzay_kit.ending.codes import signal_of_exit
 from jeanzay_kit.ending.ending_rules import GPU_OOM, SLURM_STATES, STOPPED, Verdict
 from jeanzay_kit.launch.ledger import RunRecord, ledger
 from jeanzay_kit.values import strings
@@ -122,8 +123,8 @@ def ending(exit_code: str) -> str | None:
         return f"killed by {_signal_word(int(sig))}"
     if not code.isdigit() or int(code) == 0:
         return None
-    if int(code) > 128 and int(code) - 128 in _SIGNALS:
-        return f"exit {code}: killed by {_signal_word(int(code) - 128)}"
+    if died_of := signal_of_exit(int(code)):
+        return f"exit {code}: killed by {died_of}"
     return f"exit {code}"
 
 

@@ -139,6 +139,14 @@ def test_a_run_directory_on_scratch_near_its_purge_is_named(tiers) -> None:
     assert "step 10, is on scratch and was written 25 days ago" in shown.stderr, shown
     assert f"jzk ckpt archive {run_dir} --to $STORE" in shown.stderr
     assert "move the run directory off scratch" in shown.stderr
+    # Its checkpoints on checkpoint.dir, but kept/ on scratch too: no safer for it.
+    linked = tiers["scratch"] / "whole-run-linked"
+    fast = f"checkpoint.dir={tiers['scratch']}/fast"
+    train(linked, "train.steps=10", *storage(tiers), fast)
+    assert (linked / "kept" / "step-10" / "manifest.json").is_file()
+    os.utime(linked / "checkpoints" / "step-10", (old, old))
+    shown = jzk("status", str(linked))
+    assert "step 10, is on scratch and was written 25 days ago" in shown.stderr, shown
 
 
 def test_one_writer_thread_is_the_hint_that_fits_and_a_run_writes_its_fewer_files(

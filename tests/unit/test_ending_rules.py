@@ -239,6 +239,7 @@ RANKED_DATASET = "".join(
         ("", 4, "", HANG, "watchdog"),
         # A task that died of a signal, nothing in its log: its exit code named.
         ("", 137, "", UNKNOWN, "exit 137: killed by SIGKILL"),
+        ("", 138, "", UNKNOWN, "exit 138: killed by SIGUSR1"),  # every signal, one table
         ("", 1, "", UNKNOWN, "exit 1"),
         # The watchdog's own line, as a session loop's launcher relays it (exit 1): what
         # it found, whole, not cut in the middle of the stacks' folder.
