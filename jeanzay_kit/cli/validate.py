@@ -331,12 +331,12 @@ def _installed(module: str) -> bool:
 def _print_snapshot(spec: JobSpec, workdir: Path) -> tuple[int, int]:
     """What `jzk submit` would freeze of the project: files count against the inode
     quota of $WORK (identical code shares one snapshot). Returns (files, bytes)."""
-    if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
-        return 0, 0
-    from jeanzay_kit.project.job_code import snapshot_rules
-    from jeanzay_kit.project.snapshot import count_snapshot
+    from jeanzay_kit.project.job_code import snapshot_plan
 
-    plan, source = count_snapshot(workdir, snapshot_rules(spec))
+    planned = snapshot_plan(spec, workdir)
+    if planned is None:
+        return 0, 0
+    plan, source = planned
     print(
         f"code snapshot: {plan.summary(f'{spec.job.log_dir}/code/<hash>/')}, of {source}'s "
         "files, once per distinct code"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError
-from jeanzay_kit.project.places import Limits
+from jeanzay_kit.project.places import Limits, SnapshotPlan
 from jeanzay_kit.project.snapshot import SnapshotRules, count_snapshot, take_snapshot
 
 
@@ -28,14 +28,21 @@ def snapshot_rules(spec: JobSpec) -> SnapshotRules:
     )
 
 
-def snapshot_footprint(spec: JobSpec, workdir: Path) -> tuple[int, int]:
-    """The files and bytes a submission freezes of the project (none for a job run
-    without a snapshot), counted without copying: the storage check's share of the code.
-    At most: code frozen already is shared, not written again."""
+def snapshot_plan(spec: JobSpec, workdir: Path) -> tuple[SnapshotPlan, str] | None:
+    """What a submission would freeze of the project and how it was chosen, counted
+    without copying; None for a job run without a snapshot."""
     if not spec.job.snapshot_for(spec.cluster.is_slurm) or not workdir.is_dir():
+        return None
+    return count_snapshot(workdir, snapshot_rules(spec))
+
+
+def snapshot_footprint(spec: JobSpec, workdir: Path) -> tuple[int, int]:
+    """The files and bytes of snapshot_plan: the storage check's share of the code. At
+    most: code frozen already is shared, not written again."""
+    planned = snapshot_plan(spec, workdir)
+    if planned is None:
         return 0, 0
-    plan, _ = count_snapshot(workdir, snapshot_rules(spec))
-    return plan.frozen_part.files, plan.frozen_part.bytes
+    return planned[0].frozen_part.files, planned[0].frozen_part.bytes
 
 
 def snapshot_code(spec: JobSpec, workdir: Path) -> str | None:
