@@ -98,7 +98,7 @@ class ClusterConfig:
     compute_internet: bool = True  # false: network accesses found before the queue
     prefetch_partition: Optional[str] = None  # where `jzk prefetch` runs (null: here)
     cache_dir: Optional[str] = None  # HF_HOME, TORCH_HOME... below it (null: ~/.cache)
-    # The places to write (docs/storage.md): name -> {path, files, bytes, purge_days};
+    # The places to write (docs/storage.md): name -> {path, files, bytes, purge_days, quota};
     # Jean Zay: scratch, work, store, jobscratch. Empty: not declared.
     storage: dict[str, Any] = field(default_factory=dict)
 

@@ -4,7 +4,8 @@ Jean Zay has four (IDRIS, "Disk spaces"): $SCRATCH (fast, large, files unused fo
 days purged), $WORK (kept; 5 TB and 500k inodes per project), $STORE (long-term, 50 TB
 and 100k inodes: few large files) and $JOBSCRATCH (one job's). A profile names each
 with its path ($VARS as the machine has them), its quota in files and bytes where the
-site sets one, and its purge age. Pure: plain values in, values out; the paths are
+site sets one, the command that says what is left of it (`lfs quota`, `quota`), and its
+purge age. Pure: plain values in, values out; the paths are
 expanded by the caller (the environment is read at the edge).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 from jeanzay_kit.errors import Problem, SpecError
 
-TIER_KEYS = ("path", "files", "bytes", "purge_days")
+TIER_KEYS = ("path", "files", "bytes", "purge_days", "quota")
 _BYTE_UNITS = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
 
 
@@ -26,6 +27,9 @@ class StorageTier:
     files: int | None = None  # the quota's inodes (None: not set by the site)
     bytes: int | None = None  # the quota's bytes
     purge_days: int | None = None  # files unused this long are removed (scratch)
+    # A command printing the quota's use and limits in `lfs quota`'s columns (Lustre's
+    # `lfs quota -g GROUP PATH`, Linux's `quota -w -f PATH`); () : not read.
+    quota: tuple[str, ...] = ()
 
 
 def size_bytes(value: object) -> int | None:
@@ -39,7 +43,8 @@ def size_bytes(value: object) -> int | None:
 
 
 def storage_tiers(node: object) -> tuple[StorageTier, ...]:
-    """cluster.storage, checked: a mapping of tier names to {path, files, bytes, purge_days}."""
+    """cluster.storage, checked: a mapping of tier names to {path, files, bytes,
+    purge_days, quota}."""
     if node is None:
         return ()
     if not isinstance(node, Mapping):
@@ -71,7 +76,21 @@ def _tier(name: str, node: object) -> StorageTier:
                         + (" or a size such as 5T" if key == "bytes" else ""))
             )  # fmt: skip
         limits.append(number)
-    return StorageTier(name, path, limits[0], limits[1], limits[2])
+    quota = _quota_command(prefix, node.get("quota"))
+    return StorageTier(name, path, limits[0], limits[1], limits[2], quota)
+
+
+def _quota_command(prefix: str, value: object) -> tuple[str, ...]:
+    """The quota command as an argument list ($VARS expanded on the machine)."""
+    if value is None:
+        return ()
+    words = value if isinstance(value, Sequence) and not isinstance(value, str) else ()
+    if words and all(isinstance(a, str) and a for a in words):
+        return tuple(words)
+    raise SpecError(
+        Problem(f"{prefix}.quota", value, "must be a command as a list of words",
+                "e.g. [lfs, quota, -g, $GROUP, $WORK] (docs/storage.md)")
+    )  # fmt: skip
 
 
 def tier_of(path: str, tiers: Sequence[StorageTier], expanded: Mapping[str, str]) -> str | None:

@@ -3,14 +3,18 @@ request writes on each filesystem (launch/storage_rules.py) against what is left
 refused in one line with a change that fits (docs/storage.md).
 
 What is left is the filesystem's own count (statvfs, as `df -i` and `df` show it),
-bounded by the tier's declared quota (cluster.storage). IDRIS's idr_quota_user and
+bounded by the tier's declared quota (cluster.storage) and by what its quota command
+says is left (`quota:`, a report in `lfs quota`'s columns). IDRIS's idr_quota_user and
 idr_quota_project are not read: their output format is not published, and they are
 updated once a day (IDRIS, "Disk spaces").
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -20,14 +24,23 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.config.storage_rules import tier_of
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.launch.footprint import Footprint
-from jeanzay_kit.launch.storage_rules import Request, Room, fit_lines, shortfalls, writes
+from jeanzay_kit.launch.storage_rules import (
+    QuotaLeft,
+    Request,
+    Room,
+    fit_lines,
+    quota_left,
+    shortfalls,
+    writes,
+)
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.values import expand_vars
 
 
 def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
     """What is left where `path` will be (its nearest existing folder), bounded by the
-    quota of the declared tier holding it."""
+    quota of the declared tier holding it: its declared size and what its quota command
+    says is left of it."""
     existing = Path(path)
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -44,7 +57,41 @@ def room_of(path: str, spec: JobSpec, env: Mapping[str, str]) -> Room:
         files = tier.files if files is None else min(files, tier.files)
     if tier is not None and tier.bytes is not None:
         size = tier.bytes if size is None else min(size, tier.bytes)
-    return Room(os.stat(existing).st_dev, files, size, name)
+    said_by = None
+    if tier is not None and tier.quota:
+        command = tuple(expand_vars(word, env) for word in tier.quota)
+        if (left := _quota_says(command, f"cluster.storage.{tier.name}.quota")) is not None:
+            files, size = _lower(files, left.files), _lower(size, left.bytes)
+            said_by = os.path.basename(command[0])
+    return Room(os.stat(existing).st_dev, files, size, name, said_by)
+
+
+def _lower(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+@functools.cache
+def _quota_says(command: tuple[str, ...], key: str) -> QuotaLeft | None:
+    """What the tier's quota command says is left, asked once per command in a process
+    (a forecast weighs several changes); None, said in one line, when it cannot be read:
+    the declared quota and the filesystem's own count still bound the forecast."""
+    why = None
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        why = str(err)
+    else:
+        # A report is read whatever the exit: quota(1) exits 1 when a limit is passed.
+        if (left := quota_left(out.stdout)) is not None:
+            return left
+        said = (out.stderr.strip().splitlines() or [""])[-1]
+        why = f"exit {out.returncode}" + (f": {said}" if said else ", no quota report read")
+    print(
+        f"jzk: warning: {key}: `{' '.join(command)}` said nothing usable ({why}); only the "
+        "declared quota and the filesystem's own count are checked",
+        file=sys.stderr,
+    )
+    return None
 
 
 def writer_threads_of(spec: JobSpec) -> int:

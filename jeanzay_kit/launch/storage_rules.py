@@ -5,8 +5,9 @@ $STORE 100k (IDRIS, "Disk spaces"), and "Disk quota exceeded" comes from the fil
 long before the bytes for a sweep of small runs or a checkpoint of many shards. Here,
 before the queue: the files and bytes of every place the request writes (checkpoints,
 the run directories, the logs, the code snapshot), summed per filesystem, against the
-room left there (what statvfs says, bounded by the tier's declared quota). Pure: plain
-values in, lines out; launch/storage.py measures and decides.
+room left there (what statvfs says, bounded by the tier's declared quota and by what its
+quota command says is left). Pure: plain values in, lines out; launch/storage.py
+measures and decides.
 """
 
 from __future__ import annotations
@@ -51,6 +52,61 @@ class Room:
     files: int | None  # free inodes (None: the filesystem does not count them)
     bytes: int | None
     tier: str | None = None  # the profile's name for it (cluster.storage)
+    said_by: str | None = None  # the quota command that bounded it (its program's name)
+
+
+@dataclass(frozen=True)
+class QuotaLeft:
+    """What a quota report leaves: its lowest limit set (soft or hard) less the use."""
+
+    files: int | None  # None: no limit set
+    bytes: int | None
+
+
+def quota_left(text: str) -> QuotaLeft | None:
+    """The first filesystem of a report in the columns `lfs quota` and Linux's `quota`
+    print (Lustre manual, "lfs quota"; quota(1)): a header `Filesystem <space> quota limit
+    grace files quota limit grace`, then the filesystem and its values, on one line or
+    two (lfs wraps a long name). A used value past its soft limit ends with `*`; a grace
+    column is `-`, a time, or blank. 0 is no limit. None: not such a report."""
+    lines = text.splitlines()
+    head = next((i for i, x in enumerate(lines) if x.split()[:1] == ["Filesystem"]), None)
+    if head is None or "files" not in lines[head].split():
+        return None
+    words = " ".join(lines[head + 1 : head + 3]).split()[1:]
+    values = [v for v in words if not _is_grace(v)]
+    if len(values) < 6:
+        return None
+    space = [_amount(v, 2**10) for v in values[:3]]
+    files = [_amount(v, 1) for v in values[3:6]]
+    return QuotaLeft(_left(files), _left(space))
+
+
+def _is_grace(word: str) -> bool:
+    return _amount(word, 1) is None
+
+
+def _amount(word: str, unit: int) -> int | None:
+    """A value of the report (`1234`, `1234*`, `4.8G`, `1.2k`) in bytes (unit: what a bare
+    number counts, KiB for space) or in files (unit 1; a suffix counts thousands, as
+    `lfs quota -h` prints them); None: not a number (a grace column)."""
+    word = word.rstrip("*")
+    power = "KMGTP".find(word[-1:].upper()) + 1 if word[-1:].isalpha() else 0
+    try:
+        value = float(word[:-1] if power else word)
+    except ValueError:
+        return None
+    if power:
+        return int(value * (1024**power if unit > 1 else 1000**power))
+    return int(value * unit)
+
+
+def _left(used_soft_hard: list[int | None]) -> int | None:
+    used, *limits = used_soft_hard
+    set_ = [x for x in limits if x]
+    if used is None or not set_:
+        return None
+    return max(0, min(set_) - used)
 
 
 def writes(r: Request) -> list[Write]:
@@ -133,8 +189,10 @@ def fit_lines(planned: Sequence[Write], rooms: Mapping[str, Room]) -> list[str]:
         size = "" if fs.bytes is None else f", {human_bytes(fs.bytes)}"
         left_files = "?" if room.files is None else f"{room.files:,}"
         left_bytes = "?" if room.bytes is None else human_bytes(room.bytes)
+        said = f" ({room.said_by}'s report counted)" if room.said_by else ""
         lines.append(
             f"storage         {room.tier or fs.where}: at most {fs.files:,} files{size} "
-            f"({', '.join(w.what for w in fs.writes)}); left {left_files} files, {left_bytes}"
+            f"({', '.join(w.what for w in fs.writes)}); left {left_files} files, "
+            f"{left_bytes}{said}"
         )
     return lines

@@ -172,6 +172,42 @@ def test_one_writer_thread_is_the_hint_that_fits_and_a_run_writes_its_fewer_file
         assert len(files) == 2 * 2 + 4, sorted(str(p) for p in files)
 
 
+# What the site's quota program prints (quota(1) -w; `lfs quota` prints the same columns):
+# the project has used 460 of its 500 files. A stand-in for it: this machine has no
+# Lustre, and its kernel no quota support (CONFIG_QUOTA) for a real one on ext4.
+QUOTA_REPORT = """Disk quotas for group abc (gid 5000):
+     Filesystem  blocks   quota   limit   grace   files   quota   limit   grace
+      /gpfswork   20480       0 5368709120            460       0     500
+"""
+
+
+def test_the_quota_commands_report_is_what_is_left(tiers, tmp_path: Path) -> None:
+    """A work tier with thousands of free inodes but a quota 40 files from full (its
+    `quota:` command says so): the request is refused on the quota's count, before the
+    start, with the change that fits; a quota command that fails is said in one line and
+    the filesystem's own count is checked instead."""
+    report = tmp_path / "site-quota"
+    report.write_text(f"#!/bin/sh\ncat <<'EOF'\n{QUOTA_REPORT}EOF\n")
+    report.chmod(0o755)
+    run_dir = tiers["scratch"] / "quota-run"
+    work = f"+cluster.storage.work={{path:'{tiers['scratch']}',quota:['{report}']}}"
+    request = ("train.steps=20", f"job.run_dir={run_dir}", "checkpoint.keep_last=1", work)
+    done = jzk("validate", *request)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    assert "files on work" in done.stderr and "where 40 are left" in done.stderr, done.stderr
+    hint = "checkpoint.writer_threads=1"
+    assert f"HINT: {hint} (fewer files, slower saves)" in done.stderr, done.stderr
+    fits = jzk("validate", *request, hint)
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert "left 40 files" in fits.stdout, fits.stdout
+    assert "(site-quota's report counted)" in fits.stdout, fits.stdout
+    roomy = jzk("validate", *request[:3], request[3].replace(str(report), "/no/such/quota"))
+    assert roomy.returncode == 0, roomy.stdout + roomy.stderr
+    warned = [x for x in roomy.stderr.splitlines() if "cluster.storage.work.quota" in x]
+    assert len(warned) == 1 and "/no/such/quota" in warned[0], roomy.stderr
+    assert not run_dir.exists()
+
+
 @pytest.mark.timeout(600)
 def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path

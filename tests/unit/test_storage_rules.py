@@ -13,7 +13,14 @@ from jeanzay_kit.config.storage_rules import (
     tier_of,
 )
 from jeanzay_kit.errors import SpecError
-from jeanzay_kit.launch.storage_rules import Request, Room, shortfalls, writes
+from jeanzay_kit.launch.storage_rules import (
+    QuotaLeft,
+    Request,
+    Room,
+    quota_left,
+    shortfalls,
+    writes,
+)
 
 TIERS = storage_tiers(
     {
@@ -36,7 +43,9 @@ def test_sizes_read_as_profiles_write_them(text: str, value: int | None) -> None
 @pytest.mark.parametrize(
     ("node", "key"),
     [
-        ({"work": {"path": "$WORK", "quota": 3}}, "cluster.storage.work.quota"),
+        ({"work": {"path": "$WORK", "inodes": 3}}, "cluster.storage.work.inodes"),
+        ({"work": {"path": "$WORK", "quota": "lfs quota"}}, "cluster.storage.work.quota"),
+        ({"work": {"path": "$WORK", "quota": []}}, "cluster.storage.work.quota"),
         ({"work": {"files": 3}}, "cluster.storage.work.path"),
         ({"work": {"path": "$WORK", "files": -1}}, "cluster.storage.work.files"),
         ({"work": {"path": "$WORK", "bytes": "lots"}}, "cluster.storage.work.bytes"),
@@ -47,6 +56,50 @@ def test_a_bad_tier_is_refused_naming_its_key(node: dict, key: str) -> None:
     with pytest.raises(SpecError) as err:
         storage_tiers(node)
     assert key in str(err.value)
+
+
+def test_a_quota_command_is_an_argument_list() -> None:
+    (work,) = storage_tiers({"work": {"path": "$WORK", "quota": ["lfs", "quota", "$WORK"]}})
+    assert work.quota == ("lfs", "quota", "$WORK")
+
+
+# Reports as the programs print them (Lustre manual, "lfs quota"; quota(1) with -w).
+LFS = """Disk quotas for grp abc (gid 5000):
+     Filesystem  kbytes   quota   limit   grace   files   quota   limit   grace
+   /lustre/work  1048576       0 5368709120       -  499000       0  500000       -
+"""
+LFS_WRAPPED = """Disk quotas for prj 4242 (pid 4242):
+     Filesystem  kbytes   quota   limit   grace   files   quota   limit   grace
+/lustre/fswork/projects/rech/abc
+                 2048*    1024    4096  6d23h59m  120  100  0  7d
+"""
+LFS_HUMAN = """Disk quotas for usr bob (uid 6000):
+     Filesystem    used   quota   limit   grace   files   quota   limit   grace
+    /mnt/lustre  4.5G      0k     5G       -   1.2k       0      2k       -
+"""
+LINUX = """Disk quotas for user root (uid 0):
+     Filesystem  blocks   quota   limit   grace   files   quota   limit   grace
+     /dev/loop0      16       0   20000               2       0      50
+"""
+
+
+@pytest.mark.parametrize(
+    ("report", "left"),
+    [
+        (LFS, QuotaLeft(files=1000, bytes=(5368709120 - 1048576) * 1024)),
+        # Past both soft limits (the `*`, the grace times): nothing left.
+        (LFS_WRAPPED, QuotaLeft(files=0, bytes=0)),
+        (LFS_HUMAN, QuotaLeft(files=800, bytes=int(0.5 * 2**30))),
+        (LINUX, QuotaLeft(files=48, bytes=(20000 - 16) * 1024)),
+        # Limits of 0 are none.
+        (LINUX.replace("20000", "0").replace("50", "0"), QuotaLeft(files=None, bytes=None)),
+        ("quota: no limits for you\n", None),
+        ("Filesystem  Size  Used Avail Use% Mounted on\n/dev/x 1G 1G 0 100% /\n", None),
+    ],
+    ids=["lfs", "lfs-wrapped-past-soft", "lfs-human", "linux-quota", "no-limits", "prose", "df"],
+)
+def test_a_quota_report_says_what_is_left(report: str, left: QuotaLeft | None) -> None:
+    assert quota_left(report) == left
 
 
 @pytest.mark.parametrize(
