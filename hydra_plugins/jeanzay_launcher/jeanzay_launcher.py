@@ -172,6 +172,8 @@ class JeanzayLauncher(Launcher):
         # Every point to its time limit: what the sweep takes at most of the allocation.
         hours = sum(p.spec.resources.total_gpus * p.spec.resources.time_minutes for p in points)
         check_request(points[0].spec, hours / 60)
+        if not app_task:
+            _check_storage(points[0].spec, len(points))
         max_size = min(p.spec.cluster.max_array_size for p in points)
         code_dir = _snapshot(points[0].spec)
         plans = plan_arrays(points, max_size, self.array_parallelism, code_dir)
@@ -510,6 +512,19 @@ def _not_slurm(name: str) -> Any:
         f"hydra.launcher.cluster={name} is not a Slurm cluster. HINT: name a Slurm profile "
         "(jeanzay_h100, ...), or use hydra/launcher=basic to run the points here"
     )
+
+
+def _check_storage(spec: Any, runs: int) -> None:
+    """The files and bytes of the sweep's runs (this batch's points, beside the first) and
+    of its one code snapshot, on each filesystem, against what is left there: refused
+    before the queue, as `jzk submit` refuses one run (a sweep of small runs meets the
+    inode quota first). A Hydra app's points write what its function writes: not known."""
+    from jeanzay_kit.launch.storage import check_storage, request_of
+    from jeanzay_kit.project.job_code import snapshot_footprint
+
+    env, workdir = dict(os.environ), Path.cwd()
+    snapshot = snapshot_footprint(spec, workdir)
+    check_storage(request_of(spec, workdir, env, runs, snapshot), spec, env)
 
 
 def _snapshot(spec: Any) -> Any:

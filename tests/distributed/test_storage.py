@@ -208,6 +208,22 @@ def test_the_quota_commands_report_is_what_is_left(tiers, tmp_path: Path) -> Non
     assert not run_dir.exists()
 
 
+def test_a_sweep_past_works_file_count_is_refused_before_the_queue(tiers) -> None:
+    """`python train.py -m` through the toolkit's launcher, 2 points on work: refused as
+    `jzk submit` refuses one run, before anything is frozen or queued."""
+    sweep_dir = tiers["work"] / "sweep"
+    argv = [sys.executable, "train.py", "-m", "cluster=slurm_local", "train.steps=20",
+            "checkpoint.writer_threads=1", *storage(tiers), f"hydra.sweep.dir={sweep_dir}",
+            "optim.lr=0.1,0.05"]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+    said = [x for x in done.stderr.splitlines() if "does not fit where it writes" in x]
+    assert len(said) == 1 and "files on work" in said[0], done.stderr[-3000:]
+    assert "HINT: checkpoint.dir=" in said[0], said
+    # Only Hydra's own record of the sweep, written before any launcher is called.
+    assert [p.name for p in sweep_dir.rglob("*")] == ["multirun.yaml"]
+
+
 @pytest.mark.timeout(600)
 def test_scratch_checkpoints_are_kept_on_work_survive_a_purge_and_archive(
     tiers, tmp_path: Path
