@@ -201,7 +201,12 @@ def earlier_checks(run_dir: RunDir, env: Mapping[str, str]) -> list[set[str]]:
     ]
 
 
-def gate(run_dir: RunDir, answers_text: str, env: Mapping[str, str]) -> int:
+# Set by SIGTERM: Slurm is ending the job (scancel, a preemption, the time limit), or our
+# own requeue below is. Noted, not fatal: the line saying what was done must be printed.
+ENDING = threading.Event()
+
+
+def gate(run_dir: RunDir, answers_text: str, env: Mapping[str, str], runner: Any = None) -> int:
     from jeanzay_kit.slurm_syntax.hostlist import expand_hostlist
 
     nodelist = env.get("SLURM_JOB_NODELIST", "")
@@ -213,7 +218,30 @@ def gate(run_dir: RunDir, answers_text: str, env: Mapping[str, str]) -> int:
     if decision.action == TRAIN:
         say(decision.line)
         return 0
-    return act(run_dir, decision, env)
+    if job_ending(env, runner):
+        # The probes were ended with the job: their missing answers blame no node. A
+        # requeue now would bring a cancelled job back (Slurm requeues finished jobs too).
+        say("the job is ending (scancel, a preemption or its time limit) while its nodes "
+            "were checked: no node blamed, nothing requeued")  # fmt: skip
+        return 128 + signal.SIGTERM
+    return act(run_dir, decision, env, runner)
+
+
+def job_ending(env: Mapping[str, str], runner: Any = None) -> bool:
+    """SIGTERM reached the gate, or Slurm no longer has the job running (it marks a job
+    cancelled before it signals its steps; squeue not showing it at all: gone)."""
+    from jeanzay_kit.distributed.ranks import array_id
+    from jeanzay_kit.errors import SlurmCommandError
+    from jeanzay_kit.slurm.commands import job_states
+
+    job = array_id(env) or env.get("SLURM_JOB_ID")
+    if ENDING.is_set() or job is None:
+        return ENDING.is_set()
+    try:
+        states = job_states(job, runner)
+    except SlurmCommandError:
+        return False  # not known: the gate acts as it would have
+    return not any(state in ("RUNNING", "CONFIGURING") for state in states)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(answer.record()), flush=True)
         os._exit(0)  # not waiting for a GPU check's thread that hangs
     # Our own `scontrol requeue` sends SIGTERM to the batch step, this process included:
-    # it must not cut the line that says what was done.
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # it must not cut the line that says what was done. Slurm's, before it: a job ending.
+    signal.signal(signal.SIGTERM, lambda signum, frame: ENDING.set())
     return gate(RunDir.of(args.run_dir), sys.stdin.read(), env)
 
 

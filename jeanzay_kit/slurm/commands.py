@@ -148,12 +148,18 @@ def job_alive(job_id: str, runner: CommandRunner | None = None) -> bool:
     """Whether the job (or array task "A_a") is still pending, running or requeued; a job
     Slurm has forgotten (`Invalid job id`) is not."""
     try:
-        states = _checked(["squeue", "-h", "-j", job_id, "-o", "%T"], runner).stdout.split()
+        states = job_states(job_id, runner)
     except SlurmCommandError as err:
         if "Invalid job id" in str(err):
             return False
         raise
     return any(s in LIVE_STATES for s in states)
+
+
+def job_states(job_id: str, runner: CommandRunner | None = None) -> list[str]:
+    """squeue's states of the job (or array task "A_a"): RUNNING, COMPLETING... Empty: a
+    job squeue no longer shows."""
+    return _checked(["squeue", "-h", "-j", job_id, "-o", "%T"], runner).stdout.split()
 
 
 def squeue_text(runner: CommandRunner | None = None) -> str:

@@ -5,13 +5,16 @@ tests/slurm/test_broken_nodes.py."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from jeanzay_kit.node.health import gate, probe, read_answers
+from jeanzay_kit.node.health import gate, job_ending, probe, read_answers
 from jeanzay_kit.node.health_rules import (
     END,
     NO_ANSWER,
@@ -192,3 +195,52 @@ def test_a_sweeps_array_runs_the_gate_in_each_tasks_own_run_directory(tmp_path: 
     off = [SweepPoint(0, (), dirs[0], spec_of([*base, "watchdog.health_gate=false"], None))]
     (plan,) = plan_arrays(off, max_array_size=10)
     assert not any("health" in str(line) for line in plan.parameters["setup"])  # type: ignore[union-attr]
+
+
+class Squeue:
+    """squeue's answer for the job, as the logic around it is tested (slurm/commands.py's
+    seam); the real cluster's is tests/slurm/test_broken_nodes.py's."""
+
+    def __init__(self, states: str) -> None:
+        self.states = states
+
+    def run(self, argv, timeout: float = 60.0, cwd: str | None = None):
+        assert argv[0] == "squeue", argv  # asked, never acted on
+        return subprocess.CompletedProcess(argv, 0, self.states, "")
+
+
+@pytest.mark.parametrize(
+    ("states", "ending"),
+    [("RUNNING\n", False), ("COMPLETING\n", True), ("CANCELLED\n", True), ("", True)],
+)
+def test_a_job_slurm_no_longer_runs_is_ending(states: str, ending: bool) -> None:
+    assert job_ending({"SLURM_JOB_ID": "42"}, Squeue(states)) is ending
+
+
+def test_a_cancel_during_the_gate_requeues_nothing_and_blames_no_node(tmp_path: Path) -> None:
+    """scancel while the nodes are checked: the probes end with the job and leave no
+    answer, and SIGTERM reaches the gate. A requeue then brought a cancelled job back
+    (Slurm requeues finished jobs too) and left its two nodes out: it pended for ever.
+    Run as the batch script runs it, the signal sent for real."""
+    env = {**os.environ, "SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": "n[1-2]"}
+    gate_cmd = [sys.executable, "-m", "jeanzay_kit.node.health", "gate", "--run-dir", "run"]
+    proc = subprocess.Popen(gate_cmd, cwd=tmp_path, env=env, stdin=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not _catches(proc.pid, signal.SIGTERM):  # its handler set: then the signal
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate("", timeout=60)  # the probes' pipe closes empty
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "the job is ending" in err and "nothing requeued" in err, err
+    assert not (tmp_path / "run" / "endings.jsonl").exists()
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """The process has set what `signum` does (/proc/<pid>/status: SigCgt, a handler;
+    SigIgn, ignored), as the gate does first thing."""
+    masks = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return any(int(masks[key], 16) >> (signum - 1) & 1 for key in ("SigCgt", "SigIgn"))
