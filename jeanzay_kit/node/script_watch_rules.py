@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from jeanzay_kit.ending.codes import WARNING_NAMES, stop_signals
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.progress import format_duration
+from jeanzay_kit.runtime.stall import START_GRACE_S
 
 # The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
 # Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is
@@ -86,7 +87,8 @@ def script_hang(
     after_signal_s: float = 0.0,
 ) -> ScriptHang | None:
     """The attempt `token` is hung: no beat of it shows a line and no file of the script
-    changed for stall_seconds (0: never). Before any beat arrives, nothing is judged.
+    changed for stall_seconds (0: never; START_GRACE_S at least before its first line or
+    file). Before any beat arrives, nothing is judged.
 
     After the stop signal (`signalled_at`: the time-limit warning or a preemption
     notice), the script has `after_signal_s` of quiet at most: it was asked to save and
@@ -99,6 +101,12 @@ def script_hang(
     if newest_write is not None:
         signs.append(newest_write)
     limit, rule = stall_seconds, f"watchdog.stall_seconds={stall_seconds:g}"
+    # Nothing printed or written yet: the script is starting (imports, data, the
+    # process group's rendezvous), which a CPU-starved node took over 10 s to do.
+    written = newest_write is not None and newest_write > start
+    starting = not any(b.output_time > start for b in current) and not written
+    if starting and stall_seconds < START_GRACE_S:
+        limit, rule = START_GRACE_S, f"{rule}, {START_GRACE_S:g} s while it starts"
     if signalled_at is not None and 0 < after_signal_s < stall_seconds:
         signs.append(signalled_at)
         limit = after_signal_s

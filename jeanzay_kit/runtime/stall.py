@@ -29,6 +29,18 @@ from jeanzay_kit.rundir.beats import FROZEN_BEATS, Beat
 # peers (FSDP's all-gather in the forward, DDP's gradient all-reduce in the backward):
 # when several ranks stall, one still in the user's own code is named before these.
 WAITING_PHASES = ("forward", "backward")
+# Before its first step an attempt imports torch, joins its peers, builds and loads: on a
+# CPU-starved node that took over 10 s with no fault at all (a rehearsal's run without
+# faults, named hung at step 0 in phase start with watchdog.stall_seconds=5). A low
+# stall_seconds is meant for the steps; until the first one a rank has at least this.
+START_PHASE = "start"
+START_GRACE_S = 60.0
+
+
+def stall_limit(phase: str, stall_seconds: float) -> float:
+    """How long a rank in `phase` may make no progress: stall_seconds, or START_GRACE_S
+    at least while it starts."""
+    return max(stall_seconds, START_GRACE_S) if phase == START_PHASE else stall_seconds
 
 
 @dataclass(frozen=True)
@@ -61,21 +73,28 @@ class Stall:
             if b.step == self.step
             else f"(its last heartbeat: step {b.step} in phase {b.phase})"
         )
+        grace = stall_limit(b.phase, stall_seconds)
+        starting = f" ({grace:g} s while it starts)" if grace > stall_seconds else ""
         return (
             f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, at step {self.step}/"
-            f"{b.total_steps} {where}; watchdog.stall_seconds={stall_seconds:g}"
+            f"{b.total_steps} {where}; watchdog.stall_seconds={stall_seconds:g}{starting}"
         )
 
 
 def find_stall(beats: Iterable[Beat], now: float, stall_seconds: float, token: str) -> Stall | None:
     """The rank that stalls this attempt, or None while every rank moves.
 
-    A run stalls when a rank has neither moved nor written a beat for stall_seconds. The
+    A run stalls when a rank has neither moved nor written a beat for stall_seconds
+    (START_GRACE_S at least before the attempt's first step). The
     rank named is a frozen one (no beat for FROZEN_BEATS intervals: its writer thread
     stopped too) if there is one, since the others then wait for it, else the rank with
     the oldest progress, a rank waiting for its peers (WAITING_PHASES) last."""
     current = [b for b in beats if b.token == token and not b.finished]
-    stalled = [b for b in current if now - min(b.progress_time, b.wall_time) > stall_seconds]
+    stalled = [
+        b
+        for b in current
+        if now - min(b.progress_time, b.wall_time) > stall_limit(b.phase, stall_seconds)
+    ]
     if not stalled:
         return None
     live = tuple(sorted(b.rank for b in current if not _frozen(b, now)))

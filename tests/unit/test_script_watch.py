@@ -75,6 +75,9 @@ def _beat(rank: int, output_time: float, wall_time: float = 100.0, line: str = "
         ([_beat(0, 50.0), _beat(1, 0.0)], 90.0, False, None),
         # a task whose wrapper stopped writing beats is named first
         ([_beat(0, 50.0), _beat(1, 60.0, wall_time=80.0)], None, True, 1),
+        # nothing printed or written yet: starting, 60 s at least (then hung)
+        ([_beat(0, 0.0), _beat(1, 0.0)], None, True, 0),
+        ([_beat(0, 0.0), _beat(1, 0.0)], -5.0, True, 0),
         # another attempt's beats are not judged
         ([ScriptBeat(0, "n1", 1, "job-0", 0.0, "", 100.0, 2.0)], None, False, None),
     ],
@@ -293,3 +296,14 @@ def test_a_stop_signal_after_the_command_ended_leaves_the_tasks_code_its_own(tmp
         signal.sigtimedwait(STOP_SIGNALS, 0)  # this test's process goes on: take it back
         signal.pthread_sigmask(signal.SIG_SETMASK, before)
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_script_that_has_printed_nothing_yet_has_a_minute_to_start() -> None:
+    """Importing torch and joining the process group on a CPU-starved node took over
+    10 s with no fault (a rehearsal on the local cluster): not a hang before 60 s."""
+    quiet = [_beat(0, 0.0), _beat(1, 0.0)]
+    assert script_hang(quiet, None, 0.0, 50.0, stall_seconds=10.0, token="job-1") is None
+    hung = script_hang(quiet, None, 0.0, 61.0, stall_seconds=10.0, token="job-1")
+    assert hung is not None and "60 s while it starts" in hung.message("/runs/x", 61.0)
+    printed = [_beat(0, 5.0, line="step 1"), _beat(1, 0.0)]
+    assert script_hang(printed, None, 0.0, 20.0, stall_seconds=10.0, token="job-1") is not None

@@ -54,6 +54,11 @@ def beat(rank: int, progress_age: float, beat_age: float, **kw) -> Beat:
             [beat(0, 30, 30, phase="done"), beat(1, 1, 0.5)], None, id="finished rank ignored"
         ),
         pytest.param([], None, id="no beats yet"),
+        # Starting (imports, the rendezvous): 60 s at least before the first step.
+        pytest.param([beat(0, 30, 0.5, phase="start"), beat(1, 1, 0.5)], None, id="starting"),
+        pytest.param(
+            [beat(0, 70, 0.5, phase="start"), beat(1, 1, 0.5)], (0, False), id="start hung"
+        ),
     ],
 )
 def test_find_stall(beats: list[Beat], expected: tuple[int, bool] | None) -> None:
