@@ -106,7 +106,7 @@ def script_hang(
     written = newest_write is not None and newest_write > start
     starting = not any(b.output_time > start for b in current) and not written
     if starting and stall_seconds < START_GRACE_S:
-        limit, rule = START_GRACE_S, f"{rule}, {START_GRACE_S:g} s while it starts"
+        limit, rule = START_GRACE_S, f"{rule} ({START_GRACE_S:g} s while it starts)"
     if signalled_at is not None and 0 < after_signal_s < stall_seconds:
         signs.append(signalled_at)
         limit = after_signal_s
