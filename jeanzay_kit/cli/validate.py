@@ -464,11 +464,10 @@ def run_sweep(args: argparse.Namespace) -> int:
         "(points x GPUs x resources.time; requeues add to it)"
     )
     _allocation(first, ceiling)
-    if not first.job.runs_script:
-        from jeanzay_kit.project.job_code import snapshot_footprint
+    from jeanzay_kit.project.job_code import snapshot_footprint
 
-        workdir = workdir_of(first)
-        _check_storage(first, workdir, snapshot_footprint(first, workdir), None, len(points))
+    workdir = workdir_of(first)
+    _check_storage(first, workdir, snapshot_footprint(first, workdir), None, len(points))
     print("\nOK: every point fits the profile.")
     return 0
 
@@ -513,6 +512,8 @@ def run(args: argparse.Namespace) -> int:
     snapshot = _print_snapshot(spec, workdir)
     if not spec.job.runs_script:
         _print_footprint(spec, snapshot, args.sizes)
+    else:  # a script's checkpoints are its own; its frozen code and logs count as submit's
+        _check_storage(spec, workdir, snapshot, None)
     fit = _fit_line(spec, args.overrides, args.config_dir)
     if fit:
         print(fit)

@@ -38,10 +38,12 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     tmp_path: Path,
 ) -> None:
     folder = tmp_path / "rehearsal"
-    argv = [JZK, "rehearse", "train.steps=2000", "checkpoint.every_steps=50"]
+    # Faults every 0.25 to 0.75 s of training: at most ~1050 steps of 5 ms (a fast
+    # machine; 15 ms here) before the last one, so 1200 steps are enough (the suite's time).
+    argv = [JZK, "rehearse", "train.steps=1200", "checkpoint.every_steps=50"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
     with tmpfs(tmp_path / "small", "size=64m") as small:
-        argv += [f"checkpoint.dir={small}/checkpoints", "--faults", "7", "--every", "1"]
+        argv += [f"checkpoint.dir={small}/checkpoints", "--faults", "7", "--every", "0.5"]
         done = subprocess.run(
             [*argv, "--seed", "3", "--dir", str(folder), "--json"],
             cwd=tmp_path,
@@ -54,7 +56,7 @@ def test_a_rehearsal_survives_its_schedule_and_ends_with_the_reference_model(
     found = _report(done)
     assert found == json.loads((folder / "run" / "rehearsal.json").read_text())
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
-    assert plan == schedule(7, 1.0, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
+    assert plan == schedule(7, 0.5, 3, ranks=2) and sorted(f.kind for f in plan) == sorted(KINDS)
     assert [f["kind"] for f in found["faults"]] == [f.kind for f in plan]
     for fault in found["faults"]:
         assert fault["verdict"] == "ok", found

@@ -89,12 +89,17 @@ def test_checkpoints_past_works_file_count_are_refused_before_the_start(tiers) -
 TUNE = ("tune.n_trials=3", "tune.params={optim.lr: 'tag(log, interval(1e-4, 1e-1))'}")
 
 
-@pytest.mark.parametrize("command, extra", [("submit", ()), ("tune", TUNE)], ids=["submit", "tune"])
+@pytest.mark.parametrize(
+    "command, extra",
+    [("submit", ()), ("tune", TUNE), ("validate", ("job.entry=part_0.py",))],
+    ids=["submit", "tune", "validate-a-script"],
+)
 def test_a_code_snapshot_past_works_file_count_is_refused_before_the_queue(
     tiers, tmp_path: Path, command: str, extra: tuple[str, ...]
 ) -> None:
     """A project of 80 files whose logs (and so its frozen code) go on work: `jzk submit`
-    and `jzk tune` count the snapshot, once, and refuse before anything is written."""
+    and `jzk tune` count the snapshot, once, and refuse before anything is written;
+    `jzk validate` of a script of the project says what submit would (it said OK)."""
     project = tmp_path / "project"
     project.mkdir()
     for i in range(80):
