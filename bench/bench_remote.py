@@ -394,6 +394,14 @@ def main() -> None:
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(root, ignore_errors=True)
 
+    summarize(result, time.monotonic() - t0)
+    print(json.dumps(result["summary"], indent=2))
+    write_result("remote", result)
+
+
+def summarize(result: dict, seconds: float) -> None:
+    """result["summary"]: the figures bench/run.py reads (tests/slurm/test_remote.py
+    measures one round on the suite's own server and cluster)."""
     ours = [r["ours_s"] for r in result["rounds"]]
     base = [r["login_node_s"] for r in result["rounds"]]
     a = result["archive"]
@@ -409,10 +417,8 @@ def main() -> None:
         "archive_vs_frozen_bytes": round(a["wire_bytes"] / a["frozen_bytes"], 4),
         "archive_vs_frozen_files": round(a["files"] / a["frozen_files"], 4),
         "wire_vs_project_bytes": round(a["wire_bytes"] / result["project"]["bytes"], 4),
-        "seconds": round(time.monotonic() - t0, 1),
+        "seconds": round(seconds, 1),
     }
-    print(json.dumps(result["summary"], indent=2))
-    write_result("remote", result)
 
 
 if __name__ == "__main__":

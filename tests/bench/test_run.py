@@ -42,9 +42,10 @@ def test_an_unknown_figure_is_refused_naming_the_known_ones() -> None:
 def test_every_bench_measures_its_figures_on_tiny_sizes(tmp_path: Path) -> None:
     """Every bench script that needs no Slurm cluster, SSH server or GPU, one round of
     its smallest sizes (bench/run.py --tiny): each of its figures comes out a number, so
-    none silently stops being measured (no value is judged here). bench_slurm and
-    bench_remote start the local cluster or an SSH server, which the Slurm and
-    laptop-mode tests hold; bench_gpu* need a GPU; bench_rehearse's figures are read
+    none silently stops being measured (no value is judged here). bench_slurm runs on
+    the Slurm tests' cluster (tests/slurm/test_bench_slurm.py); bench_remote starts an
+    SSH server on the port the laptop-mode tests hold, and is run by hand (not here);
+    bench_gpu* need a GPU; bench_rehearse's figures are read
     from tests/distributed/test_rehearse.py's rehearsal (a fault schedule is shared with
     its neighbours). bench_app_sweep submits through a stand-in sbatch: it runs here."""
     bench = load_run_module()

@@ -328,3 +328,32 @@ def test_a_full_filesystem_there_is_one_line_and_no_run(laptop: Laptop, tmp_path
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert len(lines) == 1 and "could not be stored" in lines[0] and "quota" in lines[0], lines
     assert (runs.read_text() if runs.exists() else "") == before
+
+
+def test_the_laptop_bench_measures_its_figures_on_the_suites_server(
+    ssh_cluster, slurm: dict[str, str]
+) -> None:
+    """bench/bench_remote.py's measurements, one round, on this module's sshd and
+    cluster (its own main starts both): each figure bench/run.py reads comes out a
+    number, so none silently stops being measured (issue 71 point 4). Last in the module:
+    its laptop is a second one, set up after the tests' own."""
+    import importlib.util
+    import tempfile
+
+    from tests.bench.test_run import RUN, load_run_module
+
+    spec = importlib.util.spec_from_file_location("bench_remote", RUN.parent / "bench_remote.py")
+    assert spec is not None and spec.loader is not None
+    bench_remote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_remote)
+    root = Path(tempfile.mkdtemp(prefix="jzb"))  # short: the ssh sockets live under it
+    try:
+        started = time.monotonic()
+        result = bench_remote.measure(ssh_cluster, slurm, root, 1)
+        bench_remote.summarize(result, time.monotonic() - started)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    bench = next(b for b in load_run_module().BENCHES if b.name == "remote")
+    figures = {f.key: f.value for f in bench.figures(result)}
+    assert sorted(figures) == sorted(bench.keys), figures
+    assert all(isinstance(v, int | float) and v > 0 for v in figures.values()), figures
