@@ -512,7 +512,7 @@ def run(args: argparse.Namespace) -> int:
     snapshot = _print_snapshot(spec, workdir)
     if not spec.job.runs_script:
         _print_footprint(spec, snapshot, args.sizes)
-    else:  # a script's checkpoints are its own; its frozen code and logs count as submit's
+    else:  # a script's run: counted as submit counts it (snapshot, logs, saves at most)
         _check_storage(spec, workdir, snapshot, None)
     fit = _fit_line(spec, args.overrides, args.config_dir)
     if fit:

@@ -24,6 +24,15 @@ def load_run_module():
     return module
 
 
+def assert_every_figure_measured(name: str, result: dict) -> None:
+    """Each figure bench/run.py reads from the bench `name`'s result is a positive
+    number (the Slurm and laptop-mode tests run those benches on their own cluster)."""
+    bench = next(b for b in load_run_module().BENCHES if b.name == name)
+    figures = {f.key: f.value for f in bench.figures(result)}
+    assert sorted(figures) == sorted(bench.keys), figures
+    assert all(isinstance(v, int | float) and v > 0 for v in figures.values()), figures
+
+
 def test_help_names_the_modes() -> None:
     done = subprocess.run([sys.executable, str(RUN), "--help"], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -43,9 +52,9 @@ def test_every_bench_measures_its_figures_on_tiny_sizes(tmp_path: Path) -> None:
     """Every bench script that needs no Slurm cluster, SSH server or GPU, one round of
     its smallest sizes (bench/run.py --tiny): each of its figures comes out a number, so
     none silently stops being measured (no value is judged here). bench_slurm runs on
-    the Slurm tests' cluster (tests/slurm/test_bench_slurm.py); bench_remote starts an
-    SSH server on the port the laptop-mode tests hold, and is run by hand (not here);
-    bench_gpu* need a GPU; bench_rehearse's figures are read
+    the Slurm tests' cluster (tests/slurm/test_bench_slurm.py), bench_remote's
+    measurement on the laptop-mode tests' sshd (tests/slurm/test_remote.py, last), both
+    through assert_every_figure_measured; bench_gpu* need a GPU; bench_rehearse's figures are read
     from tests/distributed/test_rehearse.py's rehearsal (a fault schedule is shared with
     its neighbours). bench_app_sweep submits through a stand-in sbatch: it runs here."""
     bench = load_run_module()
@@ -139,8 +148,8 @@ def test_lockstep_pairs_each_step_with_the_baseline_step_just_before_it(monkeypa
 # The bench scripts bench/run.py does not run (their figures live in docs/performance.md's
 # hand-written sections), each on its smallest sizes; their helpers (common.py, drift.py,
 # gpt_hand_loop.py...) are imported by them. bench_gpu*.py need a GPU; bench_tune.py
-# starts the local Slurm cluster, on the ports the Slurm tests' cluster holds (as
-# bench_slurm.py and bench_app_sweep.py do): NEEDS_A_CLUSTER.
+# needs a Slurm cluster and builds a second venv of Hydra's Optuna sweeper (pip): not
+# run by any test (NEEDS_A_CLUSTER), run by hand.
 OTHER_SCRIPTS = {
     "bench_cli.py": ["--rounds", "1"],
     "bench_flight_recorder.py": ["--calls", "100", "--rounds", "1", "--size-kb", "16"],

@@ -91,8 +91,13 @@ TUNE = ("tune.n_trials=3", "tune.params={optim.lr: 'tag(log, interval(1e-4, 1e-1
 
 @pytest.mark.parametrize(
     "command, extra",
-    [("submit", ()), ("tune", TUNE), ("validate", ("job.entry=part_0.py",))],
-    ids=["submit", "tune", "validate-a-script"],
+    [
+        ("submit", ()),
+        ("tune", TUNE),
+        ("validate", ("job.entry=part_0.py",)),
+        ("validate -m", ("job.entry=part_0.py", "job.args=[a],[b]")),
+    ],
+    ids=["submit", "tune", "validate-a-script", "validate-a-scripts-sweep"],
 )
 def test_a_code_snapshot_past_works_file_count_is_refused_before_the_queue(
     tiers, tmp_path: Path, command: str, extra: tuple[str, ...]
@@ -106,7 +111,9 @@ def test_a_code_snapshot_past_works_file_count_is_refused_before_the_queue(
         (project / f"part_{i}.py").write_text(f"X = {i}\n")
     logs = tiers["work"] / "logs"
     request = ("cluster=slurm_local", *storage(tiers), f"job.log_dir={logs}")
-    done = jzk(command, *request, *extra, f"job.run_dir={tiers['scratch']}/run", cwd=project)
+    done = jzk(
+        *command.split(), *request, *extra, f"job.run_dir={tiers['scratch']}/run", cwd=project
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stdout + done.stderr
     assert "does not fit where it writes" in done.stderr, done.stderr
     assert "files on work" in done.stderr and "code snapshot 80" in done.stderr, done.stderr

@@ -340,7 +340,7 @@ def test_the_laptop_bench_measures_its_figures_on_the_suites_server(
     import importlib.util
     import tempfile
 
-    from tests.bench.test_run import RUN, load_run_module
+    from tests.bench.test_run import RUN, assert_every_figure_measured
 
     spec = importlib.util.spec_from_file_location("bench_remote", RUN.parent / "bench_remote.py")
     assert spec is not None and spec.loader is not None
@@ -353,7 +353,4 @@ def test_the_laptop_bench_measures_its_figures_on_the_suites_server(
         bench_remote.summarize(result, time.monotonic() - started)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    bench = next(b for b in load_run_module().BENCHES if b.name == "remote")
-    figures = {f.key: f.value for f in bench.figures(result)}
-    assert sorted(figures) == sorted(bench.keys), figures
-    assert all(isinstance(v, int | float) and v > 0 for v in figures.values()), figures
+    assert_every_figure_measured("remote", result)
