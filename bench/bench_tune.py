@@ -1,7 +1,8 @@
 """A study on a real Slurm cluster (the local one by default): `jzk tune` against Hydra's
 Optuna sweeper with hydra-submitit-launcher, the same trials, the same cluster.
 
-    sudo .venv/bin/python bench/bench_tune.py [--trials 24] [--tasks 4]
+    sudo .venv/bin/python bench/bench_tune.py [--trials 24] [--tasks 4] [--steps 100,400,1600]
+        [--python VENV/bin/python]   # Hydra's sweeper's venv, if you have one (else built)
 
 Both search the same space, in which trials are of uneven lengths (train.steps is one of
 its dimensions). Hydra's sweeper asks for `n_jobs` trials, waits for the slowest of the
@@ -35,7 +36,13 @@ sys.path.insert(0, str(REPO))
 
 from common import write_result  # noqa: E402
 
-SPACE = {"optim.lr": "tag(log, interval(0.0001, 0.1))", "train.steps": "choice(100, 400, 1600)"}
+STEPS = "100,400,1600"  # train.steps's choices: the trials' uneven lengths
+
+
+def space(steps: str) -> dict[str, str]:
+    return {"optim.lr": "tag(log, interval(0.0001, 0.1))", "train.steps": f"choice({steps})"}
+
+
 COMMON = [
     "cluster=slurm_local",
     "resources.gpus_per_node=1",
@@ -51,9 +58,9 @@ def in_queue(env: dict[str, str]) -> bool:
     return bool(out.stdout.strip())
 
 
-def ours(env: dict[str, str], work: Path, trials: int, tasks: int) -> dict:
-    space = ", ".join(f'{k}: "{v}"' for k, v in SPACE.items())
-    argv = [JZK, "tune", *COMMON, f"tune.params={{{space}}}", f"tune.n_trials={trials}"]
+def ours(env: dict[str, str], work: Path, trials: int, tasks: int, steps: str) -> dict:
+    params = ", ".join(f'{k}: "{v}"' for k, v in space(steps).items())
+    argv = [JZK, "tune", *COMMON, f"tune.params={{{params}}}", f"tune.n_trials={trials}"]
     argv += [f"tune.tasks={tasks}", "tune.seed=0", "tune.prune_after_trials=4"]
     start = time.time()
     sub = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
@@ -90,10 +97,12 @@ def hand_overs(study) -> list[float]:  # noqa: ANN001
     return gaps
 
 
-def theirs(env: dict[str, str], work: Path, python: str, trials: int, tasks: int) -> dict:
+def theirs(
+    env: dict[str, str], work: Path, python: str, trials: int, tasks: int, steps: str
+) -> dict:
     sweep_dir = work / "hydra-optuna"
     argv = [python, "train.py", "-m", *COMMON, "hydra/sweeper=optuna"]
-    argv += [f"{k}={v}" for k, v in SPACE.items()]
+    argv += [f"{k}={v}" for k, v in space(steps).items()]
     argv += [
         f"hydra.sweeper.n_trials={trials}",
         f"hydra.sweeper.n_jobs={tasks}",
@@ -124,6 +133,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=24)
     parser.add_argument("--tasks", type=int, default=4)
+    parser.add_argument("--steps", default=STEPS, help="train.steps's choices (%(default)s)")
+    parser.add_argument("--python", help="a venv's python with hydra-optuna-sweeper (else built)")
     args = parser.parse_args()
     env = dict(os.environ)
     state = None
@@ -133,11 +144,11 @@ def main() -> None:
         env["SLURM_CONF"] = str(state / "etc" / "slurm.conf")
     work = Path(tempfile.mkdtemp(prefix="jzk-bench-tune-work-"))
     try:
-        python = hydra_optuna_python(work / "venv")
-        result = {"trials": args.trials, "tasks": args.tasks}
-        result["ours"] = ours(env, work, args.trials, args.tasks)
+        python = args.python or hydra_optuna_python(work / "venv")
+        result = {"trials": args.trials, "tasks": args.tasks, "steps": args.steps}
+        result["ours"] = ours(env, work, args.trials, args.tasks, args.steps)
         print(json.dumps(result["ours"]), flush=True)
-        result["theirs"] = theirs(env, work, python, args.trials, args.tasks)
+        result["theirs"] = theirs(env, work, python, args.trials, args.tasks, args.steps)
         print(json.dumps(result["theirs"]), flush=True)
     finally:
         if state is not None:

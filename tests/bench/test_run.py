@@ -148,8 +148,8 @@ def test_lockstep_pairs_each_step_with_the_baseline_step_just_before_it(monkeypa
 # The bench scripts bench/run.py does not run (their figures live in docs/performance.md's
 # hand-written sections), each on its smallest sizes; their helpers (common.py, drift.py,
 # gpt_hand_loop.py...) are imported by them. bench_gpu*.py need a GPU; bench_tune.py
-# needs a Slurm cluster and builds a second venv of Hydra's Optuna sweeper (pip): not
-# run by any test (NEEDS_A_CLUSTER), run by hand.
+# needs a Slurm cluster and the venv of Hydra's Optuna sweeper: it runs on the Slurm
+# tests' cluster (NEEDS_A_CLUSTER: tests/slurm/test_bench_slurm.py).
 OTHER_SCRIPTS = {
     "bench_cli.py": ["--rounds", "1"],
     "bench_flight_recorder.py": ["--calls", "100", "--rounds", "1", "--size-kb", "16"],

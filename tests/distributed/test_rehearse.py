@@ -127,9 +127,11 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
     (project / "train_session.py").write_text(example.read_text())
     (project / "app.py").write_text(HYDRA_APP)
     (project / "config.yaml").write_text("steps: 60\nsave_every: 10\nstep_seconds: 0.0\n")
-    argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=2000]"]
+    # Faults every 0.25 to 0.75 s of training: 800 steps fit them up to 300 steps/s
+    # (137 here, alone); each start, not each step, is what costs (the suite's time).
+    argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=800]"]
     argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
-    argv += ["--faults", "4", "--every", "1", "--seed", "2", "--dir", "rehearsal", "--json"]
+    argv += ["--faults", "4", "--every", "0.5", "--seed", "2", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=380)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     if shutil.disk_usage(project).total > FILL_LIMIT:  # a disk of its usual size: not filled

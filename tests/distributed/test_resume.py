@@ -173,7 +173,8 @@ def test_a_signal_while_the_workers_start_is_kept_and_stops_after_a_save(tmp_pat
     """Slurm's warning (or a Ctrl-C) may come while `python train.py` starts its workers:
     it is neither lost nor fatal. CPU workers are forked from a server that first imports
     torch (node/local.py): seconds in which the signal must be noted and passed on."""
-    overrides = ("resources.gpus_per_node=4", "train.steps=200", "checkpoint.every_steps=100")
+    # 2 workers and 20 steps: the fork server's imports take seconds whatever their number.
+    overrides = ("resources.gpus_per_node=2", "train.steps=20", "checkpoint.every_steps=10")
     run_dir = tmp_path / "r"
     signalled_at: list[int] = []
 

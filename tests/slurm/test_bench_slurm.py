@@ -1,8 +1,8 @@
-"""bench/bench_slurm.py on the suite's local cluster (SLURM_CONF set: it starts none of
-its own), one round of its smallest sizes: each of its figures comes out a number, so
-none silently stops being measured (issue 71 point 4; no value is judged here, the
-figures' targets are bench/run.py's). tests/bench/test_run.py runs the benches that need
-no cluster."""
+"""bench/bench_slurm.py and bench/bench_tune.py on the suite's local cluster (SLURM_CONF
+set: they start none of their own), one round of their smallest sizes: each of their
+figures comes out a number, so none silently stops being measured (issue 71 point 4; no
+value is judged here, the figures' targets are bench/run.py's and docs/performance.md's).
+tests/bench/test_run.py runs the benches that need no cluster."""
 
 from __future__ import annotations
 
@@ -31,3 +31,25 @@ def test_the_slurm_bench_measures_its_figures_on_the_suites_cluster(slurm, tmp_p
     assert_every_figure_measured("slurm", result)
     # One array for the sweep of 3 points (one resource shape): one sbatch call.
     assert result["summary"]["sbatch_calls_ours"] == 1, result["summary"]
+
+
+def test_the_tune_bench_measures_its_figures_on_the_suites_cluster(
+    slurm, tmp_path: Path, optuna_sweeper_python: str
+) -> None:
+    """`jzk tune` against Hydra's Optuna sweeper, 2 trials of 100 or 200 steps each, in
+    the venv of the sweeper the suite built once (its own pins: tests/conftest.py)."""
+    written = RUN.parent / "results" / "tune.json"
+    written.unlink(missing_ok=True)
+    argv = [sys.executable, str(RUN.parent / "bench_tune.py"), "--trials", "2", "--tasks", "1"]
+    argv += ["--steps", "100,200", "--python", optuna_sweeper_python]
+    done = subprocess.run(
+        argv, cwd=tmp_path, env=slurm, capture_output=True, text=True, timeout=380
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(written.read_text())
+    assert result["ours"]["states"] == {"COMPLETE": 2}, result["ours"]
+    for side in ("ours", "theirs"):
+        assert result[side]["wall_s"] > 0 and isinstance(result[side]["best_value"], float)
+    assert result["summary"]["study_wall_ratio"] > 0, result["summary"]
+    # One task ran both trials: one hand-over between them, measured.
+    assert len(result["ours"]["hand_over_s"]) == 1 and result["ours"]["hand_over_s"][0] >= 0

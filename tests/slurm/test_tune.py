@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm.cluster import JZK, PYTHON, local_digest, run, wait_for
+from tests.slurm.cluster import JZK, PYTHON, Reference, run, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(600)]
 
@@ -85,6 +85,9 @@ def test_a_study_of_three_tasks_survives_a_signal_and_a_kill(slurm, tmp_path: Pa
     warned, warned_task = running_trial(study_dir, 200)
     index = warned_task.removeprefix("task-")
     assert run(["scancel", "--signal=USR1", f"{job_id}_{index}"], slurm).returncode == 0
+    # The same run never stopped, trained meanwhile (its values are drawn already).
+    lr = load(study_dir).get_trials()[warned].params["optim.lr"]
+    straight = Reference([*COMMON, f"optim.lr={lr!r}"], tmp_path / "straight")
     killed, killed_task = running_trial(study_dir, 200, not_task=warned_task)
     victim = f"{job_id}_{killed_task.removeprefix('task-')}"
     assert run(["scancel", "--full", "--signal=KILL", victim], slurm).returncode == 0
@@ -111,10 +114,9 @@ def test_a_study_of_three_tasks_survives_a_signal_and_a_kill(slurm, tmp_path: Pa
     assert saved and f"requeued job {job_id}_{index}" in log, log[-1000:] + tasks
     assert f"{saved.group(1)} (step" in log.split("resumed from", 1)[1][:300], log[-1000:]
     assert f"{warned_task} resumes trial {warned}" in tasks  # the same trial, not a new one
-    assert trials[warned].state.name == "COMPLETE"
-    lr = trials[warned].params["optim.lr"]
-    straight = local_digest([*COMMON, f"optim.lr={lr!r}"], tmp_path / "straight")
-    assert (study_dir / f"trial-{warned}" / "model_final.sha256").read_text().strip() == straight
+    assert trials[warned].state.name == "COMPLETE" and trials[warned].params["optim.lr"] == lr
+    digest = (study_dir / f"trial-{warned}" / "model_final.sha256").read_text().strip()
+    assert digest == straight.digest()
 
     # Each finished trial's value is its run's own result, and the values rank the
     # optimum's neighbourhood first.
