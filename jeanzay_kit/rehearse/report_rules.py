@@ -9,6 +9,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
+from jeanzay_kit.ending.ending_rules import UNKNOWN
 from jeanzay_kit.rehearse.schedule import PREEMPT, STARTUP
 
 
@@ -33,6 +34,22 @@ class FaultRow:
     resumed_s: float | None
     lost_steps: int | None
     verdict: str
+
+
+# A process's death with no word of its own in the log: the launcher's (`killed by
+# SIGKILL`, node/local.py) or srun's (`srun: error: n2: task 3: Killed`) evidence.
+_KILLED = re.compile(r"killed by SIG\w+|: Killed$")
+
+
+def noticed_by(kind: str, evidence: str) -> str:
+    """What noticed an attempt's end, in the report's words, from its endings.jsonl record.
+    A process killed from outside is `unknown` to the run's record (nothing says why: the
+    OOM killer, a user, a node lost), but a rehearsal knows it killed it: what noticed
+    is the launcher that saw its worker die, or srun that ended the job step."""
+    if kind == UNKNOWN and _KILLED.search(evidence):
+        who = "srun ended the job step" if evidence.startswith("srun:") else "the launcher"
+        return f"{who}: a process killed ({evidence})"
+    return f"{kind}: {evidence}"
 
 
 def row(m: Measured, checkpoint_every: int) -> FaultRow:

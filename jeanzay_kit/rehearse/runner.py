@@ -470,7 +470,8 @@ def _detected(line: Timeline, before: int, injected: float) -> tuple[float | Non
         records = _records(line.run.endings)
         if len(records) > before:
             new = records[before]
-            return time.monotonic() - injected, f"{new.get('kind')}: {new.get('evidence')}"
+            noticed = rules.noticed_by(str(new.get("kind")), str(new.get("evidence")))
+            return time.monotonic() - injected, noticed
         if line.ended() not in (None, 3):
             return None, f"the run ended (exit {line.ended()})"
         time.sleep(POLL_S)

@@ -11,7 +11,7 @@ killed process within 30 s (srun ends the job step at once: the test of a killed
 that tests/slurm/test_faults.py ran alone). One task a node: a restart then imports torch
 twice, not 4 times, on the suite's 2 cores (351 s -> 241 s alone). Then a user's own
 session script, unmodified, as job.entry on 2 nodes x 2 tasks (a rank killed beside a
-peer of its node; DDP's buckets on 3+ ranks) under a fault of every kind."""
+peer of its node; DDP's buckets on 3+ ranks) under 12 faults, every kind."""
 
 from __future__ import annotations
 
@@ -102,7 +102,7 @@ def test_a_users_own_session_script_on_two_nodes_survives_a_fault_of_every_kind(
 ) -> None:
     """A user's script, unmodified: docs/examples/own_loop/train_session.py (the session
     API, written against the public contract only) in a project of its own, run as
-    job.entry on 2 nodes x 2 tasks under a fault of every kind. Its job requeues itself
+    job.entry on 2 nodes x 2 tasks under 12 faults, every kind. Its job requeues itself
     after each (a rank killed: its peers' gloo error once read as the user's own, never
     retried; the hang before a first save once not requeued is tests/unit/
     test_script_tasks.py's), and ends with the model of the same script without faults,
@@ -116,11 +116,11 @@ def test_a_users_own_session_script_on_two_nodes_survives_a_fault_of_every_kind(
     request += [f"job.python={PYTHON}", "job.entry=train_session.py"]
     request += ["job.args=[--steps,1500,--save-every,50,--step-seconds,0.01]"]
     request += [f"watchdog.stall_seconds={STALL_S}", f"watchdog.heartbeat_seconds={BEAT_S}"]
-    # Every kind once (the toolkit's loop above meets 12): the suite's time (issue 69).
-    done = rehearse_on_slurm(request, 8, folder, project, slurm)
+    # 12 faults, as the toolkit's loop above (issue 70 point 3): every kind, some twice.
+    done = rehearse_on_slurm(request, 12, folder, project, slurm)
     found = json.loads(done.stdout.splitlines()[-1])
     plan = from_json(json.loads((folder / "run" / "faults.json").read_text()))
-    assert len(plan) == 8 and set(f.kind for f in plan) == set(SLURM_KINDS)
+    assert len(plan) == 12 and set(f.kind for f in plan) == set(SLURM_KINDS)
     for fault in found["faults"]:
         assert fault["verdict"] == "ok", done.stdout
         if fault["kind"] in ("preempt", "startup"):

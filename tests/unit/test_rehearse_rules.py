@@ -14,6 +14,7 @@ from jeanzay_kit.rehearse.report_rules import (
     Measured,
     Totals,
     advice,
+    noticed_by,
     report,
     row,
     watchdog_advice,
@@ -67,6 +68,26 @@ def test_the_verdict_of_a_fault(
 ) -> None:
     measured = Measured(kind, step, 1.0, "the launcher", resumed_s, resumed_from)
     assert row(measured, checkpoint_every=50).verdict == verdict
+
+
+@pytest.mark.parametrize(
+    ("kind", "evidence", "said"),
+    [
+        ("unknown", "killed by SIGKILL", "the launcher: a process killed (killed by SIGKILL)"),
+        (
+            "unknown",
+            "srun: error: n2: task 3: Killed",
+            "srun ended the job step: a process killed (srun: error: n2: task 3: Killed)",
+        ),
+        ("unknown", "exit 2", "unknown: exit 2"),  # no death seen: the record's words
+        ("hang", "exit 4: the watchdog found a rank stuck", "hang: exit 4: the watchdog found"),
+        ("user_error", "RuntimeError: killed by SIGKILL", "user_error: RuntimeError"),
+    ],
+)
+def test_a_killed_process_is_said_noticed_by_what_saw_it_die(
+    kind: str, evidence: str, said: str
+) -> None:
+    assert noticed_by(kind, evidence).startswith(said)
 
 
 def test_the_advice_names_youngs_interval_and_each_fault_not_survived() -> None:
