@@ -278,7 +278,7 @@ def test_two_tasks_run_trials_as_runs_of_their_own_and_a_killed_ones_trial_fails
     the study) in the middle of a trial: that trial is told FAIL by the other task once
     the study has no trial left to hand out, and the other trials complete."""
     study_dir = tmp_path / "tune" / "jzk"
-    args = ("train.steps=800", "train.log_every=50", "tune.n_trials=3", "tune.tasks=2")
+    args = ("train.steps=500", "train.log_every=50", "tune.n_trials=3", "tune.tasks=2")
     proc = tune(tmp_path, *args)
     wait_for_step(study_dir / "trial-1", 100, proc)
     victim = next(t for t in load(study_dir).get_trials() if t.number == 1)
