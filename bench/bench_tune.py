@@ -13,7 +13,7 @@ study's last trial (ours: the job array gone from the queue), and our hand-over 
 start, tell). Results go to stdout and bench/results/tune.json.
 
 Hydra's sweeper (hydra-optuna-sweeper 1.3.0) needs optuna<3, so it runs in a venv of its
-own layered on this one (tests/conftest.py says why), built here once.
+own layered on this one (tests/conftest.py says why), built here unless --python names one.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,8 +54,11 @@ COMMON = [
 ]
 
 
-def in_queue(env: dict[str, str]) -> bool:
-    out = subprocess.run(["squeue", "-h", "-o", "%i"], env=env, capture_output=True, text=True)
+def in_queue(env: dict[str, str], job_id: str) -> bool:
+    """Whether the study's job array is still in the queue (its own id: on a shared
+    cluster, other users' jobs are there too)."""
+    argv = ["squeue", "-h", "-j", job_id, "-o", "%i"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True)
     return bool(out.stdout.strip())
 
 
@@ -66,7 +70,13 @@ def ours(env: dict[str, str], work: Path, trials: int, tasks: int, steps: str) -
     sub = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=300)
     if sub.returncode != 0:
         sys.exit(f"bench_tune: jzk tune failed: {sub.stderr[-2000:]}")
-    while in_queue(env):
+    submitted = re.search(r"submitted job array (\d+)", sub.stdout)
+    if submitted is None:
+        sys.exit(f"bench_tune: no job array in jzk tune's output: {sub.stdout[-2000:]}")
+    deadline = time.monotonic() + 3000
+    while in_queue(env, submitted.group(1)):
+        if time.monotonic() > deadline:
+            sys.exit(f"bench_tune: job array {submitted.group(1)} still queued after 3000 s")
         time.sleep(0.5)
     wall = time.time() - start
     from jeanzay_kit.tune.view import load_study_dir
@@ -151,6 +161,7 @@ def main() -> None:
         result["theirs"] = theirs(env, work, python, args.trials, args.tasks, args.steps)
         print(json.dumps(result["theirs"]), flush=True)
     finally:
+        shutil.rmtree(work, ignore_errors=True)
         if state is not None:
             subprocess.run([str(REPO / "scripts" / "slurm-local"), "down", str(state)], check=False)
     gaps = result["ours"]["hand_over_s"]

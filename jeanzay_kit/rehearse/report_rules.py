@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from jeanzay_kit.ending.ending_rules import UNKNOWN
+from jeanzay_kit.ending.ending_rules import KILLED, UNKNOWN
 from jeanzay_kit.rehearse.schedule import PREEMPT, STARTUP
 
 
@@ -36,19 +36,21 @@ class FaultRow:
     verdict: str
 
 
-# A process's death with no word of its own in the log: the launcher's (`killed by
-# SIGKILL`, node/local.py) or srun's (`srun: error: n2: task 3: Killed`) evidence.
-_KILLED = re.compile(r"killed by SIG\w+|: Killed$")
+# A process's death by SIGKILL with no word of its own in the log: the launcher's
+# evidence (`killed by SIGKILL`, `exit 137: killed by SIGKILL`: node/local.py, the script
+# task), or srun's line when it ended the job step (ending_rules.KILLED).
+_KILLED_BY_SIGKILL = re.compile(r"killed by SIGKILL")
 
 
 def noticed_by(kind: str, evidence: str) -> str:
     """What noticed an attempt's end, in the report's words, from its endings.jsonl record.
     A process killed from outside is `unknown` to the run's record (nothing says why: the
     OOM killer, a user, a node lost), but a rehearsal knows it killed it: what noticed
-    is the launcher that saw its worker die, or srun that ended the job step."""
-    if kind == UNKNOWN and _KILLED.search(evidence):
-        who = "srun ended the job step" if evidence.startswith("srun:") else "the launcher"
-        return f"{who}: a process killed ({evidence})"
+    is the launcher that saw its process die, or srun that ended the job step."""
+    if kind == UNKNOWN and KILLED.search(evidence):
+        return f"srun ended the job step: a process killed ({evidence})"
+    if kind == UNKNOWN and _KILLED_BY_SIGKILL.search(evidence):
+        return f"the launcher: a process killed ({evidence})"
     return f"{kind}: {evidence}"
 
 

@@ -140,8 +140,10 @@ def test_a_trial_trailing_the_median_is_pruned_after_a_save(tmp_path: Path) -> N
         'tune.params={optim.lr: "choice(0.003, 0.000001)"}',
         *FIRST_THEN_SECOND,
         "tune.prune_after_trials=1",
-        # The slow trial is pruned at its first values past step 50 (the task reads
-        # them every 0.2 s); 600 steps leave it 10 times that (1500 before: suite time).
+        # The slow trial may be pruned from step 50 on (the default warm-up would be a
+        # quarter of train.steps), at the task's next look at its values (each second):
+        # 550 steps of room (1125 with the 1500 steps before: the suite's time).
+        "tune.prune_warmup_steps=50",
         "train.steps=600",
         f"tune.storage=sqlite:///{database}",
     )

@@ -33,6 +33,7 @@ def test_the_slurm_bench_measures_its_figures_on_the_suites_cluster(slurm, tmp_p
     assert result["summary"]["sbatch_calls_ours"] == 1, result["summary"]
 
 
+@pytest.mark.timeout(900)  # run alone, it builds the sweeper's venv first (pip)
 def test_the_tune_bench_measures_its_figures_on_the_suites_cluster(
     slurm, tmp_path: Path, optuna_sweeper_python: str
 ) -> None:

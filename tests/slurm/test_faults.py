@@ -2,8 +2,9 @@
 killed) requeues the job, which resumes when the node is back; a run directory that
 cannot be written is refused before the job step; a job saved on one node resumes on
 two. A rank killed outright is one fault of tests/slurm/test_rehearse_slurm.py's
-schedule (srun ends the job step at once, the job requeues itself within its restart
-budget and ends with exactly the model of an uninterrupted run)."""
+schedules (srun ends the job step at once, the job requeues itself within its restart
+budget and ends with exactly the model of an uninterrupted run): the toolkit's loop on
+2 nodes x 1 task, a user's session script on 2 x 2, a rank killed beside a peer."""
 
 from __future__ import annotations
 

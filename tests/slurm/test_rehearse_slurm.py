@@ -9,9 +9,10 @@ same job without faults, bit for bit; no fault loses more than the checkpoint in
 a stop signal none; a hang is named within the watchdog's timeout plus its beats, a
 killed process within 30 s (srun ends the job step at once: the test of a killed rank
 that tests/slurm/test_faults.py ran alone). One task a node: a restart then imports torch
-twice, not 4 times, on the suite's 2 cores (351 s -> 241 s alone). Then a user's own
-session script, unmodified, as job.entry on 2 nodes x 2 tasks (a rank killed beside a
-peer of its node; DDP's buckets on 3+ ranks) under 12 faults, every kind."""
+twice, not 4 times, on the suite's 2 cores (351 s -> 263 s alone), and a rank killed is
+its node's only one. Then a user's own session script, unmodified, as job.entry on 2
+nodes x 2 tasks (a rank killed beside a peer of its node; DDP's buckets on 3+ ranks)
+under 12 faults, every kind."""
 
 from __future__ import annotations
 

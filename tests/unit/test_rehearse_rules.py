@@ -79,6 +79,13 @@ def test_the_verdict_of_a_fault(
             "srun: error: n2: task 3: Killed",
             "srun ended the job step: a process killed (srun: error: n2: task 3: Killed)",
         ),
+        (
+            "unknown",
+            "srun: error: n1: task 1: Exited with exit code 137",  # a script task's rank
+            "srun ended the job step: a process killed (srun: error: n1: task 1: Exited",
+        ),
+        ("unknown", "exit 137: killed by SIGKILL", "the launcher: a process killed (exit 137"),
+        ("unknown", "exit 143: killed by SIGTERM", "unknown: exit 143"),  # not one it killed
         ("unknown", "exit 2", "unknown: exit 2"),  # no death seen: the record's words
         ("hang", "exit 4: the watchdog found a rank stuck", "hang: exit 4: the watchdog found"),
         ("user_error", "RuntimeError: killed by SIGKILL", "user_error: RuntimeError"),
