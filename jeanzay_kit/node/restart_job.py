@@ -94,7 +94,8 @@ def restart_after_failure(
         return f"jzk: the script stopped ({how}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         if status != 0:
-            _record(run_dir, status, since, job, retried=status == Exit.STOPPED)
+            stopped = status == Exit.STOPPED
+            _record(run_dir, status, since, job, retried=stopped, slurm_log=slurm_log)
         return ""
     return _restart(
         run_dir, status, max_restarts, job=job, runner=runner, since=since, script=script,
@@ -255,11 +256,14 @@ def _record(
     job: str | None,
     retried: bool,
     died: str | None = None,
+    slurm_log: str = "",
 ) -> None:
     """The end of a step the restart logic leaves alone (a refusal, a stop), recorded.
-    died: the stop signal a script died of (it did not handle it: nothing saved)."""
+    died: the stop signal a script died of (it did not handle it: nothing saved).
+    slurm_log: the job's stderr log, where a script's own words are (a session's full
+    disk said there, not in train.log, was recorded `unknown: exit 2`)."""
     with contextlib.suppress(OSError):
-        ended = classify_attempt(run_dir, status, since, signal_name=died)
+        ended = classify_attempt(run_dir, status, since, signal_name=died, extra_log=slurm_log)
         record_ending(run_dir, ended, job_id=job, since=since, retried=retried)
 
 

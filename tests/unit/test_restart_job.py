@@ -34,6 +34,25 @@ def test_success_refusal_and_preemption_stop_are_left_alone(tmp_path: Path, stat
     assert runner.calls == [] and read_restarts(RunDir(tmp_path)) == []
 
 
+def test_a_refusal_said_only_in_the_jobs_stderr_log_is_recorded_as_what_it_is(
+    tmp_path: Path,
+) -> None:
+    """A session script's full disk: its line is in the job's stderr log (the script's
+    output goes there on Slurm, not to train.log); it was recorded `unknown: exit 2`."""
+    said = (
+        "jzk: start 1 of job 42 on n1 at 2026-12-01T02:24:10\n"
+        "session: error: checkpoint step-20 could not be written to /x/.tmp-step-20: "
+        "[Errno 28] No space left on device (rank 0).\n"
+        "srun: error: n1: tasks 0-1: Exited with exit code 2\n"
+    )
+    runner = Scontrol()
+    run_dir = RunDir(tmp_path)
+    assert restart_after_failure(run_dir, 2, 3, env=JOB, runner=runner, slurm_log=said) == ""
+    (ended,) = run_dir.ending_records()
+    assert ended["kind"] == "disk_full" and "No space left" in ended["evidence"], ended
+    assert ended["retried"] is False and runner.calls == []
+
+
 def test_a_hang_is_recorded_and_the_array_task_requeued(tmp_path: Path) -> None:
     runner = Scontrol()
     env = {**JOB, "SLURM_ARRAY_JOB_ID": "40", "SLURM_ARRAY_TASK_ID": "2"}
