@@ -254,6 +254,7 @@ def _record(
     status: int,
     since: float | None,
     job: str | None,
+    *,
     retried: bool,
     died: str | None = None,
     slurm_log: str = "",
