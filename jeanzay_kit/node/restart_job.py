@@ -280,7 +280,9 @@ def job_err_log(job_id: str | None, runner: Any = None) -> str:
         text = show_text(["scontrol", "show", "job", "-o", job_id], runner)
     except SlurmCommandError:
         return ""
-    found = re.search(r"\bStdErr=(\S+)", text)
+    # The path runs to the next `Key=` of scontrol's line (or the line's end): a folder
+    # with a space in its name ("own loop") was cut there, and no log was read.
+    found = re.search(r"\bStdErr=(.+?)(?=\s+\w+=|\s*$)", text, re.M)
     return log_tail(Path(found.group(1))) if found else ""
 
 

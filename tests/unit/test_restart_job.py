@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from jeanzay_kit.ending.endings import read_restarts
-from jeanzay_kit.node.restart_job import restart_after_failure
+from jeanzay_kit.node.restart_job import job_err_log, restart_after_failure
 from jeanzay_kit.rundir.run_directory import RunDir
 
 
@@ -51,6 +51,24 @@ def test_a_refusal_said_only_in_the_jobs_stderr_log_is_recorded_as_what_it_is(
     (ended,) = run_dir.ending_records()
     assert ended["kind"] == "disk_full" and "No space left" in ended["evidence"], ended
     assert ended["retried"] is False and runner.calls == []
+
+
+class ShowJob:
+    """`scontrol show job -o ID`'s answer, as Slurm gives it: Key=Value, space-separated."""
+
+    def __init__(self, err: Path) -> None:
+        self.line = f"JobId=42 JobName=jzk StdErr={err} StdIn=/dev/null StdOut={err}.out Power="
+
+    def run(self, argv, timeout=60.0, cwd=None):
+        return subprocess.CompletedProcess(argv, 0, self.line + "\n", "")
+
+
+@pytest.mark.parametrize("folder", ["logs", "own loop/logs"])
+def test_the_jobs_stderr_log_is_found_in_any_folder(tmp_path: Path, folder: str) -> None:
+    err = tmp_path / folder / "jzk-42.err"
+    err.parent.mkdir(parents=True)
+    err.write_text("session: error: [Errno 28] No space left on device\n")
+    assert "No space left" in job_err_log("42", ShowJob(err))
 
 
 def test_a_hang_is_recorded_and_the_array_task_requeued(tmp_path: Path) -> None:
