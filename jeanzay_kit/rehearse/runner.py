@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -408,8 +408,7 @@ def _save_failed(
     deadline = time.monotonic() + RESUME_GRACE_S
     while time.monotonic() < deadline:
         if len(records := _records(line.run.endings)) > endings:
-            new = records[endings]
-            return time.monotonic(), f"{new.get('kind')}: {new.get('evidence')}"
+            return time.monotonic(), _noticed(records[endings])
         if said := logs.new():
             return time.monotonic(), said
         if line.ended() is not None:
@@ -461,6 +460,11 @@ def _targets(run: RunDir, rank: int, whole_node: bool = False) -> list[Beat]:
     raise JzkError("no live training process to inject the fault into")
 
 
+def _noticed(record: Mapping[str, object]) -> str:
+    """What noticed the end an endings.jsonl record tells (report_rules.noticed_by)."""
+    return rules.noticed_by(str(record.get("kind")), str(record.get("evidence")))
+
+
 def _detected(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
     """Until endings.jsonl records the attempt's end (the stop agreement, the launcher,
     the watchdog, the job's restart step)."""
@@ -469,9 +473,7 @@ def _detected(line: Timeline, before: int, injected: float) -> tuple[float | Non
         quiet.note(_reached(line))
         records = _records(line.run.endings)
         if len(records) > before:
-            new = records[before]
-            noticed = rules.noticed_by(str(new.get("kind")), str(new.get("evidence")))
-            return time.monotonic() - injected, noticed
+            return time.monotonic() - injected, _noticed(records[before])
         if line.ended() not in (None, 3):
             return None, f"the run ended (exit {line.ended()})"
         time.sleep(POLL_S)
