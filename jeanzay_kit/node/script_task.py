@@ -43,6 +43,7 @@ from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
 from jeanzay_kit.node.script_port import agreed_port
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.script.entry import hydra_job, script_command
@@ -429,9 +430,12 @@ def launch_local(
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     pumps = _pump_output(procs, run_dir)
     errs = pumps[1::2]  # each process's stderr pump
-    failed, sent = _watch_processes(procs, stop, errs)
+    watch = LocalWatch(run_dir, start, spec.watchdog.stall_seconds, spec.watchdog.heartbeat_seconds)
+    failed, sent = _watch_processes(procs, stop, pumps, watch)
     for pump in pumps:
         pump.join(timeout=10)
+    if failed == HUNG:  # said and dumped (node/script_local_watch.py)
+        return Exit.HUNG
     codes = [p.returncode for p in procs]
     at_exit = _died_at_exit(codes, errs, sent)
     if failed is None:  # every process may end in the same poll (each exits 4 on a hang)
@@ -535,21 +539,31 @@ def _pump_output(procs: list[subprocess.Popen], run_dir: RunDir) -> list[threadi
     return pumps
 
 
+# _watch_processes's failure when the watch found the processes hung and ended them.
+HUNG = (-1, Exit.HUNG)
+
+
 def _watch_processes(
-    procs: list[subprocess.Popen], stop: StopRequest, errs: Sequence[Any]
+    procs: list[subprocess.Popen], stop: StopRequest, pumps: Sequence[Any], watch: LocalWatch
 ) -> tuple[tuple[int, int | None] | None, int]:
-    """Until every process ended: pass each new stop signal on once, and stop the others
+    """Until every process ended: pass each new stop signal on once, stop the others
     when one fails (one that died at exit, after its program ended, is no failure yet:
-    the others finish). Returns (rank, code) of the first failure (None: none seen while
-    they ran) and the signal sent (0: none). errs: each process's stderr pump."""
+    the others finish), and end them all when they are hung (HUNG). Returns (rank, code)
+    of the first failure (None: none seen while they ran) and the signal sent (0: none).
+    pumps: each process's stdout and stderr pumps, in order."""
     sent = 0
     failed: tuple[int, int | None] | None = None
+    errs = pumps[1::2]
     while any(p.poll() is None for p in procs):
         if stop.signum and stop.signum != sent:  # pass each new signal on, once
             sent = stop.signum
+            watch.seen.saw(sent, time.time())
             for p in procs:
                 if p.poll() is None:
                     p.send_signal(sent)
+        if failed is None and (hang := watch.hang(procs, pumps)) is not None:
+            end_hung(procs, errs, watch, hang)
+            return HUNG, sent
         for rank, p in enumerate(procs):
             code = p.poll()
             if failed is None and not _stopped_or_done(code, sent):

@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import threading
+import time
 from typing import IO, Any, TextIO
 
 from jeanzay_kit.rundir.rank_lines import label
@@ -105,23 +106,33 @@ def install(run_dir: RunDir, rank: int) -> None:
 class Pump(threading.Thread):
     """Forwards a child's pipe to `out` in whole segments (a line, or a `\\r` redraw),
     each with one write, under a lock shared by all pumps of the run; whole lines also
-    go, labelled, to train.log."""
+    go, labelled, to train.log. It notes when the process last printed and its last line
+    (the local hang watch, node/script_local_watch.py), and while `capture` is set copies
+    the output there too (a hang's stacks)."""
 
     def __init__(self, pipe: IO[bytes], out: IO[bytes], fd: int, prefix: str, lock: Any):
         super().__init__(daemon=True)
         self.pipe, self.out, self.fd, self.prefix, self.lock = pipe, out, fd, prefix.encode(), lock
         self.tail = b""  # the end of the output (TAIL_BYTES): how the process ended
+        self.last_time, self.last_line = 0.0, ""
+        self.capture: IO[bytes] | None = None
 
     def run(self) -> None:
         line = b""  # the current line, for train.log
         for segment in _segments(self.pipe):
             self.tail = (self.tail + segment)[-TAIL_BYTES:]
+            self.last_time = time.time()
             with self.lock:
                 self.out.write(segment)
                 self.out.flush()
+            if (capture := self.capture) is not None:
+                capture.write(segment)
+                capture.flush()
             line = line + segment if not line.endswith(b"\r") else segment
             if segment.endswith(b"\n"):
                 text = last_state(line.decode(errors="replace"))
+                if text.strip():
+                    self.last_line = text.strip()[-500:]
                 with contextlib.suppress(OSError):
                     os.write(self.fd, self.prefix + text.encode())
                 line = b""

@@ -9,6 +9,7 @@ from its checkpoint to the uninterrupted run's weights.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -105,3 +106,59 @@ def test_a_plain_single_gpu_script_is_stopped_and_goes_on_from_its_checkpoint(
     at = int(re.search(r"resumed at step (\d+)", again.stdout).group(1))
     assert 20 <= at < 60 and at % 10 == 0
     assert "done: 60 steps" in again.stdout
+
+
+# A script of the user's whose ranks stop making progress after step 10, printing and
+# writing nothing: rank 0 waits in a barrier that rank 1, asleep, never joins.
+HANGS_AFTER_10 = """
+import os, time
+
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for step in range(1, 1000):
+    dist.barrier()
+    if rank == 0:
+        print(f"step {step}", flush=True)
+    if step == 10:
+        if rank == 1:
+            time.sleep(3600)
+        dist.barrier()
+    time.sleep(0.05)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_script_hung_here_is_named_dumped_and_ended_as_on_slurm(tmp_path: Path) -> None:
+    """The local launcher watches a script's processes as a Slurm task watches its
+    command (tests/slurm/test_script_signals.py): no line printed and no file written
+    for watchdog.stall_seconds, and every process's Python stacks are kept, the quiet
+    one is named, and the run ends with 4 (a hang), recorded as such."""
+    project = tmp_path / "hanging-project"
+    project.mkdir()
+    (project / "hangs.py").write_text(HANGS_AFTER_10)
+    started = time.monotonic()
+    done = finish(
+        start(
+            project,
+            "job.entry=hangs.py",
+            "resources.gpus_per_node=2",
+            "watchdog.stall_seconds=5",
+            "watchdog.heartbeat_seconds=1",
+        )
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 4, done.stderr[-3000:]
+    assert "step 10" in done.stdout and "step 11" not in done.stdout
+    assert "the script made no progress for" in done.stderr, done.stderr[-3000:]
+    assert "watchdog.stall_seconds=5" in done.stderr
+    (run_dir,) = (project / "outputs").glob("*")
+    (hang,) = run_dir.glob("hang-*")
+    stacks = {p.name: p.read_text() for p in hang.glob("rank-*.txt")}
+    assert set(stacks) == {"rank-0.txt", "rank-1.txt"}, stacks
+    assert "barrier" in stacks["rank-0.txt"] and "hangs.py" in stacks["rank-0.txt"]
+    assert "hangs.py" in stacks["rank-1.txt"], stacks["rank-1.txt"]
+    endings = [json.loads(line) for line in (run_dir / "endings.jsonl").read_text().splitlines()]
+    assert endings[-1]["kind"] == "hang", endings
+    assert took < 120, took  # detected, not waited out by the test's timeout

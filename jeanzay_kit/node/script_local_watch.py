@@ -1,0 +1,130 @@
+"""The local launcher's watch over a script's processes (`jzk train job.entry=...` on
+this machine): the hang rule a Slurm task applies to its command (node/script_watch_rules
+.py), over the lines each process printed and the files the script wrote under its run
+directory; when it fires, every process's Python stacks kept in
+<run_dir>/hang-<start>/rank-<N>.txt, then the run ends with Exit.HUNG (4), as a Slurm
+task's does. Without it a rank stuck in a collective held the launcher for ever, here,
+while the same script on Slurm was named, dumped and ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
+from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.run_directory import RunDir
+
+# After SIGABRT (faulthandler's dump of every thread), a process has this long to end.
+DUMP_WAIT_S = 10.0
+
+
+@dataclass
+class LocalWatch:
+    """What the launcher needs to judge its processes: the run directory, when the
+    attempt started, and the watchdog's settings (stall_seconds 0: no watch)."""
+
+    run_dir: RunDir
+    start: float
+    stall_seconds: float
+    heartbeat_seconds: float
+    seen: StopSeen = field(default_factory=StopSeen)
+    last_check: float = 0.0
+
+    def hang(self, procs: Sequence[subprocess.Popen], pumps: Sequence[Any]) -> ScriptHang | None:
+        """The attempt is hung (script_watch_rules.script_hang), judged every tenth of the
+        timeout. pumps: two a process (stdout, stderr: runtime/rank_log.Pump), in order."""
+        now = time.time()
+        every = self.seen.check_every(self.stall_seconds, 0.0, self.heartbeat_seconds)
+        if self.stall_seconds <= 0 or self.seen.ending or now < self.last_check + every:
+            return None
+        self.last_check = now
+        token = f"local-{int(self.start)}"
+        beats = [
+            _beat(rank, p.pid, pumps[2 * rank : 2 * rank + 2], token, now, self)
+            for rank, p in enumerate(procs)
+            if p.poll() is None
+        ]
+
+        def judge(newest_write: float | None) -> ScriptHang | None:
+            return script_hang(
+                beats,
+                newest_write,
+                self.start,
+                now,
+                stall_seconds=self.stall_seconds,
+                token=token,
+                signalled_at=self.seen.warned_at,
+            )
+
+        # Output alone first; the run directory is walked only when no process printed.
+        if judge(None) is None:
+            return None
+        return judge(self.run_dir.newest_script_write())
+
+
+def _beat(
+    rank: int, pid: int, pumps: Sequence[Any], token: str, now: float, watch: LocalWatch
+) -> ScriptBeat:
+    last = max(pumps, key=lambda p: p.last_time)
+    return ScriptBeat(
+        rank=rank,
+        host=socket.gethostname(),
+        pid=pid,
+        token=token,
+        output_time=max(last.last_time, watch.start),
+        last_line=last.last_line,
+        wall_time=now,  # the launcher itself is the beat: never frozen
+        interval_s=watch.heartbeat_seconds,
+    )
+
+
+def end_hung(
+    procs: Sequence[subprocess.Popen], errs: Sequence[Any], watch: LocalWatch, hang: ScriptHang
+) -> None:
+    """Dump every live process's Python stacks into hang-<start>/rank-<N>.txt, end them,
+    and say why. All are stopped (SIGSTOP) before any is aborted: one that died first
+    would wake its peers out of their collective with an error, and their stacks would
+    no longer show where they hung. The abort is pending before a process runs again
+    (SIGCONT), so its handler runs first. errs: each process's stderr pump."""
+    folder = watch.run_dir.hang_dir(int(watch.start))
+    folder.mkdir(parents=True, exist_ok=True)
+    live = [(rank, p) for rank, p in enumerate(procs) if p.poll() is None]
+    for _, p in live:
+        _signal(p, signal.SIGSTOP)
+    for rank, p in live:
+        with (folder / f"rank-{rank}.txt").open("wb") as out:
+            out.write(f"process {rank} on {socket.gethostname()}, pid {p.pid}\n".encode())
+            errs[rank].capture = out
+            _signal(p, signal.SIGABRT)
+            _signal(p, signal.SIGCONT)
+            try:
+                p.wait(timeout=DUMP_WAIT_S)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+            errs[rank].join(timeout=2.0)  # the dump's last lines (a grandchild may hold it)
+            errs[rank].capture = None
+    message = hang.message(str(watch.run_dir.root), time.time())
+    (folder / "report.txt").write_text(message + "\n")
+    print(
+        f"jzk train: {message}. Python stacks of every process: {folder}/rank-<N>.txt. "
+        "HINT: a script that is quiet for longer on purpose needs a larger "
+        "watchdog.stall_seconds (0 turns the watch off)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _signal(proc: subprocess.Popen, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
+        os.kill(proc.pid, signum)
