@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
@@ -39,6 +40,12 @@ class LocalWatch:
     heartbeat_seconds: float
     seen: StopSeen = field(default_factory=StopSeen)
     last_check: float = 0.0
+
+    @classmethod
+    def of(cls, spec: JobSpec, run_dir: RunDir, start: float) -> LocalWatch:
+        """The watch of the attempt started at `start`, by the spec's watchdog.*."""
+        watchdog = spec.watchdog
+        return cls(run_dir, start, watchdog.stall_seconds, watchdog.heartbeat_seconds)
 
     def hang(self, procs: Sequence[subprocess.Popen], pumps: Sequence[Any]) -> ScriptHang | None:
         """The attempt is hung (script_watch_rules.script_hang), judged every tenth of the

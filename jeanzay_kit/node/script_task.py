@@ -412,7 +412,8 @@ def launch_local(
 ) -> int:
     """`resources.gpus_per_node` processes of the command on this machine; the exit code
     the run ends with (0, Exit.STOPPED when stopped by a signal or asking to be run
-    again, else 1). ending: its `signal` is set to the signal a process died of (0: none)."""
+    again, Exit.HUNG when the watch found them hung, else 1). ending: its `signal` is
+    set to the signal a process died of (0: none)."""
     from jeanzay_kit.node.local import local_start_mark
     from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
 
@@ -430,8 +431,7 @@ def launch_local(
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     pumps = _pump_output(procs, run_dir)
     errs = pumps[1::2]  # each process's stderr pump
-    watch = LocalWatch(run_dir, start, spec.watchdog.stall_seconds, spec.watchdog.heartbeat_seconds)
-    failed, sent = _watch_processes(procs, stop, pumps, watch)
+    failed, sent = _watch_processes(procs, stop, pumps, LocalWatch.of(spec, run_dir, start))
     for pump in pumps:
         pump.join(timeout=10)
     if failed == HUNG:  # said and dumped (node/script_local_watch.py)
@@ -442,16 +442,7 @@ def launch_local(
         failed = _after_the_work(codes, at_exit, sent)
     died = _note_signal([0 if r in at_exit else c for r, c in enumerate(codes)], failed, ending)
     if failed is not None:
-        rank, code = failed
-        code = code if code is not None else 0  # failed holds an ended process's code
-        how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
-        print(
-            f"jzk train: process {rank} of {shlex.join(command)} ended ({how}); the others "
-            "were stopped",
-            file=sys.stderr,
-            flush=True,
-        )
-        return 1
+        return _say_failed(failed, command)
     if any(c in STOPPED for c in codes) or sent:
         how = (
             signal_name(sent)
@@ -465,6 +456,20 @@ def launch_local(
         )
         return Exit.STOPPED
     return 0
+
+
+def _say_failed(failed: tuple[int, int | None], command: Sequence[str]) -> int:
+    """Which process failed and how, said; the run's exit code (1)."""
+    rank, code = failed
+    code = code if code is not None else 0  # failed holds an ended process's code
+    how = f"killed by {signal_name(-code)}" if code < 0 else f"exit code {code}"
+    print(
+        f"jzk train: process {rank} of {shlex.join(command)} ended ({how}); the others "
+        "were stopped",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 1
 
 
 def _note_signal(
