@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
+from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang, session_beat
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
 
@@ -71,6 +71,7 @@ class LocalWatch:
                 stall_seconds=self.stall_seconds,
                 token=token,
                 signalled_at=self.seen.warned_at,
+                session_beat=session_beat(self.run_dir.beats(), self.start),
             )
 
         # Output alone first; the run directory is walked only when no process printed.

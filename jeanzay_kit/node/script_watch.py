@@ -24,7 +24,7 @@ from jeanzay_kit.ending.codes import Exit, stop_signals
 from jeanzay_kit.ending.ending_rules import AtExit, died_at_exit, forgiven_at_exit, peers_undecided
 from jeanzay_kit.ending.preemption import NOTE_CHECK_S, stop_note
 from jeanzay_kit.ending.signal_rules import SignalRelay, from_step_daemon
-from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang
+from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang, session_beat
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.rank_log import TAIL_BYTES
@@ -239,6 +239,7 @@ def _hang(watch: Watch, now: float, warned_at: float | None) -> ScriptHang | Non
             token=watch.token,
             signalled_at=warned_at,
             after_signal_s=watch.after_signal_seconds,
+            session_beat=session_beat(watch.run_dir.beats(), watch.start),
         )
 
     # Output alone first; the run directory is walked only when no task printed.

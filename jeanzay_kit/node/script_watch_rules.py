@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from jeanzay_kit.ending.codes import WARNING_NAMES, stop_signals
-from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.rundir.beats import Beat, ScriptBeat
 from jeanzay_kit.rundir.progress import format_duration
 from jeanzay_kit.runtime.stall import START_GRACE_S
 
@@ -85,6 +85,7 @@ def script_hang(
     token: str,
     signalled_at: float | None = None,
     after_signal_s: float = 0.0,
+    session_beat: float | None = None,
 ) -> ScriptHang | None:
     """The attempt `token` is hung: no beat of it shows a line and no file of the script
     changed for stall_seconds (0: never; START_GRACE_S at least before its first line or
@@ -93,13 +94,17 @@ def script_hang(
     After the stop signal (`signalled_at`: the time-limit warning or a preemption
     notice), the script has `after_signal_s` of quiet at most: it was asked to save and
     end before the limit, and a handler stuck in a collective would otherwise hold the
-    job until Slurm kills it at the limit, unrequeued."""
+    job until Slurm kills it at the limit, unrequeued.
+
+    session_beat: when a loop on the session API last wrote its heartbeat in this
+    attempt (None: it writes none). While one of its processes beats, that loop's own
+    watchdog judges it, with more to go by (every rank's step and phase): a loop that
+    printed nothing and saved nothing for stall_seconds was judged hung here, alive."""
     current = tuple(b for b in beats if b.token == token and not b.finished)
     if stall_seconds <= 0 or not current:
         return None
     signs = [start, *(b.output_time for b in current)]
-    if newest_write is not None:
-        signs.append(newest_write)
+    signs += [t for t in (newest_write, session_beat) if t is not None]
     limit, rule = stall_seconds, f"watchdog.stall_seconds={stall_seconds:g}"
     # Nothing printed or written yet: the script is starting (imports, data, the
     # process group's rendezvous), which a CPU-starved node took over 10 s to do.
@@ -117,3 +122,10 @@ def script_hang(
     frozen = [b for b in current if b.frozen(now)]
     named = min(frozen or current, key=lambda b: (b.wall_time if frozen else b.output_time, b.rank))
     return ScriptHang(quiet, named, current, rule)
+
+
+def session_beat(beats: Iterable[Beat], start: float) -> float | None:
+    """When a loop on the session API last wrote its heartbeat (heartbeat/rank-<N>.json)
+    in the attempt started at `start`; None: none did (a script that writes none)."""
+    times = [b.wall_time for b in beats if b.wall_time >= start and not b.finished]
+    return max(times, default=None)

@@ -11,8 +11,8 @@ import pytest
 
 from jeanzay_kit.ending.preemption import read_stop_note
 from jeanzay_kit.ending.signal_rules import SETTLE_S, WINDOW_S, SignalRelay, from_step_daemon
-from jeanzay_kit.node.script_watch_rules import StopSeen, script_hang
-from jeanzay_kit.rundir.beats import ScriptBeat
+from jeanzay_kit.node.script_watch_rules import StopSeen, script_hang, session_beat
+from jeanzay_kit.rundir.beats import Beat, ScriptBeat
 
 USR1, USR2 = int(signal.SIGUSR1), int(signal.SIGUSR2)
 
@@ -119,6 +119,38 @@ def test_after_the_stop_signal_a_quiet_script_is_hung_sooner(
     assert (verdict is not None) is hung
     if verdict is not None:
         assert "after the stop signal" in verdict.message("/runs/x", 100.0)
+
+
+def _session_beat(wall_time: float, phase: str = "forward_backward") -> Beat:
+    return Beat(0, "n1", 7, "1", 10, 100, phase, wall_time, wall_time, "1-0", 2.0)
+
+
+@pytest.mark.parametrize(
+    ("session", "hung"),
+    [
+        ([], True),  # a script that writes no heartbeat: its quiet is all there is
+        ([_session_beat(95.0)], False),  # a session loop still beating: its watchdog judges
+        ([_session_beat(40.0)], True),  # its beats stopped too (every rank frozen)
+        ([_session_beat(-1.0)], True),  # an earlier attempt's beat
+        ([_session_beat(99.0, phase="done")], True),  # it said it ended
+    ],
+)
+def test_a_quiet_session_loop_is_left_to_its_own_watchdog_while_it_beats(
+    session: list[Beat], hung: bool
+) -> None:
+    """A loop on the session API that prints and saves less often than stall_seconds
+    is alive while its heartbeats come (seen: a local rehearsal's loop, quiet for 5 s,
+    was ended as hung)."""
+    verdict = script_hang(
+        [_beat(0, 10.0), _beat(1, 0.0)],
+        None,
+        0.0,
+        100.0,
+        stall_seconds=30.0,
+        token="job-1",
+        session_beat=session_beat(session, 0.0),
+    )
+    assert (verdict is not None) is hung
 
 
 def test_no_watch_with_stall_seconds_zero() -> None:
