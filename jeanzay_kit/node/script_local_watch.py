@@ -18,12 +18,14 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang, session_beat
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.runtime.stall import START_GRACE_S
 
 # After SIGABRT (faulthandler's dump of every thread), a process has this long to end.
 DUMP_WAIT_S = 10.0
@@ -38,14 +40,34 @@ class LocalWatch:
     start: float
     stall_seconds: float
     heartbeat_seconds: float
+    # The script uses the session API (script/reach.py): a stop signal waits for each
+    # process's first heartbeat, written once its handler is installed.
+    on_session: bool = False
     seen: StopSeen = field(default_factory=StopSeen)
     last_check: float = 0.0
 
     @classmethod
     def of(cls, spec: JobSpec, run_dir: RunDir, start: float) -> LocalWatch:
         """The watch of the attempt started at `start`, by the spec's watchdog.*."""
+        from jeanzay_kit.script.reach import TOOLKIT, entry_file, imports_any
+
+        script = entry_file(spec.job.entry, Path.cwd())
+        on_session = script is not None and imports_any(script, Path.cwd(), TOOLKIT) is True
         watchdog = spec.watchdog
-        return cls(run_dir, start, watchdog.stall_seconds, watchdog.heartbeat_seconds)
+        return cls(run_dir, start, watchdog.stall_seconds, watchdog.heartbeat_seconds, on_session)
+
+    def takes_signals(self, proc: subprocess.Popen, pumps: Sequence[Any]) -> bool:
+        """Whether a stop signal can be passed on to `proc` now. A signal that reached a
+        session loop before `session()` installed its handler killed it, unsaved (exit 3,
+        "stopped by SIGUSR1, which the script does not handle"), where the same loop
+        later saves and stops: it is held until the process's first heartbeat; for a
+        script that writes none, until its first line (its handler, if it has one, is
+        installed by then, usually); for any, START_GRACE_S at most."""
+        if time.time() - self.start >= START_GRACE_S:
+            return True
+        if self.on_session:
+            return any(b.pid == proc.pid for b in self.run_dir.beats() if b.wall_time >= self.start)
+        return any(p.last_time > 0 for p in pumps)
 
     def hang(self, procs: Sequence[subprocess.Popen], pumps: Sequence[Any]) -> ScriptHang | None:
         """The attempt is hung (script_watch_rules.script_hang), judged every tenth of the

@@ -98,6 +98,32 @@ def names_any(
     """Whether the entry or one of the user's modules it imports names one of `words`.
     installed: where a module the project's folders do not hold lies when it is the
     user's own (default: found by importlib outside this interpreter's folders)."""
+    return _reaches(entry, project, lambda source: any(w in source for w in words), installed)
+
+
+def imports_any(
+    entry: Path,
+    project: Path,
+    tops: Sequence[str],
+    installed: Callable[[str], Path | None] | None = None,
+) -> bool | None:
+    """Whether the entry or one of the user's modules it imports imports one of the
+    top-level packages `tops` (an import statement, not a word in a comment)."""
+
+    def imports(source: str) -> bool:
+        return any(not lvl and n.split(".")[0] in tops for n, lvl in imported_names(source))
+
+    return _reaches(entry, project, imports, installed)
+
+
+def _reaches(
+    entry: Path,
+    project: Path,
+    found: Callable[[str], bool],
+    installed: Callable[[str], Path | None] | None,
+) -> bool | None:
+    """Whether `found` holds for the source of the entry or of one of the user's
+    modules it imports (None: too many files to tell)."""
     roots = [entry.parent, project, project / "src"]
     find = installed or _users_installed
     seen: set[Path] = set()
@@ -113,7 +139,7 @@ def names_any(
             source = path.read_text(errors="replace")
         except OSError:
             continue
-        if any(word in source for word in words):
+        if found(source):
             return True
         queue += _next_files(imported_names(source), path, roots, find)
     return False

@@ -162,3 +162,31 @@ def test_a_script_hung_here_is_named_dumped_and_ended_as_on_slurm(tmp_path: Path
     endings = [json.loads(line) for line in (run_dir / "endings.jsonl").read_text().splitlines()]
     assert endings[-1]["kind"] == "hang", endings
     assert took < 120, took  # detected, not waited out by the test's timeout
+
+
+@pytest.mark.timeout(300)
+def test_a_signal_while_a_session_script_starts_is_kept_until_it_can_save(
+    tmp_path: Path,
+) -> None:
+    """The launcher holds a stop signal until each process of a session loop has
+    installed its handler (its first heartbeat): sent while the processes import torch,
+    it stops the loop after a save, as the toolkit's own loop does (test_resume.py),
+    instead of killing it unsaved."""
+    project = tmp_path / "session-project"
+    shutil.copytree(REPO / "docs" / "examples" / "own_loop", project)
+    args = ("job.entry=train_session.py", "job.args=[--steps,40]", "resources.gpus_per_node=2")
+    proc = start(project, *args)
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the launcher has started the processes: signal it now
+        if "process(es) of" in line:
+            break
+    os.kill(proc.pid, signal.SIGUSR1)
+    done = finish(proc)
+    assert done.returncode == 3, done.stderr[-3000:]
+    (run_dir,) = (project / "outputs").glob("*")
+    endings = [json.loads(line) for line in (run_dir / "endings.jsonl").read_text().splitlines()]
+    assert endings[-1]["kind"] == "stopped", endings
+    assert "does not handle" not in endings[-1]["evidence"], endings
+    assert list((run_dir / "checkpoints").glob("step-*")), "nothing saved"
+    again = finish(start(project, *args))
+    assert again.returncode == 0, again.stderr[-3000:]

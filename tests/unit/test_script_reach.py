@@ -15,6 +15,7 @@ from jeanzay_kit.script.reach import (
     TOOLKIT,
     entry_file,
     imported_names,
+    imports_any,
     names_any,
     single_process_warning,
 )
@@ -82,6 +83,26 @@ def test_the_toolkit_is_looked_for_through_the_users_own_modules(
     project = _project(tmp_path, files)
     found = names_any(project / "train.py", project, TOOLKIT, installed=lambda _top: None)
     assert found is reaches
+
+
+@pytest.mark.parametrize(
+    ("files", "imports"),
+    [
+        ({"train.py": '"""Knows nothing of jeanzay_kit."""\nimport torch'}, False),
+        ({"train.py": "from jeanzay_kit import session"}, True),
+        ({"train.py": "import loop", "loop.py": "import jeanzay_kit.runtime"}, True),
+        ({"train.py": "from . import jeanzay_kit"}, False),  # a module of its own
+    ],
+)
+def test_a_script_on_the_session_api_is_told_by_its_imports_not_its_words(
+    tmp_path: Path, files: dict[str, str], imports: bool
+) -> None:
+    """The local launcher holds a stop signal until such a script's first heartbeat
+    (node/script_local_watch.py): a docstring naming the toolkit held a plain script's
+    signal until it had finished."""
+    project = _project(tmp_path, files)
+    found = imports_any(project / "train.py", project, TOOLKIT, installed=lambda _top: None)
+    assert found is imports
 
 
 def test_a_module_installed_from_the_users_own_folder_is_followed(tmp_path: Path) -> None:
