@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
-from jeanzay_kit.node.script_watch_rules import ScriptHang, StopSeen, script_hang, session_beat
+from jeanzay_kit.node.script_watch_rules import (
+    WARNINGS,
+    ScriptHang,
+    StopSeen,
+    script_hang,
+    session_beat,
+)
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import START_GRACE_S
@@ -56,17 +62,22 @@ class LocalWatch:
         watchdog = spec.watchdog
         return cls(run_dir, start, watchdog.stall_seconds, watchdog.heartbeat_seconds, on_session)
 
-    def takes_signals(self, proc: subprocess.Popen, pumps: Sequence[Any]) -> bool:
-        """Whether a stop signal can be passed on to `proc` now. A signal that reached a
-        session loop before `session()` installed its handler killed it, unsaved (exit 3,
-        "stopped by SIGUSR1, which the script does not handle"), where the same loop
-        later saves and stops: it is held until the process's first heartbeat; for a
-        script that writes none, until its first line (its handler, if it has one, is
-        installed by then, usually); for any, START_GRACE_S at most."""
-        if time.time() - self.start >= START_GRACE_S:
+    def can_pass(
+        self, signum: int, procs: Sequence[subprocess.Popen], pumps: Sequence[Any]
+    ) -> bool:
+        """Whether a stop signal can be passed on now, to every process in the same
+        moment (ranks that stop apart fail each other's collectives). A time-limit
+        warning (USR1, USR2) that reached a session loop before `session()` installed
+        its handler killed it unsaved, where the same loop later saves and stops: it is
+        held until every live process wrote its first heartbeat; for a script that
+        writes none, until one of them printed its first line (its handler, if it has
+        one, is installed by then, usually); START_GRACE_S at most. A TERM or an INT
+        passes at once."""
+        if signum not in WARNINGS or time.time() - self.start >= START_GRACE_S:
             return True
         if self.on_session:
-            return any(b.pid == proc.pid for b in self.run_dir.beats() if b.wall_time >= self.start)
+            beating = {b.pid for b in self.run_dir.beats() if b.wall_time >= self.start}
+            return all(p.pid in beating for p in procs if p.poll() is None)
         return any(p.last_time > 0 for p in pumps)
 
     def hang(self, procs: Sequence[subprocess.Popen], pumps: Sequence[Any]) -> ScriptHang | None:
@@ -96,10 +107,13 @@ class LocalWatch:
                 session_beat=session_beat(self.run_dir.beats(), self.start),
             )
 
-        # Output alone first; the run directory is walked only when no process printed.
-        if judge(None) is None:
+        # Output alone first (a process that ended printed too: rank 0, often the only
+        # one to print, ends first); the run directory is walked only when none printed.
+        printed = max((p.last_time for p in pumps), default=0.0) or None
+        if judge(printed) is None:
             return None
-        return judge(self.run_dir.newest_script_write())
+        written = self.run_dir.newest_script_write()
+        return judge(max(t for t in (printed, written, self.start) if t is not None))
 
 
 def _beat(

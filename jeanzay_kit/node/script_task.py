@@ -556,22 +556,18 @@ def _watch_processes(
     the others finish), and end them all when they are hung (HUNG). Returns (rank, code)
     of the first failure (None: none seen while they ran) and the signal sent (0: none).
     pumps: each process's stdout and stderr pumps, in order."""
-    sent = 0
-    given: dict[int, int] = {}  # the signal each process was passed
+    received = sent = 0  # the newest stop signal this launcher got, and passed on
     failed: tuple[int, int | None] | None = None
     errs = pumps[1::2]
     while any(p.poll() is None for p in procs):
-        if stop.signum and stop.signum != sent:  # pass each new signal on, once
-            sent = stop.signum
-            watch.seen.saw(sent, time.time())
-        for rank, p in enumerate(procs):  # as soon as it can take it
-            due = sent and given.get(rank) != sent and p.poll() is None
-            if due and watch.takes_signals(p, pumps[2 * rank : 2 * rank + 2]):
-                given[rank] = sent
-                p.send_signal(sent)
-        if failed is None and (hang := watch.hang(procs, pumps)) is not None:
-            end_hung(procs, errs, watch, hang)
-            return HUNG, sent
+        if stop.signum and stop.signum != received:
+            received = stop.signum
+            watch.seen.saw(received, time.time())
+        if received != sent and watch.can_pass(received, procs, pumps):
+            sent = received  # each new signal, once, to every process at the same moment
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(sent)
         for rank, p in enumerate(procs):
             code = p.poll()
             if failed is None and not _stopped_or_done(code, sent):
@@ -580,6 +576,9 @@ def _watch_processes(
                     continue  # the others finish: _after_the_work decides
                 failed = (rank, code)
                 _stop_others(procs)
+        if failed is None and (hang := watch.hang(procs, pumps)) is not None:
+            end_hung(procs, errs, watch, hang)
+            return HUNG, sent
         time.sleep(0.05)
     return failed, sent
 

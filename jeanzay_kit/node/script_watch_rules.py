@@ -96,10 +96,9 @@ def script_hang(
     end before the limit, and a handler stuck in a collective would otherwise hold the
     job until Slurm kills it at the limit, unrequeued.
 
-    session_beat: when a loop on the session API last wrote its heartbeat in this
-    attempt (None: it writes none). While one of its processes beats, that loop's own
-    watchdog judges it, with more to go by (every rank's step and phase): a loop that
-    printed nothing and saved nothing for stall_seconds was judged hung here, alive."""
+    session_beat: when a loop on the session API last made progress in this attempt,
+    as its heartbeats say (None: it writes none): a loop that printed nothing and saved
+    nothing for stall_seconds, stepping on, was judged hung here."""
     current = tuple(b for b in beats if b.token == token and not b.finished)
     if stall_seconds <= 0 or not current:
         return None
@@ -125,7 +124,9 @@ def script_hang(
 
 
 def session_beat(beats: Iterable[Beat], start: float) -> float | None:
-    """When a loop on the session API last wrote its heartbeat (heartbeat/rank-<N>.json)
-    in the attempt started at `start`; None: none did (a script that writes none)."""
-    times = [b.wall_time for b in beats if b.wall_time >= start and not b.finished]
+    """When a loop on the session API last made progress (a new step or phase, as its
+    heartbeats say: heartbeat/rank-<N>.json) in the attempt started at `start`; None:
+    none wrote a beat (a script that writes none). Not when it last beat: its beats
+    come from a thread of their own, also while its loop is stuck."""
+    times = [b.progress_time for b in beats if b.wall_time >= start and not b.finished]
     return max(times, default=None)

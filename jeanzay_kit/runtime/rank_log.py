@@ -126,8 +126,9 @@ class Pump(threading.Thread):
                 self.out.write(segment)
                 self.out.flush()
             if (capture := self.capture) is not None:
-                capture.write(segment)
-                capture.flush()
+                with contextlib.suppress(ValueError, OSError):  # closed meanwhile
+                    capture.write(segment)
+                    capture.flush()
             line = line + segment if not line.endswith(b"\r") else segment
             if segment.endswith(b"\n"):
                 text = last_state(line.decode(errors="replace"))

@@ -121,8 +121,11 @@ def test_after_the_stop_signal_a_quiet_script_is_hung_sooner(
         assert "after the stop signal" in verdict.message("/runs/x", 100.0)
 
 
-def _session_beat(wall_time: float, phase: str = "forward_backward") -> Beat:
-    return Beat(0, "n1", 7, "1", 10, 100, phase, wall_time, wall_time, "1-0", 2.0)
+def _session_beat(
+    wall_time: float, phase: str = "forward_backward", progress: float | None = None
+) -> Beat:
+    moved = wall_time if progress is None else progress
+    return Beat(0, "n1", 7, "1", 10, 100, phase, moved, wall_time, "1-0", 2.0)
 
 
 @pytest.mark.parametrize(
@@ -133,14 +136,17 @@ def _session_beat(wall_time: float, phase: str = "forward_backward") -> Beat:
         ([_session_beat(40.0)], True),  # its beats stopped too (every rank frozen)
         ([_session_beat(-1.0)], True),  # an earlier attempt's beat
         ([_session_beat(99.0, phase="done")], True),  # it said it ended
+        # still beating (its own thread) but stuck since 40 s: after a stop signal its
+        # save in a collective, where its own watchdog has no shorter rule
+        ([_session_beat(99.0, progress=40.0)], True),
     ],
 )
 def test_a_quiet_session_loop_is_left_to_its_own_watchdog_while_it_beats(
     session: list[Beat], hung: bool
 ) -> None:
     """A loop on the session API that prints and saves less often than stall_seconds
-    is alive while its heartbeats come (seen: a local rehearsal's loop, quiet for 5 s,
-    was ended as hung)."""
+    is alive while its heartbeats say it moves (seen: a local rehearsal's loop, quiet
+    for 5 s, was ended as hung); beats alone, written by a thread, do not say so."""
     verdict = script_hang(
         [_beat(0, 10.0), _beat(1, 0.0)],
         None,
