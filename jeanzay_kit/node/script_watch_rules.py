@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from jeanzay_kit.ending.codes import WARNING_NAMES, stop_signals
 from jeanzay_kit.rundir.beats import Beat, ScriptBeat
 from jeanzay_kit.rundir.progress import format_duration
-from jeanzay_kit.runtime.stall import START_GRACE_S
+from jeanzay_kit.runtime.stall import START_GRACE_S, START_PHASE
 
 # The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
 # Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is
@@ -127,6 +127,13 @@ def session_beat(beats: Iterable[Beat], start: float) -> float | None:
     """When a loop on the session API last made progress (a new step or phase, as its
     heartbeats say: heartbeat/rank-<N>.json) in the attempt started at `start`; None:
     none wrote a beat (a script that writes none). Not when it last beat: its beats
-    come from a thread of their own, also while its loop is stuck."""
-    times = [b.progress_time for b in beats if b.wall_time >= start and not b.finished]
+    come from a thread of their own, also while its loop is stuck. While it starts (its
+    first step not reached: model, data, torch's imports), a beat is enough: its own
+    watchdog gives that phase START_GRACE_S (runtime/stall.py stall_limit); a Hydra
+    app's loop, slow to start on a busy machine, was judged hung here before its step 1."""
+    times = [
+        b.wall_time if b.phase == START_PHASE else b.progress_time
+        for b in beats
+        if b.wall_time >= start and not b.finished
+    ]
     return max(times, default=None)

@@ -139,6 +139,8 @@ def _session_beat(
         # still beating (its own thread) but stuck since 40 s: after a stop signal its
         # save in a collective, where its own watchdog has no shorter rule
         ([_session_beat(99.0, progress=40.0)], True),
+        # starting (model, data, imports): its own watchdog gives it START_GRACE_S
+        ([_session_beat(99.0, phase="start", progress=10.0)], False),
     ],
 )
 def test_a_quiet_session_loop_is_left_to_its_own_watchdog_while_it_beats(
