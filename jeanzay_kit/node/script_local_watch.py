@@ -9,8 +9,6 @@ while the same script on Slurm was named, dumped and ended.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import socket
 import subprocess
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jeanzay_kit.config.spec import JobSpec
+from jeanzay_kit.node.script_watch import dump_stacks, signal_process
 from jeanzay_kit.node.script_watch_rules import (
     WARNINGS,
     ScriptHang,
@@ -32,9 +31,6 @@ from jeanzay_kit.node.script_watch_rules import (
 from jeanzay_kit.rundir.beats import ScriptBeat
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.stall import START_GRACE_S
-
-# After SIGABRT (faulthandler's dump of every thread), a process has this long to end.
-DUMP_WAIT_S = 10.0
 
 
 @dataclass
@@ -144,20 +140,9 @@ def end_hung(
     folder.mkdir(parents=True, exist_ok=True)
     live = [(rank, p) for rank, p in enumerate(procs) if p.poll() is None]
     for _, p in live:
-        _signal(p, signal.SIGSTOP)
+        signal_process(p, signal.SIGSTOP)
     for rank, p in live:
-        with (folder / f"rank-{rank}.txt").open("wb") as out:
-            out.write(f"process {rank} on {socket.gethostname()}, pid {p.pid}\n".encode())
-            errs[rank].capture = out
-            _signal(p, signal.SIGABRT)
-            _signal(p, signal.SIGCONT)
-            try:
-                p.wait(timeout=DUMP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-            errs[rank].join(timeout=2.0)  # the dump's last lines (a grandchild may hold it)
-            errs[rank].capture = None
+        dump_stacks(p, errs[rank], folder / f"rank-{rank}.txt", f"process {rank}")
     message = hang.message(str(watch.run_dir.root), time.time())
     (folder / "report.txt").write_text(message + "\n")
     print(
@@ -167,8 +152,3 @@ def end_hung(
         file=sys.stderr,
         flush=True,
     )
-
-
-def _signal(proc: subprocess.Popen, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
-        os.kill(proc.pid, signum)

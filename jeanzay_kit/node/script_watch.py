@@ -18,7 +18,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from jeanzay_kit.ending.codes import Exit, stop_signals
 from jeanzay_kit.ending.ending_rules import AtExit, died_at_exit, forgiven_at_exit, peers_undecided
@@ -276,21 +276,9 @@ def _end_hung(
     folder.mkdir(parents=True, exist_ok=True)
     beat_s = watch.heartbeat_seconds
     _together(folder, "seen", watch, hang, 3 * beat_s + 2.0)
-    _signal(child, signal.SIGSTOP)
+    signal_process(child, signal.SIGSTOP)
     _together(folder, "stopped", watch, hang, 3 * beat_s + 2.0)
-    stacks = folder / f"rank-{watch.rank}.txt"
-    with stacks.open("wb") as out:
-        out.write(f"task {watch.rank} on {socket.gethostname()}, pid {child.pid}\n".encode())
-        pumps[1].capture = out
-        _signal(child, signal.SIGABRT)
-        _signal(child, signal.SIGCONT)
-        try:
-            child.wait(timeout=DUMP_WAIT_S)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-        pumps[1].join(timeout=2.0)
-        pumps[1].capture = None
+    dump_stacks(child, pumps[1], folder / f"rank-{watch.rank}.txt", f"task {watch.rank}")
     # The first task to exit makes srun end the others' commands: not before they dumped.
     _together(folder, "dumped", watch, hang, DUMP_WAIT_S + 2.0)
     report = folder / "report.txt"
@@ -312,6 +300,25 @@ def _end_hung(
     return Exit.HUNG
 
 
-def _signal(child: subprocess.Popen, signum: int) -> None:
+def dump_stacks(child: subprocess.Popen, err: Any, stacks: Path, who: str) -> None:
+    """Abort a stopped `child` (SIGABRT pending, then SIGCONT: faulthandler writes every
+    thread's stack before anything else runs) and keep what its stderr pump `err` reads
+    meanwhile in `stacks`; it ends, killed after DUMP_WAIT_S. Both watches use it: a
+    Slurm task's (one command) and the local launcher's (node/script_local_watch.py)."""
+    with stacks.open("wb") as out:
+        out.write(f"{who} on {socket.gethostname()}, pid {child.pid}\n".encode())
+        err.capture = out
+        signal_process(child, signal.SIGABRT)
+        signal_process(child, signal.SIGCONT)
+        try:
+            child.wait(timeout=DUMP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+        err.join(timeout=2.0)  # the dump's last lines (a grandchild may hold the pipe)
+        err.capture = None
+
+
+def signal_process(child: subprocess.Popen, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
         os.kill(child.pid, signum)
