@@ -821,6 +821,8 @@ BENCHES = [
         ["--rounds", "1"],
         ["--rounds", "3"],
         warm_compile_figures,
+        # One worker under --tiny: each worker compiles cold, on the suite's two cores.
+        tiny=["--rounds", "1", "--workers", "1"],
     ),
     Bench(
         "session",

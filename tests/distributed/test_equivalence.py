@@ -34,18 +34,15 @@ COMMON = (
     "train.micro_batch_size=8",
 )
 
+# Suite time: fsdp on 2 ranks and 1f1b on 2 stages left (fsdp-4 and pipeline-4-1f1b
+# stay; test_resume trains both on 2); pipeline_ddp-2x2 is the run-to-run test's below.
 CASES = [
     pytest.param(("parallel=ddp", "resources.gpus_per_node=2"), id="ddp-2"),
     pytest.param(("parallel=ddp", "resources.gpus_per_node=4"), id="ddp-4"),
-    pytest.param(("parallel=fsdp", "resources.gpus_per_node=2"), id="fsdp-2"),
     pytest.param(("parallel=fsdp", "resources.gpus_per_node=4"), id="fsdp-4"),
     pytest.param(
         ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=gpipe"),
         id="pipeline-2-gpipe",
-    ),
-    pytest.param(
-        ("parallel=pipeline", "resources.gpus_per_node=2", "parallel.schedule=1f1b"),
-        id="pipeline-2-1f1b",
     ),
     pytest.param(
         (
@@ -64,10 +61,6 @@ CASES = [
             "parallel.stages_per_rank=2",
         ),
         id="pipeline-2-interleaved",
-    ),
-    pytest.param(
-        ("parallel=pipeline_ddp", "resources.gpus_per_node=4", "parallel.pipeline_stages=2"),
-        id="pipeline_ddp-2x2",
     ),
     pytest.param(("parallel=dataparallel", "resources.gpus_per_node=1"), id="dataparallel"),
 ]
@@ -170,11 +163,12 @@ def test_the_comparison_catches_real_bugs(train_run, reference, bug) -> None:
 
 # ddp, fsdp and pipeline are held bitwise run to run by tests/distributed/test_resume.py
 # (an uninterrupted and a twice-resumed run end with the same digest, a stronger claim);
-# pipeline_ddp, not resumed there, is held here.
+# pipeline_ddp, not resumed there, is held here, and matches the single process.
 @pytest.mark.timeout(300)
-def test_same_seed_is_bitwise_identical_run_to_run(train_run) -> None:
+def test_same_seed_is_bitwise_identical_run_to_run(train_run, reference) -> None:
     mode = ("parallel=pipeline_ddp", "parallel.pipeline_stages=2", "resources.gpus_per_node=4")
     a = train_run("a", *COMMON, *mode)
+    assert_same_model(a.state, reference["mlp"])
     b = train_run("b", *COMMON, *mode)
     assert a.digest == b.digest
     for name, tensor in a.state.items():

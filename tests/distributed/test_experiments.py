@@ -77,6 +77,17 @@ def test_a_changed_config_in_a_used_run_dir_is_refused_before_any_worker(tmp_pat
     assert "optim.lr=0.003" in shown and "optim.lr=0.1" not in shown, shown
     # The way out is named: another run dir, start over, or resume anyway.
     assert "job.run_dir" in err and "resume=never" in err and "allow_config_change" in err
+    # Resuming anyway is allowed, and training longer is not a change of config
+    # (test_resume.py had a run of its own for these: suite time).
+    allowed = train(
+        tmp_path,
+        f"job.run_dir={run_dir}",
+        "optim.lr=0.1",
+        "train.steps=6",
+        "checkpoint.allow_config_change=true",
+    )
+    assert allowed.returncode == 0, allowed.stderr[-3000:]
+    assert "resumed from" in allowed.stdout and "(step 4)" in allowed.stdout, allowed.stdout
     # resume=never starts over in the same directory (test_resume.py had a run of its own
     # for it: suite time).
     again = train(tmp_path, f"job.run_dir={run_dir}", "optim.lr=0.1", "resume=never")

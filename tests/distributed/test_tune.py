@@ -72,7 +72,7 @@ def wait_for_step(run_dir: Path, step: int, proc: subprocess.Popen) -> None:
 @pytest.mark.timeout(400)
 def test_a_stopped_study_resumes_its_trial_from_the_checkpoint(tmp_path: Path) -> None:
     study_dir = tmp_path / "tune" / "jzk"
-    args = ("train.steps=300", "checkpoint.every_steps=1000", "tune.n_trials=2")
+    args = ("train.steps=150", "checkpoint.every_steps=1000", "tune.n_trials=2")  # 300 before
     proc = tune(tmp_path, *args)
     wait_for_step(study_dir / "trial-1", 20, proc)  # the second trial, under way
     os.killpg(proc.pid, signal.SIGUSR1)
@@ -280,7 +280,8 @@ def test_two_tasks_run_trials_as_runs_of_their_own_and_a_killed_ones_trial_fails
     the study) in the middle of a trial: that trial is told FAIL by the other task once
     the study has no trial left to hand out, and the other trials complete."""
     study_dir = tmp_path / "tune" / "jzk"
-    args = ("train.steps=500", "train.log_every=50", "tune.n_trials=3", "tune.tasks=2")
+    # 300 steps (500 before, suite time): trial 1 is killed at step 100, mid-trial.
+    args = ("train.steps=300", "train.log_every=50", "tune.n_trials=3", "tune.tasks=2")
     proc = tune(tmp_path, *args)
     wait_for_step(study_dir / "trial-1", 100, proc)
     victim = next(t for t in load(study_dir).get_trials() if t.number == 1)

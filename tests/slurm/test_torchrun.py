@@ -33,25 +33,12 @@ def workers(out: str) -> list[tuple[int, int, str]]:
     return sorted((int(r), int(lr), h) for r, lr, h in found)
 
 
-@pytest.mark.parametrize(
-    ("mode", "training"),
-    [
-        ("parallel=ddp", ["train.steps=20", "train.log_every=5"]),
-        (
-            "parallel=pipeline_ddp",
-            [
-                "parallel.pipeline_stages=2",
-                "train.steps=6",
-                "train.log_every=1",
-                "train.eval_every=0",
-            ],
-        ),
-    ],
-    ids=["ddp", "pipeline_ddp"],
-)
-def test_torchrun_trains_the_same_model_as_the_srun_mode(
-    slurm, tmp_path: Path, mode: str, training: list[str]
-) -> None:
+# DDP through torchrun is the preemption test's below (its workers, its hosts, the
+# 4-worker local model); a case of its own here trained one more job (suite time).
+def test_torchrun_trains_the_same_model_as_the_srun_mode(slurm, tmp_path: Path) -> None:
+    mode = "parallel=pipeline_ddp"
+    training = ["parallel.pipeline_stages=2", "train.steps=6", "train.log_every=1"]
+    training += ["train.eval_every=0"]
     job_id, run_dir, log = submit(tmp_path, slurm, mode, "job.name=tr", *training)
     wait_for(job_id, slurm, timeout=240)
     out, err = log.read_text(), log.with_suffix(".err").read_text()
@@ -81,5 +68,9 @@ def test_a_preemption_signal_reaches_every_worker_through_torchrun(slurm, tmp_pa
     assert saved, out[-3000:]
     assert f"resumed from {run_dir / 'checkpoints'}/step-{saved.group(1)}" in out
     assert "User defined signal 1" not in err  # no agent killed by the signal
+    # One torchrun per node, two workers each: ranks 0-3 over n1 and n2.
+    got = workers(out)
+    assert sorted(set((r, lr) for r, lr, _ in got)) == [(0, 0), (1, 1), (2, 0), (3, 1)], got
+    assert {h for _, _, h in got} == {"n1", "n2"}, out[-3000:]
     assert "done: 400 steps" in out
     assert (run_dir / "model_final.sha256").read_text().strip() == reference.digest()
