@@ -382,7 +382,10 @@ def classify(
         said = f"exit 3: stopped by {signal_name}, which the script does not handle: no save"
         return Verdict(STOPPED, said, step)
     if exit_code == 3:
-        return Verdict(STOPPED, "exit 3: stopped after a save (a signal or a request)", step)
+        # Not "after a save": a session loop may stop without one (the rehearsal's advice
+        # names that), and its newest checkpoint is then an older one.
+        said = "exit 3: stopped on a signal or a request; it goes on from its newest checkpoint"
+        return Verdict(STOPPED, said, step)
     if exit_code == 4:
         return Verdict(HANG, "exit 4: the watchdog found a rank stuck", step)
     if signal_name:

@@ -142,10 +142,12 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     check = rules.final_loss_check(logged_losses(reference), logged_losses(run))
     close = None if check is None else check.close
     lost = sum(r.lost_steps or 0 for r in rows)
-    totals = rules.Totals(equal, lost, ref.seconds / total_s, close, _bitwise(spec, plan))
+    ratio, unmeasured = rules.goodput(ref.seconds, total_s)
+    totals = rules.Totals(equal, lost, ratio, close, _bitwise(spec, plan))
     lines = rules.advice(rows, step_s, save_seconds(run), opts.every_s, every, own_loop=own)
     stall = rules.watchdog_advice(spec.watchdog.stall_seconds, slowest_step_seconds(reference))
-    lines = [*_digest_lines(spec, plan, equal, check), *lines, *([stall] if stall else [])]
+    more_lines = [line for line in (stall, unmeasured) if line]
+    lines = [*_digest_lines(spec, plan, equal, check), *lines, *more_lines]
     found = rules.report(rows, totals, lines)
     run.rehearsal.write_text(json.dumps(found, indent=1) + "\n")
     return found

@@ -56,9 +56,11 @@ def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_
     assert "done: 60 steps" in out, err[-3000:]
     assert (run_dir / "checkpoint.pt").is_file()
     assert sacct_states(job_id, slurm, duplicates=True)[-1] == "COMPLETED"
-    # It handles the signal (saves, exits 3): its stop is recorded as one after a save.
+    # It handles the signal (saves, exits 3): its stop is recorded as one, not as a death
+    # of the signal.
     stop = json.loads((run_dir / "endings.jsonl").read_text().splitlines()[0])
-    assert stop["kind"] == "stopped" and "stopped after a save" in stop["evidence"], stop
+    assert stop["kind"] == "stopped" and "stopped on a signal" in stop["evidence"], stop
+    assert "does not handle" not in stop["evidence"], stop
 
 
 def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(

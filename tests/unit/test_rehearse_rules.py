@@ -14,6 +14,7 @@ from jeanzay_kit.rehearse.report_rules import (
     Measured,
     Totals,
     advice,
+    goodput,
     noticed_by,
     report,
     row,
@@ -495,3 +496,23 @@ def test_each_fault_is_said_as_it_ends() -> None:
         "went on from step 100 30.0 s after it"
     )
     assert progress_line(3, 4, 12, lost).endswith("not noticed (nothing noticed it); did not go on")
+
+
+@pytest.mark.parametrize(
+    ("reference_s", "rehearsal_s", "expected", "said"),
+    [
+        (30.0, 60.0, 0.5, None),  # half the rehearsal's time was training
+        (60.0, 60.0, 1.0, None),
+        (64.2, 60.0, 1.0, "took 64.2 s, longer than the rehearsal with its faults (60.0 s)"),
+        (0.0, 60.0, 0.0, None),  # no reference time: nothing to compare
+    ],
+)
+def test_goodput_is_never_over_one_and_says_why_when_the_reference_was_slower(
+    reference_s: float, rehearsal_s: float, expected: float, said: str | None
+) -> None:
+    ratio, line = goodput(reference_s, rehearsal_s)
+    assert ratio == pytest.approx(expected)
+    if said is None:
+        assert line is None
+    else:
+        assert line is not None and said in line and "goodput not measured" in line
