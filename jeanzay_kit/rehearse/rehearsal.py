@@ -113,6 +113,10 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     # Each crash or hang spends a restart: the rehearsal gives the run that many more.
     spent = sum(f.kind in (KILL_RANK, HANG, CKPT_WRITE, NODE_LOST) for f in plan)
     more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
+    if opts.slurm and not any(o.startswith("job.log_dir=") for o in overrides):
+        # The jobs' Slurm logs and code snapshots in the rehearsal's folder, not a logs/
+        # left in the project (a user trial found one there after `rm -r rehearsal`).
+        more.append(f"job.log_dir={opts.folder.absolute() / 'logs'}")
     print(f"rehearse: {len(plan)} fault(s), seed {opts.seed}, in {opts.folder}", flush=True)
     for f in plan:
         print(f"  {f.number:>2} {f.kind:<12} after {f.after_s:g} s  ({EXPECTED[f.kind]})")

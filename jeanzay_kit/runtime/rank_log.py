@@ -23,6 +23,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import IO, Any, TextIO
 
 from jeanzay_kit.rundir.rank_lines import label
@@ -119,9 +120,8 @@ class Pump(threading.Thread):
 
     def run(self) -> None:
         line = b""  # the current line, for train.log
-        for segment in _segments(self.pipe):
+        for segment in _segments(self.pipe, self._heard):
             self.tail = (self.tail + segment)[-TAIL_BYTES:]
-            self.last_time = time.time()
             with self.lock:
                 self.out.write(segment)
                 self.out.flush()
@@ -142,11 +142,18 @@ class Pump(threading.Thread):
                 self.fd, self.prefix + last_state(line.decode(errors="replace") + "\n").encode()
             )
 
+    def _heard(self) -> None:
+        """Output came, a whole line or not: progress dots printed without a newline
+        are signs of life too (as on Slurm, where the watch reads the log file's size)."""
+        self.last_time = time.time()
 
-def _segments(pipe: IO[bytes]) -> Any:
-    """The pipe's bytes cut after each b"\\n" or b"\\r"; the rest at its end."""
+
+def _segments(pipe: IO[bytes], heard: Callable[[], None]) -> Any:
+    """The pipe's bytes cut after each b"\\n" or b"\\r"; the rest at its end. heard() is
+    called as each chunk arrives, before it is cut."""
     pending = b""
     while chunk := os.read(pipe.fileno(), 65536):
+        heard()
         pending += chunk
         cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
         if cut < 0:

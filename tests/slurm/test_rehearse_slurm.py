@@ -132,4 +132,6 @@ def test_a_users_own_session_script_on_two_nodes_survives_a_fault_of_every_kind(
     endings = [json.loads(x) for x in (folder / "run" / "endings.jsonl").read_text().splitlines()]
     crashes = [f for f in plan if f.kind in CRASHES]
     assert sum(e["retried"] is True for e in endings if e["kind"] != "stopped") == len(crashes)
+    # The jobs' logs are the rehearsal's, not a logs/ left in the user's project.
+    assert list((folder / "logs").glob("*.err")) and not (project / "logs").exists()
     print(done.stdout[-3000:])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import threading
+import time
 from pathlib import Path
 
 from jeanzay_kit.rundir.rank_lines import label, lines_of_rank, ranks_in
@@ -61,3 +62,20 @@ def test_each_start_is_numbered(tmp_path: Path) -> None:
         "jzk: start 1 of the run on host at now",
         "jzk: start 2 of the run on host at now",
     ]
+
+
+def test_output_without_a_newline_is_a_sign_of_life(tmp_path: Path) -> None:
+    """Progress dots (`print(".", end="", flush=True)`) tell the local hang watch the
+    script is alive, as on Slurm, where the watch reads the log's size: a review found
+    only whole lines counted here."""
+    fd, lock = open_log(RunDir(tmp_path)), threading.Lock()
+    read, write = os.pipe()
+    pump = Pump(open(read, "rb", buffering=0), io.BytesIO(), fd, label(0), lock)  # noqa: SIM115
+    pump.start()
+    os.write(write, b"...")
+    deadline = time.monotonic() + 10
+    while pump.last_time == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert pump.last_time > 0 and pump.last_line == ""  # heard, though no line ended
+    os.close(write)
+    pump.join(timeout=10)
