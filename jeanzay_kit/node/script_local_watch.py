@@ -81,7 +81,9 @@ class LocalWatch:
         timeout. pumps: two a process (stdout, stderr: runtime/rank_log.Pump), in order."""
         now = time.time()
         every = self.seen.check_every(self.stall_seconds, 0.0, self.heartbeat_seconds)
-        if self.stall_seconds <= 0 or self.seen.ending or now < self.last_check + every:
+        # Judged after a SIGTERM too (not on Slurm, whose KillWait ends the processes):
+        # here nothing else would end a handler stuck in a collective.
+        if self.stall_seconds <= 0 or now < self.last_check + every:
             return None
         self.last_check = now
         token = f"local-{int(self.start)}"

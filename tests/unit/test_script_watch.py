@@ -347,3 +347,26 @@ def test_a_script_that_has_printed_nothing_yet_has_a_minute_to_start() -> None:
     assert hung is not None and "60 s while it starts" in hung.message("/runs/x", 61.0)
     printed = [_beat(0, 5.0, line="step 1"), _beat(1, 0.0)]
     assert script_hang(printed, None, 0.0, 20.0, stall_seconds=10.0, token="job-1") is not None
+
+
+def test_here_a_script_still_hung_after_a_sigterm_is_judged(tmp_path) -> None:  # noqa: ANN001
+    """On Slurm a SIGTERM ends the watch (KillWait's SIGKILL follows); `jzk train` here
+    has nothing after it, so a handler stuck in a collective is still named hung (a
+    review found the launcher held for ever)."""
+    import os
+    import time
+    from types import SimpleNamespace
+
+    from jeanzay_kit.node.script_local_watch import LocalWatch
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    now = time.time()
+    watch = LocalWatch(RunDir(tmp_path), now - 100, stall_seconds=5, heartbeat_seconds=0.5)
+    watch.seen.saw(signal.SIGTERM, now - 30)
+    alive = SimpleNamespace(pid=os.getpid(), poll=lambda: None)
+    quiet = [
+        SimpleNamespace(last_time=now - 40, last_line="step 7"),
+        SimpleNamespace(last_time=0.0, last_line=""),
+    ]
+    hang = watch.hang([alive], quiet)
+    assert hang is not None and hang.quiet_s >= 30 and hang.named.last_line == "step 7"
