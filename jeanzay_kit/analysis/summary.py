@@ -85,18 +85,23 @@ def run_series(
     )
 
 
+# Overrides that say where a run writes or how it is watched, not what it trains: a
+# rehearsal adds them to the user's request (a user trial read its run labelled
+# `train.log_every=1`), a script task names its directory.
+NOT_LABELS = ("job.run_dir=", "job.log_dir=", "train.log_every=", "preemption.max_restarts=")
+
+
 def legend_labels(runs: Sequence[RunSeries]) -> list[str]:
-    """Each run's overrides minus those all runs share and the one naming its directory
-    (`job.run_dir=`: a rehearsal's, a script's; the directory is said where it matters);
-    the run directory when that leaves nothing (a single run, or runs that differ by
-    nothing but their directory)."""
+    """Each run's overrides minus those all runs share and those of NOT_LABELS (the
+    directory is said where it matters); the run directory when that leaves nothing (a
+    single run, or runs that differ by nothing but their directory)."""
     if len(runs) > 1:
         shared = set(runs[0].overrides).intersection(*(set(r.overrides) for r in runs[1:]))
     else:
         shared = set()
     labels = []
     for run in runs:
-        own = [o for o in run.overrides if o not in shared and not o.startswith("job.run_dir=")]
+        own = [o for o in run.overrides if o not in shared and not o.startswith(NOT_LABELS)]
         labels.append(" ".join(own) if own else run.name)
     return labels
 

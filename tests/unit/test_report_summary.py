@@ -63,6 +63,11 @@ def test_steps_a_session_logged_as_floats_are_drawn_and_a_record_without_one_is_
         # A run's own directory is no difference worth a legend (a rehearsal names it).
         ([("train.steps=3000", "job.run_dir=/tmp/r/run")], ["train.steps=3000"]),
         ([("job.run_dir=/a",), ("job.run_dir=/b",)], ["run0", "run1"]),
+        # Nor what a rehearsal adds to watch the run (a user trial read log_every=1).
+        (
+            [("optim.lr=0.1", "preemption.max_restarts=7", "job.run_dir=/r", "train.log_every=1")],
+            ["optim.lr=0.1"],
+        ),
     ],
 )
 def test_legend_labels(overrides: list[tuple[str, ...]], labels: list[str]) -> None:
