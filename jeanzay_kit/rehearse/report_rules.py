@@ -19,7 +19,7 @@ class Measured:
 
     kind: str
     step: int  # the newest step the run had reached when it was injected
-    detected_s: float | None  # until the toolkit acted on it (a save, a restart)
+    detected_s: float | None  # until the toolkit acted on it (a stop agreed, a restart)
     by: str  # what noticed it: the stop agreement, the launcher, the watchdog
     resumed_s: float | None  # until a step past the one it resumed from was logged
     resumed_from: int | None  # the step the run went on from

@@ -32,6 +32,7 @@ from jeanzay_kit.rehearse.schedule import (
 )
 from jeanzay_kit.rundir.beats import Beat
 from jeanzay_kit.rundir.progress import record_step
+from jeanzay_kit.rundir.rank_lines import STOPPING
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.rundir.run_layout import HANG_PREFIX
 
@@ -328,8 +329,9 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
         # (starts.jsonl, `jzk status`'s lost steps) counts it.
         step = max(step, _ending_step(line.run, endings_before))
     else:
+        said_from = _log_size(line.run)
         line.launch.warn()
-        detected, by = _stopped(line, ends_before, injected)
+        detected, by = _stopped(line, ends_before, injected, said_from)
         # Where it stopped, a step or two later: what it trained since its newest save
         # is what a stop without a save loses (its heartbeats, before a new start).
         step = max([step, *(b.step for b in line.run.beats() if b.token in starts_before)])
@@ -341,9 +343,9 @@ def _one(line: Timeline, fault: Fault, steps: int) -> rules.Measured:
 def _stop_and_restart(line: Timeline) -> None:
     """The warning, the stop after a save, and a new start, caught while it starts
     (launches.py: `starting_again`)."""
-    before, tokens = _stops(line.run), _tokens(line.run)
+    before, tokens, said_from = _stops(line.run), _tokens(line.run), _log_size(line.run)
     line.launch.warn()
-    _stopped(line, before, time.monotonic())
+    _stopped(line, before, time.monotonic(), said_from)
     line.launch.starting_again(line.run, tokens, RESUME_GRACE_S)
 
 
@@ -480,18 +482,42 @@ def _detected(line: Timeline, before: int, injected: float) -> tuple[float | Non
     return None, "nothing noticed it"
 
 
-def _stopped(line: Timeline, before: int, injected: float) -> tuple[float | None, str]:
-    """Until the attempt records its stop after a save: starts.jsonl's end record (the
-    toolkit's loop, here and on Slurm) or an ending of kind stopped (a session's
-    launcher)."""
-    deadline = injected + RESUME_GRACE_S
+def _stopped(
+    line: Timeline, before: int, injected: float, said_from: int
+) -> tuple[float | None, str]:
+    """Detected when the ranks agreed to stop (rank 0's line in train.log past
+    `said_from`, rank_lines.STOPPING), not when the save after it ended (a user trial read
+    a save's seconds as the signal's); confirmed once the attempt records its stop:
+    starts.jsonl's end record (the toolkit's loop, here and on Slurm) or an ending of kind
+    stopped (a session's launcher). A loop that says nothing is timed to that record."""
+    deadline, agreed = injected + RESUME_GRACE_S, None
     while time.monotonic() < deadline:
+        if agreed is None and _said_since(line.run, said_from, STOPPING):
+            agreed = time.monotonic() - injected
         if _stops(line.run) > before:
-            return time.monotonic() - injected, "the stop agreement: stopped, exit 3"
+            took = time.monotonic() - injected if agreed is None else agreed
+            return took, "the stop agreement: stopped, exit 3"
         if line.ended() not in (None, 3):
             return None, f"the run ended (exit {line.ended()})"
         time.sleep(POLL_S / 4)
     return None, "nothing noticed it"
+
+
+def _log_size(run: RunDir) -> int:
+    try:
+        return run.train_log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _said_since(run: RunDir, offset: int, text: str) -> bool:
+    """Whether train.log holds `text` past byte `offset`."""
+    try:
+        with run.train_log.open("rb") as log:
+            log.seek(offset)
+            return text.encode() in log.read()
+    except OSError:
+        return False
 
 
 def _stops(run: RunDir) -> int:

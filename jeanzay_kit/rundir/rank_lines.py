@@ -6,6 +6,9 @@ from __future__ import annotations
 import re
 
 _LABEL = re.compile(r"^\[rank (\d+)\] ", re.M)
+# What rank 0 prints the moment the ranks agree to stop on a signal (runtime/run.py):
+# `jzk rehearse` times a preemption's detection by it.
+STOPPING = "received: stopping after step"
 
 
 def label(rank: int) -> str:

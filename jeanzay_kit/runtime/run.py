@@ -42,6 +42,7 @@ from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.distributed.script_env import REHEARSAL_ENV
 from jeanzay_kit.ending.preemption import Agreement, StopRequest, signal_name, start_agreement
 from jeanzay_kit.errors import JzkError, NonFiniteLoss, PeerFailed, is_peer_failure
+from jeanzay_kit.rundir.rank_lines import STOPPING
 from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.runtime.heartbeat import start_watch
 from jeanzay_kit.runtime.run_result import direction_of
@@ -406,7 +407,7 @@ class Run:
         if signum and not self.stopped_by:
             self.stopped_by, self.stop_step = signal_name(signum), at + 1
             if self.is_main:
-                print(f"{self.stopped_by} received: stopping after step {at + 1}", flush=True)
+                print(f"{self.stopped_by} {STOPPING} {at + 1}", flush=True)
         return bool(self.stopped_by)
 
     def agree_before_update(self, loss: torch.Tensor | None, save_due: bool) -> StepVerdict:
