@@ -492,8 +492,9 @@ def _stopped(
     stopped (a session's launcher). A loop that says nothing is timed to that record."""
     deadline, agreed = injected + RESUME_GRACE_S, None
     while time.monotonic() < deadline:
-        if agreed is None and _said_since(line.run, said_from, STOPPING):
-            agreed = time.monotonic() - injected
+        if agreed is None:
+            said, said_from = _said_since(line.run, said_from, STOPPING)
+            agreed = time.monotonic() - injected if said else None
         if _stops(line.run) > before:
             took = time.monotonic() - injected if agreed is None else agreed
             return took, "the stop agreement: stopped, exit 3"
@@ -510,14 +511,17 @@ def _log_size(run: RunDir) -> int:
         return 0
 
 
-def _said_since(run: RunDir, offset: int, text: str) -> bool:
-    """Whether train.log holds `text` past byte `offset`."""
+def _said_since(run: RunDir, offset: int, text: str) -> tuple[bool, int]:
+    """Whether train.log holds `text` past byte `offset`, and where to read from next
+    time: each poll reads only what was added (a run logging every step writes megabytes),
+    less the last len(text) bytes, read again in case `text` was being written."""
     try:
         with run.train_log.open("rb") as log:
             log.seek(offset)
-            return text.encode() in log.read()
+            added = log.read()
     except OSError:
-        return False
+        return False, offset
+    return text.encode() in added, max(offset, offset + len(added) - len(text))
 
 
 def _stops(run: RunDir) -> int:

@@ -516,3 +516,21 @@ def test_goodput_is_never_over_one_and_says_why_when_the_reference_was_slower(
         assert line is None
     else:
         assert line is not None and said in line and "goodput not measured" in line
+
+
+def test_the_stop_line_is_found_in_what_the_log_added_even_when_cut(tmp_path) -> None:  # noqa: ANN001
+    """A preemption is timed to rank 0's stop line: each poll reads only what train.log
+    added, and a line half written at one poll is found at the next."""
+    from jeanzay_kit.rehearse.runner import _said_since
+    from jeanzay_kit.rundir.rank_lines import STOPPING
+    from jeanzay_kit.rundir.run_directory import RunDir
+
+    run = RunDir(tmp_path)
+    assert _said_since(run, 0, STOPPING) == (False, 0)  # no log yet
+    run.train_log.write_text("[rank 0] step 1\n[rank 0] SIGUSR1 received: stop")
+    said, offset = _said_since(run, 0, STOPPING)
+    assert not said and 0 < offset < run.train_log.stat().st_size
+    with run.train_log.open("a") as log:
+        log.write("ping after step 2\n")
+    assert _said_since(run, offset, STOPPING)[0]
+    assert not _said_since(run, run.train_log.stat().st_size, STOPPING)[0]  # said before
