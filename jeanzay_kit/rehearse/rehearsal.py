@@ -90,33 +90,16 @@ def _bitwise(spec: JobSpec, plan: Sequence[Fault]) -> bool:
 
 
 def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str, object]:
-    check_launch(spec, opts.slurm)
-    if opts.faults < 1 or opts.every_s <= 0:
-        raise JzkError("--faults N (1 or more) and --every S (seconds, more than 0)")
-    if spec.job.runs_script and opts.project is not None:
-        refuse_plain_script(spec.job.entry, opts.project)  # before its run without faults
-    if opts.folder.exists():
-        raise JzkError(
-            f"{opts.folder} exists: a rehearsal starts afresh. HINT: remove it, or "
-            "--dir another folder (the same --seed replays the same schedule)"
-        )
     run = RunDir(opts.folder / "run")
     reference = reference_of(run)
-    for each in (reference, run):  # checkpoint.dir: an earlier rehearsal's, left there
-        refuse_stale(spec.checkpoint.dir, each, opts.env)
+    _refuse_bad_start(spec, opts, (reference, run))
     run.root.mkdir(parents=True)
     kinds, left_out = kinds_for(SLURM_KINDS if opts.slurm else KINDS, _size_bytes(spec, opts))
     if left_out:
         print(f"rehearse: {left_out}", flush=True)
     plan = schedule(opts.faults, opts.every_s, opts.seed, spec.layout.world_size, kinds)
     run.faults.write_text(json.dumps(to_json(plan, opts.seed, opts.every_s), indent=1) + "\n")
-    # Each crash or hang spends a restart: the rehearsal gives the run that many more.
-    spent = sum(f.kind in (KILL_RANK, HANG, CKPT_WRITE, NODE_LOST) for f in plan)
-    more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
-    if opts.slurm and not any(o.startswith("job.log_dir=") for o in overrides):
-        # The jobs' Slurm logs and code snapshots in the rehearsal's folder, not a logs/
-        # left in the project (a user trial found one there after `rm -r rehearsal`).
-        more.append(f"job.log_dir={opts.folder.absolute() / 'logs'}")
+    more = _run_overrides(spec, overrides, opts, plan)
     print(f"rehearse: {len(plan)} fault(s), seed {opts.seed}, in {opts.folder}", flush=True)
     for f in plan:
         print(f"  {f.number:>2} {f.kind:<12} after {f.after_s:g} s  ({EXPECTED[f.kind]})")
@@ -155,6 +138,36 @@ def rehearse(spec: JobSpec, overrides: Sequence[str], opts: Options) -> dict[str
     found = rules.report(rows, totals, lines)
     run.rehearsal.write_text(json.dumps(found, indent=1) + "\n")
     return found
+
+
+def _refuse_bad_start(spec: JobSpec, opts: Options, runs: Sequence[RunDir]) -> None:
+    """JzkError before anything runs: bad options, a plain script, a folder or a
+    checkpoint.dir an earlier rehearsal left."""
+    check_launch(spec, opts.slurm)
+    if opts.faults < 1 or opts.every_s <= 0:
+        raise JzkError("--faults N (1 or more) and --every S (seconds, more than 0)")
+    if spec.job.runs_script and opts.project is not None:
+        refuse_plain_script(spec.job.entry, opts.project)  # before its run without faults
+    if opts.folder.exists():
+        raise JzkError(
+            f"{opts.folder} exists: a rehearsal starts afresh. HINT: remove it, or "
+            "--dir another folder (the same --seed replays the same schedule)"
+        )
+    for each in runs:  # checkpoint.dir: an earlier rehearsal's, left there
+        refuse_stale(spec.checkpoint.dir, each, opts.env)
+
+
+def _run_overrides(
+    spec: JobSpec, overrides: Sequence[str], opts: Options, plan: Sequence[Fault]
+) -> list[str]:
+    # Each crash or hang spends a restart: the rehearsal gives the run that many more.
+    spent = sum(f.kind in (KILL_RANK, HANG, CKPT_WRITE, NODE_LOST) for f in plan)
+    more = [*overrides, f"preemption.max_restarts={spec.preemption.max_restarts + spent}"]
+    if opts.slurm and not any(o.startswith("job.log_dir=") for o in overrides):
+        # The jobs' Slurm logs and code snapshots in the rehearsal's folder, not a logs/
+        # left in the project (a user trial found one there after `rm -r rehearsal`).
+        more.append(f"job.log_dir={opts.folder.absolute() / 'logs'}")
+    return more
 
 
 def refuse_plain_script(entry: str, project: Path) -> None:
