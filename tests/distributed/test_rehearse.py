@@ -149,6 +149,8 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
 
 
 # A nanoGPT-style script of a user's own: its own checkpoint in out/, no toolkit import.
+# Rank 0 alone saves (nanoGPT's master_process), aside then renamed: the job starts two
+# processes, and a rank loading the file while its peer wrote it failed the run (CI, exit 1).
 PLAIN_SCRIPT = """\
 import os, time, torch
 os.makedirs("out", exist_ok=True)
@@ -157,8 +159,9 @@ w = torch.zeros(4)
 for it in range(start, 30):
     w += 1
     print(f"iter {it}", flush=True)
-    if it % 10 == 0:
-        torch.save({"iter": it, "w": w}, "out/ckpt.pt")
+    if it % 10 == 0 and os.environ.get("RANK", "0") == "0":
+        torch.save({"iter": it, "w": w}, "out/ckpt.tmp")
+        os.replace("out/ckpt.tmp", "out/ckpt.pt")
 """
 
 
