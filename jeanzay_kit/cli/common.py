@@ -12,7 +12,6 @@ from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.errors import JzkError, RenderError
 from jeanzay_kit.launch.request import run_dir_of, spec_of, workdir_of
 from jeanzay_kit.project.job_code import snapshot_code, unwritable_log_dir
-from jeanzay_kit.rundir.run_directory import RunDir
 from jeanzay_kit.slurm.sbatch import render_sbatch
 from jeanzay_kit.slurm.test_only import TestOnlyAnswer
 
@@ -127,28 +126,17 @@ def check_script_run(spec: JobSpec, workdir: Path) -> None:
     the beginning (script/script_rules.py resume_warning), and what _warn_copies says."""
     if not spec.job.runs_script or not workdir.is_dir():
         return
+    from jeanzay_kit.ending.endings import rerun_line
     from jeanzay_kit.script.entry import script_command
     from jeanzay_kit.script.script_files import claim_run_dir
 
     run_dir, command = run_dir_of(spec), script_command(spec)
     claim_run_dir(run_dir, command, write=False)
-    _say_if_complete(run_dir, command.resume_args)
+    if line := rerun_line(run_dir, command.resume_args):
+        print(f"note: {line}", file=sys.stderr)
     _warn_copies(spec, workdir)
     if spec.cluster.is_slurm and spec.preemption.requeue:
         _warn_no_resume(spec, workdir)
-
-
-def _say_if_complete(run_dir: RunDir, resume_args: Sequence[str]) -> None:
-    """Before the queue, the line the job would say only in its log: this command's run
-    directory holds a run that ended complete (here or in another job), and what the job
-    will do with it (a user trial's job resumed a finished local run, unsaid)."""
-    from jeanzay_kit.ending.ending_rules import COMPLETED
-    from jeanzay_kit.ending.endings import newest_ending
-    from jeanzay_kit.script.script_rules import rerun_note
-
-    ended = newest_ending(run_dir)
-    if ended is not None and ended.kind == COMPLETED:
-        print(f"note: {rerun_note(str(run_dir), resume_args, ended.evidence)}", file=sys.stderr)
 
 
 def _warn_no_resume(spec: JobSpec, workdir: Path) -> None:

@@ -22,16 +22,19 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jeanzay_kit import report
 from jeanzay_kit.durable_io import write_durably
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import (
+    COMPLETED,
     NODE_FAULTS,
     Decision,
     Verdict,
@@ -41,6 +44,7 @@ from jeanzay_kit.ending.ending_rules import (
     verdict_of,
 )
 from jeanzay_kit.rundir.run_directory import RunDir
+from jeanzay_kit.script.script_rules import rerun_note
 
 LOG_TAIL_BYTES = 256 * 1024  # an attempt's end is near the end of the log
 
@@ -115,6 +119,17 @@ def read_endings(run_dir: RunDir) -> list[dict[str, Any]]:
 def newest_ending(run_dir: RunDir) -> Verdict | None:
     endings = read_endings(run_dir)
     return verdict_of(endings[-1]) if endings else None
+
+
+def rerun_line(run_dir: RunDir, resume_args: Sequence[str]) -> str | None:
+    """When the run's newest end is its script's completion: the line saying that the
+    same command runs the script again, in place (script/script_rules.py rerun_note);
+    None otherwise. Said by the task (node/script_task.py) and, before the queue, by
+    `jzk submit` (cli/common.py)."""
+    ended = newest_ending(run_dir)
+    if ended is None or ended.kind != COMPLETED:
+        return None
+    return rerun_note(str(run_dir), resume_args, ended.evidence)
 
 
 def record_ending(
@@ -224,6 +239,57 @@ def verdict_line(verdict: Verdict, decision: Decision) -> str:
     """`data error at step 4: ValueError: ...; not restarted: the attempt before failed
     the same way at the same step. HINT: ...`"""
     return f"{verdict.line()}; not restarted: {decision.why}. HINT: {verdict.fix}"
+
+
+def restart_local_attempt(
+    run_dir: RunDir, code: int, since: float, died: str | None, *, stopping: bool, limit: int
+) -> bool:
+    """The local launcher's end of an attempt (node/local.py; `died`: the signal its
+    first failed worker died of): recorded, then restarted (True) after a hang or a
+    crash while a stop was not asked, by the rule a Slurm job follows too, or the reason
+    it is not said (False)."""
+    verdict = classify_attempt(run_dir, code, since, signal_name=died)
+    if code not in (Exit.RAISED, Exit.HUNG) or stopping:
+        if code != Exit.OK:  # a completed run's rank 0 records its end (node/worker_start.py)
+            with contextlib.suppress(OSError):
+                record_ending(run_dir, verdict, since=since)
+        return False
+    reason = "hang" if code == Exit.HUNG else "crash"
+    progressed = run_dir.progressed_since(since)
+    retry = retry_after_failure(
+        run_dir, verdict, since=since, progressed=progressed, limit=limit, reason=reason
+    )
+    if retry.why == NO_PROGRESS:
+        _say(
+            f"the run failed ({reason}) before completing any step of this attempt: not "
+            "restarted, since it would fail the same way (no restart of "
+            f"preemption.max_restarts={limit} spent; {verdict.line()}). HINT: read the error "
+            "above, fix its cause, then run the same command again: it resumes from the "
+            "newest complete checkpoint"
+        )
+    elif retry.decision is not None:
+        _say(
+            f"the run failed: {verdict_line(verdict, retry.decision)} (history in "
+            f"{run_dir.endings.name})"
+        )
+    elif retry.why == BUDGET_SPENT:
+        _say(
+            f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
+            f"(preemption.max_restarts={limit}, history in {run_dir.restarts}); "
+            "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
+            "the cause, then run the same command again: it resumes from the newest "
+            f"complete checkpoint (delete {run_dir.restarts.name} to reset the budget)"
+        )
+    else:
+        _say(
+            f"restarting after a {reason} ({retry.count}/{limit}), from the newest complete "
+            f"checkpoint ({verdict.line()})"
+        )
+    return retry.why is None
+
+
+def _say(line: str) -> None:
+    print(f"{report.TRAIN}: {line}", file=sys.stderr, flush=True)
 
 
 # The restart budget: restarts.json

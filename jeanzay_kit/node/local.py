@@ -27,15 +27,7 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec
 from jeanzay_kit.distributed.ranks import RankInfo
 from jeanzay_kit.ending.codes import Exit, stop_signals
-from jeanzay_kit.ending.ending_rules import Verdict
-from jeanzay_kit.ending.endings import (
-    BUDGET_SPENT,
-    NO_PROGRESS,
-    classify_attempt,
-    record_ending,
-    retry_after_failure,
-    verdict_line,
-)
+from jeanzay_kit.ending.endings import restart_local_attempt
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.node.local_ranks import GRACE_S, free_port, local_rank_infos
 from jeanzay_kit.rundir.run_directory import RunDir
@@ -227,58 +219,10 @@ def launch_local(
             cpu_only=cpu_only, launched=launched or since,
         )  # fmt: skip
         launched = None
-        verdict = classify_attempt(run_dir, code, since, signal_name=died)
-        if code not in (1, Exit.HUNG) or (stop is not None and stop.signum):
-            if code != 0:  # a completed run's rank 0 records its end (node/worker_start.py)
-                with contextlib.suppress(OSError):
-                    record_ending(run_dir, verdict, since=since)
+        stopping = stop is not None and bool(stop.signum)
+        limit = spec.preemption.max_restarts
+        if not restart_local_attempt(run_dir, code, since, died, stopping=stopping, limit=limit):
             return code
-        if not _restart_after(spec, run_dir, code, since, verdict):
-            return code
-
-
-def _say(line: str) -> None:
-    print(f"{report.TRAIN}: {line}", file=sys.stderr, flush=True)
-
-
-def _restart_after(
-    spec: JobSpec, run_dir: RunDir, code: int, since: float, verdict: Verdict
-) -> bool:
-    """After a failed attempt (verdict: classify_attempt's): restart it (True) or say
-    why not (False), by the rule a Slurm job follows too (ending/endings.py)."""
-    reason = "hang" if code == Exit.HUNG else "crash"
-    limit = spec.preemption.max_restarts
-    retry = retry_after_failure(
-        run_dir, verdict, since=since, progressed=run_dir.progressed_since(since),
-        limit=limit, reason=reason,
-    )  # fmt: skip
-    if retry.why == NO_PROGRESS:
-        _say(
-            f"the run failed ({reason}) before completing any step of this attempt: not "
-            "restarted, since it would fail the same way (no restart of "
-            f"preemption.max_restarts={limit} spent; {verdict.line()}). HINT: read the error "
-            "above, fix its cause, then run the same command again: it resumes from the "
-            "newest complete checkpoint"
-        )
-    elif retry.decision is not None:
-        _say(
-            f"the run failed: {verdict_line(verdict, retry.decision)} (history in "
-            f"{run_dir.endings.name})"
-        )
-    elif retry.why == BUDGET_SPENT:
-        _say(
-            f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
-            f"(preemption.max_restarts={limit}, history in {run_dir.restarts}); "
-            "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
-            "the cause, then run the same command again: it resumes from the newest "
-            f"complete checkpoint (delete {run_dir.restarts.name} to reset the budget)"
-        )
-    else:
-        _say(
-            f"restarting after a {reason} ({retry.count}/{limit}), from the newest complete "
-            f"checkpoint ({verdict.line()})"
-        )
-    return retry.why is None
 
 
 def local_start_mark(run_dir: RunDir) -> None:
@@ -356,7 +300,7 @@ def _failure_code(index: int, proc: BaseProcess, run_dir: RunDir, since: float) 
     """What the run ends with when worker `index` ended first with a non-zero code, said
     in one line where the worker has not said it."""
     code, pid = proc.exitcode or 0, proc.pid or 0
-    if code in (Exit.STOPPED, 2, Exit.HUNG):
+    if code in (Exit.STOPPED, Exit.REFUSED, Exit.HUNG):
         # 3: every worker saved, the checkpoint is sealed; 2: a refusal rank 0 explained;
         # 4: the watchdog named the rank and dumped the stacks.
         return code

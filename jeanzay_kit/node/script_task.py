@@ -41,6 +41,7 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
+from jeanzay_kit.ending.endings import rerun_line
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
@@ -75,8 +76,8 @@ def begin_attempt(
     claim_run_dir(run_dir, command)
     app = hydra_job(command, Path.cwd())
     resuming = script_writes(run_dir, start, app)[0]
-    if rank == 0:
-        say_if_complete(run_dir, command)
+    if rank == 0 and (line := rerun_line(run_dir, command.resume_args)):
+        print(f"jzk: {line}", flush=True)
     if resuming and command.resume_args:
         check_resume(run_dir, command.resume_args)  # every rank: none starts the script
     if resuming and command.resume_args and rank == 0:
@@ -102,18 +103,6 @@ def begin_attempt(
         )
 
     return [*tail, *hydra.app_args(command.args, output_dir, is_run_dir)]
-
-
-def say_if_complete(run_dir: RunDir, command: ScriptCommand) -> None:
-    """One line when the run's newest end is its script's completion (ending/endings.py):
-    the same command again does not resume, it runs the script again in place."""
-    from jeanzay_kit.ending.ending_rules import COMPLETED
-    from jeanzay_kit.ending.endings import newest_ending
-    from jeanzay_kit.script.script_rules import rerun_note
-
-    ended = newest_ending(run_dir)
-    if ended is not None and ended.kind == COMPLETED:
-        print(f"jzk: {rerun_note(str(run_dir), command.resume_args, ended.evidence)}", flush=True)
 
 
 def stop_note(
