@@ -67,17 +67,20 @@ class Stall:
             else f"has made no progress for {self.seconds:.0f} s"
         )
         # Its phase is its last beat's: said with that beat's step when the run went
-        # further (a saving phase at step 40 is not what it did at step 44).
+        # further (a saving phase at step 40 is not what it did at step 44). A user
+        # read "at step 44 (its last heartbeat: step 40)" as two claims on one rank.
+        reached = f"step {self.step}/{b.total_steps}"
         where = (
-            f"in phase {b.phase}"
+            f"at {reached} in phase {b.phase}"
             if b.step == self.step
-            else f"(its last heartbeat: step {b.step} in phase {b.phase})"
+            else f"while the run is at {reached} (this rank's last heartbeat: step {b.step}, "
+            f"phase {b.phase})"
         )
         grace = stall_limit(b.phase, stall_seconds)
         starting = f" ({grace:g} s while it starts)" if grace > stall_seconds else ""
         return (
-            f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, at step {self.step}/"
-            f"{b.total_steps} {where}; watchdog.stall_seconds={stall_seconds:g}{starting}"
+            f"rank {b.rank} (host {b.host}, pid {b.pid}) {what}, {where}; "
+            f"watchdog.stall_seconds={stall_seconds:g}{starting}"
         )
 
 
