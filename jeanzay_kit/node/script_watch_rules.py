@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from jeanzay_kit.ending.codes import WARNING_NAMES, stop_signals
 from jeanzay_kit.rundir.beats import Beat, ScriptBeat
 from jeanzay_kit.rundir.progress import format_duration
-from jeanzay_kit.runtime.stall import START_GRACE_S, START_PHASE
+from jeanzay_kit.runtime.stall import START_GRACE_S, START_PHASE, check_seconds
 
 # The stop signals that ask the script to save and end before a limit. Not SIGTERM: then
 # Slurm itself is ending the job (a cancel, a preemption, a requeue), and there is
@@ -111,6 +111,12 @@ def script_hang(
     starting = not any(b.output_time > start for b in current) and not written
     if starting and stall_seconds < START_GRACE_S:
         limit, rule = START_GRACE_S, f"{rule} ({START_GRACE_S:g} s while it starts)"
+    elif session_beat is not None:
+        # A session's own watchdog names the hang first, from inside (its step, its
+        # stacks): this watch is for when it cannot (every rank stopped, a node lost).
+        # Both at once left two hang folders, hang-<step> and hang-<start>.
+        first = 2 * check_seconds(stall_seconds) + 5.0
+        limit, rule = stall_seconds + first, f"{rule} + {first:g} s for the session's own watchdog"
     if signalled_at is not None and 0 < after_signal_s < stall_seconds:
         signs.append(signalled_at)
         limit = after_signal_s

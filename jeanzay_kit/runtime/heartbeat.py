@@ -29,7 +29,7 @@ from pathlib import Path
 from jeanzay_kit import report
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.rundir.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
-from jeanzay_kit.runtime.stall import Stall, find_stall
+from jeanzay_kit.runtime.stall import Stall, check_seconds, find_stall
 
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as
 # hang-<step>/flight_recorder/rank_<N> (read with torch.distributed.flight_recorder.fr_trace).
@@ -147,7 +147,7 @@ class Watchdog:
     ) -> None:
         self.hb, self.run_dir, self.stall_seconds = heartbeat, run_dir, stall_seconds
         # Look often enough to detect within stall_seconds + a few seconds.
-        self.check_s = max(0.5, min(5.0, stall_seconds / 4))
+        self.check_s = check_seconds(stall_seconds)
         self._exit = exit_process
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="jzk-watchdog", daemon=True)

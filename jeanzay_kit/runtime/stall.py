@@ -43,6 +43,11 @@ def stall_limit(phase: str, stall_seconds: float) -> float:
     return max(stall_seconds, START_GRACE_S) if phase == START_PHASE else stall_seconds
 
 
+def check_seconds(stall_seconds: float) -> float:
+    """How often a rank's watchdog looks at the beats (runtime/heartbeat.py)."""
+    return max(0.5, min(5.0, stall_seconds / 4))
+
+
 @dataclass(frozen=True)
 class Stall:
     beat: Beat  # the rank named as the cause

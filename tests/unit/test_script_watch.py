@@ -139,6 +139,9 @@ def _session_beat(
         # still beating (its own thread) but stuck since 40 s: after a stop signal its
         # save in a collective, where its own watchdog has no shorter rule
         ([_session_beat(99.0, progress=40.0)], True),
+        # stuck for 35 s of 30: its own watchdog (checking every 5 s) names it first, from
+        # inside; this watch only 2 checks + 5 s later (both at once: two hang folders)
+        ([_session_beat(99.0, progress=65.0)], False),
         # starting (model, data, imports): its own watchdog gives it START_GRACE_S
         ([_session_beat(99.0, phase="start", progress=10.0)], False),
     ],
