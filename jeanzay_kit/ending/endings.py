@@ -161,6 +161,23 @@ def record_ending(
         os.close(fd)
 
 
+def record_completed(
+    run_dir: RunDir, evidence: str, *, step: int | None = None, job_id: str | None = None
+) -> None:
+    """The run ran to its end: its newest end is "completed" (not a Slurm job's earlier
+    failure, nor the stop before its requeue, which `jzk status` kept saying with its
+    "run the same command again"), and its restart budget starts afresh. Written by rank
+    0 of the toolkit's loop (node/worker_start.py) and task 0 of a script
+    (node/script_task.py); a peer that fails after it is recorded later, by the restart
+    step, and wins. Never a reason to fail the run."""
+    done = Verdict(COMPLETED, f"done: {evidence}", step=step)
+    try:
+        record_ending(run_dir, done, job_id=job_id)
+        clear_restarts(run_dir)
+    except OSError as err:
+        print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
+
+
 def record_local_end(run_dir: RunDir, code: int, signum: int, since: float) -> None:
     """A local run of the user's own script (`jzk train job.entry=script.py`): its end,
     classified from its code, the signal a process died of and its train.log, as a Slurm

@@ -41,7 +41,7 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
-from jeanzay_kit.ending.endings import rerun_line
+from jeanzay_kit.ending.endings import record_completed, rerun_line
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
@@ -289,11 +289,11 @@ def _run_slurm_script(
     if forgiven is not None:
         print(f"jzk: {forgiven.note}: not a failure, no restart spent", file=sys.stderr, flush=True)
         if not forgiven.stopped:
-            record_done(run_dir, env, forgiven.note)
+            record_completed(run_dir, forgiven.note, job_id=_job_id(env))
             return 0
         code = Exit.STOPPED
     if code == 0 and rank == 0:
-        record_done(run_dir, env)
+        record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
     if code in STOPPED:
         # The signal it died of, for the requeue's message (node/restart_job.py).
         died = f" {signal_name(-code)}" if code < 0 else ""
@@ -304,20 +304,8 @@ def _run_slurm_script(
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
-def record_done(run_dir: RunDir, env: Mapping[str, str], note: str | None = None) -> None:
-    """Task 0's command exited 0: the run's newest end is "completed" (ending/endings.py),
-    as the toolkit's loop records its own (node/worker_start.py say_done); without it
-    `jzk status` kept saying the stop before the requeue, with its "run the same command
-    again". A peer that fails after it is recorded later by the restart step, and wins.
-    note: a rank died at exit after the work was done (ending_rules.forgiven_at_exit)."""
-    from jeanzay_kit.ending.ending_rules import COMPLETED, Verdict
-    from jeanzay_kit.ending.endings import record_ending
-
-    done = Verdict(COMPLETED, f"done: {note}" if note else "done: the command exited 0")
-    try:
-        record_ending(run_dir, done, job_id=array_id(env) or env.get("SLURM_JOB_ID"))
-    except OSError as err:
-        print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
+def _job_id(env: Mapping[str, str]) -> str | None:
+    return array_id(env) or env.get("SLURM_JOB_ID")
 
 
 def _record_provenance(run_dir: RunDir, env: Mapping[str, str]) -> None:
@@ -355,7 +343,7 @@ def run_task(
     command = anchored(command, Path.cwd())
     code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
     if code == 0 and info.rank == 0:
-        record_done(run_dir, env)
+        record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
     if code not in STOPPED:
         return 128 - code if code < 0 else code
     if info.rank == 0:

@@ -4,7 +4,6 @@ recorder, the allocation's end, and how a failure is named."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -128,16 +127,12 @@ def _failure_explainer(spec: JobSpec) -> Callable[[BaseException], BaseException
 
 
 def say_done(run_dir: RunDir, result: TrainResult, job_id: str | None = None) -> None:
-    """Rank 0, after a completed run: its end is recorded (ending/endings.py: a Slurm
-    job's earlier failure is not its newest end), its restart budget starts afresh, and
-    the last line. job_id: the manifest's form ("123", an array task's "123_4")."""
-    from jeanzay_kit.ending.ending_rules import COMPLETED, Verdict
-    from jeanzay_kit.ending.endings import clear_restarts, record_ending
+    """Rank 0, after a completed run: its end recorded (ending/endings.py
+    record_completed), and the last line. job_id: the manifest's form ("123", an array
+    task's "123_4")."""
+    from jeanzay_kit.ending.endings import record_completed
 
-    done = Verdict(COMPLETED, f"done: {result.steps} steps", step=result.steps)
-    with contextlib.suppress(OSError):
-        record_ending(run_dir, done, job_id=job_id)
-    clear_restarts(run_dir)
+    record_completed(run_dir, f"{result.steps} steps", step=result.steps, job_id=job_id)
     loss = f"{result.final_loss:.4f}" if result.final_loss is not None else "n/a"
     print(
         f"done: {result.steps} steps, final loss {loss}, model digest {result.digest}, "
