@@ -130,7 +130,8 @@ def test_a_users_hydra_app_with_a_session_loop_is_rehearsed_too(tmp_path: Path) 
     # Faults every 0.25 to 0.75 s of training: 800 steps fit them up to 300 steps/s
     # (137 here, alone); each start, not each step, is what costs (the suite's time).
     argv = [JZK, "rehearse", "job.entry=app.py", "job.args=[steps=800]"]
-    argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
+    # 10 s, not 5: a loaded machine starved its run without faults for 5 s (exit 4).
+    argv += ["watchdog.stall_seconds=10", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "4", "--every", "0.5", "--seed", "2", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=project, capture_output=True, text=True, timeout=380)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -218,7 +219,8 @@ def test_a_loop_that_does_not_save_on_the_stop_signal_is_told_so(tmp_path: Path)
     # the fault's step (report_rules.ended_before_fault says so).
     args = "job.args=[--steps,800,--save-every,50,--step-seconds,0.005]"
     argv = [JZK, "rehearse", "job.entry=train_session.py", args]
-    argv += ["watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=0.5"]
+    # 10 s, not 5: a loaded machine starved its run for 5 s, named hung (exit 4).
+    argv += ["watchdog.stall_seconds=10", "watchdog.heartbeat_seconds=0.5"]
     argv += ["--faults", "1", "--every", "1", "--seed", "0", "--dir", "rehearsal", "--json"]
     done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=180)
     found = _report(done)
