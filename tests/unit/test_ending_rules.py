@@ -380,6 +380,29 @@ def test_a_completed_run_records_its_end_so_an_earlier_failure_is_not_shown(tmp_
     assert "data error" not in status_table([RunView("42", str(tmp_path), progress=progress)], {})
 
 
+def test_a_completed_script_starts_its_next_run_in_place_with_its_whole_budget(tmp_path) -> None:
+    """A script's task 0 records its completion as the loop's rank 0 does: its newest
+    end, and the restarts it spent moved to the history (a run of it again in place,
+    which rerun_line announces, once started with its budget spent)."""
+    import json
+
+    from jeanzay_kit.ending.endings import (
+        read_restarts,
+        record_completed,
+        record_restart,
+        rerun_line,
+    )
+
+    run = RunDir(tmp_path)
+    record_restart(run, "hang", "42")
+    assert len(read_restarts(run)) == 1 and rerun_line(run, ["--resume"]) is None
+    record_completed(run, "the command exited 0", job_id="42")
+    assert read_restarts(run) == []
+    assert len(json.loads(run.restarts.read_text())["history"]) == 1
+    line = rerun_line(run, ["--resume"])
+    assert line is not None and "--resume" in line and str(run) in line, line
+
+
 def test_a_job_slurm_ended_itself_shows_sacct_s_state_as_its_end() -> None:
     """A time limit or node failure kills the batch script with the job: nothing was
     recorded, sacct's State is the evidence (jzk status, its --json)."""
