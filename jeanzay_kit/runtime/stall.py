@@ -78,7 +78,7 @@ class Stall:
         where = (
             f"at {reached} in phase {b.phase}"
             if b.step == self.step
-            else f"while the run is at {reached} (this rank's last heartbeat: step {b.step}, "
+            else f"while the run is at {reached} (this rank's last heartbeat: step {b.step}, in "
             f"phase {b.phase})"
         )
         grace = stall_limit(b.phase, stall_seconds)

@@ -92,6 +92,7 @@ def test_a_frozen_rank_is_named_at_the_step_the_run_reached_not_its_last_beat() 
     assert stall is not None and stall.beat.rank == 1 and stall.frozen
     assert stall.step == 850
     said = (
-        "while the run is at step 850/3000 (this rank's last heartbeat: step 769, phase optimizer)"
+        "while the run is at step 850/3000 (this rank's last heartbeat: step 769, "
+        "in phase optimizer)"
     )
     assert said in stall.message(10)
