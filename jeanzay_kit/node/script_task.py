@@ -404,7 +404,11 @@ def launch_local(
     infos = local_rank_infos(world, free_port())
     cwd, extra = own_cwd(run_dir, env, script, spec.job.log_dir)
     local_start_mark(run_dir)
-    procs = _start_processes(command, infos, {**env, **extra}, cwd, run_dir, spec)
+    # Each process's share of this machine's cores, as the rendered scripts export it on
+    # Slurm and torchrun does (OMP_NUM_THREADS unset: 1): with all of them each, two
+    # processes on two cores trained 2x slower (docs/your-own-loop.md). The user's own wins.
+    threads = {"OMP_NUM_THREADS": str(spec.loader.cpus_per_process or 1)}
+    procs = _start_processes(command, infos, {**threads, **env, **extra}, cwd, run_dir, spec)
     print(f"jzk: {world} process(es) of {shlex.join(command)}, run dir {run_dir}", flush=True)
     pumps = _pump_output(procs, run_dir)
     errs = pumps[1::2]  # each process's stderr pump

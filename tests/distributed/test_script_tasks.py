@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests.distributed.conftest import REPO
-from tests.distributed.test_your_model import finish, start
+from tests.distributed.test_your_model import JZK, finish, start, user_env
 
 EXAMPLE = REPO / "docs" / "examples" / "own_script"
 
@@ -106,6 +106,33 @@ def test_a_plain_single_gpu_script_is_stopped_and_goes_on_from_its_checkpoint(
     at = int(re.search(r"resumed at step (\d+)", again.stdout).group(1))
     assert 20 <= at < 60 and at % 10 == 0
     assert "done: 60 steps" in again.stdout
+
+
+THREADS = """
+import os, torch
+print(f"rank {os.environ['RANK']}: {os.environ.get('OMP_NUM_THREADS')} {torch.get_num_threads()}")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_each_process_takes_its_share_of_the_cores_unless_the_user_says(tmp_path: Path) -> None:
+    """As torchrun guards against it and the rendered scripts do on Slurm: two processes
+    with a thread per core each fought for the cores (2x slower, docs/your-own-loop.md).
+    An OMP_NUM_THREADS of the user's own is theirs."""
+    (tmp_path / "threads.py").write_text(THREADS)
+    share = max(1, (os.cpu_count() or 1) // 2)
+    theirs = "1" if share > 1 else "2"  # torch takes no more threads than cores
+    for own, expected in ((None, share), (theirs, int(theirs))):
+        env = {**user_env(), **({"OMP_NUM_THREADS": own} if own else {})}
+        if own is None:
+            env.pop("OMP_NUM_THREADS", None)
+        done = subprocess.run(
+            [JZK, "train", "job.entry=threads.py", "resources.gpus_per_node=2", f"job.name=t{own}"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        said = sorted(line for line in done.stdout.splitlines() if line.startswith("rank "))
+        assert said == [f"rank {r}: {expected} {expected}" for r in (0, 1)], done.stdout
 
 
 # A script of the user's whose ranks stop making progress after step 10, printing and
