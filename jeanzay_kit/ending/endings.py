@@ -258,6 +258,45 @@ def verdict_line(verdict: Verdict, decision: Decision) -> str:
     return f"{verdict.line()}; not restarted: {decision.why}. HINT: {verdict.fix}"
 
 
+@dataclass(frozen=True)
+class GoesOn:
+    """How a failed run is tried again where it runs, in the words of its line."""
+
+    verb: str  # what is not done: "restarted" (the local launcher), "requeued" (a job)
+    again: str  # what its user does once the cause is fixed
+
+
+LOCALLY = GoesOn("restarted", "run the same command again")
+AS_A_JOB = GoesOn("requeued", "submit the job again")
+
+
+def not_retried_line(
+    retry: Retry, verdict: Verdict, reason: str, *, limit: int, run_dir: RunDir, by: GoesOn
+) -> str:
+    """Why a failed attempt (retry.why set) is not tried again: one line, the same rule
+    and words for the local launcher and a Slurm job (node/restart_job.py)."""
+    if retry.why == NO_PROGRESS:
+        return (
+            f"the run ended in a {reason} before completing any step of this attempt: not "
+            f"{by.verb}, since it would fail the same way (no restart of "
+            f"preemption.max_restarts={limit} spent; {verdict.line()}). HINT: read the error "
+            f"above, fix its cause, then {by.again}: it resumes from the newest complete "
+            "checkpoint"
+        )
+    if retry.decision is not None:
+        return (
+            f"the run failed: {verdict_line(verdict, retry.decision)} (history in "
+            f"{run_dir.endings.name})"
+        )
+    return (
+        f"the run ended in a {reason}: {verdict.line()}; it has used its {limit} restart(s) "
+        f"(preemption.max_restarts={limit}, history in {run_dir.restarts}): not {by.verb}. "
+        "HINT: read the error above (and any hang-<step>/ folder), fix the cause, then "
+        f"{by.again}: it resumes from the newest complete checkpoint (delete "
+        f"{run_dir.restarts.name} to reset the budget)"
+    )
+
+
 def restart_local_attempt(
     run_dir: RunDir, code: int, since: float, died: str | None, *, stopping: bool, limit: int
 ) -> bool:
@@ -276,27 +315,8 @@ def restart_local_attempt(
     retry = retry_after_failure(
         run_dir, verdict, since=since, progressed=progressed, limit=limit, reason=reason
     )
-    if retry.why == NO_PROGRESS:
-        _say(
-            f"the run failed ({reason}) before completing any step of this attempt: not "
-            "restarted, since it would fail the same way (no restart of "
-            f"preemption.max_restarts={limit} spent; {verdict.line()}). HINT: read the error "
-            "above, fix its cause, then run the same command again: it resumes from the "
-            "newest complete checkpoint"
-        )
-    elif retry.decision is not None:
-        _say(
-            f"the run failed: {verdict_line(verdict, retry.decision)} (history in "
-            f"{run_dir.endings.name})"
-        )
-    elif retry.why == BUDGET_SPENT:
-        _say(
-            f"the run failed ({reason}: {verdict.line()}) and has used its {limit} restart(s) "
-            f"(preemption.max_restarts={limit}, history in {run_dir.restarts}); "
-            "giving up. HINT: read the error above (and any hang-<step>/ folder), fix "
-            "the cause, then run the same command again: it resumes from the newest "
-            f"complete checkpoint (delete {run_dir.restarts.name} to reset the budget)"
-        )
+    if retry.why is not None:
+        _say(not_retried_line(retry, verdict, reason, limit=limit, run_dir=run_dir, by=LOCALLY))
     else:
         _say(
             f"restarting after a {reason} ({retry.count}/{limit}), from the newest complete "

@@ -25,13 +25,12 @@ from jeanzay_kit.distributed.ranks import array_id
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.ending.endings import (
-    BUDGET_SPENT,
-    NO_PROGRESS,
+    AS_A_JOB,
     classify_attempt,
+    not_retried_line,
     read_endings,
     record_ending,
     retry_after_failure,
-    verdict_line,
 )
 from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.rundir.run_directory import RunDir
@@ -137,25 +136,11 @@ def _restart(
         run_dir, verdict, since=since, progressed=progressed, limit=max_restarts,
         reason=reason, job_id=job, other_nodes=True,
     )  # fmt: skip
-    if retry.why == NO_PROGRESS:  # a broken node fails before any step too: not here
-        return (
-            f"jzk: {reason} before any step of this attempt completed: not requeued, since "
-            f"it would fail the same way (no restart spent): {verdict.line()}. HINT: read the "
-            "errors above, fix the cause and submit the job again: it resumes from its "
-            "newest checkpoint"
+    if retry.why is not None:  # a broken node fails before any step too: not here
+        said = not_retried_line(
+            retry, verdict, reason, limit=max_restarts, run_dir=run_dir, by=AS_A_JOB
         )
-    if retry.decision is not None:
-        return (
-            f"jzk: {verdict_line(verdict, retry.decision)} (not requeued, no restart spent; "
-            f"history in {run_dir.endings})"
-        )
-    if retry.why == BUDGET_SPENT:
-        return (
-            f"jzk: {reason}; the run has used its {max_restarts} restart(s) "
-            f"(preemption.max_restarts, history in {run_dir.restarts}): not requeued. "
-            "HINT: read the errors above (and any hang-<step>/ folder in the run directory), "
-            "fix the cause and submit the job again: it resumes from its newest checkpoint"
-        )
+        return f"jzk: {said}"
     return _requeue(
         run_dir, verdict, reason, f"{retry.count}/{max_restarts}", job=job, runner=runner,
         request_file=request_file, env=env or {},

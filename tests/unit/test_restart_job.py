@@ -88,8 +88,10 @@ def test_an_exhausted_budget_stops_without_requeue(tmp_path: Path) -> None:
         restart_after_failure(RunDir(tmp_path), 137, 2, env=JOB, runner=runner)
     line = restart_after_failure(RunDir(tmp_path), 137, 2, env=JOB, runner=runner)
     assert len(runner.calls) == 2 and len(read_restarts(RunDir(tmp_path))) == 2
-    assert line.startswith("jzk: failure (srun exit 137); the run has used its 2 restart(s)")
-    assert "not requeued. HINT:" in line
+    assert line.startswith("jzk: the run ended in a failure (srun exit 137): ")
+    assert "; it has used its 2 restart(s)" in line
+    assert "(preemption.max_restarts=2, history in" in line and "not requeued. HINT:" in line
+    assert "then submit the job again: it resumes" in line
 
 
 def test_a_refused_requeue_is_said(tmp_path: Path) -> None:
@@ -151,8 +153,8 @@ def test_a_step_that_failed_before_any_progress_is_not_requeued(
     assert (runner.calls == [["scontrol", "requeue", "42"]]) is requeued
     assert (len(read_restarts(RunDir(tmp_path))) == 1) is requeued
     if not requeued:
-        assert "before any step of this attempt completed: not requeued" in line
-        assert "(no restart spent)" in line
+        assert "before completing any step of this attempt: not requeued" in line
+        assert "(no restart of preemption.max_restarts=3 spent;" in line
 
 
 # A Slurm task's train.log when a Dataset raised on one record in a loader worker.
@@ -184,9 +186,9 @@ def test_a_data_error_repeated_at_the_same_step_is_not_requeued_again(tmp_path: 
         )
     assert runner.calls == [["scontrol", "requeue", "42"]], lines
     assert lines[1].startswith(
-        "jzk: data error at step 4: ValueError: corrupt record 1500 (dataset index 1500); "
-        "not restarted: the attempt before failed the same way at the same step. HINT: fix "
-        "or skip the named sample"
+        "jzk: the run failed: data error at step 4: ValueError: corrupt record 1500 (dataset "
+        "index 1500); not restarted: the attempt before failed the same way at the same "
+        "step. HINT: fix or skip the named sample"
     ), lines[1]
     endings = [json.loads(x) for x in (tmp_path / "endings.jsonl").read_text().splitlines()]
     assert [(e["kind"], e["job_id"], e["retried"]) for e in endings] == [

@@ -161,7 +161,7 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
     line = restart_after_failure(
         RunDir(tmp_path), 1, 3, env=env, runner=runner, since=9e9, script=True
     )
-    assert "before any step" in line and runner.calls == []
+    assert "before completing any step" in line and runner.calls == []
     # A session writes heartbeats (and hang dumps) from its first second: no progress.
     for name in ("heartbeat/rank-0.json", "hang-3/report.txt"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -169,7 +169,7 @@ def test_a_script_crash_is_restarted_only_after_it_wrote_something(tmp_path: Pat
     line = restart_after_failure(
         RunDir(tmp_path), 1, 3, env=env, runner=runner, since=started, script=True
     )
-    assert "before any step" in line and runner.calls == []
+    assert "before completing any step" in line and runner.calls == []
     (tmp_path / "checkpoint.pt").write_bytes(b"x")
     line = restart_after_failure(
         RunDir(tmp_path), 1, 3, env=env, runner=runner, since=started, script=True
