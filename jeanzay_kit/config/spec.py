@@ -100,6 +100,15 @@ class JobSpec:
         return (*self.cluster.loaded_modules, *([runtime] if runtime else []))
 
     @property
+    def script_watch(self) -> tuple[float, float, float]:
+        """How a Slurm task watches the user's command (node/script_watch.py Watch): the
+        hang timeout (0: not watched), the heartbeat, and the quiet allowed once a stop
+        signal has reached it: half the lead, as a script asked to save must end before
+        the limit. The rendered scripts' tasks and a sweep's tasks alike."""
+        watchdog = self.watchdog
+        return watchdog.stall_seconds, watchdog.heartbeat_seconds, self.preemption.lead_seconds / 2
+
+    @property
     def omp_num_threads(self) -> int:
         """Threads per training process: the task's CPUs shared by the processes it runs."""
         res = self.resources

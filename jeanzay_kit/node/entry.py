@@ -105,7 +105,12 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRe
     if launched_by(env) is not None:
         script = script_command(spec)
         return script_task.run_task(
-            sys.executable, script, env, run_dir, settings=script_task.job_settings(spec)
+            sys.executable,
+            script,
+            env,
+            run_dir,
+            watching=spec.script_watch,
+            settings=script_task.job_settings(spec),
         )
     from jeanzay_kit.script.script_files import earlier_run_line
 

@@ -324,14 +324,20 @@ def run_task(
     env: Mapping[str, str],
     run_dir: RunDir,
     *,
+    watching: tuple[float, float, float] = (0.0, 2.0, 0.0),
     runner: Any = None,
     sleep: Callable[[float], None] = time.sleep,
     settings: str = "",
 ) -> int:
     """Run the script as a child of this task (a sweep's task, which must return to
     submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
-    The command's "run me again" (exit 3, or death by SIGUSR1) requeues the job: task 0
-    runs `scontrol requeue` (runner: the Slurm command runner, a stand-in in tests)."""
+    It is watched as a rendered script's task watches it (watching: JobSpec.script_watch;
+    a hang ends it with Exit.HUNG, its stacks dumped, instead of holding the allocation
+    to its limit). The command's "run me again" (exit 3, or death by SIGUSR1) requeues
+    the job: task 0 runs `scontrol requeue` (runner: the Slurm command runner, a
+    stand-in in tests)."""
+    from jeanzay_kit.node.script_watch import Watch, supervise
+
     info, start = rank_info_from_env(env), attempt_start(env)
     port = agreed_port(env, info, run_dir)
     cwd, extra = own_cwd(run_dir, env, script, say=info.rank == 0)
@@ -341,7 +347,15 @@ def run_task(
         record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
     command, full = frozen(argv, {**full_env, **extra})
     command = anchored(command, Path.cwd())
-    code = subprocess.run(command, env=full, cwd=cwd, check=False).returncode
+    token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
+    watch = Watch(run_dir, info.rank, token, start, *watching)
+    # This task goes on after its command (the requeue, then submitit): the stop signals
+    # supervise holds in the mask are handed back to this process's handlers.
+    kept = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        code = supervise(command, full, watch, cwd=cwd).code
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, kept)
     if code == 0 and info.rank == 0:
         record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
     if code not in STOPPED:

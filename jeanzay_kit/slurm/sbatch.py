@@ -419,6 +419,7 @@ def task_command(spec: JobSpec, command: Sequence[str] | None, runs_script: bool
 def script_task_words(spec: JobSpec) -> list[str]:
     """Your own command, with exactly job.args: node/script_task.py adds torchrun's
     variables (and JZK_RUN_DIR) and becomes it, so Slurm's signals reach it."""
+    stall, beat, after_signal = spec.script_watch  # as a sweep's tasks watch it too
     return [
         "-m",
         "jeanzay_kit.node.script_task",
@@ -427,10 +428,9 @@ def script_task_words(spec: JobSpec) -> list[str]:
         *(shell_word(f"--may-change={a}") for a in spec.job.args_may_change),
         # job.script_outputs, when not the default the task knows.
         *script_outputs_words(spec.job.script_outputs),
-        f"--stall-seconds={spec.watchdog.stall_seconds:g}",
-        f"--heartbeat-seconds={spec.watchdog.heartbeat_seconds:g}",
-        # A script asked to save must end before the limit: half the lead to do it.
-        f"--after-signal-seconds={spec.preemption.lead_seconds / 2:g}",
+        f"--stall-seconds={stall:g}",
+        f"--heartbeat-seconds={beat:g}",
+        f"--after-signal-seconds={after_signal:g}",
         # The job's settings for a session the script opens (config/runtime_settings.py).
         shell_word(f"--settings={settings_text(runtime_settings(spec))}"),
         "--",

@@ -63,6 +63,45 @@ def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_
     assert "does not handle" not in stop["evidence"], stop
 
 
+# A plain script of a user's that prints a few steps and then hangs: nothing printed,
+# nothing written, no toolkit import.
+STALLS = """import time
+for step in range(1, 4):
+    print(f"step {step}", flush=True)
+    time.sleep(0.2)
+time.sleep(3600)
+"""
+
+
+def test_a_hung_script_of_a_sweep_is_named_and_ended_before_its_limit(
+    slurm, tmp_path: Path
+) -> None:
+    """A sweep's task watches its script as a rendered script's task does: quiet past
+    watchdog.stall_seconds, its stacks are dumped and it ends (exit 4), the point FAILED,
+    instead of holding its node to the time limit (it was a plain subprocess.run)."""
+    project = tmp_path / "stalls"
+    project.mkdir()
+    (project / "stalls.py").write_text(STALLS)
+    sweep_dir = tmp_path / "sweep"
+    launched = run(
+        [
+            JZK, "train", "-m", "cluster=slurm_local", f"job.python={PYTHON}",
+            "job.entry=stalls.py", "watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=1",
+            f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        project,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    (point,) = manifest_records(sweep_dir)
+    wait_for(point["job_id"], slurm, timeout=150)  # the limit is an hour
+    err = Path(point["log"]).with_suffix(".err").read_text()
+    assert "the script made no progress for" in err and "exit code 4" in err, err[-3000:]
+    (hang,) = Path(point["run_dir"]).glob("hang-*")
+    assert "stalls.py" in (hang / "rank-0.txt").read_text()
+    assert sacct_states(point["job_id"], slurm)[-1] == "FAILED"
+
+
 def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
     slurm, tmp_path: Path
 ) -> None:
