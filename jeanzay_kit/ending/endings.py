@@ -178,16 +178,18 @@ def record_completed(
         print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
 
 
-def record_local_end(run_dir: RunDir, code: int, signum: int, since: float) -> None:
-    """A local run of the user's own script (`jzk train job.entry=script.py`): its end,
-    classified from its code, the signal a process died of and its train.log, as a Slurm
-    job's are (a failed attempt is not restarted here: retried false)."""
+def record_local_end(
+    run_dir: RunDir, code: int, signum: int, since: float, job_id: str | None = None
+) -> None:
+    """A run of the user's own script that nothing restarts (`jzk train job.entry=...`
+    here, or a sweep's task, job_id its array task): its end, classified from its code,
+    the signal a process died of and its train.log, as a Slurm job's are (retried false)."""
     import signal
 
     name = signal.Signals(signum).name if signum > 0 else None
     with contextlib.suppress(OSError):  # the record never fails the run
         verdict = classify_attempt(run_dir, code, since, signal_name=name)
-        record_ending(run_dir, verdict, since=since, retried=False)
+        record_ending(run_dir, verdict, job_id=job_id, since=since, retried=False)
 
 
 def judge(run_dir: RunDir, verdict: Verdict) -> Decision:

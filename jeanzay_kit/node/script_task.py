@@ -41,7 +41,7 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
-from jeanzay_kit.ending.endings import record_completed, rerun_line
+from jeanzay_kit.ending.endings import record_completed, record_local_end, rerun_line
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
@@ -359,6 +359,8 @@ def run_task(
     if code == 0 and info.rank == 0:
         record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
     if code not in STOPPED:
+        if code != 0 and info.rank == 0:  # a hang or a crash: nothing requeues a point
+            record_local_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
         return 128 - code if code < 0 else code
     if info.rank == 0:
         print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)

@@ -100,6 +100,11 @@ def test_a_hung_script_of_a_sweep_is_named_and_ended_before_its_limit(
     (hang,) = Path(point["run_dir"]).glob("hang-*")
     assert "stalls.py" in (hang / "rank-0.txt").read_text()
     assert sacct_states(point["job_id"], slurm)[-1] == "FAILED"
+    # Its end is in the run's record, as a job's: `jzk status` says hang, not retried.
+    (ending,) = [json.loads(x) for x in (Path(point["run_dir"]) / "endings.jsonl").open()]
+    assert (ending["kind"], ending["retried"]) == ("hang", False), ending
+    shown = run([JZK, "status", str(sweep_dir)], slurm, project).stdout
+    assert "hang/collective timeout: exit 4" in shown, shown
 
 
 def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
