@@ -86,8 +86,7 @@ FIXES = {
     NONFINITE: "lower optim.lr, clip gradients, or skip such steps (train.nonfinite=skip)",
     # Whether it was retried is the run's record (a sweep's point and a local script are
     # not), never said here.
-    HANG: "read the hang-<step>/ stacks: a rank that never reached the collective is named "
-    "first",
+    HANG: "read the hang-<step>/ stacks: a rank that never reached the collective is named first",
     NODE_FAILURE: "nothing to do: the job is requeued without that node",
     GPU_HARDWARE: "nothing to do: the job is requeued without that node; tell the site's "
     "support if it repeats",
