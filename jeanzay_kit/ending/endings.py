@@ -178,7 +178,7 @@ def record_completed(
         print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
 
 
-def record_local_end(
+def record_unretried_end(
     run_dir: RunDir, code: int, signum: int, since: float, job_id: str | None = None
 ) -> None:
     """A run of the user's own script that nothing restarts (`jzk train job.entry=...`

@@ -126,9 +126,9 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRe
             spec, run_dir, env, sys.executable, stop, ending=outcome
         )
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
-    from jeanzay_kit.ending.endings import record_local_end
+    from jeanzay_kit.ending.endings import record_unretried_end
 
-    record_local_end(run_dir, outcome.code, outcome.signal, since)
+    record_unretried_end(run_dir, outcome.code, outcome.signal, since)
     return outcome.code
 
 

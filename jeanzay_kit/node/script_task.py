@@ -41,7 +41,7 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
-from jeanzay_kit.ending.endings import record_completed, record_local_end, rerun_line
+from jeanzay_kit.ending.endings import record_completed, record_unretried_end, rerun_line
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
@@ -324,7 +324,7 @@ def run_task(
     env: Mapping[str, str],
     run_dir: RunDir,
     *,
-    watching: tuple[float, float, float] = (0.0, 2.0, 0.0),
+    watching: tuple[float, ...] = (),
     runner: Any = None,
     sleep: Callable[[float], None] = time.sleep,
     settings: str = "",
@@ -332,10 +332,10 @@ def run_task(
     """Run the script as a child of this task (a sweep's task, which must return to
     submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
     It is watched as a rendered script's task watches it (watching: JobSpec.script_watch;
-    a hang ends it with Exit.HUNG, its stacks dumped, instead of holding the allocation
-    to its limit). The command's "run me again" (exit 3, or death by SIGUSR1) requeues
-    the job: task 0 runs `scontrol requeue` (runner: the Slurm command runner, a
-    stand-in in tests)."""
+    empty, Watch's defaults: not watched); a hang ends it with Exit.HUNG, its stacks
+    dumped, instead of holding the allocation to its limit. The command's "run me again"
+    (exit 3, or death by SIGUSR1) requeues the job: task 0 runs `scontrol requeue`
+    (runner: the Slurm command runner, a stand-in in tests)."""
     from jeanzay_kit.node.script_watch import Watch, supervise
 
     info, start = rank_info_from_env(env), attempt_start(env)
@@ -360,7 +360,7 @@ def run_task(
         record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
     if code not in STOPPED:
         if code != 0 and info.rank == 0:  # a hang or a crash: nothing requeues a point
-            record_local_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
+            record_unretried_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
         return 128 - code if code < 0 else code
     if info.rank == 0:
         print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
