@@ -43,7 +43,7 @@ local_elastic_agent.py (_start_workers, torch 2.13). Two are left out on purpose
 TORCHELASTIC_ERROR_FILE (a file only torchrun's agent reads back) and OMP_NUM_THREADS
 (torchrun's 1 when unset is a guard against oversubscription, not an identity; the
 rendered scripts export each task's share, the local launcher its processes' share:
-node/script_task.py launch_local).
+node/script_task.py run_here).
 """
 
 from __future__ import annotations

@@ -148,14 +148,14 @@ def _run_again(rank0: bool, signum: int, submitits_handler: Any) -> None:
 
 def _take_run_dir(run_dir: RunDir, env: dict[str, str]) -> Any:
     from jeanzay_kit.distributed.ranks import array_id
-    from jeanzay_kit.node.entry import record_provenance
+    from jeanzay_kit.project.provenance import record_start_provenance
     from jeanzay_kit.rundir.lease import acquire_for
     from jeanzay_kit.runtime.run_result import clear_result
     from jeanzay_kit.script.script_files import record_attempt
 
     lease = acquire_for(run_dir, env, "hydra app (hydra/launcher=jeanzay)")
     clear_result(run_dir)  # a result of an earlier end no longer holds
-    record_provenance(run_dir, env)
+    record_start_provenance(run_dir, env)
     # One line per start (preempted, requeued at the time limit): `jzk status` counts
     # them as a script's, whoever requeued the job.
     record_attempt(run_dir, time.time(), env.get("SLURM_JOB_ID"), array_id(env))

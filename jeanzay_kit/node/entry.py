@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -81,19 +80,6 @@ def check_data_paths(data: Mapping[str, Any]) -> None:
         )
 
 
-def record_provenance(run_dir: RunDir, env: Mapping[str, str]) -> None:
-    """<run_dir>/provenance/: the code this start runs (project/provenance.py). A record
-    that cannot be written is reported, never a reason to stop training."""
-    import sys
-
-    from jeanzay_kit.project.provenance import record_run_provenance
-
-    try:
-        record_run_provenance(run_dir, env, Path.cwd())
-    except OSError as err:
-        print(f"{report.TRAIN}: warning: provenance not recorded: {err}", file=sys.stderr)
-
-
 def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRequest) -> int:
     """job.entry is the user's own command: run it as this task (`srun jzk train ...`, a
     sweep's task; Slurm signals the whole task, the command too), or start
@@ -111,25 +97,11 @@ def _run_script(spec: Any, env: Mapping[str, str], run_dir: RunDir, stop: StopRe
             run_dir,
             watching=spec.script_watch,
             settings=script_task.job_settings(spec),
+            max_restarts=spec.preemption.max_restarts,
         )
-    from jeanzay_kit.script.script_files import earlier_run_line
-
-    # A new run of a script whose other arguments left a run with files beside it: said.
-    earlier = earlier_run_line(run_dir, spec.job.name, script_command(spec))
-    if earlier:
-        print(earlier, file=sys.stderr, flush=True)
-    # Another command's run directory is refused before anything is written in it.
-    script_task.claim_run_dir(run_dir, script_command(spec))
-    since = time.time()
-    with recorded_outcome(run_dir) as outcome:
-        outcome.code = script_task.launch_local(
-            spec, run_dir, env, sys.executable, stop, ending=outcome
-        )
+    code = script_task.run_here(spec, run_dir, env, sys.executable, stop)
     stop.ignore_from_now()  # the processes are gone: nothing left to stop
-    from jeanzay_kit.ending.endings import record_unretried_end
-
-    record_unretried_end(run_dir, outcome.code, outcome.signal, since)
-    return outcome.code
+    return code
 
 
 def refuse_before_writing(spec: JobSpec, run_dir: RunDir, env: Mapping[str, str]) -> None:
@@ -280,7 +252,9 @@ def main(
                 # before rank 0 knows whether the run directory is this job's).
                 if on_held is not None:
                     on_held()
-                record_provenance(run_dir, env)  # the code this start runs
+                from jeanzay_kit.project.provenance import record_start_provenance
+
+                record_start_provenance(run_dir, env)  # the code this start runs
             if spec.job.runs_script:
                 return _run_script(spec, env, run_dir, stop)
             if launched_by(env) is not None:

@@ -7,7 +7,7 @@ Two ways in:
   the launcher's variables once, adds torchrun's contract (distributed/script_env.py)
   and runs the command as its child (`slurm_task`: signals reach it, exit 3 becomes a
   requeue mark);
-* on this machine (`jzk train job.entry=script.py`, node/entry.py) `launch_local` starts
+* on this machine (`jzk train job.entry=script.py`, node/entry.py) `run_here` starts
   `resources.gpus_per_node` processes of the command, as torchrun would, passes on the
   stop signals it receives, and stops the others when one fails.
 
@@ -41,7 +41,12 @@ from jeanzay_kit.distributed.script_env import (
 )
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import died_at_exit, forgiven_at_exit
-from jeanzay_kit.ending.endings import record_completed, record_unretried_end, rerun_line
+from jeanzay_kit.ending.endings import (
+    record_completed,
+    record_unretried_end,
+    recorded_outcome,
+    rerun_line,
+)
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
 from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
@@ -51,6 +56,7 @@ from jeanzay_kit.script.entry import hydra_job, script_command
 from jeanzay_kit.script.script_files import (
     check_resume,
     claim_run_dir,
+    earlier_run_line,
     record_attempt,
     script_writes,
     wrote_since,
@@ -223,6 +229,7 @@ def slurm_task(
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
     a hung script (stall_seconds, 0: not watched) ends the task with Exit.HUNG."""
+    from jeanzay_kit.project.provenance import record_start_provenance
     from jeanzay_kit.rundir.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
@@ -232,17 +239,11 @@ def slurm_task(
     folder = RunDir.of(run_dir)  # the path from the batch script's command line
     lease = acquire_for(folder, env, f"script {script.entry}") if rank == 0 else None
     try:
+        if lease is not None:
+            record_start_provenance(folder, env)  # the code this job runs, as node/entry.py does
+        watching = (stall_seconds, heartbeat_seconds, after_signal_seconds)
         return _run_slurm_script(
-            command,
-            env,
-            folder,
-            script,
-            start,
-            rank,
-            stall_seconds=stall_seconds,
-            heartbeat_seconds=heartbeat_seconds,
-            after_signal_seconds=after_signal_seconds,
-            settings=settings,
+            command, env, folder, script, start, watching=watching, settings=settings
         )
     finally:
         if lease is not None:
@@ -255,67 +256,81 @@ def _run_slurm_script(
     run_dir: RunDir,
     script: ScriptCommand,
     start: float,
-    rank: int,
     *,
-    stall_seconds: float,
-    heartbeat_seconds: float,
-    after_signal_seconds: float,
+    watching: tuple[float, ...],
     settings: str,
 ) -> int:
-    from jeanzay_kit.node.script_watch import Watch, after_the_work, supervise
+    from jeanzay_kit.node.script_watch import after_the_work
 
-    full_env = task_env(env, run_dir, settings)
-    full_env["MASTER_PORT"] = str(agreed_port(env, rank_info_from_env(env), run_dir))
-    cwd, extra = own_cwd(run_dir, env, script, say=rank == 0)
-    full_env.update(extra)
     head = command[: len(command) - len(script.args)]  # python and the entry
-    argv = [*head, *begin_attempt(script, run_dir, start, rank)]
-    command, full = frozen(argv, full_env)
-    command = anchored(command, Path.cwd())
-    token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
-    if rank == 0:
-        record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
-        _record_provenance(run_dir, env)
-    watch = Watch(
-        run_dir, rank, token, start, stall_seconds, heartbeat_seconds, after_signal_seconds
-    )
-    ended = supervise(command, full, watch, cwd=cwd)
+    info = rank_info_from_env(env)
+    watch, ended = watched_attempt(
+        lambda args: [*head, *args], script, env, run_dir, start, watching,
+        settings=settings,
+    )  # fmt: skip
     code = ended.code
     # Died at exit, after its program ended, while every other rank's command ended
     # well or after the stop signal: no restart is spent (ending_rules.forgiven_at_exit).
     # Said and recorded, and the task ends 0 (srun's --kill-on-bad-exit would end the
     # others mid-exit, and the restart step would requeue a finished run) or as a stop.
-    forgiven = after_the_work(watch, rank_info_from_env(env).world_size, ended)
+    forgiven = after_the_work(watch, info.world_size, ended)
     if forgiven is not None:
         print(f"jzk: {forgiven.note}: not a failure, no restart spent", file=sys.stderr, flush=True)
         if not forgiven.stopped:
             record_completed(run_dir, forgiven.note, job_id=_job_id(env))
             return 0
         code = Exit.STOPPED
-    if code == 0 and rank == 0:
+    if code == 0 and info.rank == 0:
         record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
     if code in STOPPED:
         # The signal it died of, for the requeue's message (node/restart_job.py).
         died = f" {signal_name(-code)}" if code < 0 else ""
         run_dir.requeue_mark.write_text(f"{os.getpid()}{died}\n")
-        if rank == 0:
+        if info.rank == 0:
             print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
         return 0
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
 
 
+def watched_attempt(
+    argv_of: Callable[[list[str]], list[str]],
+    script: ScriptCommand,
+    env: Mapping[str, str],
+    run_dir: RunDir,
+    start: float,
+    watching: tuple[float, ...],
+    *,
+    settings: str,
+) -> tuple[Any, Any]:
+    """One attempt of the script as this Slurm task's child (a rendered script's task,
+    a sweep's): torchrun's variables and an agreed port, its own working directory, the
+    run directory claimed and the resume checked (begin_attempt: argv_of gets the
+    script's arguments for this attempt), its start recorded by task 0, then watched
+    (node/script_watch.py; watching: JobSpec.script_watch, empty: not watched).
+    Returns the Watch and how the command ended."""
+    from jeanzay_kit.node.script_watch import Watch, supervise
+
+    info = rank_info_from_env(env)
+    port = agreed_port(env, info, run_dir)
+    cwd, extra = own_cwd(run_dir, env, script, say=info.rank == 0)
+    argv = argv_of(begin_attempt(script, run_dir, start, info.rank))
+    if info.rank == 0:  # `jzk status` counts the starts of a script, a sweep point's too
+        record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
+    full_env = {**task_env(env, run_dir, settings), "MASTER_PORT": str(port), **extra}
+    command, full = frozen(argv, full_env)
+    token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
+    watch = Watch(run_dir, info.rank, token, start, *watching)
+    # A sweep's task goes on after its command (the requeue, then submitit): the stop
+    # signals supervise holds in the mask are handed back to this process's handlers.
+    kept = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        return watch, supervise(anchored(command, Path.cwd()), full, watch, cwd=cwd)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, kept)
+
+
 def _job_id(env: Mapping[str, str]) -> str | None:
     return array_id(env) or env.get("SLURM_JOB_ID")
-
-
-def _record_provenance(run_dir: RunDir, env: Mapping[str, str]) -> None:
-    """<run_dir>/provenance/ for a script's run too: never a reason to stop it."""
-    from jeanzay_kit.project.provenance import record_run_provenance
-
-    try:
-        record_run_provenance(run_dir, env, Path.cwd())
-    except OSError as err:
-        print(f"jzk: warning: provenance not recorded: {err}", file=sys.stderr, flush=True)
 
 
 def run_task(
@@ -328,6 +343,7 @@ def run_task(
     runner: Any = None,
     sleep: Callable[[float], None] = time.sleep,
     settings: str = "",
+    max_restarts: int = 0,
 ) -> int:
     """Run the script as a child of this task (a sweep's task, which must return to
     submitit, or `srun jzk train` by hand) and return the exit code the task ends with.
@@ -335,36 +351,55 @@ def run_task(
     empty, Watch's defaults: not watched); a hang ends it with Exit.HUNG, its stacks
     dumped, instead of holding the allocation to its limit. The command's "run me again"
     (exit 3, or death by SIGUSR1) requeues the job: task 0 runs `scontrol requeue`
-    (runner: the Slurm command runner, a stand-in in tests)."""
-    from jeanzay_kit.node.script_watch import Watch, supervise
-
+    (runner: the Slurm command runner, a stand-in in tests); so does a hang or a crash
+    after progress, within max_restarts (preemption.max_restarts)."""
     info, start = rank_info_from_env(env), attempt_start(env)
-    port = agreed_port(env, info, run_dir)
-    cwd, extra = own_cwd(run_dir, env, script, say=info.rank == 0)
-    full_env = {**task_env(env, run_dir, settings), "MASTER_PORT": str(port)}
-    argv = script_argv(python, script.entry, begin_attempt(script, run_dir, start, info.rank))
-    if info.rank == 0:  # `jzk status` counts the starts of a sweep point's script too
-        record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
-    command, full = frozen(argv, {**full_env, **extra})
-    command = anchored(command, Path.cwd())
-    token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
-    watch = Watch(run_dir, info.rank, token, start, *watching)
-    # This task goes on after its command (the requeue, then submitit): the stop signals
-    # supervise holds in the mask are handed back to this process's handlers.
-    kept = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    try:
-        code = supervise(command, full, watch, cwd=cwd).code
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, kept)
-    if code == 0 and info.rank == 0:
-        record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
+    code = watched_attempt(
+        lambda args: script_argv(python, script.entry, args),
+        script, env, run_dir, start, watching, settings=settings,
+    )[1].code  # fmt: skip
+    if code == 0:
+        if info.rank == 0:
+            record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
+        return 0
     if code not in STOPPED:
-        if code != 0 and info.rank == 0:  # a hang or a crash: nothing requeues a point
-            record_unretried_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
-        return 128 - code if code < 0 else code
+        limit = max_restarts
+        return _after_failure(info, code, run_dir, start, env, runner, limit=limit, sleep=sleep)
     if info.rank == 0:
         print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
     return requeue_stopped(info, runner, sleep)
+
+
+def _after_failure(
+    info: RankInfo,
+    code: int,
+    run_dir: RunDir,
+    start: float,
+    env: Mapping[str, str],
+    runner: Any,
+    *,
+    limit: int,
+    sleep: Callable[[float], None],
+) -> int:
+    """A hang or a crash of the command: task 0 decides as a rendered script's restart
+    step does (node/restart_job.py: progress made, restarts left, not a failure that
+    repeats), records the end and requeues the job, which then ends as stopped;
+    otherwise the failure stands, with its exit code."""
+    from jeanzay_kit.ending.endings import read_endings
+    from jeanzay_kit.node.restart_job import restart_after_failure
+
+    status = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+    if info.rank != 0:
+        if info.requeue_id is not None:  # ending first would have srun end task 0
+            sleep(REQUEUE_WAIT_S)  # in the middle of its requeue (--kill-on-bad-exit)
+        return status
+    said = restart_after_failure(
+        run_dir, status, limit, env=env, runner=runner, since=start, script=True
+    )
+    if said:
+        print(said, file=sys.stderr, flush=True)
+    ended = read_endings(run_dir)
+    return Exit.STOPPED if ended and ended[-1].get("retried") is True else status
 
 
 def requeue_stopped(
@@ -395,27 +430,50 @@ def requeue_stopped(
     return Exit.STOPPED
 
 
-def launch_local(
+def run_here(
     spec: JobSpec,
     run_dir: RunDir,
     env: Mapping[str, str],
     python: str,
     stop: StopRequest,
-    ending: Any = None,
 ) -> int:
     """`resources.gpus_per_node` processes of the command on this machine; the exit code
     the run ends with (0, Exit.STOPPED when stopped by a signal or asking to be run
-    again, Exit.HUNG when the watch found them hung, else 1). ending: its `signal` is
-    set to the signal a process died of (0: none)."""
+    again, Exit.HUNG when the watch found them hung, else 1), recorded."""
+    script = script_command(spec)
+    start = time.time()
+    # A new run of a script whose other arguments left a run with files beside it: said.
+    if earlier := earlier_run_line(run_dir, spec.job.name, script):
+        print(earlier, file=sys.stderr, flush=True)
+    # Another command's run directory is refused before anything is written in it.
+    args = begin_attempt(script, run_dir, start)
+    argv = script_argv(python, script.entry, args)
+    with recorded_outcome(run_dir) as outcome:
+        outcome.code = _run_here(
+            spec, run_dir, env, script, start=start, argv=argv, stop=stop, ending=outcome
+        )
+    record_unretried_end(run_dir, outcome.code, outcome.signal, start)
+    return outcome.code
+
+
+def _run_here(
+    spec: JobSpec,
+    run_dir: RunDir,
+    env: Mapping[str, str],
+    script: ScriptCommand,
+    *,
+    start: float,
+    argv: list[str],
+    stop: StopRequest,
+    ending: Any,
+) -> int:
+    """The processes of one local run, watched; the code it ends with (ending: its
+    `signal` is set to the signal a process died of)."""
     from jeanzay_kit.node.local import local_start_mark
     from jeanzay_kit.node.local_ranks import free_port, local_rank_infos
 
     world = spec.layout.world_size
-    script = script_command(spec)
-    start = time.time()
-    command = anchored(
-        script_argv(python, script.entry, begin_attempt(script, run_dir, start)), Path.cwd()
-    )
+    command = anchored(argv, Path.cwd())
     record_attempt(run_dir, start, None)
     infos = local_rank_infos(world, free_port())
     cwd, extra = own_cwd(run_dir, env, script, spec.job.log_dir)

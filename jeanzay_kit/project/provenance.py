@@ -114,6 +114,15 @@ def write_submit_provenance(
     (folder / "packages.txt").write_text(packages_freeze())
 
 
+def record_start_provenance(run_dir: RunDir, env: Mapping[str, str]) -> None:
+    """record_run_provenance for a start on a node, from its working directory: a record
+    that cannot be written is said, never a reason to stop training."""
+    try:
+        record_run_provenance(run_dir, env, Path.cwd())
+    except OSError as err:
+        print(f"jzk: warning: provenance not recorded: {err}", file=sys.stderr, flush=True)
+
+
 def record_run_provenance(run_dir: RunDir, env: Mapping[str, str], cwd: Path) -> Path:
     """At a run's start (once per start, by one process): copy the snapshot's record,
     or record the live tree the run imports from; append a line to history.jsonl."""

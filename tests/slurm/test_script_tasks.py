@@ -63,22 +63,28 @@ def test_an_unchanged_script_trains_on_two_nodes_and_requeues_itself(slurm, tmp_
     assert "does not handle" not in stop["evidence"], stop
 
 
-# A plain script of a user's that prints a few steps and then hangs: nothing printed,
-# nothing written, no toolkit import.
-STALLS = """import time
+# A plain script of a user's (no toolkit import) that prints a few steps, saves, then
+# hangs, printing nothing more; started again, it goes on from its save and ends.
+STALLS = """import os, time
+if os.path.exists("ckpt.txt"):
+    print("resumed from", open("ckpt.txt").read(), flush=True)
+    raise SystemExit(0)
 for step in range(1, 4):
     print(f"step {step}", flush=True)
     time.sleep(0.2)
+open("ckpt.txt", "w").write("step 3")
 time.sleep(3600)
 """
 
 
-def test_a_hung_script_of_a_sweep_is_named_and_ended_before_its_limit(
+def test_a_hung_script_of_a_sweep_is_named_ended_and_requeued_from_its_save(
     slurm, tmp_path: Path
 ) -> None:
     """A sweep's task watches its script as a rendered script's task does: quiet past
-    watchdog.stall_seconds, its stacks are dumped and it ends (exit 4), the point FAILED,
-    instead of holding its node to the time limit (it was a plain subprocess.run)."""
+    watchdog.stall_seconds, its stacks are dumped and it ends (exit 4) instead of holding
+    its node to the time limit (it was a plain subprocess.run). Having saved, it is
+    requeued as a rendered script's job is (one of preemption.max_restarts; it was left
+    FAILED), and its next start goes on from the save and completes."""
     project = tmp_path / "stalls"
     project.mkdir()
     (project / "stalls.py").write_text(STALLS)
@@ -95,16 +101,21 @@ def test_a_hung_script_of_a_sweep_is_named_and_ended_before_its_limit(
     assert launched.returncode == 0, launched.stderr[-3000:]
     (point,) = manifest_records(sweep_dir)
     wait_for(point["job_id"], slurm, timeout=150)  # the limit is an hour
-    err = Path(point["log"]).with_suffix(".err").read_text()
-    assert "the script made no progress for" in err and "exit code 4" in err, err[-3000:]
+    log = Path(point["log"])
+    err = log.with_suffix(".err").read_text()
+    assert "the script made no progress for" in err, err[-3000:]
+    assert f"hang; requeued job {point['job_id']} (1/3)" in err, err[-3000:]
+    assert "resumed from step 3" in log.read_text(), err[-3000:]
     (hang,) = Path(point["run_dir"]).glob("hang-*")
     assert "stalls.py" in (hang / "rank-0.txt").read_text()
-    assert sacct_states(point["job_id"], slurm)[-1] == "FAILED"
-    # Its end is in the run's record, as a job's: `jzk status` says hang, not retried.
-    (ending,) = [json.loads(x) for x in (Path(point["run_dir"]) / "endings.jsonl").open()]
-    assert (ending["kind"], ending["retried"]) == ("hang", False), ending
+    assert sacct_states(point["job_id"], slurm)[-1] == "COMPLETED"
+    # Both ends are in the run's record, as a rendered script's job's.
+    endings = [json.loads(x) for x in (Path(point["run_dir"]) / "endings.jsonl").open()]
+    assert [(e["kind"], e["retried"]) for e in endings][-2:] == [
+        ("hang", True), ("completed", None)
+    ], endings  # fmt: skip
     shown = run([JZK, "status", str(sweep_dir)], slurm, project).stdout
-    assert "hang/collective timeout: exit 4" in shown, shown
+    assert "COMPLETED" in shown, shown
 
 
 def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(
