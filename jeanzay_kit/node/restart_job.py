@@ -61,6 +61,7 @@ def restart_after_failure(
     since: float | None = None,
     script: bool = False,
     slurm_log: str = "",
+    exited: str = "srun exit",
 ) -> str:
     """Record and requeue (or refuse to); returns the line to print. since: when the
     failed job step started (a step failing before any progress is not requeued).
@@ -68,7 +69,9 @@ def restart_after_failure(
     script's traceback), read with train.log for the verdict.
     script: the step ran the user's own command (job.entry a script), which asks for a
     requeue with exit 3 (or was ended by the time-limit signal it did not handle) and
-    shows progress by writing in its run directory (a checkpoint)."""
+    shows progress by writing in its run directory (a checkpoint).
+    exited: whose exit status is `status` ("srun exit": the job step's; a sweep's task
+    passes its script's)."""
     from jeanzay_kit.ending.requeue import requeue_job
 
     job = array_id(env) or env.get("SLURM_JOB_ID")
@@ -98,7 +101,7 @@ def restart_after_failure(
         return ""
     return _restart(
         run_dir, status, max_restarts, job=job, runner=runner, since=since, script=script,
-        request_file=request_file, env=env, slurm_log=slurm_log,
+        request_file=request_file, env=env, slurm_log=slurm_log, exited=exited,
     )  # fmt: skip
 
 
@@ -114,6 +117,7 @@ def _restart(
     request_file: str | None = None,
     env: Mapping[str, str] | None = None,
     slurm_log: str = "",
+    exited: str = "srun exit",
 ) -> str:
     """After a hang or a crash: requeue from the newest checkpoint when the rule both
     launchers follow allows it (ending/endings.py retry_after_failure), leaving a node
@@ -122,7 +126,7 @@ def _restart(
     # A script's hang: the tasks that found it ended with 4, but srun reports the
     # highest code of the step (a peer killed after them), so their folder tells.
     hung = status == 4 or (script and since is not None and run_dir.hang_dir(int(since)).is_dir())
-    reason = "hang" if hung else f"failure (srun exit {status})"
+    reason = "hang" if hung else f"failure ({exited} {status})"
     # Progress: a step completed (the toolkit's loop's beats, or a session's in a script),
     # or, for a script that says no step, a file it wrote into the run directory.
     progressed = run_dir.progressed_since(since or 0) or (script and wrote_since(run_dir, since))

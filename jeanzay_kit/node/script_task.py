@@ -394,8 +394,9 @@ def _after_failure(
             sleep(REQUEUE_WAIT_S)  # in the middle of its requeue (--kill-on-bad-exit)
         return status
     said = restart_after_failure(
-        run_dir, status, limit, env=env, runner=runner, since=start, script=True
-    )
+        run_dir, status, limit, env=env, runner=runner, since=start, script=True,
+        exited="the script's exit",
+    )  # fmt: skip
     if said:
         print(said, file=sys.stderr, flush=True)
     ended = read_endings(run_dir)

@@ -234,7 +234,7 @@ def test_a_task_whose_script_exited_3_leaves_a_mark_that_requeues(tmp_path: Path
     ],
 )
 def test_a_sweep_task_requeues_when_its_command_asks(
-    tmp_path: Path, exit_with: str, procid: str, code: int, requeued: bool
+    tmp_path: Path, capsys, exit_with: str, procid: str, code: int, requeued: bool
 ) -> None:
     """A sweep's task (submitit) runs the command as its child and must return: the
     command's exit 3 (or death by SIGUSR1) becomes `scontrol requeue` of the array task,
@@ -281,6 +281,9 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     # The other ranks wait for rank 0's requeue to end the job: exiting at once would
     # make srun's --kill-on-bad-exit kill rank 0 in the middle of `scontrol requeue`.
     assert waits == ([60.0] if procid != "0" else [])
+    if requeued and "ckpt.pt" in exit_with:  # the restart rule's own line, its words
+        said = capsys.readouterr().err
+        assert "failure (the script's exit 5); requeued job 70_7 (1/3)" in said, said
 
 
 @pytest.mark.parametrize(
