@@ -182,8 +182,9 @@ def record_unretried_end(
     run_dir: RunDir, code: int, signum: int, since: float, job_id: str | None = None
 ) -> None:
     """A run of the user's own script that nothing restarts (`jzk train job.entry=...`
-    here, or a sweep's task, job_id its array task): its end, classified from its code,
-    the signal a process died of and its train.log, as a Slurm job's are (retried false)."""
+    here, or `srun jzk train job.entry=...` by hand, job_id its job): its end, classified
+    from its code, the signal a process died of and its train.log, as a Slurm job's are
+    (retried false)."""
     import signal
 
     name = signal.Signals(signum).name if signum > 0 else None

@@ -2,7 +2,8 @@
 
 The rendered script runs `python -m jeanzay_kit.node.restart_job` when srun ends with
 an error: a hang (the watchdog's exit 4), a crashed rank (srun's --kill-on-bad-exit has
-already ended the others), a lost node. The restart is recorded in
+already ended the others), a lost node; a sweep's script task calls
+restart_after_failure itself (node/script_task.py). The restart is recorded in
 `<run_dir>/restarts.json` (ending/endings.py) and the job requeued: it resumes from its
 newest complete checkpoint. A refusal (exit 2) or a preemption stop (exit 3, already
 requeued by rank 0) is left alone, and a run out of budget stops with a message saying so.
@@ -39,6 +40,8 @@ NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
 # A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
 # it, and a death by the time-limit warning SIGUSR1, into RunDir.requeue_mark).
 SCRIPT_REQUEUE = (Exit.STOPPED,)
+# The words of a line saying that `scontrol requeue` failed (a caller that must know).
+NOT_REQUEUED = "could not requeue job"
 
 
 def wrote_since(run_dir: RunDir, since: float | None) -> bool:
@@ -92,7 +95,7 @@ def restart_after_failure(
         try:
             requeue_job(job, request_file, runner)
         except SlurmCommandError as err:
-            return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
+            return f"jzk: the script asked for a requeue; {NOT_REQUEUED} {job}: {err}"
         return f"jzk: the script stopped ({how}); requeued job {job}: no restart spent"
     if status in NOT_RESTARTED:
         if status != 0:
@@ -169,7 +172,7 @@ def _requeue(
     try:
         requeue_job(job, request_file, runner)
     except SlurmCommandError as err:
-        return f"jzk: {reason}; could not requeue job {job}: {err}"
+        return f"jzk: {reason}; {NOT_REQUEUED} {job}: {err}"
     left_out = leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
     return (
         f"jzk: {reason}; requeued job {job} ({spent}): it resumes from the "

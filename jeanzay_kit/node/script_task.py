@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jeanzay_kit.config.schema import SCRIPT_OUTPUTS
 from jeanzay_kit.config.spec import JobSpec
@@ -62,6 +62,9 @@ from jeanzay_kit.script.script_files import (
     wrote_since,
 )
 from jeanzay_kit.script.script_rules import ScriptCommand, requeue_note
+
+if TYPE_CHECKING:
+    from jeanzay_kit.node.script_watch import Ended, Watch
 
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
@@ -229,7 +232,6 @@ def slurm_task(
     terminate the ranks still saving their checkpoint as soon as the first one exits 3.
     The child is watched (node/script_watch.py): each stop signal reaches it once, and
     a hung script (stall_seconds, 0: not watched) ends the task with Exit.HUNG."""
-    from jeanzay_kit.project.provenance import record_start_provenance
     from jeanzay_kit.rundir.lease import acquire_for
 
     script = ScriptCommand.from_argv(command, resume_args, may_change, outputs)
@@ -239,8 +241,6 @@ def slurm_task(
     folder = RunDir.of(run_dir)  # the path from the batch script's command line
     lease = acquire_for(folder, env, f"script {script.entry}") if rank == 0 else None
     try:
-        if lease is not None:
-            record_start_provenance(folder, env)  # the code this job runs, as node/entry.py does
         watching = (stall_seconds, heartbeat_seconds, after_signal_seconds)
         return _run_slurm_script(
             command, env, folder, script, start, watching=watching, settings=settings
@@ -266,7 +266,7 @@ def _run_slurm_script(
     info = rank_info_from_env(env)
     watch, ended = watched_attempt(
         lambda args: [*head, *args], script, env, run_dir, start, watching,
-        settings=settings,
+        settings=settings, provenance=True,
     )  # fmt: skip
     code = ended.code
     # Died at exit, after its program ended, while every other rank's command ended
@@ -301,14 +301,17 @@ def watched_attempt(
     watching: tuple[float, ...],
     *,
     settings: str,
-) -> tuple[Any, Any]:
+    provenance: bool = False,
+) -> tuple[Watch, Ended]:
     """One attempt of the script as this Slurm task's child (a rendered script's task,
     a sweep's): torchrun's variables and an agreed port, its own working directory, the
     run directory claimed and the resume checked (begin_attempt: argv_of gets the
     script's arguments for this attempt), its start recorded by task 0, then watched
     (node/script_watch.py; watching: JobSpec.script_watch, empty: not watched).
-    Returns the Watch and how the command ended."""
+    provenance: task 0 records the code this start runs (a rendered script's task; a
+    sweep's has node/entry.py record it). Returns the Watch and how the command ended."""
     from jeanzay_kit.node.script_watch import Watch, supervise
+    from jeanzay_kit.project.provenance import record_start_provenance
 
     info = rank_info_from_env(env)
     port = agreed_port(env, info, run_dir)
@@ -316,17 +319,13 @@ def watched_attempt(
     argv = argv_of(begin_attempt(script, run_dir, start, info.rank))
     if info.rank == 0:  # `jzk status` counts the starts of a script, a sweep point's too
         record_attempt(run_dir, start, env.get("SLURM_JOB_ID"), array_id(env))
+        if provenance:
+            record_start_provenance(run_dir, env)
     full_env = {**task_env(env, run_dir, settings), "MASTER_PORT": str(port), **extra}
     command, full = frozen(argv, full_env)
     token = f"{env.get('SLURM_JOB_ID', '')}-{int(start)}"
     watch = Watch(run_dir, info.rank, token, start, *watching)
-    # A sweep's task goes on after its command (the requeue, then submitit): the stop
-    # signals supervise holds in the mask are handed back to this process's handlers.
-    kept = signal.pthread_sigmask(signal.SIG_BLOCK, [])
-    try:
-        return watch, supervise(anchored(command, Path.cwd()), full, watch, cwd=cwd)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, kept)
+    return watch, supervise(anchored(command, Path.cwd()), full, watch, cwd=cwd)
 
 
 def _job_id(env: Mapping[str, str]) -> str | None:
@@ -354,16 +353,25 @@ def run_task(
     (runner: the Slurm command runner, a stand-in in tests); so does a hang or a crash
     after progress, within max_restarts (preemption.max_restarts)."""
     info, start = rank_info_from_env(env), attempt_start(env)
-    code = watched_attempt(
-        lambda args: script_argv(python, script.entry, args),
-        script, env, run_dir, start, watching, settings=settings,
-    )[1].code  # fmt: skip
+    # This task goes on after its command (the requeue, then submitit), unlike a rendered
+    # script's: the stop signals supervise holds in the mask go back to its handlers.
+    kept = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        _, ended = watched_attempt(
+            lambda args: script_argv(python, script.entry, args),
+            script, env, run_dir, start, watching, settings=settings,
+        )  # fmt: skip
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, kept)
+    code = ended.code
     if code == 0:
         if info.rank == 0:
             record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
         return 0
     if code not in STOPPED:
-        limit = max_restarts
+        # A sweep's point: a submitted job that submitit runs (it sets SUBMITIT_FOLDER in
+        # the task, submitit/core/submission.py process_job), not `srun jzk train` by hand.
+        limit = max_restarts if env.get("SUBMITIT_FOLDER") else None
         return _after_failure(info, code, run_dir, start, env, runner, limit=limit, sleep=sleep)
     if info.rank == 0:
         print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
@@ -378,29 +386,41 @@ def _after_failure(
     env: Mapping[str, str],
     runner: Any,
     *,
-    limit: int,
+    limit: int | None,
     sleep: Callable[[float], None],
 ) -> int:
-    """A hang or a crash of the command: task 0 decides as a rendered script's restart
-    step does (node/restart_job.py: progress made, restarts left, not a failure that
-    repeats), records the end and requeues the job, which then ends as stopped;
-    otherwise the failure stands, with its exit code."""
+    """A hang or a crash of the command. A sweep's point (limit: preemption.max_restarts)
+    goes the way of a rendered script's job: task 0 applies its restart step's rule
+    (node/restart_job.py: progress made, restarts left, not a failure that repeats),
+    records the end and requeues the array task, which then ends as stopped. Otherwise
+    (limit None: `srun jzk train` by hand, nothing to requeue) the end is recorded and
+    the failure stands, with its exit code."""
     from jeanzay_kit.ending.endings import read_endings
-    from jeanzay_kit.node.restart_job import restart_after_failure
+    from jeanzay_kit.node.restart_job import NOT_REQUEUED, restart_after_failure
 
     status = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
     if info.rank != 0:
-        if info.requeue_id is not None:  # ending first would have srun end task 0
-            sleep(REQUEUE_WAIT_S)  # in the middle of its requeue (--kill-on-bad-exit)
+        # Ending first would have srun (--kill-on-bad-exit) end task 0 in the middle of
+        # its requeue; task 0 ending without one ends this wait with the step.
+        if limit is not None:
+            sleep(REQUEUE_WAIT_S)
         return status
-    said = restart_after_failure(
-        run_dir, status, limit, env=env, runner=runner, since=start, script=True,
-        exited="the script's exit",
-    )  # fmt: skip
+    if limit is None:
+        record_unretried_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
+        return status
+    try:
+        said = restart_after_failure(
+            run_dir, status, limit, env=env, runner=runner, since=start, script=True,
+            exited="the script's exit",
+        )  # fmt: skip
+        ended = read_endings(run_dir)
+    except OSError as err:  # the run's record cannot be written: the failure stands
+        print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
+        return status
     if said:
         print(said, file=sys.stderr, flush=True)
-    ended = read_endings(run_dir)
-    return Exit.STOPPED if ended and ended[-1].get("retried") is True else status
+    requeued = bool(ended) and ended[-1].get("retried") is True and NOT_REQUEUED not in said
+    return Exit.STOPPED if requeued else status
 
 
 def requeue_stopped(

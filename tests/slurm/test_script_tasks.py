@@ -115,7 +115,7 @@ def test_a_hung_script_of_a_sweep_is_named_ended_and_requeued_from_its_save(
         ("hang", True), ("completed", None)
     ], endings  # fmt: skip
     shown = run([JZK, "status", str(sweep_dir)], slurm, project).stdout
-    assert "COMPLETED" in shown, shown
+    assert "COMPLETED" in shown and "2 start(s)" in shown, shown
 
 
 def test_a_sweep_of_a_session_loop_requeues_and_ends_with_the_straight_digest(

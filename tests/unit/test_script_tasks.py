@@ -239,32 +239,13 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     """A sweep's task (submitit) runs the command as its child and must return: the
     command's exit 3 (or death by SIGUSR1) becomes `scontrol requeue` of the array task,
     and so does a crash after progress while preemption.max_restarts allows."""
-    import os
     import sys
 
-    from jeanzay_kit.node.local_ranks import free_port
     from jeanzay_kit.node.script_task import run_task
     from jeanzay_kit.script.script_rules import ScriptCommand
 
     runner = Scontrol()
-    env = {
-        "PATH": os.environ.get("PATH", ""),
-        "SLURM_PROCID": procid,
-        "SLURM_STEP_ID": "0",
-        "SLURM_NTASKS": "2",
-        "SLURM_LOCALID": procid,
-        "SLURM_STEP_TASKS_PER_NODE": "2",
-        "SLURM_NNODES": "1",
-        "SLURM_NODEID": "0",
-        "SLURM_JOB_ID": "77",
-        "SLURM_ARRAY_JOB_ID": "70",
-        "SLURM_ARRAY_TASK_ID": "7",
-        "SLURM_JOB_NODELIST": "n1",
-        "SLURM_STEP_NODELIST": "n1",
-        # A port of the user's: task 1 alone does not wait for task 0's port note
-        # (node/script_port.py).
-        "MASTER_PORT": str(free_port()),
-    }
+    env = _sweep_task_env(procid)
     command = ScriptCommand("-c", (exit_with,))
     waits: list[float] = []
     got = run_task(
@@ -284,6 +265,82 @@ def test_a_sweep_task_requeues_when_its_command_asks(
     if requeued and "ckpt.pt" in exit_with:  # the restart rule's own line, its words
         said = capsys.readouterr().err
         assert "failure (the script's exit 5); requeued job 70_7 (1/3)" in said, said
+    if procid == "0" and "SystemExit(5)" in exit_with:  # a failure's end is recorded
+        (ended,) = RunDir(tmp_path / "run").ending_records()
+        assert ended["retried"] is (code == 3), ended
+
+
+def _sweep_task_env(procid: str) -> dict[str, str]:
+    """Task `procid` of 2 of array task 70_7, as srun under submitit gives them."""
+    import os
+
+    from jeanzay_kit.node.local_ranks import free_port
+
+    return {
+        "PATH": os.environ.get("PATH", ""),
+        "SLURM_PROCID": procid,
+        "SLURM_STEP_ID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_LOCALID": procid,
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_NNODES": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_JOB_ID": "77",
+        "SLURM_ARRAY_JOB_ID": "70",
+        "SLURM_ARRAY_TASK_ID": "7",
+        "SLURM_JOB_NODELIST": "n1",
+        "SLURM_STEP_NODELIST": "n1",
+        # A port of the user's: task 1 alone does not wait for task 0's port note
+        # (node/script_port.py).
+        "MASTER_PORT": str(free_port()),
+        "SUBMITIT_FOLDER": "/sweep/.submitit/70_7",  # submitit runs this task
+    }
+
+
+class FailingScontrol(Scontrol):
+    def run(self, argv, timeout=60.0, cwd=None):
+        self.calls.append(list(argv))
+        return subprocess.CompletedProcess(argv, 1, "", "slurm_requeue error: Disabled")
+
+
+def test_a_sweep_task_whose_requeue_fails_ends_as_the_failure(tmp_path: Path, capsys) -> None:
+    """A crash after progress whose `scontrol requeue` is refused: the task ends with the
+    script's code (a failed point, which submitit reports), never as requeued."""
+    import sys
+
+    from jeanzay_kit.node.script_task import run_task
+    from jeanzay_kit.script.script_rules import ScriptCommand
+
+    crash = ScriptCommand("-c", ("open('ckpt.pt', 'w').write('x'); raise SystemExit(5)",))
+    runner = FailingScontrol()
+    run_dir = RunDir.of(str(tmp_path / "run"))
+    got = run_task(
+        sys.executable, crash, _sweep_task_env("0"), run_dir, runner=runner, max_restarts=3
+    )
+    assert (got, runner.calls) == (5, [["scontrol", "requeue", "70_7"]])
+    assert "could not requeue job 70_7" in capsys.readouterr().err
+
+
+def test_a_rendered_scripts_task_keeps_the_stop_signals_blocked_after_its_command(
+    tmp_path: Path,
+) -> None:
+    """The rendered script's task ends right after its command: srun's SIGTERM to the
+    step's other tasks (--kill-on-bad-exit) must not end it with 143 instead of its
+    command's code, so the stop signals stay blocked (a sweep's task, which goes on,
+    hands them back: test above)."""
+    import signal
+    import sys
+
+    from jeanzay_kit.node.script_task import slurm_task
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    try:
+        env = {**_sweep_task_env("0"), "SLURM_NTASKS": "1", "SLURM_STEP_TASKS_PER_NODE": "1"}
+        code = slurm_task([sys.executable, "-c", "raise SystemExit(2)"], env, str(tmp_path / "r"))
+        assert code == 2
+        assert signal.SIGTERM in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
 
 
 @pytest.mark.parametrize(
@@ -299,3 +356,21 @@ def test_a_failed_task_names_the_users_command_not_the_toolkits_loop(job, named)
     from jeanzay_kit.config.entry import script_entry
 
     assert script_entry({"job": job}) == named
+
+
+def test_srun_jzk_train_by_hand_is_never_requeued_after_a_crash(tmp_path: Path) -> None:
+    """`srun jzk train job.entry=...` typed in an allocation (no submitit around the task):
+    a crash after progress is recorded, not retried, and nothing asks Slurm to requeue
+    the allocation."""
+    import sys
+
+    from jeanzay_kit.node.script_task import run_task
+    from jeanzay_kit.script.script_rules import ScriptCommand
+
+    crash = ScriptCommand("-c", ("open('ckpt.pt', 'w').write('x'); raise SystemExit(5)",))
+    env = {k: v for k, v in _sweep_task_env("0").items() if k != "SUBMITIT_FOLDER"}
+    runner, run_dir = Scontrol(), RunDir.of(str(tmp_path / "run"))
+    assert run_task(sys.executable, crash, env, run_dir, runner=runner, max_restarts=3) == 5
+    assert runner.calls == []
+    (ended,) = run_dir.ending_records()
+    assert ended["retried"] is False, ended
