@@ -40,8 +40,11 @@ NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
 # A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
 # it, and a death by the time-limit warning SIGUSR1, into RunDir.requeue_mark).
 SCRIPT_REQUEUE = (Exit.STOPPED,)
-# The words of a line saying that `scontrol requeue` failed (a caller that must know).
-NOT_REQUEUED = "could not requeue job"
+
+
+class Requeued(str):
+    """A line of restart_after_failure saying the job was requeued: a caller that must
+    know (a sweep's task, which then ends as stopped) asks isinstance, not the words."""
 
 
 def wrote_since(run_dir: RunDir, since: float | None) -> bool:
@@ -95,8 +98,8 @@ def restart_after_failure(
         try:
             requeue_job(job, request_file, runner)
         except SlurmCommandError as err:
-            return f"jzk: the script asked for a requeue; {NOT_REQUEUED} {job}: {err}"
-        return f"jzk: the script stopped ({how}); requeued job {job}: no restart spent"
+            return f"jzk: the script asked for a requeue; could not requeue job {job}: {err}"
+        return Requeued(f"jzk: the script stopped ({how}); requeued job {job}: no restart spent")
     if status in NOT_RESTARTED:
         if status != 0:
             stopped = status == Exit.STOPPED
@@ -172,9 +175,9 @@ def _requeue(
     try:
         requeue_job(job, request_file, runner)
     except SlurmCommandError as err:
-        return f"jzk: {reason}; {NOT_REQUEUED} {job}: {err}"
+        return f"jzk: {reason}; could not requeue job {job}: {err}"
     left_out = leave_out(run_dir, job, runner, env) if verdict.kind in NODE_FAULTS else ""
-    return (
+    return Requeued(
         f"jzk: {reason}; requeued job {job} ({spent}): it resumes from the "
         f"newest complete checkpoint{left_out}"
     )

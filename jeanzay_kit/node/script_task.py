@@ -395,8 +395,7 @@ def _after_failure(
     records the end and requeues the array task, which then ends as stopped. Otherwise
     (limit None: `srun jzk train` by hand, nothing to requeue) the end is recorded and
     the failure stands, with its exit code."""
-    from jeanzay_kit.ending.endings import read_endings
-    from jeanzay_kit.node.restart_job import NOT_REQUEUED, restart_after_failure
+    from jeanzay_kit.node.restart_job import Requeued, restart_after_failure
 
     status = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
     if info.rank != 0:
@@ -413,14 +412,12 @@ def _after_failure(
             run_dir, status, limit, env=env, runner=runner, since=start, script=True,
             exited="the script's exit",
         )  # fmt: skip
-        ended = read_endings(run_dir)
     except OSError as err:  # the run's record cannot be written: the failure stands
         print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
         return status
     if said:
         print(said, file=sys.stderr, flush=True)
-    requeued = bool(ended) and ended[-1].get("retried") is True and NOT_REQUEUED not in said
-    return Exit.STOPPED if requeued else status
+    return Exit.STOPPED if isinstance(said, Requeued) else status
 
 
 def requeue_stopped(
