@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from jeanzay_kit import report
 from jeanzay_kit.config.spec import JobSpec, build_job_spec
 from jeanzay_kit.distributed.devices import local_gpu_count, nvidia_driver_present
 from jeanzay_kit.distributed.ranks import launched_by, rank_info_from_env
+from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.endings import recorded_outcome
 from jeanzay_kit.ending.preemption import StopRequest
 from jeanzay_kit.errors import JzkError
@@ -143,20 +145,35 @@ def refuse_before_writing(spec: JobSpec, run_dir: RunDir, env: Mapping[str, str]
 def _train_as_task(
     spec: JobSpec, env: Mapping[str, str], run_dir: RunDir, stop: StopRequest
 ) -> None:
-    """This process is a task of srun or torchrun: it is one rank."""
+    """This process is a task of srun or torchrun: it is one rank. In a sweep's point
+    (a task submitit runs, with no restart step after its srun) a hang or a crash goes
+    through the rendered script's restart rule (node/restart_job.py after_task_failure):
+    requeued after progress, the task ends as stopped."""
+    from jeanzay_kit.node.restart_job import after_task_failure, sweep_point_limit
     from jeanzay_kit.node.worker import run_worker
 
-    info = rank_info_from_env(env)
+    info, start = rank_info_from_env(env), time.time()
+    limit = sweep_point_limit(env, spec.preemption.max_restarts)
+
+    def after(status: int) -> int:
+        return after_task_failure(info, status, run_dir, start, env, limit)
+
     end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
-    run_worker(
-        spec,
-        info,
-        run_dir,
-        visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
-        threads=task_threads(env, len(os.sched_getaffinity(0))),
-        stop=stop,
-        allocation_end=float(end) if end and end.isdigit() else None,
-    )
+    try:
+        run_worker(
+            spec,
+            info,
+            run_dir,
+            visible_devices=env.get("CUDA_VISIBLE_DEVICES"),
+            threads=task_threads(env, len(os.sched_getaffinity(0))),
+            stop=stop,
+            allocation_end=float(end) if end and end.isdigit() else None,
+            on_hang=lambda code: os._exit(after(code)),
+        )
+    except Exception:  # said by the run (Run.fail); submitit writes its error result
+        if after(Exit.RAISED) != Exit.STOPPED:
+            raise
+        raise SystemExit(Exit.STOPPED) from None
 
 
 def task_threads(env: Mapping[str, str], cpus: int) -> int:

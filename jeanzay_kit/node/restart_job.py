@@ -17,12 +17,13 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from jeanzay_kit.distributed.ranks import array_id
+from jeanzay_kit.distributed.ranks import RankInfo, array_id
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.ending.ending_rules import NODE_FAULTS, Verdict, excluded_nodes, node_of_rank
 from jeanzay_kit.ending.endings import (
@@ -37,6 +38,8 @@ from jeanzay_kit.errors import HostlistError, SlurmCommandError
 from jeanzay_kit.rundir.run_directory import RunDir
 
 NOT_RESTARTED = (0, Exit.REFUSED, Exit.STOPPED)
+# How long the other ranks of a sweep's task wait for rank 0's requeue to end the job.
+REQUEUE_WAIT_S = 60.0
 # A script's step asking to run again: its "requeue me" exit (node/script_task.py turns
 # it, and a death by the time-limit warning SIGUSR1, into RunDir.requeue_mark).
 SCRIPT_REQUEUE = (Exit.STOPPED,)
@@ -55,6 +58,51 @@ def wrote_since(run_dir: RunDir, since: float | None) -> bool:
     from jeanzay_kit.script.script_files import script_writes
 
     return True if since is None else script_writes(run_dir, since)[1]
+
+
+def sweep_point_limit(env: Mapping[str, str], max_restarts: int) -> int | None:
+    """preemption.max_restarts for a task that submitit runs (a sweep's point: submitit
+    sets SUBMITIT_FOLDER in it, submitit/core/submission.py process_job), which has no
+    restart step after its srun; None for `srun jzk train` typed in an allocation, which
+    is never requeued."""
+    return max_restarts if env.get("SUBMITIT_FOLDER") else None
+
+
+def after_task_failure(
+    info: RankInfo,
+    status: int,
+    run_dir: RunDir,
+    start: float,
+    env: Mapping[str, str],
+    limit: int | None,
+    *,
+    runner: Any = None,
+    sleep: Callable[[float], None] = time.sleep,
+    script: bool = False,
+) -> int:
+    """A hang or a crash in a sweep's task (a script's, the toolkit's loop's): the exit
+    code the task ends with. Its point (limit: sweep_point_limit) goes the way of a
+    rendered script's job: task 0 applies the restart step's rule (progress made,
+    restarts left, not a failure that repeats), records the end and requeues the array
+    task, which then ends as stopped (submitit writes no error result: its sweeper waits
+    on). The other tasks wait for that requeue (ending first would have srun's
+    --kill-on-bad-exit end task 0 in the middle of it). limit None: the failure stands."""
+    if limit is None:
+        return status
+    if info.rank != 0:
+        sleep(REQUEUE_WAIT_S)  # task 0 ending without a requeue ends this wait with the step
+        return status
+    try:
+        said = restart_after_failure(
+            run_dir, status, limit, env=env, runner=runner, since=start, script=script,
+            exited="the script's exit" if script else "exit",
+        )  # fmt: skip
+    except OSError as err:  # the run's record cannot be written: the failure stands
+        print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
+        return status
+    if said:
+        print(said, file=sys.stderr, flush=True)
+    return Exit.STOPPED if isinstance(said, Requeued) else status
 
 
 def restart_after_failure(

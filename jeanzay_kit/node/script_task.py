@@ -49,6 +49,7 @@ from jeanzay_kit.ending.endings import (
 )
 from jeanzay_kit.ending.preemption import StopRequest, signal_name
 from jeanzay_kit.errors import JzkError
+from jeanzay_kit.node.restart_job import REQUEUE_WAIT_S, after_task_failure, sweep_point_limit
 from jeanzay_kit.node.script_local_watch import LocalWatch, end_hung
 from jeanzay_kit.node.script_port import agreed_port
 from jeanzay_kit.rundir.run_directory import RunDir
@@ -69,8 +70,6 @@ if TYPE_CHECKING:
 # A command that stopped to be run again: exit 3, or killed by the time-limit warning
 # (SIGUSR1) it does not handle (it goes on from its newest own checkpoint).
 STOPPED = (Exit.STOPPED, -signal.SIGUSR1)
-# How long the other ranks of a sweep's task wait for rank 0's requeue to end the job.
-REQUEUE_WAIT_S = 60.0
 
 
 def begin_attempt(
@@ -369,55 +368,16 @@ def run_task(
             record_completed(run_dir, "the command exited 0", job_id=_job_id(env))
         return 0
     if code not in STOPPED:
-        # A sweep's point: a submitted job that submitit runs (it sets SUBMITIT_FOLDER in
-        # the task, submitit/core/submission.py process_job), not `srun jzk train` by hand.
-        limit = max_restarts if env.get("SUBMITIT_FOLDER") else None
-        return _after_failure(info, code, run_dir, start, env, runner, limit=limit, sleep=sleep)
+        status = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
+        limit = sweep_point_limit(env, max_restarts)
+        if info.rank == 0 and limit is None:  # `srun jzk train` by hand: recorded, not retried
+            record_unretried_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
+        return after_task_failure(
+            info, status, run_dir, start, env, limit, runner=runner, sleep=sleep, script=True
+        )
     if info.rank == 0:
         print(f"jzk: {stop_note(script, run_dir, start)}", file=sys.stderr, flush=True)
     return requeue_stopped(info, runner, sleep)
-
-
-def _after_failure(
-    info: RankInfo,
-    code: int,
-    run_dir: RunDir,
-    start: float,
-    env: Mapping[str, str],
-    runner: Any,
-    *,
-    limit: int | None,
-    sleep: Callable[[float], None],
-) -> int:
-    """A hang or a crash of the command. A sweep's point (limit: preemption.max_restarts)
-    goes the way of a rendered script's job: task 0 applies its restart step's rule
-    (node/restart_job.py: progress made, restarts left, not a failure that repeats),
-    records the end and requeues the array task, which then ends as stopped. Otherwise
-    (limit None: `srun jzk train` by hand, nothing to requeue) the end is recorded and
-    the failure stands, with its exit code."""
-    from jeanzay_kit.node.restart_job import Requeued, restart_after_failure
-
-    status = 128 - code if code < 0 else code  # killed by signal N: 128 + N, as shells say
-    if info.rank != 0:
-        # Ending first would have srun (--kill-on-bad-exit) end task 0 in the middle of
-        # its requeue; task 0 ending without one ends this wait with the step.
-        if limit is not None:
-            sleep(REQUEUE_WAIT_S)
-        return status
-    if limit is None:
-        record_unretried_end(run_dir, code, max(-code, 0), start, job_id=_job_id(env))
-        return status
-    try:
-        said = restart_after_failure(
-            run_dir, status, limit, env=env, runner=runner, since=start, script=True,
-            exited="the script's exit",
-        )  # fmt: skip
-    except OSError as err:  # the run's record cannot be written: the failure stands
-        print(f"jzk: warning: the run's end not recorded: {err}", file=sys.stderr, flush=True)
-        return status
-    if said:
-        print(said, file=sys.stderr, flush=True)
-    return Exit.STOPPED if isinstance(said, Requeued) else status
 
 
 def requeue_stopped(

@@ -10,6 +10,7 @@ reads the environment itself but to hand it to the run.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from jeanzay_kit.config.spec import JobSpec
@@ -32,11 +33,13 @@ def run_worker(
     stop: StopRequest | None = None,
     allocation_end: float | None = None,
     launched_at: float | None = None,
+    on_hang: Callable[[int], None] = os._exit,
 ) -> None:
     """One training process: join the group, train, leave the group. allocation_end:
     when the Slurm allocation ends (SLURM_JOB_END_TIME), else rank 0 asks squeue.
     launched_at: when the command that started this worker here started (node/local.py),
-    where Slurm does not say when the job started."""
+    where Slurm does not say when the job started. on_hang: what the watchdog ends a
+    hung rank with (runtime/run.py Run.on_hang)."""
     clock = startup.begin(os.environ.get("SLURM_JOB_START_TIME") or launched_at)
     import torch  # after the clock: its import is in the start-up
 
@@ -54,14 +57,10 @@ def run_worker(
     # The runtime every loop uses (runtime/run.py; a user's loop meets it as a Session):
     # the device, the group and its mesh, heartbeats, the watchdog, metrics, the end.
     run = Run.from_spec(
-        spec,
-        info,
-        run_dir,
-        stop=stop,
-        visible_devices=visible_devices,
-        env=os.environ,
+        spec, info, run_dir, stop=stop, visible_devices=visible_devices, env=os.environ,
         ending=at_start.ending_of(spec),
-    )
+    )  # fmt: skip
+    run.on_hang = on_hang
     checked: list[Parts] = []  # rank 0's parts, tried by the check, which training uses
     try:
         run.start(

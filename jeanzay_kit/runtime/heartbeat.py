@@ -203,6 +203,8 @@ def start_watch(
     job_id: str | None,
     heartbeat_seconds: float,
     stall_seconds: float,
+    *,
+    exit_process: Callable[[int], None] = os._exit,
 ) -> tuple[Heartbeat, Watchdog]:
     """This rank's heartbeat thread and, unless stall_seconds is 0, its watchdog: the
     toolkit's loop (node/worker.py) and a session (runtime/session.py) start them alike.
@@ -218,7 +220,7 @@ def start_watch(
     heartbeat = Heartbeat(
         run_dir, rank, total_steps, str(token[0]), job_id, heartbeat_seconds
     ).start()
-    watchdog = Watchdog(heartbeat, run_dir, stall_seconds)
+    watchdog = Watchdog(heartbeat, run_dir, stall_seconds, exit_process)
     if stall_seconds > 0:
         watchdog.start()
     return heartbeat, watchdog

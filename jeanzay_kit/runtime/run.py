@@ -13,6 +13,7 @@ documented `Session` (runtime/session.py) is its face for your loop.
 from __future__ import annotations
 
 import errno
+import os
 import sys
 import time
 import traceback
@@ -108,6 +109,9 @@ class Run:
     heartbeat: Any = None
     reported: tuple[float, int] | None = None  # s.report's (value, step)
     _watchdog: Any = None
+    # What the watchdog ends a hung rank with (Exit.HUNG, its stacks dumped): os._exit,
+    # or a sweep's task that first requeues its point (node/entry.py).
+    on_hang: Callable[[int], None] = os._exit
     _metrics: Any = None
     _own_group: bool = False
     _lease: Any = None
@@ -186,6 +190,7 @@ class Run:
             self.info.job_id,
             self.settings.heartbeat_seconds,
             self.settings.stall_seconds,
+            exit_process=self.on_hang,
         )
 
     def _join(self) -> None:

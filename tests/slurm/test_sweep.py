@@ -229,3 +229,72 @@ def test_hydra_submitit_launcher_runs_each_point_as_a_task_of_its_job(
     for point in points:
         result = json.loads((point / "result.json").read_text())
         assert result["step"] == 10 and result["value"] == result["train_loss"]
+
+
+FAILS_ONCE = '''
+"""A user's regression model that fails once, on its 15th call (in step 3): it
+stalls (fault=hang) or raises (fault=crash)."""
+import time
+from pathlib import Path
+
+import torch
+
+
+class FailsOnce(torch.nn.Module):
+    def __init__(self, in_dim: int, out_dim: int, fault: str, marks: str) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(in_dim, 32), torch.nn.Tanh(), torch.nn.Linear(32, out_dim)
+        )
+        self.fault, self.mark, self.calls = fault, Path(marks) / fault, 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        if self.calls == 15 and not self.mark.exists():
+            self.mark.write_text("failed once")
+            if self.fault == "hang":
+                time.sleep(3600)
+            raise RuntimeError("a flaky step")
+        return self.net(x)
+'''
+
+
+def test_a_hung_or_crashed_point_of_the_toolkits_loop_is_requeued_from_its_save(
+    slurm, tmp_path: Path
+) -> None:
+    """Sweep points of the toolkit's loop (`jzk train -m`, submitit's own task, with no
+    restart step after its srun) go the way of a rendered job: the model of one stalls
+    in step 3, after the save of step 2 (the watchdog names and dumps it), the other's
+    raises there; task 0 requeues each point (one of preemption.max_restarts; both were
+    left FAILED), and the next start goes on from step 2 to the end."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "flaky.py").write_text(FAILS_ONCE)
+    sweep_dir = tmp_path / "sweep"
+    launched = run(
+        [
+            JZK, "train", "-m", "cluster=slurm_local", f"job.python={PYTHON}",
+            "model=custom", "model._target_=flaky.FailsOnce", "+model.in_dim=32",
+            "+model.out_dim=8", "+model.fault=hang,crash", f"+model.marks={tmp_path}",
+            "loss=criterion", "loss.criterion._target_=torch.nn.MSELoss", "train.steps=20",
+            "train.eval_every=0", "checkpoint.every_steps=2", "watchdog.stall_seconds=5",
+            "watchdog.heartbeat_seconds=1", f"hydra.sweep.dir={sweep_dir}",
+        ],
+        slurm,
+        project,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.stderr[-3000:]
+    hang, crash = manifest_records(sweep_dir)
+    wait_for(hang["array_job_id"], slurm, timeout=150)
+    for point, said in ((hang, "hang;"), (crash, "failure (exit 1);")):
+        err = Path(point["log"]).with_suffix(".err").read_text()
+        assert f"{said} requeued job {point['job_id']} (1/3)" in err, err[-3000:]
+        assert sacct_states(point["job_id"], slurm)[-1] == "COMPLETED", err[-3000:]
+        assert "(step 2)" in Path(point["log"]).read_text(), err[-3000:]  # resumed from it
+        run_dir = Path(point["run_dir"])
+        endings = [json.loads(x) for x in (run_dir / "endings.jsonl").open()]
+        assert [e["retried"] for e in endings][-2:] == [True, None], endings
+        assert endings[-1]["kind"] == "completed", endings
+        assert (run_dir / "checkpoints" / "step-20" / "manifest.json").exists()
+    (dumped,) = Path(hang["run_dir"]).glob("hang-*")
+    assert "flaky.py" in (dumped / "rank-0.txt").read_text()
