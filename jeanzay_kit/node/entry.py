@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -154,9 +155,15 @@ def _train_as_task(
 
     info, start = rank_info_from_env(env), time.time()
     limit = sweep_point_limit(env, spec.preemption.max_restarts)
+    once, decided = threading.Lock(), list[int]()
 
     def after(status: int) -> int:
-        return after_task_failure(info, status, run_dir, start, env, limit)
+        # Once per attempt: the watchdog's thread (a hang) and this one (a peer's error
+        # raised meanwhile) would each spend a restart and requeue for one failure.
+        with once:
+            if not decided:
+                decided.append(after_task_failure(info, status, run_dir, start, env, limit))
+            return decided[0]
 
     end = env.get("SLURM_JOB_END_TIME")  # set by Slurm >= 23.02
     try:
@@ -170,7 +177,7 @@ def _train_as_task(
             allocation_end=float(end) if end and end.isdigit() else None,
             on_hang=lambda code: os._exit(after(code)),
         )
-    except Exception:  # said by the run (Run.fail); submitit writes its error result
+    except Exception:  # said by the run (Run.fail); raised again, submitit records it
         if after(Exit.RAISED) != Exit.STOPPED:
             raise
         raise SystemExit(Exit.STOPPED) from None

@@ -182,6 +182,12 @@ def launch_sweep(env: dict[str, str], sweep_dir: Path, *overrides: str):
     return run([*argv, f"job.python={PYTHON}", f"hydra.sweep.dir={sweep_dir}"], env, REPO)
 
 
+def sweep_from(project: Path, env: dict[str, str], sweep_dir: Path, *overrides: str):
+    """`jzk train -m cluster=slurm_local OVERRIDES` from the user's own project folder."""
+    argv = [JZK, "train", "-m", "cluster=slurm_local", f"job.python={PYTHON}", *overrides]
+    return run([*argv, f"hydra.sweep.dir={sweep_dir}"], env, project)
+
+
 def manifest_records(directory: Path) -> list[dict]:
     """The lines of DIR/manifest.jsonl, read without the package's own reader."""
     return [json.loads(x) for x in (directory / "manifest.jsonl").read_text().splitlines()]

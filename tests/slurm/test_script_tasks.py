@@ -23,6 +23,7 @@ from tests.slurm.cluster import (
     run,
     sacct_states,
     submit_script,
+    sweep_from,
     wait_for,
     wait_for_line,
 )
@@ -89,14 +90,9 @@ def test_a_hung_script_of_a_sweep_is_named_ended_and_requeued_from_its_save(
     project.mkdir()
     (project / "stalls.py").write_text(STALLS)
     sweep_dir = tmp_path / "sweep"
-    launched = run(
-        [
-            JZK, "train", "-m", "cluster=slurm_local", f"job.python={PYTHON}",
-            "job.entry=stalls.py", "watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=1",
-            f"hydra.sweep.dir={sweep_dir}",
-        ],
-        slurm,
-        project,
+    launched = sweep_from(
+        project, slurm, sweep_dir,
+        "job.entry=stalls.py", "watchdog.stall_seconds=5", "watchdog.heartbeat_seconds=1",
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr[-3000:]
     (point,) = manifest_records(sweep_dir)

@@ -17,6 +17,7 @@ from tests.slurm.cluster import (
     metric_steps,
     run,
     sacct_states,
+    sweep_from,
     wait_for,
 )
 
@@ -271,17 +272,13 @@ def test_a_hung_or_crashed_point_of_the_toolkits_loop_is_requeued_from_its_save(
     project.mkdir()
     (project / "flaky.py").write_text(FAILS_ONCE)
     sweep_dir = tmp_path / "sweep"
-    launched = run(
-        [
-            JZK, "train", "-m", "cluster=slurm_local", f"job.python={PYTHON}",
-            "model=custom", "model._target_=flaky.FailsOnce", "+model.in_dim=32",
-            "+model.out_dim=8", "+model.fault=hang,crash", f"+model.marks={tmp_path}",
-            "loss=criterion", "loss.criterion._target_=torch.nn.MSELoss", "train.steps=20",
-            "train.eval_every=0", "checkpoint.every_steps=2", "watchdog.stall_seconds=5",
-            "watchdog.heartbeat_seconds=1", f"hydra.sweep.dir={sweep_dir}",
-        ],
-        slurm,
-        project,
+    launched = sweep_from(
+        project, slurm, sweep_dir,
+        "model=custom", "model._target_=flaky.FailsOnce", "+model.in_dim=32",
+        "+model.out_dim=8", "+model.fault=hang,crash", f"+model.marks={tmp_path}",
+        "loss=criterion", "loss.criterion._target_=torch.nn.MSELoss", "train.steps=20",
+        "train.eval_every=0", "checkpoint.every_steps=2", "watchdog.stall_seconds=5",
+        "watchdog.heartbeat_seconds=1",
     )  # fmt: skip
     assert launched.returncode == 0, launched.stderr[-3000:]
     hang, crash = manifest_records(sweep_dir)
