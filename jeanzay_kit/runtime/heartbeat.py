@@ -10,12 +10,14 @@ on a filesystem every node sees) and judges them with runtime/stall.py. It needs
 collective, so a rank blocked in one still detects a frozen peer. On a stall it dumps
 this rank's Python stacks (faulthandler, every thread) into `<run_dir>/hang-<step>/`,
 the lowest live rank writes `report.txt` and prints the verdict, and the process exits
-with Exit.HUNG: the launcher (node/local.py, or srun's --kill-on-bad-exit) ends the
-rest and the restart budget (preemption.max_restarts) decides what comes next.
+with Exit.HUNG, its own child processes (loader workers) ended first: the launcher
+(node/local.py, or srun's --kill-on-bad-exit) ends the rest and the restart budget
+(preemption.max_restarts) decides what comes next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -29,6 +31,7 @@ from pathlib import Path
 from jeanzay_kit import report
 from jeanzay_kit.ending.codes import Exit
 from jeanzay_kit.rundir.run_directory import RunDir, read_beats  # read_beats: node/'s readers too
+from jeanzay_kit.runtime.child_processes import end_descendants
 from jeanzay_kit.runtime.stall import Stall, check_seconds, find_stall
 
 # torch's flight recorder: the last collectives of each rank, written next to the stacks as
@@ -193,6 +196,15 @@ class Watchdog:
             deadline = time.monotonic() + 2 * self.check_s + 5
             while not verdict.exists() and time.monotonic() < deadline:
                 time.sleep(0.2)
+        # Its loader workers go with it: a stuck one would outlive it (runtime/child_processes.py).
+        ended = end_descendants()
+        if ended:
+            with (
+                contextlib.suppress(OSError),
+                open(folder / f"rank-{self.hb.rank}.txt", "a") as out,
+            ):
+                listed = ", ".join(f"{pid} (state {state})" for pid, state in ended)
+                out.write(f"\nits child processes, ended with it: {listed}\n")
         self._exit(Exit.HUNG)
 
 

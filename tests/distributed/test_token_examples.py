@@ -33,6 +33,9 @@ COMMON = (
     # on its DataLoader worker (hang-16/rank-0.txt). The watchdog named it and the run
     # restarted from its checkpoint and ended with the same model, but only after the
     # default 300 s, the whole of finish()'s wait: named sooner, that recovery fits in it.
+    # Seen again at d5ff23a (rank 1, step 16): the run restarted and ended, but its
+    # stuck worker outlived the rank and held the output open, so finish() still waited
+    # 300 s; a rank now ends its loader workers as it exits on a hang (test_watchdog.py).
     "watchdog.stall_seconds=60",
 )
 
